@@ -1,0 +1,122 @@
+// Thin torch binding: checks tensors, allocates the output in the memory format PyTorch would
+// return, fills ConvTranspose2dParams and launches on the current stream. Argument validation
+// with PyTorch's own error wording happens one layer up (deconv_patch/arguments.py); the checks
+// here are a safety net that keeps a bad call from reaching a kernel.
+#include <c10/cuda/CUDAStream.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <torch/extension.h>
+
+#include "conv_transpose2d_params.h"
+
+namespace deconv_patch {
+namespace {
+
+ScalarKind scalar_kind(const at::Tensor& t) {
+  switch (t.scalar_type()) {
+    case at::kFloat: return ScalarKind::kFloat32;
+    case at::kHalf: return ScalarKind::kFloat16;
+    case at::kBFloat16: return ScalarKind::kBFloat16;
+    default: TORCH_CHECK(false, "deconv_patch CUDA kernels take float32, float16 or bfloat16, got ",
+                         t.scalar_type());
+  }
+}
+
+bool is_channels_last(const at::Tensor& t) {
+  return t.suggest_memory_format() == at::MemoryFormat::ChannelsLast;
+}
+
+void copy_strides(const at::Tensor& t, int64_t* dst) {
+  for (int i = 0; i < 4; ++i) dst[i] = t.stride(i);
+}
+
+}  // namespace
+
+at::Tensor conv_transpose2d_direct(const at::Tensor& input, const at::Tensor& weight,
+                                   const c10::optional<at::Tensor>& bias, at::IntArrayRef stride,
+                                   at::IntArrayRef padding, at::IntArrayRef output_padding,
+                                   at::IntArrayRef dilation, int64_t groups,
+                                   const c10::optional<at::Tensor>& out) {
+  TORCH_CHECK(input.is_cuda() && weight.is_cuda(), "deconv_patch: input and weight must be CUDA");
+  TORCH_CHECK(input.dim() == 4 && weight.dim() == 4, "deconv_patch: expected 4-D input and weight");
+  TORCH_CHECK(stride.size() == 2 && padding.size() == 2 && output_padding.size() == 2 &&
+                  dilation.size() == 2,
+              "deconv_patch: stride, padding, output_padding and dilation must have 2 values");
+  TORCH_CHECK(groups > 0 && input.size(1) == weight.size(0) && input.size(1) % groups == 0,
+              "deconv_patch: channel/group mismatch");
+  TORCH_CHECK(weight.scalar_type() == input.scalar_type(), "deconv_patch: dtype mismatch");
+  TORCH_CHECK(weight.device() == input.device(), "deconv_patch: device mismatch");
+  const ScalarKind kind = scalar_kind(input);
+
+  const c10::cuda::CUDAGuard guard(input.device());
+  const int64_t kh = weight.size(2), kw = weight.size(3);
+  const int64_t out_h = (input.size(2) - 1) * stride[0] - 2 * padding[0] +
+                        dilation[0] * (kh - 1) + output_padding[0] + 1;
+  const int64_t out_w = (input.size(3) - 1) * stride[1] - 2 * padding[1] +
+                        dilation[1] * (kw - 1) + output_padding[1] + 1;
+  TORCH_CHECK(out_h > 0 && out_w > 0, "deconv_patch: output size is too small");
+  const int64_t out_channels = weight.size(1) * groups;
+
+  // cuDNN's rule (and ATen's meta kernel): channels_last if input or weight is.
+  const bool cl = is_channels_last(input) || is_channels_last(weight);
+  const auto memory_format = cl ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous;
+  at::Tensor output;
+  if (out.has_value() && out->defined()) {
+    // Caller-provided output (tests pass one poisoned with NaN to catch unwritten elements).
+    output = *out;
+    TORCH_CHECK(output.sizes() == at::IntArrayRef({input.size(0), out_channels, out_h, out_w}) &&
+                    output.scalar_type() == input.scalar_type() &&
+                    output.device() == input.device() && output.is_contiguous(memory_format),
+                "deconv_patch: `out` must match the output's shape, dtype, device and layout");
+  } else {
+    output = at::empty({input.size(0), out_channels, out_h, out_w},
+                       input.options().memory_format(memory_format));
+  }
+  if (output.numel() == 0) return output;
+
+  at::Tensor bias_t;
+  if (bias.has_value() && bias->defined()) {
+    bias_t = bias->contiguous();
+    TORCH_CHECK(bias_t.is_cuda() && bias_t.scalar_type() == input.scalar_type() &&
+                    bias_t.numel() == out_channels,
+                "deconv_patch: bias must be a CUDA tensor of dtype input.dtype and shape [Cout]");
+  }
+
+  ConvTranspose2dParams p;
+  p.input = input.data_ptr();
+  p.weight = weight.data_ptr();
+  p.bias = bias_t.defined() ? bias_t.data_ptr() : nullptr;
+  p.output = output.data_ptr();
+  p.batch = input.size(0);
+  p.in_channels = input.size(1);
+  p.in_h = input.size(2);
+  p.in_w = input.size(3);
+  p.out_channels = out_channels;
+  p.out_h = out_h;
+  p.out_w = out_w;
+  p.groups = groups;
+  p.in_per_group = input.size(1) / groups;
+  p.out_per_group = weight.size(1);
+  p.ph_h = make_axis_phase((int)stride[0], (int)padding[0], (int)dilation[0], (int)kh);
+  p.ph_w = make_axis_phase((int)stride[1], (int)padding[1], (int)dilation[1], (int)kw);
+  copy_strides(input, p.in_stride);
+  copy_strides(weight, p.w_stride);
+  copy_strides(output, p.out_stride);
+  p.out_channels_last = cl;
+
+  const cudaError_t err =
+      launch_conv_transpose2d_direct(p, kind, c10::cuda::getCurrentCUDAStream().stream());
+  TORCH_CHECK(err == cudaSuccess, "deconv_patch: direct kernel launch failed: ",
+              cudaGetErrorString(err));
+  return output;
+}
+
+}  // namespace deconv_patch
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.doc() = "deconv_patch CUDA kernels";
+  m.def("conv_transpose2d_direct", &deconv_patch::conv_transpose2d_direct,
+        "Direct gather transposed convolution (any hyperparameters)", py::arg("input"),
+        py::arg("weight"), py::arg("bias"), py::arg("stride"), py::arg("padding"),
+        py::arg("output_padding"), py::arg("dilation"), py::arg("groups"),
+        py::arg("out") = py::none());
+}

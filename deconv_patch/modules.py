@@ -1,0 +1,71 @@
+"""`FastConvTranspose2d`: an `nn.ConvTranspose2d` whose forward runs the deconv_patch op.
+
+It *is* an nn.ConvTranspose2d (subclass): same parameters, names, shapes, state_dict keys,
+`output_size=` contract and repr, so checkpoints load both ways and code that type-checks for
+ConvTranspose2d keeps working.
+"""
+
+from __future__ import annotations
+
+from typing import List, Optional
+
+import torch
+from torch import nn
+
+from . import planner
+from .ops import conv_transpose2d
+
+
+class FastConvTranspose2d(nn.ConvTranspose2d):
+    """nn.ConvTranspose2d backed by deconv_patch's CUDA kernels (ATen on other devices)."""
+
+    @classmethod
+    def from_module(cls, module: nn.ConvTranspose2d) -> "FastConvTranspose2d":
+        """A FastConvTranspose2d sharing `module`'s parameters (no copy) and hyperparameters.
+
+        Passing a FastConvTranspose2d returns it unchanged, so patching is idempotent.
+        """
+        if isinstance(module, FastConvTranspose2d):
+            return module
+        if not isinstance(module, nn.ConvTranspose2d):
+            raise TypeError(
+                f"FastConvTranspose2d.from_module expects nn.ConvTranspose2d, got "
+                f"{type(module).__name__}"
+            )
+        fast = cls(
+            module.in_channels,
+            module.out_channels,
+            module.kernel_size,  # type: ignore[arg-type]
+            stride=module.stride,  # type: ignore[arg-type]
+            padding=module.padding,  # type: ignore[arg-type]
+            output_padding=module.output_padding,  # type: ignore[arg-type]
+            groups=module.groups,
+            bias=module.bias is not None,
+            dilation=module.dilation,  # type: ignore[arg-type]
+            padding_mode=module.padding_mode,
+            device="meta",  # skip initialising weights that are replaced below
+        )
+        fast.weight = module.weight
+        fast.bias = module.bias
+        fast.train(module.training)
+        return fast
+
+    def forward(self, input: torch.Tensor, output_size: Optional[List[int]] = None) -> torch.Tensor:
+        if self.padding_mode != "zeros":
+            raise ValueError("Only `zeros` padding mode is supported for ConvTranspose2d")
+        output_padding = self._output_padding(
+            input, output_size, self.stride, self.padding, self.kernel_size,  # type: ignore[arg-type]
+            2, self.dilation,  # type: ignore[arg-type]
+        )
+        return conv_transpose2d(
+            input, self.weight, self.bias, self.stride, self.padding, output_padding,
+            self.groups, self.dilation,
+        )
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, backend={self.backend}"
+
+    @property
+    def backend(self) -> str:
+        """Which implementation runs for this module's current device and dtype."""
+        return planner.describe(self.weight.device, self.weight.dtype)
