@@ -23,7 +23,8 @@ def swap_conv_transpose2d(model: nn.Module, filter_fn: Optional[FilterFn] = None
     replaced: List[str] = []
     swapped = {}  # id(original) -> its replacement
     for parent_name, parent in list(model.named_modules(remove_duplicate=False)):
-        for child_name, child in list(parent.named_children()):
+        # _modules, not named_children(): the latter hides a module registered twice.
+        for child_name, child in list(parent._modules.items()):
             if not isinstance(child, nn.ConvTranspose2d) or isinstance(child, FastConvTranspose2d):
                 continue
             name = f"{parent_name}.{child_name}" if parent_name else child_name

@@ -1,0 +1,125 @@
+"""Seeded random ConvTranspose2d configurations shared by the CPU and GPU sweeps."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Optional, Tuple
+
+import torch
+
+from deconv_patch.arguments import ConvTransposeArgs
+
+DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+
+@dataclass(frozen=True)
+class Case:
+    batch: int
+    in_channels: int
+    out_channels: int
+    hw: Tuple[int, int]
+    kernel: Tuple[int, int]
+    args: ConvTransposeArgs
+    bias: bool
+    dtype: torch.dtype
+    channels_last: bool
+    weight_channels_last: bool
+    non_contiguous: bool
+    unbatched: bool
+    tf32: bool
+
+    def __str__(self) -> str:
+        a = self.args
+        flags = "".join(
+            f for f, on in (("+cl", self.channels_last), ("+wcl", self.weight_channels_last),
+                            ("+nc", self.non_contiguous), ("+3d", self.unbatched),
+                            ("+tf32", self.tf32), ("+b", self.bias)) if on
+        )
+        return (f"n{self.batch}c{self.in_channels}-{self.out_channels}h{self.hw[0]}x{self.hw[1]}"
+                f"k{self.kernel[0]}x{self.kernel[1]}s{a.stride[0]}x{a.stride[1]}"
+                f"p{a.padding[0]}x{a.padding[1]}op{a.output_padding[0]}x{a.output_padding[1]}"
+                f"d{a.dilation[0]}x{a.dilation[1]}g{a.groups}-{str(self.dtype)[6:]}{flags}")
+
+    def make(self, device: str, seed: int = 0):
+        """Fresh random (input, weight, bias) in this case's dtype, layout and device."""
+        gen = torch.Generator().manual_seed(seed)
+        g = self.args.groups
+        shape = (self.batch, self.in_channels, self.hw[0], self.hw[1])
+        wide = shape[3] * (2 if self.non_contiguous else 1)
+        x = torch.randn(shape[0], shape[1], shape[2], wide, generator=gen)
+        fan_in = (self.in_channels // g) * self.kernel[0] * self.kernel[1]
+        w = torch.randn(self.in_channels, self.out_channels // g, *self.kernel, generator=gen)
+        w = w / max(1.0, fan_in) ** 0.5
+        b = torch.randn(self.out_channels, generator=gen) if self.bias else None
+        x = x.to(device=device, dtype=self.dtype)
+        w = w.to(device=device, dtype=self.dtype)
+        if self.channels_last:
+            x = x.contiguous(memory_format=torch.channels_last)
+        if self.non_contiguous:  # a strided view of a larger tensor
+            x = x[..., ::2]
+        if self.weight_channels_last:
+            w = w.contiguous(memory_format=torch.channels_last)
+        if self.unbatched:
+            x = x[0]
+        if b is not None:
+            b = b.to(device=device, dtype=self.dtype)
+        return x, w, b
+
+
+def random_case(seed: int, dtypes=DTYPES, max_channels: int = 24) -> Case:
+    """A valid random configuration; every hyperparameter PyTorch accepts can come up."""
+    rng = random.Random(seed)
+    while True:
+        kind = rng.random()
+        if kind < 0.15:  # depthwise
+            groups = rng.randint(2, 12)
+            cin, cout = groups, groups * rng.choice((1, 1, 2))
+        elif kind < 0.35:
+            groups = rng.choice((2, 3, 4))
+            cin, cout = groups * rng.randint(1, 6), groups * rng.randint(1, 6)
+        else:
+            groups = 1
+            cin, cout = rng.randint(1, max_channels), rng.randint(1, max_channels)
+            if rng.random() < 0.2:
+                cin, cout = rng.choice((32, 48, 64)), rng.choice((8, 16, 19, 33))
+        square = rng.random() < 0.6
+
+        def axis_pair(lo: int, hi: int) -> Tuple[int, int]:
+            a = rng.randint(lo, hi)
+            return (a, a) if square else (a, rng.randint(lo, hi))
+
+        kernel = axis_pair(1, 7)
+        stride = axis_pair(1, 4)
+        dilation = axis_pair(1, 3) if rng.random() < 0.35 else (1, 1)
+        padding = tuple(rng.randint(0, dilation[i] * (kernel[i] - 1) + 2) for i in range(2))
+        output_padding = tuple(
+            rng.randint(0, max(stride[i], dilation[i]) - 1) if rng.random() < 0.4 else 0
+            for i in range(2)
+        )
+        hw = (rng.randint(1, 12), rng.randint(1, 12))
+        args = ConvTransposeArgs(stride, padding, output_padding, dilation, groups)  # type: ignore[arg-type]
+        if any(s <= 0 for s in args.output_hw(hw, kernel)):
+            continue
+        batch = rng.choice((0, 1, 1, 2, 3, 5))
+        unbatched = batch == 1 and rng.random() < 0.3
+        return Case(
+            batch=batch,
+            in_channels=cin,
+            out_channels=cout,
+            hw=hw,
+            kernel=kernel,  # type: ignore[arg-type]
+            args=args,
+            bias=rng.random() < 0.6,
+            dtype=rng.choice(dtypes),
+            channels_last=rng.random() < 0.35,
+            weight_channels_last=rng.random() < 0.1,
+            non_contiguous=rng.random() < 0.2,
+            unbatched=unbatched,
+            tf32=rng.random() < 0.5,
+        )
+
+
+def call_args(case: Case, x, w, b: Optional[torch.Tensor]):
+    a = case.args
+    return (x, w, b, a.stride, a.padding, a.output_padding, a.groups, a.dilation)

@@ -1,0 +1,70 @@
+"""find_problem must flag exactly the calls PyTorch rejects (the op then lets ATen raise)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from deconv_patch.arguments import ConvTransposeArgs, find_problem, fits_int32, pair
+from tests.cases import random_case
+
+r = torch.randn
+
+INVALID = {
+    "input 5-D": (r(1, 2, 4, 4, 4), r(2, 3, 3, 3), None, {}),
+    "input 2-D": (r(4, 4), r(4, 3, 3, 3), None, {}),
+    "weight 3-D": (r(2, 4, 4, 4), r(4, 3, 3), None, {}),
+    "channels mismatch": (r(2, 5, 4, 4), r(4, 3, 3, 3), None, {}),
+    "groups do not divide": (r(2, 4, 4, 4), r(4, 3, 3, 3), None, {"groups": 3}),
+    "bias wrong size": (r(2, 4, 4, 4), r(4, 3, 3, 3), r(4), {}),
+    "bias 2-D": (r(2, 4, 4, 4), r(4, 3, 3, 3), r(3, 1), {}),
+    "zero stride": (r(2, 4, 4, 4), r(4, 3, 3, 3), None, {"stride": 0}),
+    "negative padding": (r(2, 4, 4, 4), r(4, 3, 3, 3), None, {"padding": -1}),
+    "negative output_padding": (r(2, 4, 4, 4), r(4, 3, 3, 3), None, {"output_padding": -1}),
+    "zero dilation": (r(2, 4, 4, 4), r(4, 3, 3, 3), None, {"dilation": 0}),
+    "zero groups": (r(2, 4, 4, 4), r(4, 3, 3, 3), None, {"groups": 0}),
+    "output_padding >= stride and dilation": (
+        r(2, 4, 4, 4), r(4, 3, 3, 3), None, {"stride": 2, "output_padding": 2}),
+    "output too small": (r(2, 4, 1, 1), r(4, 3, 1, 1), None, {"padding": 1}),
+    "empty spatial input": (r(2, 4, 0, 4), r(4, 3, 3, 3), None, {}),
+    "zero input channels": (r(2, 0, 4, 4), r(0, 3, 3, 3), None, {}),
+    "zero-size kernel": (r(2, 4, 6, 6), r(4, 3, 0, 3), None, {}),
+    "weight dtype": (r(2, 4, 4, 4), r(4, 3, 3, 3).double(), None, {}),
+    "bias dtype": (r(2, 4, 4, 4), r(4, 3, 3, 3), r(3).double(), {}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(INVALID))
+def test_invalid_call_is_flagged_and_pytorch_rejects_it(name):
+    x, w, b, kw = INVALID[name]
+    with pytest.raises(RuntimeError):
+        F.conv_transpose2d(x, w, b, **kw)
+    args = ConvTransposeArgs.from_values(**kw)
+    assert find_problem(x, w, b, args) is not None
+
+
+@pytest.mark.parametrize("seed", range(150))
+def test_valid_random_config_is_not_flagged(seed):
+    case = random_case(seed, dtypes=(torch.float32,))
+    x, w, b = case.make("cpu", seed)
+    assert find_problem(x, w, b, case.args) is None, str(case)
+    out = F.conv_transpose2d(x, w, b, case.args.stride, case.args.padding,
+                             case.args.output_padding, case.args.groups, case.args.dilation)
+    assert tuple(out.shape[-2:]) == case.args.output_hw(case.hw, case.kernel)
+
+
+def test_output_padding_below_dilation_is_valid():
+    x, w = r(2, 4, 4, 4), r(4, 3, 3, 3)
+    args = ConvTransposeArgs.from_values(stride=2, output_padding=2, dilation=3)
+    assert find_problem(x, w, None, args) is None
+    F.conv_transpose2d(x, w, None, 2, 0, 2, 1, 3)
+
+
+def test_pair_and_int32_limits():
+    assert pair(3) == (3, 3) and pair([2]) == (2, 2) and pair((1, 4)) == (1, 4)
+    with pytest.raises(RuntimeError):
+        pair((1, 2, 3))
+    x, w = r(1, 2, 4, 4), r(2, 2, 3, 3)
+    assert fits_int32(x, w, ConvTransposeArgs.from_values(stride=2))
+    assert not fits_int32(x, w, ConvTransposeArgs.from_values(stride=2**31))

@@ -1,0 +1,208 @@
+"""GPU correctness of the CUDA kernels and the op (skipped without a GPU; run on the device).
+
+Bound per config: our max error against a float64 reference must be at most twice PyTorch's own
+max error against the same reference, plus one ulp of the dtype at the largest |reference| (two
+correct implementations may round the final output to neighbouring values).
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import deconv_patch
+from deconv_patch import planner
+from deconv_patch.arguments import ConvTransposeArgs
+from deconv_patch.ops import FallbackWarning, run_variant
+from deconv_patch.reference import conv_transpose2d_float64
+from tests.cases import call_args, random_case
+from tests.test_arguments import INVALID
+
+pytestmark = pytest.mark.cuda
+OP = torch.ops.deconv_patch.conv_transpose2d
+SWEEP_SIZE = 1200
+
+
+def max_error(out: torch.Tensor, ref: torch.Tensor) -> float:
+    return (out.double() - ref).abs().max().item() if out.numel() else 0.0
+
+
+def allowed_error(torch_err: float, ref: torch.Tensor, dtype: torch.dtype) -> float:
+    scale = ref.abs().max().item() if ref.numel() else 0.0
+    return 2.0 * torch_err + torch.finfo(dtype).eps * scale
+
+
+def check_variant(variant: str, seed: int) -> None:
+    case = random_case(seed)
+    x, w, b = case.make("cuda", seed)
+    with torch.backends.cudnn.flags(enabled=True, allow_tf32=case.tf32):
+        expected = F.conv_transpose2d(*call_args(case, x, w, b))
+    ref = conv_transpose2d_float64(x, w, b, case.args)
+    poisoned = torch.full_like(expected, float("nan"))  # same shape and strides as PyTorch's
+    got = run_variant(variant, x, w, b, case.args, out=poisoned)
+    torch.cuda.synchronize()
+    assert got.data_ptr() == poisoned.data_ptr()
+    assert not torch.isnan(got).any(), f"{case}: unwritten output elements"
+    err, torch_err = max_error(got, ref), max_error(expected, ref)
+    assert err <= allowed_error(torch_err, ref, case.dtype), (
+        f"{case}: error {err:.3e} vs PyTorch {torch_err:.3e}")
+    via_op = OP(*call_args(case, x, w, b))
+    assert via_op.shape == expected.shape and via_op.stride() == expected.stride(), str(case)
+    assert torch.equal(via_op, got), f"{case}: op dispatch differs from the forced variant"
+
+
+@pytest.mark.parametrize("seed", range(SWEEP_SIZE))
+def test_direct_kernel_random_sweep(seed):
+    check_variant(planner.DIRECT, seed)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cin,cout,hw,channels_last", [(4, 4, 64, False), (2, 1, 128, True)])
+def test_tensor_past_2_31_elements(cin, cout, hw, channels_last):
+    batch = (2**31) // (cout * 4 * hw * hw) + 1  # k=2, s=2 doubles each side
+    x = torch.randn(batch, cin, hw, hw, device="cuda", dtype=torch.bfloat16)
+    if channels_last:
+        x = x.contiguous(memory_format=torch.channels_last)
+    w = torch.randn(cin, cout, 2, 2, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(cout, device="cuda", dtype=torch.bfloat16)
+    args = ConvTransposeArgs.from_values(stride=2)
+    fmt = torch.channels_last if channels_last else torch.contiguous_format
+    out = torch.full((batch, cout, 2 * hw, 2 * hw), float("nan"), device="cuda",
+                     dtype=torch.bfloat16).contiguous(memory_format=fmt)
+    assert out.numel() > 2**31
+    got = run_variant(planner.DIRECT, x, w, b, args, out=out)
+    assert not torch.isnan(got).any()
+    for n in (0, 1, batch // 2, batch - 2, batch - 1):
+        ref = F.conv_transpose2d(x[n : n + 1].double(), w.double(), b.double(), 2)
+        expected = F.conv_transpose2d(x[n : n + 1], w, b, 2)
+        assert max_error(got[n : n + 1], ref) <= allowed_error(
+            max_error(expected, ref), ref, torch.bfloat16), f"sample {n}"
+    del x, out, got
+    torch.cuda.empty_cache()
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_gradients_match_aten(seed):
+    case = random_case(seed + 5000, dtypes=(torch.float32,))
+    x, w, b = case.make("cuda", seed)
+    if x.numel() == 0:
+        pytest.skip("empty batch")
+    leaves = [t.detach().clone().requires_grad_() for t in (x, w) + ((b,) if b is not None else ())]
+    with torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
+        out_ref = F.conv_transpose2d(*call_args(case, *leaves[:2], leaves[2] if b is not None else None))
+        grad = torch.randn_like(out_ref)
+        expected = torch.autograd.grad(out_ref, leaves, grad)
+        out = OP(*call_args(case, *leaves[:2], leaves[2] if b is not None else None))
+        got = torch.autograd.grad(out, leaves, grad)
+    for g, e in zip(got, expected):
+        torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-4)
+
+
+def test_torch_compile_fullgraph_inductor():
+    w = torch.randn(16, 8, 4, 4, device="cuda")
+    b = torch.randn(8, device="cuda")
+
+    def f(x):
+        return torch.relu(OP(x, w, b, 2, 1, 0, 1, 1)) * 2
+
+    x = torch.randn(4, 16, 9, 7, device="cuda")
+    compiled = torch.compile(f, fullgraph=True)
+    torch.testing.assert_close(compiled(x), f(x))
+    x2 = torch.randn(4, 16, 9, 7, device="cuda")
+    torch.testing.assert_close(compiled(x2), f(x2))
+
+
+def test_cuda_graph_capture_and_replay():
+    w = torch.randn(12, 6, 3, 3, device="cuda", dtype=torch.float16)
+    b = torch.randn(6, device="cuda", dtype=torch.float16)
+    static_x = torch.randn(2, 12, 8, 8, device="cuda", dtype=torch.float16)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):  # warm-up (builds/loads the extension) outside capture
+            OP(static_x, w, b, 2, 1, 1)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_out = OP(static_x, w, b, 2, 1, 1)
+    for _ in range(3):
+        static_x.copy_(torch.randn_like(static_x))
+        graph.replay()
+        torch.cuda.synchronize()
+        ref = F.conv_transpose2d(static_x.double(), w.double(), b.double(), 2, 1, 1)
+        expected = F.conv_transpose2d(static_x, w, b, 2, 1, 1)
+        assert max_error(static_out, ref) <= allowed_error(max_error(expected, ref), ref,
+                                                           torch.float16)
+
+
+def test_runs_on_the_current_stream():
+    x = torch.randn(8, 32, 16, 16, device="cuda")
+    w = torch.randn(32, 16, 4, 4, device="cuda")
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        out = OP(x, w, None, 2, 1)
+    stream.synchronize()
+    with torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
+        torch.testing.assert_close(out, F.conv_transpose2d(x, w, None, 2, 1), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("name", sorted(INVALID))
+def test_invalid_calls_raise_pytorchs_error_on_cuda(name):
+    x, w, b, kw = INVALID[name]
+    x, w = x.cuda(), w.cuda()
+    b = None if b is None else b.cuda()
+    try:
+        expected = F.conv_transpose2d(x, w, b, **kw)
+    except RuntimeError as exc:
+        with pytest.raises(RuntimeError) as ours:
+            deconv_patch.conv_transpose2d(x, w, b, **kw)
+        assert str(ours.value) == str(exc)
+    else:  # PyTorch's CUDA path accepts it: so must we, with the same result
+        got = deconv_patch.conv_transpose2d(x, w, b, **kw)
+        torch.testing.assert_close(got, expected)
+
+
+def test_device_mismatch_raises():
+    x = torch.randn(1, 4, 5, 5, device="cuda")
+    w = torch.randn(4, 3, 3, 3)
+    with pytest.raises(RuntimeError):
+        F.conv_transpose2d(x, w)
+    with pytest.raises(RuntimeError):
+        OP(x, w)
+
+
+def test_float64_and_complex_fall_back_to_aten_with_warning():
+    x = torch.randn(2, 4, 5, 5, device="cuda", dtype=torch.float64)
+    w = torch.randn(4, 3, 3, 3, device="cuda", dtype=torch.float64)
+    with pytest.warns(FallbackWarning, match="float64"):
+        got = OP(x, w, None, 2)
+    assert torch.equal(got, F.conv_transpose2d(x, w, None, 2))
+
+
+def test_no_fallback_warning_for_supported_dtypes():
+    x = torch.randn(2, 4, 5, 5, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(4, 3, 3, 3, device="cuda", dtype=torch.bfloat16)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FallbackWarning)
+        OP(x, w, None, 2)
+
+
+def test_module_on_cuda_reports_kernel_backend_and_matches():
+    ref = torch.nn.ConvTranspose2d(32, 16, 4, 2, 1).cuda()
+    fast = deconv_patch.FastConvTranspose2d.from_module(ref)
+    assert "backend=direct" in repr(fast)
+    x = torch.randn(4, 32, 8, 8, device="cuda")
+    with torch.no_grad(), torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
+        torch.testing.assert_close(fast(x), ref(x), rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(fast(x, output_size=[17, 17]),
+                                   ref(x, output_size=[17, 17]), rtol=1e-4, atol=1e-4)
+
+
+def test_demo_passes_on_cuda():
+    from deconv_patch.demo import run_demo
+
+    assert run_demo(batch=16) == 0

@@ -1,0 +1,111 @@
+"""FastConvTranspose2d behaves exactly like the nn.ConvTranspose2d it replaces."""
+
+from __future__ import annotations
+
+import copy
+import io
+import pickle
+
+import pytest
+import torch
+from torch import nn
+
+from deconv_patch import FastConvTranspose2d, swap_conv_transpose2d
+
+CONFIGS = [
+    dict(in_channels=8, out_channels=4, kernel_size=3, stride=2, padding=1, output_padding=1),
+    dict(in_channels=6, out_channels=9, kernel_size=(2, 5), stride=(2, 1), padding=(0, 2),
+         groups=3, bias=False),
+    dict(in_channels=4, out_channels=4, kernel_size=3, stride=3, dilation=2, groups=4),
+]
+
+
+@pytest.mark.parametrize("cfg", CONFIGS)
+def test_from_module_matches_original_and_shares_parameters(cfg):
+    ref = nn.ConvTranspose2d(**cfg)
+    fast = FastConvTranspose2d.from_module(ref)
+    assert isinstance(fast, nn.ConvTranspose2d)
+    assert fast.weight is ref.weight and fast.bias is ref.bias
+    for attr in ("in_channels", "out_channels", "kernel_size", "stride", "padding",
+                 "output_padding", "groups", "dilation", "padding_mode"):
+        assert getattr(fast, attr) == getattr(ref, attr)
+    x = torch.randn(2, cfg["in_channels"], 5, 6)
+    torch.testing.assert_close(fast(x), ref(x), rtol=0, atol=0)
+    torch.testing.assert_close(fast(x[0]), ref(x[0]), rtol=0, atol=0)
+
+
+def test_output_size_argument():
+    ref = nn.ConvTranspose2d(4, 3, 3, stride=2, padding=1)
+    fast = FastConvTranspose2d.from_module(ref)
+    x = torch.randn(1, 4, 5, 5)
+    for size in ([9, 9], [10, 10], [10, 9], (1, 3, 10, 9)):
+        out = fast(x, output_size=size)
+        torch.testing.assert_close(out, ref(x, output_size=size), rtol=0, atol=0)
+        assert list(out.shape[-2:]) == list(size[-2:])
+    with pytest.raises(ValueError):
+        fast(x, output_size=[13, 13])
+
+
+def test_state_dict_loads_both_ways():
+    ref = nn.ConvTranspose2d(5, 7, 4, 2, 1)
+    fast = FastConvTranspose2d(5, 7, 4, 2, 1)
+    assert ref.state_dict().keys() == fast.state_dict().keys()
+    fast.load_state_dict(ref.state_dict())
+    x = torch.randn(2, 5, 3, 3)
+    torch.testing.assert_close(fast(x), ref(x), rtol=0, atol=0)
+    other = nn.ConvTranspose2d(5, 7, 4, 2, 1)
+    other.load_state_dict(fast.state_dict())
+    torch.testing.assert_close(other(x), ref(x), rtol=0, atol=0)
+
+
+def test_repr_names_backend():
+    fast = FastConvTranspose2d.from_module(nn.ConvTranspose2d(4, 3, 3, stride=2))
+    assert repr(fast).startswith("FastConvTranspose2d(4, 3, kernel_size=(3, 3), stride=(2, 2)")
+    assert "backend=aten" in repr(fast)  # CPU tensors run on PyTorch
+
+
+def test_moves_casts_pickles_and_copies():
+    fast = FastConvTranspose2d(4, 3, 3, stride=2)
+    x = torch.randn(1, 4, 5, 5)
+    half = copy.deepcopy(fast).half()
+    assert half.weight.dtype == torch.float16
+    dbl = copy.deepcopy(fast).to(torch.float64)
+    torch.testing.assert_close(dbl(x.double()), fast(x).double(), rtol=1e-6, atol=1e-6)
+    restored = pickle.loads(pickle.dumps(fast))
+    assert isinstance(restored, FastConvTranspose2d)
+    torch.testing.assert_close(restored(x), fast(x), rtol=0, atol=0)
+    buf = io.BytesIO()
+    torch.save(fast, buf)
+    buf.seek(0)
+    loaded = torch.load(buf, weights_only=False)
+    torch.testing.assert_close(loaded(x), fast(x), rtol=0, atol=0)
+
+
+def test_from_module_is_idempotent_and_checks_type():
+    fast = FastConvTranspose2d(4, 3, 3)
+    assert FastConvTranspose2d.from_module(fast) is fast
+    with pytest.raises(TypeError):
+        FastConvTranspose2d.from_module(nn.Conv2d(3, 3, 3))
+
+
+def test_training_mode_and_autograd_preserved():
+    ref = nn.ConvTranspose2d(4, 3, 3).eval()
+    assert not FastConvTranspose2d.from_module(ref).training
+    fast = FastConvTranspose2d.from_module(ref.train())
+    assert fast.training
+    fast(torch.randn(1, 4, 4, 4)).sum().backward()
+    assert ref.weight.grad is not None and ref.bias.grad is not None
+
+
+def test_swap_replaces_every_layer_and_keeps_sharing():
+    shared = nn.ConvTranspose2d(3, 3, 3, padding=1)
+    model = nn.Sequential(nn.ConvTranspose2d(2, 3, 2, 2), shared, nn.ReLU(), shared,
+                          nn.Sequential(nn.ConvTranspose2d(3, 2, 1)))
+    x = torch.randn(1, 2, 4, 4)
+    expected = model(x)
+    names = swap_conv_transpose2d(model)
+    assert names == ["0", "1", "3", "4.0"]
+    assert isinstance(model[1], FastConvTranspose2d) and model[1] is model[3]
+    assert not any(type(m) is nn.ConvTranspose2d for m in model.modules())
+    torch.testing.assert_close(model(x), expected, rtol=0, atol=0)
+    assert swap_conv_transpose2d(model) == []
