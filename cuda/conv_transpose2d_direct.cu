@@ -66,6 +66,8 @@ __device__ __forceinline__ TapRange axis_taps(const AxisPhase& a, int o, int in_
   return r;
 }
 
+constexpr int kChunk = 16;
+
 template <typename T, int OC_TILE, typename Index>
 __global__ void __launch_bounds__(256)
 conv_transpose2d_direct_kernel(const ConvTranspose2dParams p) {
@@ -116,17 +118,28 @@ conv_transpose2d_direct_kernel(const ConvTranspose2dParams p) {
           const int iw = rw.first_i - b * p.ph_w.in_step;
           const T* x_ptr = in_n + (int64_t)ih * p.in_stride[2] + (int64_t)iw * p.in_stride[3];
           const T* w_ptr = w_g + (int64_t)kh * p.w_stride[2] + (int64_t)kw * p.w_stride[3];
-          for (int64_t ic = 0; ic < p.in_per_group; ++ic) {
-            const float x = to_float(x_ptr[ic * p.in_stride[1]]);
-            const T* w_ic = w_ptr + ic * p.w_stride[0];
-            if (oc_valid == OC_TILE) {
+          // Two-level sum: chunks of kChunk channels are summed into `part`, then added to
+          // `acc`. Error grows like sqrt(kChunk) + sqrt(K / kChunk) instead of sqrt(K).
+          const int cin_g = (int)p.in_per_group;
+          for (int ic0 = 0; ic0 < cin_g; ic0 += kChunk) {
+            const int ic_end = min(ic0 + kChunk, cin_g);
+            float part[OC_TILE];
 #pragma unroll
-              for (int j = 0; j < OC_TILE; ++j) acc[j] += x * to_float(w_ic[j * p.w_stride[1]]);
-            } else {
+            for (int j = 0; j < OC_TILE; ++j) part[j] = 0.f;
+            for (int ic = ic0; ic < ic_end; ++ic) {
+              const float x = to_float(x_ptr[(int64_t)ic * p.in_stride[1]]);
+              const T* w_ic = w_ptr + (int64_t)ic * p.w_stride[0];
+              if (oc_valid == OC_TILE) {
 #pragma unroll
-              for (int j = 0; j < OC_TILE; ++j)
-                if (j < oc_valid) acc[j] += x * to_float(w_ic[j * p.w_stride[1]]);
+                for (int j = 0; j < OC_TILE; ++j) part[j] += x * to_float(w_ic[j * p.w_stride[1]]);
+              } else {
+#pragma unroll
+                for (int j = 0; j < OC_TILE; ++j)
+                  if (j < oc_valid) part[j] += x * to_float(w_ic[j * p.w_stride[1]]);
+              }
             }
+#pragma unroll
+            for (int j = 0; j < OC_TILE; ++j) acc[j] += part[j];
           }
         }
       }

@@ -21,10 +21,6 @@ ScalarKind scalar_kind(const at::Tensor& t) {
   }
 }
 
-bool is_channels_last(const at::Tensor& t) {
-  return t.suggest_memory_format() == at::MemoryFormat::ChannelsLast;
-}
-
 void copy_strides(const at::Tensor& t, int64_t* dst) {
   for (int i = 0; i < 4; ++i) dst[i] = t.stride(i);
 }
@@ -34,7 +30,7 @@ void copy_strides(const at::Tensor& t, int64_t* dst) {
 at::Tensor conv_transpose2d_direct(const at::Tensor& input, const at::Tensor& weight,
                                    const c10::optional<at::Tensor>& bias, at::IntArrayRef stride,
                                    at::IntArrayRef padding, at::IntArrayRef output_padding,
-                                   at::IntArrayRef dilation, int64_t groups,
+                                   at::IntArrayRef dilation, int64_t groups, bool channels_last,
                                    const c10::optional<at::Tensor>& out) {
   TORCH_CHECK(input.is_cuda() && weight.is_cuda(), "deconv_patch: input and weight must be CUDA");
   TORCH_CHECK(input.dim() == 4 && weight.dim() == 4, "deconv_patch: expected 4-D input and weight");
@@ -56,10 +52,11 @@ at::Tensor conv_transpose2d_direct(const at::Tensor& input, const at::Tensor& we
   TORCH_CHECK(out_h > 0 && out_w > 0, "deconv_patch: output size is too small");
   const int64_t out_channels = weight.size(1) * groups;
 
-  // cuDNN's rule (and ATen's meta kernel): channels_last if input or weight is.
-  const bool cl = is_channels_last(input) || is_channels_last(weight);
+  // The layout PyTorch would return is decided one layer up (deconv_patch/layout.py).
+  const bool cl = channels_last;
   const auto memory_format = cl ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous;
   at::Tensor output;
+  if (out.has_value() && out->defined() && out->numel() == 0) return *out;
   if (out.has_value() && out->defined()) {
     // Caller-provided output (tests pass one poisoned with NaN to catch unwritten elements).
     output = *out;
@@ -117,6 +114,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("conv_transpose2d_direct", &deconv_patch::conv_transpose2d_direct,
         "Direct gather transposed convolution (any hyperparameters)", py::arg("input"),
         py::arg("weight"), py::arg("bias"), py::arg("stride"), py::arg("padding"),
-        py::arg("output_padding"), py::arg("dilation"), py::arg("groups"),
+        py::arg("output_padding"), py::arg("dilation"), py::arg("groups"), py::arg("channels_last"),
         py::arg("out") = py::none());
 }

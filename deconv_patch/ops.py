@@ -19,6 +19,7 @@ import torch
 from . import planner
 from .arguments import ConvTransposeArgs, find_problem
 from .extension import load_extension
+from .layout import cuda_output_channels_last
 
 QUALNAME = "deconv_patch::conv_transpose2d"
 SCHEMA = (
@@ -63,7 +64,18 @@ def _conv_transpose2d_default(input, weight, bias=None, stride=(1, 1), padding=(
 @torch.library.register_fake(QUALNAME)
 def _conv_transpose2d_fake(input, weight, bias=None, stride=(1, 1), padding=(0, 0),
                            output_padding=(0, 0), groups=1, dilation=(1, 1)):
-    return _aten(input, weight, bias, stride, padding, output_padding, groups, dilation)
+    # ATen's meta kernel gives the shape and raises PyTorch's errors; on CUDA the strides then
+    # follow what eager CUDA returns (see layout.py), which ATen's meta kernel does not always.
+    out = _aten(input, weight, bias, stride, padding, output_padding, groups, dilation)
+    if input.device.type != "cuda":
+        return out
+    args = ConvTransposeArgs.from_values(stride, padding, output_padding, groups, dilation)
+    batched = out if out.dim() == 4 else out.unsqueeze(0)
+    x = input if input.dim() == 4 else input.unsqueeze(0)
+    channels_last = cuda_output_channels_last(x, weight, args, batched[0].numel())
+    fmt = torch.channels_last if channels_last else torch.contiguous_format
+    restrided = torch.empty(batched.shape, dtype=out.dtype, device=out.device, memory_format=fmt)
+    return restrided if out.dim() == 4 else restrided.squeeze(0)
 
 
 @torch.library.register_kernel(QUALNAME, "cuda")
@@ -80,6 +92,9 @@ def _conv_transpose2d_cuda(
     args = ConvTransposeArgs.from_values(stride, padding, output_padding, groups, dilation)
     if find_problem(input, weight, bias, args) is not None:
         # PyTorch raises its own error here (or, where it accepts the call, computes it).
+        return _aten(input, weight, bias, stride, padding, output_padding, groups, dilation)
+    if input.dim() == 4 and input.shape[0] == 0:
+        # Nothing to compute: ATen allocates the empty result with its own strides.
         return _aten(input, weight, bias, stride, padding, output_padding, groups, dilation)
     choice = planner.plan(input, weight, args)
     if not choice.uses_kernel:
@@ -107,9 +122,13 @@ def run_variant(
         raise ValueError(f"unknown deconv_patch variant {variant!r}")
     unbatched = input.dim() == 3
     x = input.unsqueeze(0) if unbatched else input
+    out_hw = args.output_hw(x.shape[-2:], weight.shape[-2:])
+    channels_last = cuda_output_channels_last(
+        x, weight, args, weight.shape[1] * args.groups * out_hw[0] * out_hw[1])
     result = load_extension().conv_transpose2d_direct(
         x, weight, bias, args.stride, args.padding, args.output_padding, args.dilation,
-        args.groups, None if out is None else (out.unsqueeze(0) if unbatched else out),
+        args.groups, channels_last,
+        None if out is None else (out.unsqueeze(0) if unbatched else out),
     )
     return result.squeeze(0) if unbatched else result
 

@@ -12,6 +12,7 @@ import warnings
 import pytest
 import torch
 import torch.nn.functional as F
+from torch._subclasses.fake_tensor import FakeTensorMode
 
 import deconv_patch
 from deconv_patch import planner
@@ -52,6 +53,10 @@ def check_variant(variant: str, seed: int) -> None:
     via_op = OP(*call_args(case, x, w, b))
     assert via_op.shape == expected.shape and via_op.stride() == expected.stride(), str(case)
     assert torch.equal(via_op, got), f"{case}: op dispatch differs from the forced variant"
+    with FakeTensorMode() as mode:
+        fake_in = [None if t is None else mode.from_tensor(t) for t in (x, w, b)]
+        fake = OP(*call_args(case, *fake_in))
+    assert fake.shape == expected.shape and fake.stride() == expected.stride(), str(case)
 
 
 @pytest.mark.parametrize("seed", range(SWEEP_SIZE))
@@ -180,7 +185,7 @@ def test_float64_and_complex_fall_back_to_aten_with_warning():
     w = torch.randn(4, 3, 3, 3, device="cuda", dtype=torch.float64)
     with pytest.warns(FallbackWarning, match="float64"):
         got = OP(x, w, None, 2)
-    assert torch.equal(got, F.conv_transpose2d(x, w, None, 2))
+    torch.testing.assert_close(got, F.conv_transpose2d(x, w, None, 2), rtol=1e-12, atol=1e-12)
 
 
 def test_no_fallback_warning_for_supported_dtypes():

@@ -1,0 +1,262 @@
+"""Layer benchmark: deconv_patch vs PyTorch's cuDNN path on ConvTranspose2d layers of published
+models, in one process.
+
+    python benchmarks/layers.py [--quick] [--modes tf32,fp32,bf16,fp16] [--formats nchw,nhwc]
+                                [--json out.json]
+
+Per layer and mode: cuDNN time (cudnn.benchmark=True, warmed up), our time, speedup
+(cuDNN / ours), our % of the roofline floor and the variant the planner chose. CUDA events
+around each call, median of many reps, inputs rotated through more than 2x the L2 size so small
+layers are not flattered by the cache. Last lines: geomean speedup per mode, slowest layer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+from dataclasses import asdict, dataclass
+from typing import Dict, List, Optional, Tuple
+
+import torch
+import torch.nn.functional as F
+
+import deconv_patch
+from deconv_patch import planner
+from deconv_patch.arguments import ConvTransposeArgs
+
+
+@dataclass(frozen=True)
+class Layer:
+    name: str
+    batch: int
+    cin: int
+    cout: int
+    hw: Tuple[int, int]
+    kernel: Tuple[int, int]
+    stride: Tuple[int, int] = (1, 1)
+    padding: Tuple[int, int] = (0, 0)
+    output_padding: Tuple[int, int] = (0, 0)
+    groups: int = 1
+    dilation: Tuple[int, int] = (1, 1)
+    bias: bool = True
+
+    @property
+    def args(self) -> ConvTransposeArgs:
+        return ConvTransposeArgs(self.stride, self.padding, self.output_padding, self.dilation,
+                                 self.groups)
+
+    @property
+    def out_hw(self) -> Tuple[int, int]:
+        return self.args.output_hw(self.hw, self.kernel)
+
+    def flops(self) -> float:
+        """Multiply-adds that land in the output x2 (inserted zeros not counted)."""
+        return 2.0 * self.batch * self.cin * (self.cout // self.groups) * self.hw[0] * self.hw[1] \
+            * self.kernel[0] * self.kernel[1]
+
+    def bytes(self, elem: int) -> float:
+        oh, ow = self.out_hw
+        n_in = self.batch * self.cin * self.hw[0] * self.hw[1]
+        n_w = self.cin * (self.cout // self.groups) * self.kernel[0] * self.kernel[1]
+        n_out = self.batch * self.cout * oh * ow
+        return float(elem * (n_in + n_w + n_out + (self.cout if self.bias else 0)))
+
+
+def sq(v: int) -> Tuple[int, int]:
+    return (v, v)
+
+
+# Layers from published architectures, at the batch sizes those models train or serve with.
+SUITE: List[Layer] = [
+    Layer("dcgan.g1 100>512 1x1", 64, 100, 512, sq(1), sq(4), bias=False),
+    Layer("dcgan.g2 512>256 4x4", 64, 512, 256, sq(4), sq(4), sq(2), sq(1), bias=False),
+    Layer("dcgan.g3 256>128 8x8", 64, 256, 128, sq(8), sq(4), sq(2), sq(1), bias=False),
+    Layer("dcgan.g4 128>64 16x16", 64, 128, 64, sq(16), sq(4), sq(2), sq(1), bias=False),
+    Layer("dcgan.g5 64>3 32x32", 64, 64, 3, sq(32), sq(4), sq(2), sq(1), bias=False),
+    Layer("unet.up1 1024>512 28", 8, 1024, 512, sq(28), sq(2), sq(2)),
+    Layer("unet.up4 128>64 196", 8, 128, 64, sq(196), sq(2), sq(2)),
+    Layer("pix2pix.u2 1024>512 8", 4, 1024, 512, sq(8), sq(4), sq(2), sq(1), bias=False),
+    Layer("pix2pix.u6 256>64 64", 4, 256, 64, sq(64), sq(4), sq(2), sq(1), bias=False),
+    Layer("cyclegan.up1 256>128 64", 1, 256, 128, sq(64), sq(3), sq(2), sq(1), sq(1)),
+    Layer("cyclegan.up2 128>64 128", 1, 128, 64, sq(128), sq(3), sq(2), sq(1), sq(1)),
+    Layer("simplebl.d1 2048>256 8x6", 32, 2048, 256, (8, 6), sq(4), sq(2), sq(1), bias=False),
+    Layer("simplebl.d2 256>256 16x12", 32, 256, 256, (16, 12), sq(4), sq(2), sq(1), bias=False),
+    Layer("simplebl.d3 256>256 32x24", 32, 256, 256, (32, 24), sq(4), sq(2), sq(1), bias=False),
+    Layer("fsrcnn.x3 56>1 k9s3", 16, 56, 1, sq(64), sq(9), sq(3), sq(4), sq(2)),
+    Layer("maskrcnn.mask 256>256 14", 100, 256, 256, sq(14), sq(2), sq(2)),
+    Layer("keypointrcnn 512>17 14", 100, 512, 17, sq(14), sq(4), sq(2), sq(1)),
+    Layer("yolov8seg.proto 256 80", 8, 256, 256, sq(80), sq(2), sq(2)),
+    Layer("fcn8s.up8 21 k16s8", 4, 21, 21, sq(64), sq(16), sq(8), sq(4), bias=False),
+    Layer("depthwise.up 64 k4s2 g64", 16, 64, 64, sq(64), sq(4), sq(2), sq(1), groups=64),
+    Layer("grouped 128 g8 k3s2op1", 16, 128, 128, sq(32), sq(3), sq(2), sq(1), sq(1), groups=8),
+    Layer("dilated 64 k3 d2", 16, 64, 64, sq(32), sq(3), sq(1), sq(2), dilation=sq(2)),
+    Layer("asym 64>32 k3x5 s1x2", 16, 64, 32, (24, 40), (3, 5), (1, 2), (1, 2), (0, 1)),
+    Layer("vae.dec 128>64 32", 32, 128, 64, sq(32), sq(4), sq(2), sq(1)),
+]
+QUICK = ["dcgan.g3 256>128 8x8", "unet.up4 128>64 196", "cyclegan.up2 128>64 128",
+         "simplebl.d2 256>256 16x12", "maskrcnn.mask 256>256 14", "depthwise.up 64 k4s2 g64"]
+
+MODES: Dict[str, Tuple[torch.dtype, bool]] = {
+    "tf32": (torch.float32, True),
+    "fp32": (torch.float32, False),
+    "bf16": (torch.bfloat16, False),
+    "fp16": (torch.float16, False),
+}
+
+
+@dataclass
+class Ceilings:
+    copy_gbs: float
+    tf32_tflops: float
+    fp32_tflops: float
+    half_tflops: float
+
+    def rate(self, mode: str) -> float:
+        return {"tf32": self.tf32_tflops, "fp32": self.fp32_tflops}.get(mode, self.half_tflops)
+
+
+def median_ms(fn, inputs: List[torch.Tensor], warmup: int, reps: int) -> float:
+    for i in range(warmup):
+        fn(inputs[i % len(inputs)])
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    for i in range(reps):
+        starts[i].record()
+        fn(inputs[i % len(inputs)])
+        ends[i].record()
+    torch.cuda.synchronize()
+    return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends))
+
+
+def measure_ceilings() -> Ceilings:
+    """Measured copy bandwidth and matmul rates (the roofline's two ceilings)."""
+    n = 256 * 1024 * 1024 // 4
+    src = torch.empty(n, device="cuda")
+    dst = torch.empty_like(src)
+    copy_ms = median_ms(lambda _: dst.copy_(src), [src], 3, 10)
+    copy = 2 * n * 4 / copy_ms / 1e6
+
+    def mm_rate(dtype: torch.dtype, tf32: bool, size: int) -> float:
+        a = torch.randn(size, size, device="cuda", dtype=dtype)
+        b = torch.randn(size, size, device="cuda", dtype=dtype)
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+        ms = median_ms(lambda _: a @ b, [a], 3, 10)
+        torch.backends.cuda.matmul.allow_tf32 = False
+        return 2 * size**3 / ms / 1e9
+
+    return Ceilings(copy, mm_rate(torch.float32, True, 8192), mm_rate(torch.float32, False, 4096),
+                    mm_rate(torch.bfloat16, False, 8192))
+
+
+@dataclass
+class Row:
+    layer: str
+    mode: str
+    layout: str
+    cudnn_ms: float
+    ours_ms: float
+    speedup: float
+    floor_ms: float
+    ours_pct_of_floor: float
+    cudnn_x_floor: float
+    variant: str
+    max_err_ours: float
+    max_err_cudnn: float
+
+
+def bench_layer(layer: Layer, mode: str, layout: str, ceil: Ceilings, reps: int,
+                l2_bytes: int) -> Row:
+    dtype, tf32 = MODES[mode]
+    torch.backends.cudnn.allow_tf32 = tf32
+    fmt = torch.channels_last if layout == "nhwc" else torch.contiguous_format
+    elem = torch.tensor([], dtype=dtype).element_size()
+    in_bytes = layer.batch * layer.cin * layer.hw[0] * layer.hw[1] * elem
+    copies = max(1, min(32, math.ceil(2 * l2_bytes / max(1, in_bytes))))
+    inputs = [torch.randn(layer.batch, layer.cin, *layer.hw, device="cuda", dtype=dtype)
+              .contiguous(memory_format=fmt) for _ in range(copies)]
+    w = (torch.randn(layer.cin, layer.cout // layer.groups, *layer.kernel, device="cuda")
+         / math.sqrt(layer.cin // layer.groups * layer.kernel[0] * layer.kernel[1])).to(dtype)
+    b = torch.randn(layer.cout, device="cuda", dtype=dtype) if layer.bias else None
+    a = layer.args
+    call = (a.stride, a.padding, a.output_padding, a.groups, a.dilation)
+
+    def ref_fn(x):
+        return F.conv_transpose2d(x, w, b, *call)
+
+    def ours_fn(x):
+        return torch.ops.deconv_patch.conv_transpose2d(x, w, b, *call)
+
+    with torch.no_grad():
+        ref64 = F.conv_transpose2d(inputs[0].double(), w.double(),
+                                   None if b is None else b.double(), *call)
+        err_ours = (ours_fn(inputs[0]).double() - ref64).abs().max().item()
+        err_cudnn = (ref_fn(inputs[0]).double() - ref64).abs().max().item()
+        del ref64
+        cudnn_ms = median_ms(ref_fn, inputs, 5, reps)
+        ours_ms = median_ms(ours_fn, inputs, 5, reps)
+    floor_ms = max(layer.flops() / (ceil.rate(mode) * 1e9), layer.bytes(elem) / (ceil.copy_gbs * 1e6))
+    variant = planner.plan(inputs[0], w, a).variant
+    return Row(layer.name, mode, layout, cudnn_ms, ours_ms, cudnn_ms / ours_ms, floor_ms,
+               100.0 * floor_ms / ours_ms, cudnn_ms / floor_ms, variant, err_ours, err_cudnn)
+
+
+def geomean(values: List[float]) -> float:
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a subset that runs in a minute")
+    parser.add_argument("--modes", default="tf32,fp32,bf16,fp16")
+    parser.add_argument("--formats", default="nchw,nhwc")
+    parser.add_argument("--reps", type=int, default=30)
+    parser.add_argument("--json", default=None, help="write all rows here")
+    args = parser.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("benchmarks/layers.py needs a CUDA GPU; none is visible.", file=sys.stderr)
+        return 2
+    torch.backends.cudnn.benchmark = True
+    props = torch.cuda.get_device_properties(0)
+    l2 = getattr(props, "L2_cache_size", 50 * 2**20)
+    ceil = measure_ceilings()
+    print(f"{props.name}: copy {ceil.copy_gbs:.0f} GB/s, TF32 {ceil.tf32_tflops:.0f}, "
+          f"fp32 {ceil.fp32_tflops:.0f}, bf16 {ceil.half_tflops:.0f} TFLOP/s; torch "
+          f"{torch.__version__}, cuDNN {torch.backends.cudnn.version()}, deconv_patch "
+          f"{deconv_patch.__version__}")
+    layers = [l for l in SUITE if not args.quick or l.name in QUICK]
+    modes = args.modes.split(",")
+    formats = args.formats.split(",")
+    rows: List[Row] = []
+    header = (f"{'layer':28s} {'mode':4s} {'fmt':4s} {'cuDNN ms':>9s} {'ours ms':>9s} "
+              f"{'speedup':>7s} {'%floor':>6s} {'cuDNN/floor':>11s} {'variant':8s}")
+    print(header)
+    for mode in modes:
+        for layout in formats:
+            for layer in layers:
+                r = bench_layer(layer, mode, layout, ceil, args.reps, l2)
+                rows.append(r)
+                print(f"{r.layer:28s} {r.mode:4s} {r.layout:4s} {r.cudnn_ms:9.4f} "
+                      f"{r.ours_ms:9.4f} {r.speedup:6.2f}x {r.ours_pct_of_floor:5.1f}% "
+                      f"{r.cudnn_x_floor:10.1f}x {r.variant:8s}", flush=True)
+    torch.backends.cudnn.allow_tf32 = True
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump({"device": props.name, "torch": torch.__version__,
+                       "ceilings": asdict(ceil), "rows": [asdict(r) for r in rows]}, fh, indent=1)
+    print("== geomean speedup (cuDNN time / ours) per mode and layout")
+    for mode in modes:
+        for layout in formats:
+            sel = [r for r in rows if r.mode == mode and r.layout == layout]
+            print(f"{mode:4s} {layout:4s} geomean {geomean([r.speedup for r in sel]):.2f}x  "
+                  f"median %floor {statistics.median(r.ours_pct_of_floor for r in sel):.1f}%  "
+                  f"cuDNN geomean x floor {geomean([r.cudnn_x_floor for r in sel]):.1f}")
+    worst = min(rows, key=lambda r: r.speedup)
+    print(f"slowest vs cuDNN: {worst.layer} {worst.mode} {worst.layout}: {worst.speedup:.2f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
