@@ -83,18 +83,14 @@ conv_transpose2d_direct_kernel(const ConvTranspose2dParams p) {
 
   for (Index idx = (Index)blockIdx.x * blockDim.x + threadIdx.x; idx < total;
        idx += (Index)gridDim.x * blockDim.x) {
-    // Thread order follows the output layout so that neighbouring threads write neighbouring
-    // addresses: NCHW -> [n][oc_block][oh][ow], channels_last -> [n][oh][ow][oc_block].
-    Index n, ocb, oh, ow, rest = idx;
-    if (p.out_channels_last) {
-      ocb = rest % oc_blocks; rest /= oc_blocks;
-      ow = rest % OW; rest /= OW;
-      oh = rest % OH; n = rest / OH;
-    } else {
-      ow = rest % OW; rest /= OW;
-      oh = rest % OH; rest /= OH;
-      ocb = rest % oc_blocks; n = rest / oc_blocks;
-    }
+    // Thread order [n][oc_block][oh][ow]: a warp shares one channel tile, so weight loads are
+    // warp-wide broadcasts, and neighbouring threads write neighbouring pixels (NCHW) or
+    // full OC_TILE-wide channel runs (channels_last).
+    Index rest = idx;
+    const Index ow = rest % OW; rest /= OW;
+    const Index oh = rest % OH; rest /= OH;
+    const Index ocb = rest % oc_blocks;
+    const Index n = rest / oc_blocks;
     const Index g = ocb / oc_blocks_per_group;
     const int oc_local0 = (int)(ocb - g * oc_blocks_per_group) * OC_TILE;
     const int oc_valid = min(OC_TILE, (int)p.out_per_group - oc_local0);

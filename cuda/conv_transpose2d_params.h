@@ -52,7 +52,7 @@ struct ConvTranspose2dParams {
   int64_t in_stride[4] = {0, 0, 0, 0};   // n, c, h, w
   int64_t w_stride[4] = {0, 0, 0, 0};    // cin, cout/g, kh, kw
   int64_t out_stride[4] = {0, 0, 0, 0};  // n, c, h, w
-  bool out_channels_last = false;        // decides the thread mapping, not the addressing
+  bool out_channels_last = false;        // output layout hint for kernels that specialise on it
 };
 
 // Fills AxisPhase from the hyperparameters of one axis (host or device).

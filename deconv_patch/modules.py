@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from . import planner
+from .arguments import ConvTransposeArgs
 from .ops import conv_transpose2d
 
 
@@ -68,4 +69,6 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
     @property
     def backend(self) -> str:
         """Which implementation runs for this module's current device and dtype."""
-        return planner.describe(self.weight.device, self.weight.dtype)
+        args = ConvTransposeArgs.from_values(self.stride, self.padding, self.output_padding,
+                                             self.groups, self.dilation)
+        return planner.describe(self.weight.device, self.weight.dtype, self.kernel_size, args)

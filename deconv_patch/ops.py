@@ -11,6 +11,7 @@ Invalid calls are handed to ATen so users get PyTorch's own error messages.
 
 from __future__ import annotations
 
+import math
 import warnings
 from typing import Optional, Sequence, Tuple
 
@@ -72,7 +73,7 @@ def _conv_transpose2d_fake(input, weight, bias=None, stride=(1, 1), padding=(0, 
     args = ConvTransposeArgs.from_values(stride, padding, output_padding, groups, dilation)
     batched = out if out.dim() == 4 else out.unsqueeze(0)
     x = input if input.dim() == 4 else input.unsqueeze(0)
-    channels_last = cuda_output_channels_last(x, weight, args, batched[0].numel())
+    channels_last = cuda_output_channels_last(x, weight, args, math.prod(batched.shape[1:]))
     fmt = torch.channels_last if channels_last else torch.contiguous_format
     restrided = torch.empty(batched.shape, dtype=out.dtype, device=out.device, memory_format=fmt)
     return restrided if out.dim() == 4 else restrided.squeeze(0)
@@ -98,7 +99,8 @@ def _conv_transpose2d_cuda(
         return _aten(input, weight, bias, stride, padding, output_padding, groups, dilation)
     choice = planner.plan(input, weight, args)
     if not choice.uses_kernel:
-        warnings.warn(f"deconv_patch: {choice.reason}", FallbackWarning, stacklevel=2)
+        if choice.fallback:  # our kernels cannot run here (not a choice made for speed)
+            warnings.warn(f"deconv_patch: {choice.reason}", FallbackWarning, stacklevel=2)
         return _aten(input, weight, bias, stride, padding, output_padding, groups, dilation)
     return run_variant(choice.variant, input, weight, bias, args)
 

@@ -1,16 +1,24 @@
 """Chooses which implementation runs a conv_transpose2d call.
 
 Variants today:
-  * ``direct`` - our CUDA gather kernel (any hyperparameters, fp32/fp16/bf16, any layout);
-  * ``aten``   - PyTorch's own implementation, used, and reported, whenever ours does not apply.
+  * ``direct`` - our CUDA gather kernel: any hyperparameters, fp32/fp16/bf16, any layout;
+  * ``aten``   - PyTorch's own implementation (cuDNN on CUDA where PyTorch can use it).
+
+Policy: a variant of ours runs where it is faster than PyTorch; elsewhere PyTorch runs and the
+plan says why. Measured on the H100 (docs/perf-notes.md), the direct kernel loses to cuDNN on
+every layer of the benchmark suite, so it runs by default only where PyTorch cannot use cuDNN
+(output_padding >= stride, cuDNN disabled) and falls back to its slow native kernel.
+`use_variant("direct")` forces a variant for the calls inside it (tests, benchmarks).
 
 Every plan carries a human-readable reason, so a fallback is never silent.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 from dataclasses import dataclass
-from typing import Optional
+from typing import Iterator, Optional, Sequence
 
 import torch
 
@@ -19,6 +27,12 @@ from .arguments import ConvTransposeArgs, fits_int32
 KERNEL_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 DIRECT = "direct"
 ATEN = "aten"
+VARIANTS = (DIRECT, ATEN)
+
+# The variant forced by `use_variant` in this context (thread/task-local, not process-global).
+_forced_variant: contextvars.ContextVar[Optional[str]] = contextvars.ContextVar(
+    "deconv_patch_forced_variant", default=None
+)
 
 
 @dataclass(frozen=True)
@@ -27,10 +41,23 @@ class Plan:
 
     variant: str
     reason: str
+    fallback: bool = False  # True when PyTorch runs because our kernels cannot (not by choice)
 
     @property
     def uses_kernel(self) -> bool:
         return self.variant != ATEN
+
+
+@contextlib.contextmanager
+def use_variant(variant: str) -> Iterator[None]:
+    """Force `variant` for every deconv_patch CUDA call made inside the block."""
+    if variant not in VARIANTS:
+        raise ValueError(f"unknown deconv_patch variant {variant!r}; choose from {VARIANTS}")
+    token = _forced_variant.set(variant)
+    try:
+        yield
+    finally:
+        _forced_variant.reset(token)
 
 
 def device_support(device: torch.device, dtype: torch.dtype) -> Optional[str]:
@@ -45,17 +72,30 @@ def device_support(device: torch.device, dtype: torch.dtype) -> Optional[str]:
     return None
 
 
+def plan_layer(device: torch.device, dtype: torch.dtype, kernel_hw: Sequence[int],
+               args: ConvTransposeArgs) -> Plan:
+    """The variant for a layer's hyperparameters on a device/dtype (input-size independent)."""
+    reason = device_support(device, dtype)
+    if reason is not None:
+        return Plan(ATEN, reason, fallback=True)
+    forced = _forced_variant.get()
+    if forced is not None:
+        return Plan(forced, "forced by deconv_patch.use_variant")
+    if any(op >= s for op, s in zip(args.output_padding, args.stride)):
+        return Plan(DIRECT, "cuDNN cannot run output_padding >= stride; direct kernel")
+    if not torch.backends.cudnn.enabled:
+        return Plan(DIRECT, "cuDNN is disabled; direct kernel")
+    return Plan(ATEN, "cuDNN is faster than the direct kernel here (tensor-core variants pending)")
+
+
 def plan(input: torch.Tensor, weight: torch.Tensor, args: ConvTransposeArgs) -> Plan:
     """The variant for this call. Inputs are already validated (see arguments.find_problem)."""
-    reason = device_support(input.device, input.dtype)
-    if reason is not None:
-        return Plan(ATEN, reason)
-    if not fits_int32(input, weight, args):
-        return Plan(ATEN, "a size or hyperparameter exceeds 32 bits; runs on PyTorch")
-    return Plan(DIRECT, "direct gather kernel")
+    if input.device.type == "cuda" and not fits_int32(input, weight, args):
+        return Plan(ATEN, "a size or hyperparameter exceeds 32 bits; runs on PyTorch", True)
+    return plan_layer(input.device, input.dtype, weight.shape[-2:], args)
 
 
-def describe(device: torch.device, dtype: torch.dtype) -> str:
-    """One word for reprs: which backend a module on this device/dtype runs."""
-    reason = device_support(device, dtype)
-    return "aten" if reason is not None else DIRECT
+def describe(device: torch.device, dtype: torch.dtype, kernel_hw: Sequence[int],
+             args: ConvTransposeArgs) -> str:
+    """One word for reprs and summaries: the variant a layer runs with."""
+    return plan_layer(device, dtype, kernel_hw, args).variant

@@ -50,7 +50,8 @@ def check_variant(variant: str, seed: int) -> None:
     err, torch_err = max_error(got, ref), max_error(expected, ref)
     assert err <= allowed_error(torch_err, ref, case.dtype), (
         f"{case}: error {err:.3e} vs PyTorch {torch_err:.3e}")
-    via_op = OP(*call_args(case, x, w, b))
+    with planner.use_variant(variant):
+        via_op = OP(*call_args(case, x, w, b))
     assert via_op.shape == expected.shape and via_op.stride() == expected.stride(), str(case)
     assert torch.equal(via_op, got), f"{case}: op dispatch differs from the forced variant"
     with FakeTensorMode() as mode:
@@ -100,7 +101,8 @@ def test_gradients_match_aten(seed):
         out_ref = F.conv_transpose2d(*call_args(case, *leaves[:2], leaves[2] if b is not None else None))
         grad = torch.randn_like(out_ref)
         expected = torch.autograd.grad(out_ref, leaves, grad)
-        out = OP(*call_args(case, *leaves[:2], leaves[2] if b is not None else None))
+        with planner.use_variant("direct"):
+            out = OP(*call_args(case, *leaves[:2], leaves[2] if b is not None else None))
         got = torch.autograd.grad(out, leaves, grad)
     for g, e in zip(got, expected):
         torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-4)
@@ -115,9 +117,10 @@ def test_torch_compile_fullgraph_inductor():
 
     x = torch.randn(4, 16, 9, 7, device="cuda")
     compiled = torch.compile(f, fullgraph=True)
-    torch.testing.assert_close(compiled(x), f(x))
-    x2 = torch.randn(4, 16, 9, 7, device="cuda")
-    torch.testing.assert_close(compiled(x2), f(x2))
+    with planner.use_variant("direct"), torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
+        torch.testing.assert_close(compiled(x), f(x))
+        x2 = torch.randn(4, 16, 9, 7, device="cuda")
+        torch.testing.assert_close(compiled(x2), f(x2))
 
 
 def test_cuda_graph_capture_and_replay():
@@ -126,12 +129,12 @@ def test_cuda_graph_capture_and_replay():
     static_x = torch.randn(2, 12, 8, 8, device="cuda", dtype=torch.float16)
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
+    with torch.cuda.stream(side), planner.use_variant("direct"):
         for _ in range(2):  # warm-up (builds/loads the extension) outside capture
             OP(static_x, w, b, 2, 1, 1)
     torch.cuda.current_stream().wait_stream(side)
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+    with torch.cuda.graph(graph), planner.use_variant("direct"):
         static_out = OP(static_x, w, b, 2, 1, 1)
     for _ in range(3):
         static_x.copy_(torch.randn_like(static_x))
@@ -148,7 +151,7 @@ def test_runs_on_the_current_stream():
     w = torch.randn(32, 16, 4, 4, device="cuda")
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
+    with torch.cuda.stream(stream), planner.use_variant("direct"):
         out = OP(x, w, None, 2, 1)
     stream.synchronize()
     with torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
@@ -199,9 +202,14 @@ def test_no_fallback_warning_for_supported_dtypes():
 def test_module_on_cuda_reports_kernel_backend_and_matches():
     ref = torch.nn.ConvTranspose2d(32, 16, 4, 2, 1).cuda()
     fast = deconv_patch.FastConvTranspose2d.from_module(ref)
-    assert "backend=direct" in repr(fast)
+    assert "backend=aten" in repr(fast)  # cuDNN beats the direct kernel on this layer
+    outpad = deconv_patch.FastConvTranspose2d(8, 4, 3, stride=1, output_padding=1, dilation=2)
+    assert "backend=direct" in repr(outpad.cuda())  # cuDNN cannot run output_padding >= stride
+    with planner.use_variant("direct"):
+        assert "backend=direct" in repr(fast)
     x = torch.randn(4, 32, 8, 8, device="cuda")
-    with torch.no_grad(), torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
+    with torch.no_grad(), torch.backends.cudnn.flags(enabled=True, allow_tf32=False), \
+            planner.use_variant("direct"):
         torch.testing.assert_close(fast(x), ref(x), rtol=1e-4, atol=1e-4)
         torch.testing.assert_close(fast(x, output_size=[17, 17]),
                                    ref(x, output_size=[17, 17]), rtol=1e-4, atol=1e-4)

@@ -111,10 +111,16 @@ def test_planner_reports_every_fallback():
     assert fp64 is not None and "float64" in fp64
     complex_ = planner.device_support(torch.device("cuda"), torch.complex64)
     assert complex_ is not None
-    assert planner.describe(torch.device("cpu"), torch.float32) == "aten"
+    args = deconv_patch.arguments.ConvTransposeArgs()
+    assert planner.describe(torch.device("cpu"), torch.float32, (3, 3), args) == "aten"
     x, w = torch.randn(1, 2, 3, 3), torch.randn(2, 2, 3, 3)
-    p = planner.plan(x, w, deconv_patch.arguments.ConvTransposeArgs())
-    assert not p.uses_kernel and p.reason == cpu
+    p = planner.plan(x, w, args)
+    assert not p.uses_kernel and p.fallback and p.reason == cpu
+    with planner.use_variant("direct"):  # forcing never overrides a device that cannot run it
+        assert planner.plan(x, w, args).variant == "aten"
+    with pytest.raises(ValueError):
+        with planner.use_variant("nonexistent"):
+            pass
 
 
 def test_invalid_call_raises_pytorchs_own_error():
