@@ -13,6 +13,7 @@ layers are not flattered by the cache. Last lines: geomean speedup per mode, slo
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import statistics
@@ -95,6 +96,9 @@ SUITE: List[Layer] = [
     Layer("dilated 64 k3 d2", 16, 64, 64, sq(32), sq(3), sq(1), sq(2), dilation=sq(2)),
     Layer("asym 64>32 k3x5 s1x2", 16, 64, 32, (24, 40), (3, 5), (1, 2), (1, 2), (0, 1)),
     Layer("vae.dec 128>64 32", 32, 128, 64, sq(32), sq(4), sq(2), sq(1)),
+    # output_padding >= stride: PyTorch cannot use cuDNN and runs slow_conv_transpose2d.
+    Layer("outpad>=stride k3 s1 d2", 16, 64, 64, sq(32), sq(3), sq(1), sq(1), sq(1),
+          dilation=sq(2)),
 ]
 QUICK = ["dcgan.g3 256>128 8x8", "unet.up4 128>64 196", "cyclegan.up2 128>64 128",
          "simplebl.d2 256>256 16x12", "maskrcnn.mask 256>256 14", "depthwise.up 64 k4s2 g64"]
@@ -168,7 +172,7 @@ class Row:
 
 
 def bench_layer(layer: Layer, mode: str, layout: str, ceil: Ceilings, reps: int,
-                l2_bytes: int) -> Row:
+                l2_bytes: int, variant: Optional[str] = None) -> Row:
     dtype, tf32 = MODES[mode]
     torch.backends.cudnn.allow_tf32 = tf32
     fmt = torch.channels_last if layout == "nhwc" else torch.contiguous_format
@@ -186,10 +190,12 @@ def bench_layer(layer: Layer, mode: str, layout: str, ceil: Ceilings, reps: int,
     def ref_fn(x):
         return F.conv_transpose2d(x, w, b, *call)
 
+    forced = planner.use_variant(variant) if variant else contextlib.nullcontext()
+
     def ours_fn(x):
         return torch.ops.deconv_patch.conv_transpose2d(x, w, b, *call)
 
-    with torch.no_grad():
+    with torch.no_grad(), forced:
         ref64 = F.conv_transpose2d(inputs[0].double(), w.double(),
                                    None if b is None else b.double(), *call)
         err_ours = (ours_fn(inputs[0]).double() - ref64).abs().max().item()
@@ -197,10 +203,11 @@ def bench_layer(layer: Layer, mode: str, layout: str, ceil: Ceilings, reps: int,
         del ref64
         cudnn_ms = median_ms(ref_fn, inputs, 5, reps)
         ours_ms = median_ms(ours_fn, inputs, 5, reps)
-    floor_ms = max(layer.flops() / (ceil.rate(mode) * 1e9), layer.bytes(elem) / (ceil.copy_gbs * 1e6))
-    variant = planner.plan(inputs[0], w, a).variant
+        chosen = planner.plan(inputs[0], w, a).variant
+    floor_ms = max(layer.flops() / (ceil.rate(mode) * 1e9),
+                   layer.bytes(elem) / (ceil.copy_gbs * 1e6))
     return Row(layer.name, mode, layout, cudnn_ms, ours_ms, cudnn_ms / ours_ms, floor_ms,
-               100.0 * floor_ms / ours_ms, cudnn_ms / floor_ms, variant, err_ours, err_cudnn)
+               100.0 * floor_ms / ours_ms, cudnn_ms / floor_ms, chosen, err_ours, err_cudnn)
 
 
 def geomean(values: List[float]) -> float:
@@ -214,6 +221,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--formats", default="nchw,nhwc")
     parser.add_argument("--reps", type=int, default=30)
     parser.add_argument("--json", default=None, help="write all rows here")
+    parser.add_argument("--variant", default=None, choices=planner.VARIANTS,
+                        help="force one variant instead of the planner's choice")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("benchmarks/layers.py needs a CUDA GPU; none is visible.", file=sys.stderr)
@@ -236,7 +245,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     for mode in modes:
         for layout in formats:
             for layer in layers:
-                r = bench_layer(layer, mode, layout, ceil, args.reps, l2)
+                r = bench_layer(layer, mode, layout, ceil, args.reps, l2, args.variant)
                 rows.append(r)
                 print(f"{r.layer:28s} {r.mode:4s} {r.layout:4s} {r.cudnn_ms:9.4f} "
                       f"{r.ours_ms:9.4f} {r.speedup:6.2f}x {r.ours_pct_of_floor:5.1f}% "

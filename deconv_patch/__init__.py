@@ -1,6 +1,9 @@
 """deconv_patch: faster transposed convolutions for PyTorch models, same results.
 
     import deconv_patch
+    fast_model = deconv_patch.optimize(model, example_inputs)      # fx pass + BN folding
+    report = deconv_patch.validate(model, fast_model, example_inputs)
+    print(report)                                                # accuracy + speed, per layer
     fast = deconv_patch.FastConvTranspose2d.from_module(nn.ConvTranspose2d(64, 32, 4, 2, 1))
     y = torch.ops.deconv_patch.conv_transpose2d(x, w, b, stride, padding, output_padding,
                                                 groups, dilation)
@@ -10,13 +13,41 @@ from ._version import __version__
 from .extension import ExtensionUnavailableError
 from .modules import FastConvTranspose2d
 from .ops import FallbackWarning, conv_transpose2d
+from .optimize import optimize
+from .planner import use_variant
+from .report import (
+    Environment,
+    LayerResult,
+    OutputSet,
+    SpeedComparison,
+    TensorComparison,
+    TimingStats,
+    Tolerances,
+    ValidationReport,
+)
+from .summary import LayerPatch, PatchSummary, summary
 from .swap import swap_conv_transpose2d
+from .validation import validate
 
 __all__ = [
     "__version__",
+    "Environment",
     "ExtensionUnavailableError",
     "FallbackWarning",
     "FastConvTranspose2d",
+    "LayerPatch",
+    "LayerResult",
+    "OutputSet",
+    "PatchSummary",
+    "SpeedComparison",
+    "TensorComparison",
+    "TimingStats",
+    "Tolerances",
+    "ValidationReport",
     "conv_transpose2d",
+    "optimize",
+    "summary",
     "swap_conv_transpose2d",
+    "use_variant",
+    "validate",
 ]

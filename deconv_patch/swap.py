@@ -27,6 +27,8 @@ def swap_conv_transpose2d(model: nn.Module, filter_fn: Optional[FilterFn] = None
         for child_name, child in list(parent._modules.items()):
             if not isinstance(child, nn.ConvTranspose2d) or isinstance(child, FastConvTranspose2d):
                 continue
+            if type(child).forward is not nn.ConvTranspose2d.forward:
+                continue  # a subclass with its own forward computes something else: leave it
             name = f"{parent_name}.{child_name}" if parent_name else child_name
             if filter_fn is not None and not filter_fn(name, child):
                 continue

@@ -109,3 +109,13 @@ def test_swap_replaces_every_layer_and_keeps_sharing():
     assert not any(type(m) is nn.ConvTranspose2d for m in model.modules())
     torch.testing.assert_close(model(x), expected, rtol=0, atol=0)
     assert swap_conv_transpose2d(model) == []
+
+
+def test_swap_leaves_subclasses_with_their_own_forward():
+    class Scaled(nn.ConvTranspose2d):
+        def forward(self, x, output_size=None):
+            return 2 * super().forward(x, output_size)
+
+    model = nn.Sequential(Scaled(2, 3, 2, 2), nn.ConvTranspose2d(3, 3, 1))
+    assert swap_conv_transpose2d(model) == ["1"]
+    assert type(model[0]) is Scaled
