@@ -1,0 +1,210 @@
+"""What `deconv_patch.optimize` did to a model: one row per patched layer, printable as a table.
+
+The summary travels with the patched model (attribute `_deconv_patch_summary`, and for fx
+GraphModules also `meta["deconv_patch_summary"]`, which survives `copy.deepcopy`), so
+`deconv_patch.summary(model)` works on whatever `optimize` returned.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from dataclasses import dataclass
+from typing import Any, List, Optional, Sequence, TextIO, Tuple
+
+from torch import nn
+
+SUMMARY_ATTR = "_deconv_patch_summary"
+SUMMARY_META_KEY = "deconv_patch_summary"
+
+PATH_FX = "fx"
+PATH_SWAP = "swap"
+PATH_NONE = "none"
+
+# Shown under every summary until the fused-epilogue kernel lands, so nobody expects more.
+FUSION_NOTE = (
+    "BatchNorm is folded into the conv weights/bias (eval mode only); activations are not fused "
+    "yet - activation fusion arrives with the fused-epilogue kernel."
+)
+
+IntPair = Tuple[int, int]
+
+
+@dataclass(frozen=True)
+class LayerPatch:
+    """One patched transposed convolution.
+
+    `kind` is "module" (an nn.ConvTranspose2d became a FastConvTranspose2d; `name` is its
+    qualified name) or "function" (an F.conv_transpose2d call now calls our op; `name` is the
+    fx node name). Shape fields are None for functional calls whose weight is computed at run time.
+    """
+
+    name: str
+    kind: str
+    in_channels: Optional[int]
+    out_channels: Optional[int]
+    kernel_size: Optional[IntPair]
+    stride: Optional[IntPair]
+    padding: Optional[IntPair]
+    output_padding: Optional[IntPair]
+    dilation: Optional[IntPair]
+    groups: Optional[int]
+    bias: Optional[bool]
+    fused: str = "-"
+    backend: str = "?"
+    calls: int = 1
+
+
+@dataclass(frozen=True)
+class PatchSummary:
+    """How a model was patched: `path` is "fx", "swap" or "none"; `reason` says why in one line."""
+
+    path: str
+    reason: str
+    layers: Tuple[LayerPatch, ...] = ()
+    skipped: Tuple[str, ...] = ()
+    notes: Tuple[str, ...] = ()
+    validation: Any = None
+
+    @property
+    def num_patched(self) -> int:
+        return len(self.layers)
+
+    @property
+    def num_fused(self) -> int:
+        return sum(1 for layer in self.layers if layer.fused != "-")
+
+    def table(self) -> str:
+        """The summary as a fixed-width text table with a header and notes."""
+        return format_table(self)
+
+    def __str__(self) -> str:
+        return self.table()
+
+    def to_dict(self) -> dict:
+        """Plain data (for JSON); the validation report is stringified."""
+        data = dataclasses.asdict(dataclasses.replace(self, validation=None))
+        data["validation"] = None if self.validation is None else str(self.validation)
+        return data
+
+
+def _pair(value: Optional[Sequence[int]]) -> str:
+    if value is None:
+        return "?"
+    a, b = value
+    return str(a) if a == b else f"{a}x{b}"
+
+
+def _cell(value: Any) -> str:
+    return "?" if value is None else str(value)
+
+
+_COLUMNS = ("layer", "kind", "in", "out", "k", "s", "p", "op", "d", "g", "bias", "calls", "fused",
+            "backend")
+
+
+def _row(layer: LayerPatch) -> List[str]:
+    return [
+        layer.name, layer.kind, _cell(layer.in_channels), _cell(layer.out_channels),
+        _pair(layer.kernel_size), _pair(layer.stride), _pair(layer.padding),
+        _pair(layer.output_padding), _pair(layer.dilation), _cell(layer.groups),
+        _cell(layer.bias), str(layer.calls), layer.fused, layer.backend,
+    ]
+
+
+def format_table(summary: PatchSummary) -> str:
+    """Header line, one row per layer, then skipped layers and notes."""
+    lines = [f"deconv_patch: path={summary.path} ({summary.reason}); "
+             f"{summary.num_patched} layer(s) patched, {summary.num_fused} with BN folded"]
+    if summary.layers:
+        rows = [list(_COLUMNS)] + [_row(layer) for layer in summary.layers]
+        widths = [max(len(r[i]) for r in rows) for i in range(len(_COLUMNS))]
+        for index, row in enumerate(rows):
+            lines.append("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
+            if index == 0:
+                lines.append("  ".join("-" * width for width in widths))
+    if summary.skipped:
+        lines.append(f"skipped by filter_fn: {', '.join(summary.skipped)}")
+    for note in summary.notes:
+        lines.append(f"note: {note}")
+    if summary.validation is not None:
+        lines.append(f"validation: {summary.validation}")
+    return "\n".join(lines)
+
+
+def attach(model: nn.Module, summary: PatchSummary) -> None:
+    """Stores `summary` on `model` (and in a GraphModule's deepcopy-safe `meta`)."""
+    object.__setattr__(model, SUMMARY_ATTR, summary)
+    meta = getattr(model, "meta", None)
+    if isinstance(meta, dict):
+        meta[SUMMARY_META_KEY] = summary
+
+
+def get_summary(model: nn.Module) -> Optional[PatchSummary]:
+    """The summary `optimize` attached to `model`, or None."""
+    found = model.__dict__.get(SUMMARY_ATTR)
+    if isinstance(found, PatchSummary):
+        return found
+    meta = getattr(model, "meta", None)
+    if isinstance(meta, dict) and isinstance(meta.get(SUMMARY_META_KEY), PatchSummary):
+        return meta[SUMMARY_META_KEY]
+    return None
+
+
+def refreshed(summary: PatchSummary, model: nn.Module) -> PatchSummary:
+    """`summary` with each module layer's backend re-read from the model's current device/dtype.
+
+    The backend depends on where the weights live now, not where they were when patching.
+    """
+    layers = []
+    for layer in summary.layers:
+        backend = layer.backend
+        if layer.kind == "module":
+            try:
+                backend = str(model.get_submodule(layer.name).backend)
+            except AttributeError:
+                pass
+        layers.append(dataclasses.replace(layer, backend=backend))
+    return dataclasses.replace(summary, layers=tuple(layers))
+
+
+def summary(model: nn.Module, *, file: Optional[TextIO] = None, quiet: bool = False) -> PatchSummary:
+    """Prints the patch table of a model returned by `deconv_patch.optimize` and returns it.
+
+    Backends are re-read from the model, so the table is right after `.to("cuda")` too.
+    """
+    found = get_summary(model)
+    if found is None:
+        raise ValueError(
+            "this model carries no deconv_patch summary; it was not returned by "
+            "deconv_patch.optimize"
+        )
+    current = refreshed(found, model)
+    if not quiet:
+        print(current.table(), file=file if file is not None else sys.stdout)
+    return current
+
+
+def layer_from_module(name: str, module: nn.ConvTranspose2d, fused: str = "-",
+                      calls: int = 1) -> LayerPatch:
+    """The summary row for a (Fast)ConvTranspose2d module."""
+    backend = getattr(module, "backend", "?")
+    return LayerPatch(
+        name=name, kind="module", in_channels=module.in_channels,
+        out_channels=module.out_channels, kernel_size=tuple(module.kernel_size),
+        stride=tuple(module.stride), padding=tuple(module.padding),
+        output_padding=tuple(module.output_padding), dilation=tuple(module.dilation),
+        groups=module.groups, bias=module.bias is not None, fused=fused, backend=str(backend),
+        calls=calls,
+    )
+
+
+def with_notes(summary: PatchSummary, *notes: str) -> PatchSummary:
+    """A copy with extra notes appended (dataclasses are frozen)."""
+    return dataclasses.replace(summary, notes=tuple(summary.notes) + tuple(notes))
+
+
+__all__ = [
+    "FUSION_NOTE", "LayerPatch", "PATH_FX", "PATH_NONE", "PATH_SWAP", "PatchSummary", "attach",
+    "format_table", "get_summary", "layer_from_module", "refreshed", "summary", "with_notes",
+]
