@@ -1,23 +1,49 @@
 #!/usr/bin/env bash
-# One device call: build the extension, run the GPU tests, run the benchmarks, print a summary.
-# Usage (device tool): bash benchmarks/device_run.sh [pytest -k expression] ; logs go to $OUT.
+# One device call: build the extension, run every GPU test, the layer and model benchmarks and
+# the validation reports; a short summary prints last. Logs and JSON/HTML land in $OUT.
+#   bash benchmarks/device_run.sh            # everything
+#   QUICK=1 bash benchmarks/device_run.sh    # tests + quick layer benchmark only
 set -uo pipefail
 OUT=${OUT:-/tmp/deconv_patch_out}
-mkdir -p "$OUT"
+mkdir -p "$OUT/logs"
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 export DECONV_PATCH_CACHE=${DECONV_PATCH_CACHE:-/tmp/deconv_patch_cache}
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,memory.used --format=csv | tee "$OUT/env.txt"
-python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'cudnn', torch.backends.cudnn.version())" | tee -a "$OUT/env.txt"
-t0=$(date +%s)
-python3 -m deconv_patch.cli build 2>&1 | tee "$OUT/build.log"
-echo "build: $(( $(date +%s) - t0 )) s"
-KEXPR=${1:-}
-python3 -m pytest -q -m cuda ${KEXPR:+-k "$KEXPR"} -p no:cacheprovider --junitxml="$OUT/gpu-tests.xml" \
-  tests 2>&1 | tee "$OUT/gpu-tests.log" | tail -40
-shift || true
-for script in "$@"; do
-  echo "== $script"
-  python3 $script 2>&1 | tee "$OUT/$(basename ${script%% *} .py).log" | tail -60
-done
-echo "== summary"
-grep -E "^[0-9]+ (passed|failed)|passed|failed" "$OUT/gpu-tests.log" | tail -1
+L=$OUT/logs
+step() { echo "== $1 ($(date +%T))"; }
+
+step env
+{ nvidia-smi --query-gpu=name,driver_version,clocks.sm,memory.used --format=csv
+  python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'cudnn', torch.backends.cudnn.version())"
+} 2>&1 | tee "$L/env.txt"
+
+step build
+python3 -m deconv_patch.cli build 2>&1 | tee "$L/build.log" | tail -3
+
+step "GPU tests"
+python3 -m pytest -q -m cuda -p no:cacheprovider -rf tests 2>&1 > "$L/gpu-tests.log"
+grep -E "^FAILED|^ERROR" "$L/gpu-tests.log" | head -30; tail -1 "$L/gpu-tests.log"
+
+step "layer benchmark (planner's choice)"
+python3 benchmarks/layers.py ${QUICK:+--quick} --json "$OUT/layers.json" > "$L/layers.log" 2>&1
+tail -12 "$L/layers.log"
+
+step "layer benchmark (direct kernel forced)"
+python3 benchmarks/layers.py --quick --modes tf32,bf16 --variant direct \
+  --json "$OUT/layers_direct.json" > "$L/layers_direct.log" 2>&1
+tail -6 "$L/layers_direct.log"
+
+if [ -z "${QUICK:-}" ]; then
+  step "model benchmark"
+  python3 benchmarks/models.py --out "$OUT/models.json" > "$L/models.log" 2>&1
+  tail -25 "$L/models.log"
+  step "validation reports"
+  python3 benchmarks/validate_examples.py --models unet,dcgan --dtypes fp32,bf16 --out "$OUT/reports" \
+    > "$L/reports.log" 2>&1; echo "validate_examples exit $?"
+  step "demo"
+  python3 -m deconv_patch.cli demo 2>&1 | tee "$L/demo.log"
+fi
+step summary
+echo "GPU tests: $(tail -1 "$L/gpu-tests.log")"
+grep -E "geomean|slowest" "$L/layers.log"
+tar -czf "$OUT/logs.tgz" -C "$OUT" logs $( [ -d "$OUT/reports" ] && echo reports ) && rm -rf "$L"
+[ -d "$OUT/reports" ] && rm -rf "$OUT/reports"
