@@ -3,7 +3,7 @@
 Eager PyTorch on CUDA runs cuDNN, whose output is channels_last when the input or the weight
 is (cudnn_conv_suggest_memory_format). It skips cuDNN, and returns a contiguous tensor from
 slow_conv_transpose2d, when output_padding >= stride on an axis, when cuDNN is disabled, or
-when one sample needs 64-bit indexing. Our CUDA kernels and our fake kernel both follow this
+when one sample needs 64-bit indexing. An empty batch has its own rule (below). Our CUDA kernels and our fake kernel both follow this
 rule, so eager, torch.compile and torch.export agree on strides.
 """
 
@@ -25,6 +25,10 @@ def cuda_output_channels_last(
     input4d: torch.Tensor, weight: torch.Tensor, args: ConvTransposeArgs, out_numel_per_sample: int
 ) -> bool:
     """True when PyTorch's CUDA conv_transpose2d would return a channels_last output."""
+    if input4d.shape[0] == 0:
+        # ATen's empty-batch path, as observed on the H100 (torch 2.11): channels_last only when
+        # the input is and the weight is not.
+        return is_channels_last(input4d) and not is_channels_last(weight)
     if any(op >= s for op, s in zip(args.output_padding, args.stride)):
         return False
     if not torch.backends.cudnn.enabled:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 from dataclasses import dataclass
 from typing import Iterator, Optional, Sequence
 
@@ -60,6 +61,12 @@ def use_variant(variant: str) -> Iterator[None]:
         _forced_variant.reset(token)
 
 
+@functools.lru_cache(maxsize=None)
+def _capability(index: int) -> tuple:
+    """Compute capability of a CUDA device (cached: asked on every call)."""
+    return torch.cuda.get_device_capability(index)
+
+
 def device_support(device: torch.device, dtype: torch.dtype) -> Optional[str]:
     """Why our kernels cannot run for this device/dtype, or None when they can."""
     if device.type != "cuda":
@@ -67,7 +74,7 @@ def device_support(device: torch.device, dtype: torch.dtype) -> Optional[str]:
     if dtype not in KERNEL_DTYPES:
         return f"{dtype} runs on PyTorch (kernels cover float32, float16, bfloat16)"
     index = device.index if device.index is not None else torch.cuda.current_device()
-    if torch.cuda.get_device_capability(index) < (8, 0):
+    if _capability(index) < (8, 0):
         return "GPU older than compute capability 8.0 runs on PyTorch"
     return None
 
