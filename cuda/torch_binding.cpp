@@ -6,6 +6,7 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/extension.h>
 
+#include "conv_transpose2d_gemm_kxs.h"
 #include "conv_transpose2d_params.h"
 
 namespace deconv_patch {
@@ -27,11 +28,13 @@ void copy_strides(const at::Tensor& t, int64_t* dst) {
 
 }  // namespace
 
-at::Tensor conv_transpose2d_direct(const at::Tensor& input, const at::Tensor& weight,
-                                   const c10::optional<at::Tensor>& bias, at::IntArrayRef stride,
-                                   at::IntArrayRef padding, at::IntArrayRef output_padding,
-                                   at::IntArrayRef dilation, int64_t groups, bool channels_last,
-                                   const c10::optional<at::Tensor>& out) {
+// Runs one kernel variant ("direct" or "gemm_kxs"); the planner (Python) has chosen it.
+at::Tensor conv_transpose2d_forward(const std::string& variant, const at::Tensor& input,
+                                    const at::Tensor& weight,
+                                    const c10::optional<at::Tensor>& bias, at::IntArrayRef stride,
+                                    at::IntArrayRef padding, at::IntArrayRef output_padding,
+                                    at::IntArrayRef dilation, int64_t groups, bool channels_last,
+                                    bool allow_tf32, const c10::optional<at::Tensor>& out) {
   TORCH_CHECK(input.is_cuda() && weight.is_cuda(), "deconv_patch: input and weight must be CUDA");
   TORCH_CHECK(input.dim() == 4 && weight.dim() == 4, "deconv_patch: expected 4-D input and weight");
   TORCH_CHECK(stride.size() == 2 && padding.size() == 2 && output_padding.size() == 2 &&
@@ -100,9 +103,18 @@ at::Tensor conv_transpose2d_direct(const at::Tensor& input, const at::Tensor& we
   copy_strides(output, p.out_stride);
   p.out_channels_last = cl;
 
-  const cudaError_t err =
-      launch_conv_transpose2d_direct(p, kind, c10::cuda::getCurrentCUDAStream().stream());
-  TORCH_CHECK(err == cudaSuccess, "deconv_patch: direct kernel launch failed: ",
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream().stream();
+  cudaError_t err;
+  if (variant == "direct") {
+    err = launch_conv_transpose2d_direct(p, kind, stream);
+  } else if (variant == "gemm_kxs") {
+    TORCH_CHECK(gemm_kxs_supports(p, kind, allow_tf32),
+                "deconv_patch: the gemm_kxs kernel does not support this call");
+    err = launch_conv_transpose2d_gemm_kxs(p, kind, allow_tf32, stream);
+  } else {
+    TORCH_CHECK(false, "deconv_patch: unknown kernel variant ", variant);
+  }
+  TORCH_CHECK(err == cudaSuccess, "deconv_patch: ", variant, " kernel launch failed: ",
               cudaGetErrorString(err));
   return output;
 }
@@ -111,9 +123,9 @@ at::Tensor conv_transpose2d_direct(const at::Tensor& input, const at::Tensor& we
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "deconv_patch CUDA kernels";
-  m.def("conv_transpose2d_direct", &deconv_patch::conv_transpose2d_direct,
-        "Direct gather transposed convolution (any hyperparameters)", py::arg("input"),
-        py::arg("weight"), py::arg("bias"), py::arg("stride"), py::arg("padding"),
-        py::arg("output_padding"), py::arg("dilation"), py::arg("groups"), py::arg("channels_last"),
-        py::arg("out") = py::none());
+  m.def("conv_transpose2d_forward", &deconv_patch::conv_transpose2d_forward,
+        "Transposed convolution with one named kernel variant", py::arg("variant"),
+        py::arg("input"), py::arg("weight"), py::arg("bias"), py::arg("stride"),
+        py::arg("padding"), py::arg("output_padding"), py::arg("dilation"), py::arg("groups"),
+        py::arg("channels_last"), py::arg("allow_tf32"), py::arg("out") = py::none());
 }

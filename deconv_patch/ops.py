@@ -120,16 +120,16 @@ def run_variant(
     if variant == planner.ATEN:
         return _aten(input, weight, bias, args.stride, args.padding, args.output_padding,
                      args.groups, args.dilation)
-    if variant != planner.DIRECT:
+    if variant not in planner.VARIANTS:
         raise ValueError(f"unknown deconv_patch variant {variant!r}")
     unbatched = input.dim() == 3
     x = input.unsqueeze(0) if unbatched else input
     out_hw = args.output_hw(x.shape[-2:], weight.shape[-2:])
     channels_last = cuda_output_channels_last(
         x, weight, args, weight.shape[1] * args.groups * out_hw[0] * out_hw[1])
-    result = load_extension().conv_transpose2d_direct(
-        x, weight, bias, args.stride, args.padding, args.output_padding, args.dilation,
-        args.groups, channels_last,
+    result = load_extension().conv_transpose2d_forward(
+        variant, x, weight, bias, args.stride, args.padding, args.output_padding, args.dilation,
+        args.groups, channels_last, torch.backends.cudnn.allow_tf32,
         None if out is None else (out.unsqueeze(0) if unbatched else out),
     )
     return result.squeeze(0) if unbatched else result

@@ -1,8 +1,11 @@
 """Chooses which implementation runs a conv_transpose2d call.
 
 Variants today:
-  * ``direct`` - our CUDA gather kernel: any hyperparameters, fp32/fp16/bf16, any layout;
-  * ``aten``   - PyTorch's own implementation (cuDNN on CUDA where PyTorch can use it).
+  * ``gemm_kxs`` - kernel == stride, padding 0, dilation 1 (U-Net, Mask R-CNN, YOLO-seg
+    up-convs): one tensor-core GEMM per group whose epilogue scatters into the output;
+    fp16/bf16, and fp32 through TF32 when torch.backends.cudnn.allow_tf32 is True;
+  * ``direct``   - our CUDA gather kernel: any hyperparameters, fp32/fp16/bf16, any layout;
+  * ``aten``     - PyTorch's own implementation (cuDNN on CUDA where PyTorch can use it).
 
 Policy: a variant of ours runs where it is faster than PyTorch; elsewhere PyTorch runs and the
 plan says why. Measured on the H100 (docs/perf-notes.md), the direct kernel loses to cuDNN on
@@ -26,9 +29,11 @@ import torch
 from .arguments import ConvTransposeArgs, fits_int32
 
 KERNEL_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+GEMM_KXS = "gemm_kxs"
 DIRECT = "direct"
 ATEN = "aten"
-VARIANTS = (DIRECT, ATEN)
+VARIANTS = (GEMM_KXS, DIRECT, ATEN)
+_GEMM_TILE = 128
 
 # The variant forced by `use_variant` in this context (thread/task-local, not process-global).
 _forced_variant: contextvars.ContextVar[Optional[str]] = contextvars.ContextVar(
@@ -88,6 +93,8 @@ def plan_layer(device: torch.device, dtype: torch.dtype, kernel_hw: Sequence[int
     forced = _forced_variant.get()
     if forced is not None:
         return Plan(forced, "forced by deconv_patch.use_variant")
+    if gemm_kxs_problem(dtype, kernel_hw, args) is None:
+        return Plan(GEMM_KXS, "kernel == stride: tensor-core GEMM with scatter epilogue")
     if any(op >= s for op, s in zip(args.output_padding, args.stride)):
         return Plan(DIRECT, "cuDNN cannot run output_padding >= stride; direct kernel")
     if not torch.backends.cudnn.enabled:
@@ -95,11 +102,33 @@ def plan_layer(device: torch.device, dtype: torch.dtype, kernel_hw: Sequence[int
     return Plan(ATEN, "cuDNN is faster than the direct kernel here (tensor-core variants pending)")
 
 
+def gemm_kxs_problem(dtype: torch.dtype, kernel_hw: Sequence[int],
+                     args: ConvTransposeArgs) -> Optional[str]:
+    """Why the k == stride GEMM kernel does not apply to a layer, or None when it does."""
+    if tuple(kernel_hw) != tuple(args.stride):
+        return "kernel != stride"
+    if any(args.padding) or args.dilation != (1, 1):
+        return "padding or dilation"
+    if kernel_hw[0] * kernel_hw[1] > 256 or args.groups > 65535:
+        return "kernel area > 256 or groups > 65535"
+    if dtype == torch.float32 and not torch.backends.cudnn.allow_tf32:
+        return "fp32 without TF32 (torch.backends.cudnn.allow_tf32 is False)"
+    return None
+
+
 def plan(input: torch.Tensor, weight: torch.Tensor, args: ConvTransposeArgs) -> Plan:
     """The variant for this call. Inputs are already validated (see arguments.find_problem)."""
     if input.device.type == "cuda" and not fits_int32(input, weight, args):
         return Plan(ATEN, "a size or hyperparameter exceeds 32 bits; runs on PyTorch", True)
-    return plan_layer(input.device, input.dtype, weight.shape[-2:], args)
+    chosen = plan_layer(input.device, input.dtype, weight.shape[-2:], args)
+    if chosen.variant == GEMM_KXS and _forced_variant.get() is None:
+        kh, kw = weight.shape[-2:]
+        rows = input.numel() // max(1, input.shape[-3])
+        cols = weight.shape[1] * kh * kw
+        tiles = -(-rows // _GEMM_TILE) * -(-cols // _GEMM_TILE)
+        if not weight.is_contiguous() or tiles >= 2**31:
+            return Plan(ATEN, "gemm_kxs needs a contiguous weight and < 2^31 tiles; cuDNN")
+    return chosen
 
 
 def describe(device: torch.device, dtype: torch.dtype, kernel_hw: Sequence[int],

@@ -123,3 +123,37 @@ def random_case(seed: int, dtypes=DTYPES, max_channels: int = 24) -> Case:
 def call_args(case: Case, x, w, b: Optional[torch.Tensor]):
     a = case.args
     return (x, w, b, a.stride, a.padding, a.output_padding, a.groups, a.dilation)
+
+
+def random_kxs_case(seed: int) -> Case:
+    """A random kernel == stride, padding 0, dilation 1 configuration (the gemm_kxs family).
+
+    fp32 cases allow TF32 (the kernel's fp32 mode); weights stay contiguous (its requirement).
+    """
+    rng = random.Random(seed * 7919 + 17)
+    square = rng.random() < 0.6
+    kh = rng.randint(1, 4)
+    kernel = (kh, kh if square else rng.randint(1, 4))
+    groups = rng.choice((1, 1, 1, 2, 3, 8))
+    cin = groups * rng.choice((1, 3, 8, 16, 20, 33, 64, 96)) // (2 if groups == 8 else 1)
+    cin = max(groups, cin - cin % groups)
+    cout = groups * rng.choice((1, 2, 5, 8, 16, 40))
+    output_padding = tuple(rng.randint(0, k - 1) if rng.random() < 0.3 else 0 for k in kernel)
+    args = ConvTransposeArgs(kernel, (0, 0), output_padding, (1, 1), groups)  # type: ignore[arg-type]
+    dtype = rng.choice(DTYPES)
+    batch = rng.choice((0, 1, 2, 3, 5))
+    return Case(
+        batch=batch,
+        in_channels=cin,
+        out_channels=cout,
+        hw=(rng.randint(1, 20), rng.randint(1, 20)),
+        kernel=kernel,  # type: ignore[arg-type]
+        args=args,
+        bias=rng.random() < 0.6,
+        dtype=dtype,
+        channels_last=rng.random() < 0.4,
+        weight_channels_last=False,
+        non_contiguous=rng.random() < 0.2,
+        unbatched=batch == 1 and rng.random() < 0.3,
+        tf32=True if dtype == torch.float32 else rng.random() < 0.5,
+    )

@@ -1,0 +1,819 @@
+// Transposed convolution with kernel == stride (padding 0, dilation 1) as a tensor-core GEMM.
+//
+// Index math (the only place it is spelled out). Taps never overlap when kernel == stride, so
+// output pixel (oh, ow) = (ih*KH + kh, iw*KW + kw) receives exactly one input pixel. Per group g,
+// with K = Cin/groups and Cout_g = Cout/groups:
+//     m = (n*H + ih)*W + iw               in [0, M),    M = N*H*W          (GEMM row)
+//     k = input channel within the group  in [0, K)                         (reduction)
+//     j = (oc*KH + kh)*KW + kw            in [0, Ncol), Ncol = Cout_g*KH*KW (GEMM column)
+//     A[m, k] = input[n, g*K + k, ih, iw]
+//     B[k, j] = weight[g*K + k, oc, kh, kw] = weight_flat[(g*K + k)*Ncol + j]   (contiguous)
+//     output[n, g*Cout_g + oc, ih*KH + kh, iw*KW + kw] = sum_k A[m, k] * B[k, j] + bias[g*Cout_g + oc]
+// The output offset splits into a row part and a column part,
+//     out_off = row_off(m) + col_off(j),
+//     row_off(m) = n*os_n + ih*KH*os_h + iw*KW*os_w,
+//     col_off(j) = (g*Cout_g + oc)*os_c + kh*os_h + kw*os_w,
+// so each block tabulates both once (shared memory) and the epilogue is one add per element.
+// Likewise the input offset is a_row(m) + (g*K + k)*is_c with a_row(m) = n*is_n + ih*is_h + iw*is_w.
+// Rows oh >= H*KH / columns ow >= W*KW (output_padding) get bias only: a small second kernel.
+//
+// Block tile 128 (m) x 128 (j) x 32 (k), 8 warps as 2 (m) x 4 (j), warp tile 64 x 32; multi-stage
+// cp.async pipeline; fp16/bf16 use ldmatrix + mma.m16n8k16, fp32 uses mma.m16n8k8.tf32 (inputs
+// rounded with cvt.rna); fp32 accumulate always. The C tile is staged through shared memory so
+// the global stores run along ow (NCHW output) or along oc (channels_last output).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+#include "conv_transpose2d_gemm_kxs.h"
+
+namespace deconv_patch {
+namespace {
+
+constexpr int kBM = 128;
+constexpr int kBN = 128;
+constexpr int kBK = 32;
+constexpr int kThreads = 256;  // 8 warps: 2 along m x 4 along j
+constexpr int kWarpM = 64;
+constexpr int kWarpN = 32;
+constexpr int kMT = kWarpM / 16;  // m16 tiles per warp
+constexpr int kNT = kWarpN / 8;   // n8 tiles per warp
+
+template <typename T>
+__device__ __forceinline__ float to_float(T v);
+template <>
+__device__ __forceinline__ float to_float<float>(float v) { return v; }
+template <>
+__device__ __forceinline__ float to_float<__half>(__half v) { return __half2float(v); }
+template <>
+__device__ __forceinline__ float to_float<__nv_bfloat16>(__nv_bfloat16 v) {
+  return __bfloat162float(v);
+}
+
+template <typename T>
+__device__ __forceinline__ T from_float(float v);
+template <>
+__device__ __forceinline__ float from_float<float>(float v) { return v; }
+template <>
+__device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
+  return __float2bfloat16_rn(v);
+}
+
+// Division of small non-negative numerators by a runtime divisor d: q = umulhi(x, ceil(2^32/d)).
+// Exact whenever x*d <= 2^32 (error of the product is below x/2^32 <= 1/d). magic == 0 encodes d == 1.
+struct SmallDiv {
+  uint32_t magic;
+};
+__host__ __device__ inline SmallDiv make_small_div(uint32_t d) {
+  // For d >= 2, 0xffffffff/d + 1 == ceil(2^32/d) (2^32 is a multiple of d only for powers of 2,
+  // where both sides equal 2^32/d).
+  return SmallDiv{d <= 1 ? 0u : 0xffffffffu / d + 1u};
+}
+__device__ __forceinline__ uint32_t small_div(uint32_t x, SmallDiv s) {
+  return s.magic == 0 ? x : __umulhi(x, s.magic);
+}
+
+// Two adjacent output elements stored with one instruction.
+template <typename T>
+struct PairOf;
+template <>
+struct PairOf<float> {
+  using type = float2;
+};
+template <>
+struct PairOf<__half> {
+  using type = __half2;
+};
+template <>
+struct PairOf<__nv_bfloat16> {
+  using type = __nv_bfloat162;
+};
+
+struct GemmArgs {
+  const void* in;
+  const void* wt;
+  const void* bias;
+  void* out;
+  int64_t M;      // N*H*W
+  int64_t hw;     // H*W
+  int64_t w;      // W
+  int K;          // Cin / groups
+  int ncol;       // Cout_g*KH*KW
+  int cout_g;
+  int kh, kw, khkw;
+  int n_tiles;    // ceil(ncol / kBN)
+  int64_t is_n, is_c, is_h, is_w;
+  int64_t os_n, os_c, os_h, os_w;
+  SmallDiv div_kw, div_khkw;
+  bool out_channels_last;
+  bool pair_store;  // see Epilogue 2
+};
+
+// ---------------------------------------------------------------------------------------------
+// PTX wrappers.
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// Copies BYTES (4, 8 or 16) global -> shared asynchronously; bytes past src_bytes are zero-filled
+// (src_bytes == 0 reads nothing, so out-of-range chunks pass any valid pointer).
+template <int BYTES>
+__device__ __forceinline__ void cp_async(uint32_t dst, const void* src, int src_bytes) {
+  static_assert(BYTES == 4 || BYTES == 8 || BYTES == 16, "cp.async sizes");
+  if constexpr (BYTES == 16) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+                 "r"(src_bytes));
+  } else {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(dst), "l"(src),
+                 "n"(BYTES), "r"(src_bytes));
+  }
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+__device__ __forceinline__ void ldsm_x4(uint32_t addr, uint32_t& r0, uint32_t& r1, uint32_t& r2,
+                                        uint32_t& r3) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+               : "r"(addr));
+}
+__device__ __forceinline__ void ldsm_x4_trans(uint32_t addr, uint32_t& r0, uint32_t& r1,
+                                              uint32_t& r2, uint32_t& r3) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+               : "r"(addr));
+}
+
+template <typename T>
+__device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4],
+                                          const uint32_t (&b)[2]);
+template <>
+__device__ __forceinline__ void mma_16816<__half>(float (&d)[4], const uint32_t (&a)[4],
+                                                  const uint32_t (&b)[2]) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+template <>
+__device__ __forceinline__ void mma_16816<__nv_bfloat16>(float (&d)[4], const uint32_t (&a)[4],
+                                                         const uint32_t (&b)[2]) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+__device__ __forceinline__ void mma_1688_tf32(float (&d)[4], const uint32_t (&a)[4],
+                                              const uint32_t (&b)[2]) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+__device__ __forceinline__ uint32_t to_tf32(float x) {
+  uint32_t r;
+  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
+  return r;
+}
+
+// One chunk of V consecutive elements global -> shared, zero-filling past `valid` elements.
+// 16-bit elements one at a time cannot use cp.async (4 bytes minimum): plain load + store.
+template <typename T, int V>
+__device__ __forceinline__ void copy_chunk(T* dst, const T* src, int valid, const T* dummy) {
+  constexpr int kBytes = V * (int)sizeof(T);
+  if constexpr (kBytes >= 4) {
+    cp_async<kBytes>(smem_u32(dst), valid > 0 ? src : dummy, valid * (int)sizeof(T));
+  } else {
+    const unsigned short v = valid > 0 ? __ldg(reinterpret_cast<const unsigned short*>(src)) : 0;
+    *reinterpret_cast<unsigned short*>(dst) = v;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Shared-memory geometry. Padding keeps ldmatrix (8 rows of 16 B) and the tf32 scalar fragment
+// loads free of bank conflicts:
+//   k-contiguous rows (A when input is channels_last): 16 B of padding, row stride 80 B (16-bit,
+//     rows hit banks 0,20,8,28,16,4,24,12 (+0..3)) or 144 B (fp32: 36 words, lanes 4*g + t);
+//   m/j-contiguous rows (A when NCHW, and B): 8 elements of padding, 272 B (16-bit, 68 words ==
+//     4 mod 32) or 544 B (fp32, 136 words == 8 mod 32: lanes 8*t + g).
+template <typename T, bool A_KMAJOR>
+struct Smem {
+  static constexpr int kPadK = 16 / (int)sizeof(T);
+  static constexpr int kLdA = A_KMAJOR ? kBK + kPadK : kBM + 8;  // elements
+  static constexpr int kARows = A_KMAJOR ? kBM : kBK;
+  static constexpr int kLdB = kBN + 8;
+  static constexpr int kABytes = kARows * kLdA * (int)sizeof(T);
+  static constexpr int kBBytes = kBK * kLdB * (int)sizeof(T);
+  static constexpr int kStageBytes = kABytes + kBBytes;
+  static constexpr int kStages = sizeof(T) == 4 ? 3 : 4;
+  static constexpr int kLdC = kBN + kPadK;  // staging of the output tile (type T)
+  static constexpr int kCBytes = kBM * kLdC * (int)sizeof(T);
+  // Per-block tables: a_row[BM], o_row[BM], o_col[BN] (int64), bias[BN] (float).
+  static constexpr int kMetaBytes = (2 * kBM + kBN) * 8 + kBN * 4;
+  static constexpr int kPipeBytes = kStages * kStageBytes;
+  static constexpr int kTotalBytes = kMetaBytes + (kPipeBytes > kCBytes ? kPipeBytes : kCBytes);
+  static_assert(kABytes % 16 == 0 && kBBytes % 16 == 0 && kMetaBytes % 16 == 0, "alignment");
+  static_assert((kLdA * sizeof(T)) % 16 == 0 && (kLdB * sizeof(T)) % 16 == 0, "row alignment");
+};
+
+// ---------------------------------------------------------------------------------------------
+// Main kernel. T: element type. A_KMAJOR: shared A tile is [m][k] (channels_last input, or any
+// input whose channel stride is the smaller one) rather than [k][m]. VA / VB: elements per global
+// load of A / B (a chunk is contiguous and VA*sizeof(T) aligned; the launcher proves it).
+template <typename T, bool A_KMAJOR, int VA, int VB>
+__global__ void __launch_bounds__(kThreads, 2) conv_transpose2d_gemm_kxs_kernel(const GemmArgs p) {
+  using S = Smem<T, A_KMAJOR>;
+  constexpr int kStages = S::kStages;
+  extern __shared__ __align__(16) unsigned char smem[];
+  int64_t* a_row = reinterpret_cast<int64_t*>(smem);
+  int64_t* o_row = a_row + kBM;
+  int64_t* o_col = o_row + kBM;
+  float* bias_s = reinterpret_cast<float*>(o_col + kBN);
+  unsigned char* pipe = smem + S::kMetaBytes;
+
+  const T* __restrict__ in = static_cast<const T*>(p.in);
+  const T* __restrict__ wt = static_cast<const T*>(p.wt);
+  const T* __restrict__ bias = static_cast<const T*>(p.bias);
+  T* __restrict__ out = static_cast<T*>(p.out);
+
+  const int tid = threadIdx.x;
+  const int lane = tid & 31;
+  const int warp = tid >> 5;
+  const int warp_m = warp >> 2;  // 0..1
+  const int warp_n = warp & 3;   // 0..3
+
+  // Consecutive blocks share the same m tile (its A rows stay hot in L2 across the j tiles).
+  const int n_tile = (int)(blockIdx.x % (unsigned)p.n_tiles);
+  const int64_t m_tile = blockIdx.x / (unsigned)p.n_tiles;
+  const int g = blockIdx.y;
+  const int64_t m0 = m_tile * kBM;
+  const int j0 = n_tile * kBN;
+  const int K = p.K;
+  const int ncol = p.ncol;
+
+  // ---- Per-block tables: row offsets (input and output) and column offsets + bias. ----
+  if (tid < kBM) {
+    const int64_t m = m0 + tid;
+    int64_t ar = -1, orow = -1;  // -1 marks rows past M
+    if (m < p.M) {
+      int64_t n, ih, iw;
+      if (p.M <= INT32_MAX) {  // 32-bit division is several times cheaper
+        const uint32_t mm = (uint32_t)m, hw = (uint32_t)p.hw, w = (uint32_t)p.w;
+        const uint32_t n32 = mm / hw, r = mm - n32 * hw;
+        n = n32;
+        ih = r / w;
+        iw = r - (uint32_t)ih * w;
+      } else {
+        n = m / p.hw;
+        const int64_t r = m - n * p.hw;
+        ih = r / p.w;
+        iw = r - ih * p.w;
+      }
+      ar = n * p.is_n + ih * p.is_h + iw * p.is_w;
+      orow = n * p.os_n + ih * p.kh * p.os_h + iw * p.kw * p.os_w;
+    }
+    a_row[tid] = ar;
+    o_row[tid] = orow;
+  } else {
+    const int jl = tid - kBM;
+    const int j = j0 + jl;
+    int64_t oc_off = -1;
+    float b = 0.f;
+    if (j < ncol) {
+      const int oc = j / p.khkw;
+      const int tap = j - oc * p.khkw;
+      const int khi = tap / p.kw;
+      const int kwi = tap - khi * p.kw;
+      const int64_t c = (int64_t)g * p.cout_g + oc;
+      oc_off = c * p.os_c + (int64_t)khi * p.os_h + (int64_t)kwi * p.os_w;
+      if (bias != nullptr) b = to_float(bias[c]);
+    }
+    o_col[jl] = oc_off;
+    bias_s[jl] = b;
+  }
+  __syncthreads();
+
+  // ---- Tile loader: k tile `kt` into pipeline stage `stage`. ----
+  const T* in_g = in + (int64_t)g * K * p.is_c;
+  const T* wt_g = wt + (int64_t)g * K * ncol;
+  auto load_tile = [&](int stage, int kt) {
+    T* As = reinterpret_cast<T*>(pipe + stage * S::kStageBytes);
+    T* Bs = reinterpret_cast<T*>(pipe + stage * S::kStageBytes + S::kABytes);
+    const int k0 = kt * kBK;
+    if constexpr (A_KMAJOR) {
+      // Chunk = one row m, VA consecutive k (contiguous when VA > 1: is_c == 1).
+      constexpr int kPerRow = kBK / VA;
+      constexpr int kIters = kBM * kPerRow / kThreads;
+      static_assert(kBM * kPerRow % kThreads == 0, "chunk split");
+      constexpr int kUnroll = VA == 1 ? 4 : kIters;  // full unroll of the element path spills
+#pragma unroll kUnroll
+      for (int i = 0; i < kIters; ++i) {
+        const int c = tid + i * kThreads;
+        const int r = c / kPerRow;
+        const int kc = (c % kPerRow) * VA;
+        const int k = k0 + kc;
+        const int64_t ro = a_row[r];
+        int valid = K - k;
+        valid = ro < 0 ? 0 : (valid < 0 ? 0 : (valid > VA ? VA : valid));
+        copy_chunk<T, VA>(As + r * S::kLdA + kc, in_g + ro + (int64_t)k * p.is_c, valid, in);
+      }
+    } else {
+      // Chunk = one k, VA consecutive m (contiguous when VA > 1: is_w == 1 and no chunk crosses
+      // a row/plane boundary, so a_row of its first m gives the address of all of it).
+      constexpr int kPerRow = kBM / VA;
+      constexpr int kIters = kBK * kPerRow / kThreads;
+      static_assert(kBK * kPerRow % kThreads == 0, "chunk split");
+      constexpr int kUnroll = VA == 1 ? 4 : kIters;
+#pragma unroll kUnroll
+      for (int i = 0; i < kIters; ++i) {
+        const int c = tid + i * kThreads;
+        const int kr = c / kPerRow;
+        const int mc = (c % kPerRow) * VA;
+        const int k = k0 + kr;
+        const int64_t ro = a_row[mc];
+        const int valid = (ro >= 0 && k < K) ? VA : 0;
+        copy_chunk<T, VA>(As + kr * S::kLdA + mc, in_g + ro + (int64_t)k * p.is_c, valid, in);
+      }
+    }
+    {
+      // Chunk = one k, VB consecutive j (ncol % VB == 0, so a chunk is all valid or all not).
+      constexpr int kPerRow = kBN / VB;
+      constexpr int kIters = kBK * kPerRow / kThreads;
+      static_assert(kBK * kPerRow % kThreads == 0, "chunk split");
+      constexpr int kUnroll = VB == 1 ? 4 : kIters;
+#pragma unroll kUnroll
+      for (int i = 0; i < kIters; ++i) {
+        const int c = tid + i * kThreads;
+        const int kr = c / kPerRow;
+        const int nc = (c % kPerRow) * VB;
+        const int k = k0 + kr;
+        const int j = j0 + nc;
+        const int valid = (k < K && j < ncol) ? VB : 0;
+        copy_chunk<T, VB>(Bs + kr * S::kLdB + nc, wt_g + (int64_t)k * ncol + j, valid, wt);
+      }
+    }
+  };
+
+  float acc[kMT][kNT][4];
+#pragma unroll
+  for (int i = 0; i < kMT; ++i)
+#pragma unroll
+    for (int j = 0; j < kNT; ++j)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) acc[i][j][r] = 0.f;
+
+  // ---- Fragment loads + MMAs on one stage. ----
+  // mma.m16n8k16 (16-bit) fragments, g = lane/4, t = lane%4:
+  //   A: a0 = (row g, k 2t..2t+1), a1 = (g+8, 2t), a2 = (g, 2t+8), a3 = (g+8, 2t+8)
+  //   B: b0 = (k 2t..2t+1, col g), b1 = (k 2t+8.., col g)
+  //   C: c0,c1 = (row g, cols 2t, 2t+1), c2,c3 = (row g+8, same cols)
+  // ldmatrix (non-trans) gives lane l row l/4, elements 2(l%4)..+1 of each 8x8 matrix; .trans
+  // gives the transpose. Matrix i of an x4 takes its 8 row addresses from lanes 8i..8i+7.
+  //   A [m][k]: lanes 0-15 rows m 0-15 at k 0, lanes 16-31 rows m 0-15 at k 8 -> a0..a3 in order.
+  //   A [k][m] (.trans): matrix i = (k block i/2, m block i%2) -> a0..a3 in order.
+  //   B [k][j] (.trans): matrix i = (k block i%2, j block i/2) -> b0,b1 of n8 tile 0, then tile 1.
+  // mma.m16n8k8.tf32: a0 = (g, t), a1 = (g+8, t), a2 = (g, t+4), a3 = (g+8, t+4);
+  //   b0 = (k t, col g), b1 = (k t+4, col g); C as above. Loaded with scalar LDS.
+  const int fg = lane >> 2, ft = lane & 3;
+  auto compute_stage = [&](int stage) {
+    const T* As = reinterpret_cast<const T*>(pipe + stage * S::kStageBytes);
+    const T* Bs = reinterpret_cast<const T*>(pipe + stage * S::kStageBytes + S::kABytes);
+    if constexpr (sizeof(T) == 2) {
+      const int li = lane >> 3;
+      uint32_t a_addr, b_addr;
+      if constexpr (A_KMAJOR) {
+        a_addr = smem_u32(As + (warp_m * kWarpM + (lane & 15)) * S::kLdA + (lane >> 4) * 8);
+      } else {
+        a_addr = smem_u32(As + ((lane & 7) + (li >> 1) * 8) * S::kLdA + warp_m * kWarpM +
+                          (li & 1) * 8);
+      }
+      b_addr = smem_u32(Bs + ((lane & 7) + (li & 1) * 8) * S::kLdB + warp_n * kWarpN + (li >> 1) * 8);
+#pragma unroll
+      for (int ks = 0; ks < kBK / 16; ++ks) {
+        uint32_t af[kMT][4], bfr[kNT][2];
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt) {
+          if constexpr (A_KMAJOR) {
+            ldsm_x4(a_addr + (uint32_t)((mt * 16 * S::kLdA + ks * 16) * 2), af[mt][0], af[mt][1],
+                    af[mt][2], af[mt][3]);
+          } else {
+            ldsm_x4_trans(a_addr + (uint32_t)((ks * 16 * S::kLdA + mt * 16) * 2), af[mt][0],
+                          af[mt][1], af[mt][2], af[mt][3]);
+          }
+        }
+#pragma unroll
+        for (int np = 0; np < kNT / 2; ++np) {
+          ldsm_x4_trans(b_addr + (uint32_t)((ks * 16 * S::kLdB + np * 16) * 2), bfr[2 * np][0],
+                        bfr[2 * np][1], bfr[2 * np + 1][0], bfr[2 * np + 1][1]);
+        }
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+          for (int nt = 0; nt < kNT; ++nt) mma_16816<T>(acc[mt][nt], af[mt], bfr[nt]);
+      }
+    } else {
+#pragma unroll
+      for (int ks = 0; ks < kBK / 8; ++ks) {
+        uint32_t af[kMT][4], bfr[kNT][2];
+        const int k = ks * 8 + ft;
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt) {
+          const int r = warp_m * kWarpM + mt * 16 + fg;
+          if constexpr (A_KMAJOR) {
+            af[mt][0] = to_tf32(to_float(As[r * S::kLdA + k]));
+            af[mt][1] = to_tf32(to_float(As[(r + 8) * S::kLdA + k]));
+            af[mt][2] = to_tf32(to_float(As[r * S::kLdA + k + 4]));
+            af[mt][3] = to_tf32(to_float(As[(r + 8) * S::kLdA + k + 4]));
+          } else {
+            af[mt][0] = to_tf32(to_float(As[k * S::kLdA + r]));
+            af[mt][1] = to_tf32(to_float(As[k * S::kLdA + r + 8]));
+            af[mt][2] = to_tf32(to_float(As[(k + 4) * S::kLdA + r]));
+            af[mt][3] = to_tf32(to_float(As[(k + 4) * S::kLdA + r + 8]));
+          }
+        }
+#pragma unroll
+        for (int nt = 0; nt < kNT; ++nt) {
+          const int c = warp_n * kWarpN + nt * 8 + fg;
+          bfr[nt][0] = to_tf32(to_float(Bs[k * S::kLdB + c]));
+          bfr[nt][1] = to_tf32(to_float(Bs[(k + 4) * S::kLdB + c]));
+        }
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+          for (int nt = 0; nt < kNT; ++nt) mma_1688_tf32(acc[mt][nt], af[mt], bfr[nt]);
+      }
+    }
+  };
+
+  // ---- Multi-stage pipeline: tile kt+kStages-1 is in flight while tile kt is computed. ----
+  const int KT = (K + kBK - 1) / kBK;
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < KT) load_tile(s, s);
+    cp_async_commit();  // always commit so the group count stays in step with kt
+  }
+  for (int kt = 0; kt < KT; ++kt) {
+    cp_async_wait<kStages - 2>();
+    // Makes tile kt visible to all warps, and proves every warp is done with tile kt-1, whose
+    // stage the prefetch below overwrites.
+    __syncthreads();
+    const int nk = kt + kStages - 1;
+    if (nk < KT) load_tile(nk % kStages, nk);
+    cp_async_commit();
+    compute_stage(kt % kStages);
+  }
+  cp_async_wait<0>();
+  __syncthreads();  // the pipeline buffers become the C staging tile
+
+  // ---- Epilogue 1: fragments (+ bias) -> shared C tile [m][j] in T. ----
+  T* Cs = reinterpret_cast<T*>(pipe);
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt) {
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt) {
+      const int r = warp_m * kWarpM + mt * 16 + fg;
+      const int c = warp_n * kWarpN + nt * 8 + 2 * ft;
+      const float b0 = bias_s[c], b1 = bias_s[c + 1];
+      Cs[r * S::kLdC + c] = from_float<T>(acc[mt][nt][0] + b0);
+      Cs[r * S::kLdC + c + 1] = from_float<T>(acc[mt][nt][1] + b1);
+      Cs[(r + 8) * S::kLdC + c] = from_float<T>(acc[mt][nt][2] + b0);
+      Cs[(r + 8) * S::kLdC + c + 1] = from_float<T>(acc[mt][nt][3] + b1);
+    }
+  }
+  __syncthreads();
+
+  // ---- Epilogue 2: shared C tile -> output, consecutive threads on consecutive addresses. ----
+  // The tile's columns [j0, j_end) are enumerated in whole groups (partial groups at the edges are
+  // skipped per element), so the innermost index can be the one contiguous in memory. With
+  // p.pair_store the launcher proved that element pairs (kw, kw+1) for NCHW, or (oc, oc+1) with oc
+  // even for channels_last, are adjacent and 2-element aligned in the output: one store per pair.
+  using Pair = typename PairOf<T>::type;
+  const int j_end = min(j0 + kBN, ncol);
+  if (!p.out_channels_last) {
+    // NCHW: element e = ((jg_i*BM + m_local)*KW + kw), jg = j / KW = (oc, kh). Consecutive e walk
+    // kw then iw: consecutive ow within an output row.
+    const uint32_t kw = (uint32_t)p.kw;
+    const uint32_t jg_lo = (uint32_t)j0 / kw;
+    const uint32_t groups_n = (uint32_t)(j_end - 1) / kw - jg_lo + 1;
+    if (p.pair_store) {
+      // KW even: pair index e = ((jg_i*BM + m_local)*KW/2 + kw/2); j0, j_end and j are even, so a
+      // pair is entirely inside or outside the tile.
+      const uint32_t hkw = kw >> 1;
+      const SmallDiv div_hkw = make_small_div(hkw);
+      const uint32_t total = groups_n * kBM * hkw;
+      for (uint32_t e = tid; e < total; e += kThreads) {
+        const uint32_t r = small_div(e, div_hkw);
+        const uint32_t kwi = (e - r * hkw) * 2;
+        const int ml = (int)(r % kBM);
+        const int j = (int)((jg_lo + r / kBM) * kw + kwi);
+        const int jl = j - j0;
+        if (jl < 0 || j >= j_end) continue;
+        const int64_t ro = o_row[ml];
+        if (ro < 0) continue;
+        *reinterpret_cast<Pair*>(out + ro + o_col[jl]) =
+            *reinterpret_cast<const Pair*>(Cs + ml * S::kLdC + jl);
+      }
+    } else {
+      const uint32_t total = groups_n * kBM * kw;  // < 128*(128+2*256): x*d fits small_div
+      for (uint32_t e = tid; e < total; e += kThreads) {
+        const uint32_t r = small_div(e, p.div_kw);
+        const uint32_t kwi = e - r * kw;
+        const int ml = (int)(r % kBM);
+        const int j = (int)((jg_lo + r / kBM) * kw + kwi);
+        const int jl = j - j0;
+        if (jl < 0 || j >= j_end) continue;
+        const int64_t ro = o_row[ml];
+        if (ro < 0) continue;
+        out[ro + o_col[jl]] = Cs[ml * S::kLdC + jl];
+      }
+    }
+  } else {
+    // channels_last: element e = ((m_local*KHKW + tap)*OCcnt + oc_i); consecutive e walk oc.
+    const uint32_t khkw = (uint32_t)p.khkw;
+    const uint32_t oc_lo = (uint32_t)j0 / khkw;
+    const uint32_t oc_hi = (uint32_t)(j_end - 1) / khkw;
+    if (p.pair_store) {
+      // Pairs (oc, oc+1) with oc even (output channel g*Cout_g + oc is then even too); at the
+      // tile's edges one of the two may belong to a neighbouring tile: store the other alone.
+      const uint32_t oc_lo2 = oc_lo >> 1;
+      const uint32_t oc_n = (oc_hi >> 1) - oc_lo2 + 1;
+      const SmallDiv div_oc = make_small_div(oc_n);
+      const uint32_t total = (uint32_t)kBM * khkw * oc_n;
+      for (uint32_t e = tid; e < total; e += kThreads) {
+        const uint32_t r = small_div(e, div_oc);
+        const uint32_t oci = e - r * oc_n;
+        const uint32_t ml = small_div(r, p.div_khkw);
+        const uint32_t tap = r - ml * khkw;
+        const int ja = (int)((oc_lo2 + oci) * 2 * khkw + tap);
+        const int jb = ja + (int)khkw;
+        const bool va = ja >= j0 && ja < j_end, vb = jb >= j0 && jb < j_end;
+        if (!va && !vb) continue;
+        const int64_t ro = o_row[ml];
+        if (ro < 0) continue;
+        const T* crow = Cs + ml * S::kLdC;
+        if (va && vb) {
+          Pair v;
+          v.x = crow[ja - j0];
+          v.y = crow[jb - j0];
+          *reinterpret_cast<Pair*>(out + ro + o_col[ja - j0]) = v;
+        } else if (va) {
+          out[ro + o_col[ja - j0]] = crow[ja - j0];
+        } else {
+          out[ro + o_col[jb - j0]] = crow[jb - j0];
+        }
+      }
+    } else {
+      const uint32_t oc_n = oc_hi - oc_lo + 1;
+      const SmallDiv div_oc = make_small_div(oc_n);
+      const uint32_t total = (uint32_t)kBM * khkw * oc_n;  // < 128*(128+2*256)
+      for (uint32_t e = tid; e < total; e += kThreads) {
+        const uint32_t r = small_div(e, div_oc);
+        const uint32_t oci = e - r * oc_n;
+        const uint32_t ml = small_div(r, p.div_khkw);
+        const uint32_t tap = r - ml * khkw;
+        const int j = (int)((oc_lo + oci) * khkw + tap);
+        const int jl = j - j0;
+        if (jl < 0 || j >= j_end) continue;
+        const int64_t ro = o_row[ml];
+        if (ro < 0) continue;
+        out[ro + o_col[jl]] = Cs[ml * S::kLdC + jl];
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// output_padding region: rows oh >= H*KH (all columns) and, above them, columns ow >= W*KW.
+// Receives bias only (0 without bias). Tiny compared with the GEMM; one thread per element.
+struct PadArgs {
+  const void* bias;
+  void* out;
+  int64_t batch, channels, oh, ow, hk, wk;  // hk = H*KH, wk = W*KW
+  int64_t os_n, os_c, os_h, os_w;
+};
+
+template <typename T>
+__global__ void __launch_bounds__(256) fill_output_padding_kernel(const PadArgs a) {
+  const T* __restrict__ bias = static_cast<const T*>(a.bias);
+  T* __restrict__ out = static_cast<T*>(a.out);
+  const int64_t bottom = (a.oh - a.hk) * a.ow;  // elements per (n, c) in the bottom rows
+  const int64_t right = a.hk * (a.ow - a.wk);   // ... in the right columns above them
+  const int64_t per_nc = bottom + right;
+  const int64_t total = a.batch * a.channels * per_nc;
+  for (int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; idx < total;
+       idx += (int64_t)gridDim.x * blockDim.x) {
+    int64_t r = idx % per_nc;
+    const int64_t nc = idx / per_nc;
+    const int64_t c = nc % a.channels, n = nc / a.channels;
+    int64_t oh, ow;
+    if (r < bottom) {
+      oh = a.hk + r / a.ow;
+      ow = r % a.ow;
+    } else {
+      r -= bottom;
+      const int64_t wp = a.ow - a.wk;
+      oh = r / wp;
+      ow = a.wk + r % wp;
+    }
+    const T v = bias != nullptr ? bias[c] : from_float<T>(0.f);
+    out[n * a.os_n + c * a.os_c + oh * a.os_h + ow * a.os_w] = v;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Host side.
+bool stride_multiple(int64_t stride, int64_t size, int64_t v) { return size <= 1 || stride % v == 0; }
+bool ptr_aligned(const void* ptr, int64_t bytes) {
+  return reinterpret_cast<uintptr_t>(ptr) % (uintptr_t)bytes == 0;
+}
+
+template <typename T, bool A_KMAJOR, int VA, int VB>
+cudaError_t launch_gemm(const GemmArgs& a, int64_t m_tiles, int groups, cudaStream_t stream) {
+  using S = Smem<T, A_KMAJOR>;
+  auto kernel = conv_transpose2d_gemm_kxs_kernel<T, A_KMAJOR, VA, VB>;
+  // Above 48 KiB of dynamic shared memory needs the opt-in (per device; cheap to repeat).
+  cudaError_t err =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, S::kTotalBytes);
+  if (err != cudaSuccess) return err;
+  const dim3 grid((unsigned)(m_tiles * a.n_tiles), (unsigned)groups, 1);
+  kernel<<<grid, kThreads, S::kTotalBytes, stream>>>(a);
+  return cudaGetLastError();
+}
+
+// Picks the load widths. V = elements in 16 bytes. Every chunk must be contiguous in global
+// memory and aligned to its size; otherwise fall back to one element per load.
+template <typename T>
+cudaError_t dispatch(const ConvTranspose2dParams& p, const GemmArgs& a, int64_t m_tiles,
+                     cudaStream_t stream) {
+  constexpr int V = 16 / (int)sizeof(T);
+  const int groups = (int)p.groups;
+  const int64_t N = p.batch, C = p.in_channels, H = p.in_h, W = p.in_w;
+  const bool b_vec = a.ncol % V == 0 && ptr_aligned(p.weight, 16);
+  const bool a_kmajor = a.is_c == 1 || (a.is_w != 1 && a.is_c <= a.is_w);
+  if (a_kmajor) {
+    // Chunk = V channels of one pixel: channel stride 1, pixel strides and the group's first
+    // channel (g*K) multiples of V. A K tail (groups == 1) is zero-filled by cp.async.
+    const bool a_vec = b_vec && a.is_c == 1 && ptr_aligned(p.input, 16) &&
+                       stride_multiple(a.is_n, N, V) && stride_multiple(a.is_h, H, V) &&
+                       stride_multiple(a.is_w, W, V) && (groups == 1 || a.K % V == 0);
+    if (a_vec) return launch_gemm<T, true, V, V>(a, m_tiles, groups, stream);
+    return launch_gemm<T, true, 1, 1>(a, m_tiles, groups, stream);
+  }
+  // Chunk = v consecutive m of one channel: iw stride 1, and runs of contiguous m (a whole plane
+  // when rows are packed, else one row) have a length that is a multiple of v, so no chunk
+  // straddles a run; strides and base pointer are multiples of v elements.
+  if (b_vec && a.is_w == 1) {
+    const int64_t run = (H <= 1 || a.is_h == W) ? H * W : W;
+    for (int v = V; v >= 2; v /= 2) {
+      if (v * (int)sizeof(T) < 4) break;  // 2-byte chunks have no cp.async
+      const bool ok = run % v == 0 && ptr_aligned(p.input, v * (int64_t)sizeof(T)) &&
+                      stride_multiple(a.is_n, N, v) && stride_multiple(a.is_c, C, v) &&
+                      stride_multiple(a.is_h, H, v);
+      if (!ok) continue;
+      if (v == V) return launch_gemm<T, false, V, V>(a, m_tiles, groups, stream);
+      if (v == V / 2) return launch_gemm<T, false, V / 2, V>(a, m_tiles, groups, stream);
+      if constexpr (V >= 8) {
+        if (v == V / 4) return launch_gemm<T, false, V / 4, V>(a, m_tiles, groups, stream);
+      }
+    }
+  }
+  return launch_gemm<T, false, 1, 1>(a, m_tiles, groups, stream);
+}
+
+template <typename T>
+cudaError_t launch_padding(const ConvTranspose2dParams& p, cudaStream_t stream) {
+  PadArgs a;
+  a.bias = p.bias;
+  a.out = p.output;
+  a.batch = p.batch;
+  a.channels = p.out_channels;
+  a.oh = p.out_h;
+  a.ow = p.out_w;
+  a.hk = p.in_h * p.ph_h.kernel;
+  a.wk = p.in_w * p.ph_w.kernel;
+  a.os_n = p.out_stride[0];
+  a.os_c = p.out_stride[1];
+  a.os_h = p.out_stride[2];
+  a.os_w = p.out_stride[3];
+  const int64_t total = a.batch * a.channels * ((a.oh - a.hk) * a.ow + a.hk * (a.ow - a.wk));
+  if (total == 0) return cudaSuccess;
+  const int64_t blocks = (total + 255) / 256;
+  const unsigned grid = (unsigned)(blocks < 65536 ? blocks : 65536);
+  fill_output_padding_kernel<T><<<grid, 256, 0, stream>>>(a);
+  return cudaGetLastError();
+}
+
+template <typename T>
+cudaError_t launch_typed(const ConvTranspose2dParams& p, cudaStream_t stream) {
+  const int KH = p.ph_h.kernel, KW = p.ph_w.kernel;
+  GemmArgs a;
+  a.in = p.input;
+  a.wt = p.weight;
+  a.bias = p.bias;
+  a.out = p.output;
+  a.M = p.batch * p.in_h * p.in_w;
+  a.hw = p.in_h * p.in_w;
+  a.w = p.in_w;
+  a.K = (int)p.in_per_group;
+  a.cout_g = (int)p.out_per_group;
+  a.kh = KH;
+  a.kw = KW;
+  a.khkw = KH * KW;
+  a.ncol = (int)(p.out_per_group * KH * KW);
+  a.n_tiles = (a.ncol + kBN - 1) / kBN;
+  a.is_n = p.in_stride[0];
+  a.is_c = p.in_stride[1];
+  a.is_h = p.in_stride[2];
+  a.is_w = p.in_stride[3];
+  a.os_n = p.out_stride[0];
+  a.os_c = p.out_stride[1];
+  a.os_h = p.out_stride[2];
+  a.os_w = p.out_stride[3];
+  a.div_kw = make_small_div((uint32_t)KW);
+  a.div_khkw = make_small_div((uint32_t)(KH * KW));
+  a.out_channels_last = p.out_channels_last;
+  // Paired stores: the two elements of a pair are adjacent (unit stride along the paired index)
+  // and every other offset term is even, so the pair's address is 2-element aligned.
+  {
+    const int64_t* os = p.out_stride;
+    const bool even_rest = ptr_aligned(p.output, 2 * (int64_t)sizeof(T)) &&
+                           stride_multiple(os[0], p.batch, 2) && stride_multiple(os[2], p.out_h, 2);
+    if (!p.out_channels_last) {
+      a.pair_store = even_rest && KW % 2 == 0 && os[3] == 1 && stride_multiple(os[1], p.out_channels, 2);
+    } else {
+      a.pair_store = even_rest && os[1] == 1 && p.out_per_group % 2 == 0 &&
+                     stride_multiple(os[3], p.out_w, 2);
+    }
+  }
+
+  if (a.M > 0 && a.ncol > 0) {
+    const int64_t m_tiles = (a.M + kBM - 1) / kBM;
+    const cudaError_t err = dispatch<T>(p, a, m_tiles, stream);
+    if (err != cudaSuccess) return err;
+  }
+  return launch_padding<T>(p, stream);
+}
+
+}  // namespace
+
+bool gemm_kxs_supports(const ConvTranspose2dParams& p, ScalarKind kind, bool allow_tf32) {
+  switch (kind) {
+    case ScalarKind::kFloat16:
+    case ScalarKind::kBFloat16: break;
+    case ScalarKind::kFloat32:
+      if (!allow_tf32) return false;  // no 3xTF32: exact fp32 goes to another kernel
+      break;
+    default: return false;
+  }
+  auto axis_ok = [](const AxisPhase& a, int64_t in, int64_t out) {
+    // output_padding = out - in*kernel; PyTorch keeps it below the stride, the kernel itself
+    // handles any non-negative amount.
+    return a.kernel >= 1 && a.kernel == a.stride && a.pad == 0 && a.dil == 1 && in >= 0 &&
+           out >= in * a.kernel;
+  };
+  if (!axis_ok(p.ph_h, p.in_h, p.out_h) || !axis_ok(p.ph_w, p.in_w, p.out_w)) return false;
+  const int64_t KH = p.ph_h.kernel, KW = p.ph_w.kernel;
+  if (KH * KW > 256) return false;  // bound used by the epilogue's small divisions
+  if (p.groups < 1 || p.groups > 65535 || p.batch < 0) return false;
+  if (p.in_per_group < 0 || p.out_per_group < 0) return false;
+  if (p.in_per_group * p.groups != p.in_channels || p.out_per_group * p.groups != p.out_channels)
+    return false;
+  if (p.in_per_group > INT32_MAX || p.out_per_group * KH * KW > INT32_MAX) return false;
+  for (int i = 0; i < 4; ++i)
+    if (p.in_stride[i] < 0 || p.w_stride[i] < 0 || p.out_stride[i] < 0) return false;
+  // Weight must be contiguous [Cin, Cout/g, KH, KW]: B is then row-major with row length ncol.
+  const int64_t ncol = p.out_per_group * KH * KW;
+  const int64_t w_sizes[4] = {p.in_channels, p.out_per_group, KH, KW};
+  const int64_t w_want[4] = {ncol, KH * KW, KW, 1};
+  for (int i = 0; i < 4; ++i)
+    if (w_sizes[i] > 1 && p.w_stride[i] != w_want[i]) return false;
+  const int64_t M = p.batch * p.in_h * p.in_w;
+  const int64_t m_tiles = (M + kBM - 1) / kBM;
+  const int64_t n_tiles = (ncol + kBN - 1) / kBN;
+  if (m_tiles * n_tiles > INT32_MAX) return false;  // grid.x
+  if (p.output == nullptr && p.batch * p.out_channels * p.out_h * p.out_w > 0) return false;
+  return true;
+}
+
+cudaError_t launch_conv_transpose2d_gemm_kxs(const ConvTranspose2dParams& p, ScalarKind kind,
+                                             bool allow_tf32, cudaStream_t stream) {
+  if (!gemm_kxs_supports(p, kind, allow_tf32)) return cudaErrorInvalidValue;
+  if (p.batch * p.out_channels * p.out_h * p.out_w == 0) return cudaSuccess;
+  switch (kind) {
+    case ScalarKind::kFloat32: return launch_typed<float>(p, stream);
+    case ScalarKind::kFloat16: return launch_typed<__half>(p, stream);
+    case ScalarKind::kBFloat16: return launch_typed<__nv_bfloat16>(p, stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
+}  // namespace deconv_patch
