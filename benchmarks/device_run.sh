@@ -27,10 +27,12 @@ step "layer benchmark (planner's choice)"
 python3 benchmarks/layers.py ${QUICK:+--quick} --json "$OUT/layers.json" > "$L/layers.log" 2>&1
 tail -12 "$L/layers.log"
 
-step "layer benchmark (direct kernel forced)"
-python3 benchmarks/layers.py --quick --modes tf32,bf16 --variant direct \
-  --json "$OUT/layers_direct.json" > "$L/layers_direct.log" 2>&1
-tail -6 "$L/layers_direct.log"
+for v in direct; do
+  step "layer benchmark ($v forced)"
+  python3 benchmarks/layers.py --quick --variant $v --json "$OUT/layers_$v.json" \
+    > "$L/layers_$v.log" 2>&1
+  grep -E "geomean|slowest" "$L/layers_$v.log"
+done
 
 if [ -z "${QUICK:-}" ]; then
   step "model benchmark"
