@@ -17,7 +17,7 @@ from typing import Optional, Sequence, Tuple
 
 import torch
 
-from . import planner
+from . import autotune, planner
 from .arguments import ConvTransposeArgs, find_problem
 from .extension import load_extension
 from .layout import cuda_output_channels_last
@@ -98,6 +98,11 @@ def _conv_transpose2d_cuda(
         # Nothing to compute: ATen allocates the empty result with its own strides.
         return _aten(input, weight, bias, stride, padding, output_padding, groups, dilation)
     choice = planner.plan(input, weight, args)
+    if len(choice.candidates) > 1 and autotune.enabled():
+        key = autotune.call_key(input, weight, bias is not None, args)
+        best = autotune.pick(key, choice.candidates,
+                             lambda v: run_variant(v, input, weight, bias, args))
+        choice = planner.Plan(best, "autotuned", candidates=choice.candidates)
     if not choice.uses_kernel:
         if choice.fallback:  # our kernels cannot run here (not a choice made for speed)
             warnings.warn(f"deconv_patch: {choice.reason}", FallbackWarning, stacklevel=2)

@@ -1,0 +1,66 @@
+"""The autotune cache: keys, persistence, export/import; on the GPU, the timed choice."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from deconv_patch import autotune, planner
+from deconv_patch.arguments import ConvTransposeArgs
+from deconv_patch.autotune import AutotuneCache
+
+
+def test_cache_persists_and_round_trips(tmp_path):
+    path = tmp_path / "autotune.json"
+    first = AutotuneCache(path)
+    first.record("k1", "gemm_kxs")
+    assert json.loads(path.read_text())["choices"] == {"k1": "gemm_kxs"}
+    second = AutotuneCache(path)
+    assert second.choices == {"k1": "gemm_kxs"}
+    other = AutotuneCache(None)
+    other.import_(second.export())
+    assert other.choices == second.choices
+    with pytest.raises(ValueError):
+        other.import_({"choices": ["not", "a", "mapping"]})
+
+
+def test_unreadable_cache_file_is_ignored(tmp_path):
+    path = tmp_path / "autotune.json"
+    path.write_text("{not json")
+    assert AutotuneCache(path).choices == {}
+
+
+def test_autotune_is_off_unless_cudnn_benchmark():
+    with torch.backends.cudnn.flags(enabled=True, benchmark=False):
+        assert not autotune.enabled()
+
+
+@pytest.mark.cuda
+def test_autotune_times_candidates_once_and_result_is_correct(tmp_path, monkeypatch):
+    monkeypatch.setattr(autotune, "_CACHE", AutotuneCache(tmp_path / "a.json"))
+    x = torch.randn(4, 64, 20, 20, device="cuda", dtype=torch.float16)
+    w = torch.randn(64, 32, 2, 2, device="cuda", dtype=torch.float16)
+    args = ConvTransposeArgs.from_values(stride=2)
+    with torch.backends.cudnn.flags(enabled=True, benchmark=True, allow_tf32=True):
+        out = torch.ops.deconv_patch.conv_transpose2d(x, w, None, 2)
+        key = autotune.call_key(x, w, False, args)
+        assert autotune.cache().choices[key] in ("gemm_kxs", "aten")
+        again = torch.ops.deconv_patch.conv_transpose2d(x, w, None, 2)
+    ref = F.conv_transpose2d(x.double(), w.double(), None, 2)
+    assert (out.double() - ref).abs().max() <= 2 * (F.conv_transpose2d(x, w, None, 2).double()
+                                                    - ref).abs().max() + 1e-2
+    assert torch.equal(out, again)
+    assert len(autotune.cache().choices) == 1
+
+
+@pytest.mark.cuda
+def test_planner_prefers_cudnn_for_small_channels_last_gemm():
+    x = torch.randn(2, 256, 14, 14, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(256, 256, 2, 2, device="cuda", dtype=torch.bfloat16)
+    args = ConvTransposeArgs.from_values(stride=2)
+    nhwc = planner.plan(x.contiguous(memory_format=torch.channels_last), w, args)
+    assert nhwc.variant == "aten" and "gemm_kxs" in nhwc.candidates and not nhwc.fallback
+    assert planner.plan(x, w, args).variant == "gemm_kxs"
