@@ -4,7 +4,8 @@ models, in one process.
     python benchmarks/layers.py [--quick] [--modes tf32,fp32,bf16,fp16] [--formats nchw,nhwc]
                                 [--json out.json]
 
-Per layer and mode: cuDNN time (cudnn.benchmark=True, warmed up), our time, speedup
+Per layer and mode: cuDNN time (cudnn.benchmark=True, warmed up), our time (a
+FastConvTranspose2d, as optimize() installs it; autotune is on since cudnn.benchmark is), speedup
 (cuDNN / ours), our % of the roofline floor and the variant the planner chose. CUDA events
 around each call, median of many reps, inputs rotated through more than 2x the L2 size so small
 layers are not flattered by the cache. Last lines: geomean speedup per mode, slowest layer.
@@ -25,7 +26,7 @@ import torch
 import torch.nn.functional as F
 
 import deconv_patch
-from deconv_patch import planner
+from deconv_patch import autotune, planner
 from deconv_patch.arguments import ConvTransposeArgs
 
 
@@ -191,9 +192,18 @@ def bench_layer(layer: Layer, mode: str, layout: str, ceil: Ceilings, reps: int,
         return F.conv_transpose2d(x, w, b, *call)
 
     forced = planner.use_variant(variant) if variant else contextlib.nullcontext()
+    # What optimize() gives users: the patched module (eager fast path included).
+    module = deconv_patch.FastConvTranspose2d(
+        layer.cin, layer.cout, layer.kernel, layer.stride, layer.padding,  # type: ignore[arg-type]
+        layer.output_padding, layer.groups, layer.bias, layer.dilation,  # type: ignore[arg-type]
+        device="cuda", dtype=dtype)
+    with torch.no_grad():
+        module.weight.copy_(w)
+        if b is not None:
+            module.bias.copy_(b)
 
     def ours_fn(x):
-        return torch.ops.deconv_patch.conv_transpose2d(x, w, b, *call)
+        return module(x)
 
     with torch.no_grad(), forced:
         ref64 = F.conv_transpose2d(inputs[0].double(), w.double(),
@@ -203,7 +213,11 @@ def bench_layer(layer: Layer, mode: str, layout: str, ceil: Ceilings, reps: int,
         del ref64
         cudnn_ms = median_ms(ref_fn, inputs, 5, reps)
         ours_ms = median_ms(ours_fn, inputs, 5, reps)
-        chosen = planner.plan(inputs[0], w, a).variant
+        plan = planner.plan(inputs[0], w, a)
+        chosen = plan.variant
+        if len(plan.candidates) > 1 and autotune.enabled():
+            key = autotune.call_key(inputs[0], w, b is not None, a)
+            chosen = autotune.cache().choices.get(key, chosen)
     floor_ms = max(layer.flops() / (ceil.rate(mode) * 1e9),
                    layer.bytes(elem) / (ceil.copy_gbs * 1e6))
     return Row(layer.name, mode, layout, cudnn_ms, ours_ms, cudnn_ms / ours_ms, floor_ms,

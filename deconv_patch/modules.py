@@ -72,9 +72,18 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
         )
 
     def _plan(self, input: torch.Tensor) -> planner.Plan:
-        args = ConvTransposeArgs(self.stride, self.padding, self.output_padding,  # type: ignore[arg-type]
-                                 self.dilation, self.groups)  # type: ignore[arg-type]
-        return planner.plan_layer(input.device, input.dtype, self.kernel_size, args)
+        """The layer's plan, cached per (device, dtype, backend flags): this runs every call."""
+        key = (input.device, input.dtype, torch.backends.cudnn.enabled,
+               torch.backends.cudnn.allow_tf32, planner.forced_variant(), self.stride,
+               self.padding, self.output_padding, self.dilation, self.groups, self.kernel_size)
+        cache = self.__dict__.setdefault("_plan_cache", {})
+        found = cache.get(key)
+        if found is None:
+            args = ConvTransposeArgs(self.stride, self.padding, self.output_padding,  # type: ignore[arg-type]
+                                     self.dilation, self.groups)  # type: ignore[arg-type]
+            found = cache[key] = planner.plan_layer(input.device, input.dtype, self.kernel_size,
+                                                    args)
+        return found
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, backend={self.backend}"

@@ -74,6 +74,11 @@ def _capability(index: int) -> tuple:
     return torch.cuda.get_device_capability(index)
 
 
+def forced_variant() -> Optional[str]:
+    """The variant `use_variant` forces in this context, if any."""
+    return _forced_variant.get()
+
+
 def device_support(device: torch.device, dtype: torch.dtype) -> Optional[str]:
     """Why our kernels cannot run for this device/dtype, or None when they can."""
     if device.type != "cuda":
