@@ -27,6 +27,7 @@
 #include <cstdint>
 
 #include "conv_transpose2d_gemm_kxs.h"
+#include "scalar_convert.cuh"
 
 namespace deconv_patch {
 namespace {
@@ -39,28 +40,6 @@ constexpr int kWarpM = 64;
 constexpr int kWarpN = 32;
 constexpr int kMT = kWarpM / 16;  // m16 tiles per warp
 constexpr int kNT = kWarpN / 8;   // n8 tiles per warp
-
-template <typename T>
-__device__ __forceinline__ float to_float(T v);
-template <>
-__device__ __forceinline__ float to_float<float>(float v) { return v; }
-template <>
-__device__ __forceinline__ float to_float<__half>(__half v) { return __half2float(v); }
-template <>
-__device__ __forceinline__ float to_float<__nv_bfloat16>(__nv_bfloat16 v) {
-  return __bfloat162float(v);
-}
-
-template <typename T>
-__device__ __forceinline__ T from_float(float v);
-template <>
-__device__ __forceinline__ float from_float<float>(float v) { return v; }
-template <>
-__device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
-  return __float2bfloat16_rn(v);
-}
 
 // Division of small non-negative numerators by a runtime divisor d: q = umulhi(x, ceil(2^32/d)).
 // Exact whenever x*d <= 2^32 (error of the product is below x/2^32 <= 1/d). magic == 0 encodes d == 1.

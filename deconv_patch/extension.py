@@ -7,6 +7,7 @@ processes load it in milliseconds; torch's loader rebuilds by itself when a sour
 from __future__ import annotations
 
 import functools
+import hashlib
 import os
 import shutil
 import sys
@@ -62,7 +63,16 @@ def cache_dir(capabilities: Optional[Sequence[tuple]] = None) -> Path:
     caps = capabilities if capabilities is not None else _capabilities()
     arch = "-".join(f"sm{a}{b}" for a, b in caps) or "noarch"
     torch_tag = torch.__version__.replace("+", "_")
-    return base / f"torch{torch_tag}-cuda{torch.version.cuda}-{arch}"
+    return base / f"torch{torch_tag}-cuda{torch.version.cuda}-{arch}-src{sources_digest()}"
+
+
+def sources_digest() -> str:
+    """Hash of every file in cuda/ (headers too: torch's loader only hashes the .cpp/.cu list)."""
+    digest = hashlib.sha256()
+    for path in sorted(p for p in cuda_source_dir().iterdir() if p.is_file()):
+        digest.update(path.name.encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:12]
 
 
 def _missing_requirements() -> Optional[str]:
@@ -114,9 +124,7 @@ def load_extension() -> ModuleType:
     build_dir = cache_dir(caps)
     build_dir.mkdir(parents=True, exist_ok=True)
     sources = source_files()
-    built = build_dir / f"{EXTENSION_NAME}.so"
-    newest_source = max(p.stat().st_mtime for p in sources + list(cuda_source_dir().glob("*.h")))
-    if not built.exists() or built.stat().st_mtime < newest_source:
+    if not (build_dir / f"{EXTENSION_NAME}.so").exists():
         archs = ", ".join(f"sm_{a}{b}" for a, b in caps)
         print(
             f"deconv_patch: compiling CUDA kernels for {archs} (first use, about a minute) "

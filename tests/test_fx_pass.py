@@ -12,16 +12,11 @@ from torch import fx, nn
 from deconv_patch import planner
 from deconv_patch.fx_pass import OUR_OP, UntraceableError, fx_patch, trace
 from deconv_patch.modules import FastConvTranspose2d
+from tests.modelkit import random_bn
 
 
 def _eval_bn(channels: int) -> nn.BatchNorm2d:
-    bn = nn.BatchNorm2d(channels).eval()
-    with torch.no_grad():
-        bn.running_mean.normal_(0.0, 0.5)
-        bn.running_var.uniform_(0.5, 2.0)
-        bn.weight.normal_(1.0, 0.3)
-        bn.bias.normal_()
-    return bn
+    return random_bn(channels).eval()
 
 
 class ConvBnRelu(nn.Module):

@@ -13,16 +13,10 @@ from torch import nn
 from deconv_patch.modules import FastConvTranspose2d
 from deconv_patch.optimize import optimize
 from deconv_patch.summary import PatchSummary, summary
+from tests.modelkit import random_bn
 
 
-def _eval_bn(channels: int) -> nn.BatchNorm2d:
-    bn = nn.BatchNorm2d(channels)
-    with torch.no_grad():
-        bn.running_mean.normal_(0.0, 0.5)
-        bn.running_var.uniform_(0.5, 2.0)
-        bn.weight.normal_(1.0, 0.3)
-        bn.bias.normal_()
-    return bn
+_eval_bn = random_bn
 
 
 class Decoder(nn.Module):

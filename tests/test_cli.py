@@ -1,0 +1,41 @@
+"""The `deconv-patch` console script, run as users run it (a subprocess)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import deconv_patch
+
+
+def run(*args: str) -> subprocess.CompletedProcess:
+    exe = shutil.which("deconv-patch")
+    cmd = [exe, *args] if exe else [sys.executable, "-m", "deconv_patch.cli", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+
+
+def test_version_and_help():
+    out = run("--version")
+    assert out.returncode == 0 and deconv_patch.__version__ in out.stdout
+    helped = run("--help")
+    assert helped.returncode == 0 and "build" in helped.stdout and "demo" in helped.stdout
+
+
+def test_demo_runs_and_passes():
+    out = run("demo", "--batch", "4")
+    assert out.returncode == 0, out.stderr
+    assert "patched 4 ConvTranspose2d layers" in out.stdout and "PASS" in out.stdout
+    if not torch.cuda.is_available():
+        assert "CUDA is needed for the speedup" in out.stdout
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU error path")
+def test_build_without_cuda_fails_with_a_clear_message():
+    out = run("build")
+    assert out.returncode == 2
+    assert "error: deconv_patch cannot use its CUDA kernels" in out.stderr
+    assert "Traceback" not in out.stderr

@@ -1,0 +1,43 @@
+"""Build plumbing that can be checked without a GPU: sources, flags, cache path, clear errors."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from deconv_patch import extension
+
+
+def test_sources_are_found_and_kernel_files_have_no_torch_headers():
+    files = extension.source_files()
+    assert files[0].name == "torch_binding.cpp"
+    kernels = [f for f in files if f.suffix == ".cu"]
+    assert {f.name for f in kernels} >= {"conv_transpose2d_direct.cu", "conv_transpose2d_gemm_kxs.cu"}
+    for path in extension.cuda_source_dir().iterdir():
+        if path.suffix in (".cu", ".cuh", ".h"):
+            text = path.read_text()
+            assert "torch/" not in text and "ATen/" not in text, path.name
+
+
+def test_gencode_flags_cover_each_gpu_and_ptx_for_the_newest():
+    flags = extension.gencode_flags([(8, 0), (9, 0)])
+    assert flags == ["-gencode=arch=compute_80,code=sm_80", "-gencode=arch=compute_90,code=sm_90",
+                     "-gencode=arch=compute_90,code=compute_90"]
+    assert extension.gencode_flags([]) == []
+
+
+def test_cache_dir_names_torch_cuda_arch_and_sources(monkeypatch, tmp_path):
+    monkeypatch.setenv("DECONV_PATCH_CACHE", str(tmp_path))
+    path = extension.cache_dir([(9, 0)])
+    assert path.parent == tmp_path
+    assert path.name.startswith(f"torch{torch.__version__.replace('+', '_')}")
+    assert "sm90" in path.name and path.name.endswith(extension.sources_digest())
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU error path")
+def test_clear_error_without_cuda():
+    extension.load_extension.cache_clear()
+    with pytest.raises(extension.ExtensionUnavailableError, match="CUDA") as err:
+        extension.load_extension()
+    assert "install" in str(err.value).lower() or "visible" in str(err.value)
+    assert not extension.extension_available()
