@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 
 import deconv_patch
-from deconv_patch import autotune, planner
+from deconv_patch import planner
 from deconv_patch.arguments import ConvTransposeArgs
 
 
@@ -188,8 +188,6 @@ def bench_layer(layer: Layer, mode: str, layout: str, ceil: Ceilings, reps: int,
     a = layer.args
     call = (a.stride, a.padding, a.output_padding, a.groups, a.dilation)
 
-    def ref_fn(x):
-        return F.conv_transpose2d(x, w, b, *call)
 
     forced = planner.use_variant(variant) if variant else contextlib.nullcontext()
     # What optimize() gives users: the patched module (eager fast path included).
@@ -201,6 +199,15 @@ def bench_layer(layer: Layer, mode: str, layout: str, ceil: Ceilings, reps: int,
         module.weight.copy_(w)
         if b is not None:
             module.bias.copy_(b)
+    # PyTorch's side is the nn.ConvTranspose2d the user had: same module-call overhead.
+    reference = torch.nn.ConvTranspose2d(
+        layer.cin, layer.cout, layer.kernel, layer.stride, layer.padding,  # type: ignore[arg-type]
+        layer.output_padding, layer.groups, layer.bias, layer.dilation,  # type: ignore[arg-type]
+        device="cuda", dtype=dtype)
+    reference.load_state_dict(module.state_dict())
+
+    def ref_fn(x):
+        return reference(x)
 
     def ours_fn(x):
         return module(x)
@@ -213,11 +220,7 @@ def bench_layer(layer: Layer, mode: str, layout: str, ceil: Ceilings, reps: int,
         del ref64
         cudnn_ms = median_ms(ref_fn, inputs, 5, reps)
         ours_ms = median_ms(ours_fn, inputs, 5, reps)
-        plan = planner.plan(inputs[0], w, a)
-        chosen = plan.variant
-        if len(plan.candidates) > 1 and autotune.enabled():
-            key = autotune.call_key(inputs[0], w, b is not None, a)
-            chosen = autotune.cache().choices.get(key, chosen)
+        chosen = module._plan(inputs[0]).variant
     floor_ms = max(layer.flops() / (ceil.rate(mode) * 1e9),
                    layer.bytes(elem) / (ceil.copy_gbs * 1e6))
     return Row(layer.name, mode, layout, cudnn_ms, ours_ms, cudnn_ms / ours_ms, floor_ms,

@@ -7,15 +7,16 @@ ConvTranspose2d keeps working.
 
 from __future__ import annotations
 
+import warnings
 from typing import List, Optional
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from . import planner
-from .arguments import ConvTransposeArgs
-from .ops import conv_transpose2d
+from . import autotune, planner
+from .arguments import ConvTransposeArgs, find_problem
+from .ops import FallbackWarning, conv_transpose2d
 
 
 class FastConvTranspose2d(nn.ConvTranspose2d):
@@ -72,17 +73,32 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
         )
 
     def _plan(self, input: torch.Tensor) -> planner.Plan:
-        """The layer's plan, cached per (device, dtype, backend flags): this runs every call."""
-        key = (input.device, input.dtype, torch.backends.cudnn.enabled,
-               torch.backends.cudnn.allow_tf32, planner.forced_variant(), self.stride,
-               self.padding, self.output_padding, self.dilation, self.groups, self.kernel_size)
+        """The plan for this input, cached per input geometry, device, dtype and backend flags
+        (this runs on every call, so a hit is one dict lookup)."""
+        key = (tuple(input.shape), input.stride(), input.device, input.dtype,
+               self.weight.stride(), torch.backends.cudnn.enabled,
+               torch.backends.cudnn.allow_tf32, torch.backends.cudnn.benchmark,
+               planner.forced_variant(), self.stride, self.padding, self.output_padding,
+               self.dilation, self.groups)
         cache = self.__dict__.setdefault("_plan_cache", {})
         found = cache.get(key)
-        if found is None:
-            args = ConvTransposeArgs(self.stride, self.padding, self.output_padding,  # type: ignore[arg-type]
-                                     self.dilation, self.groups)  # type: ignore[arg-type]
-            found = cache[key] = planner.plan_layer(input.device, input.dtype, self.kernel_size,
-                                                    args)
+        if found is not None:
+            return found
+        args = ConvTransposeArgs(self.stride, self.padding, self.output_padding,  # type: ignore[arg-type]
+                                 self.dilation, self.groups)  # type: ignore[arg-type]
+        bias = self.bias
+        if find_problem(input, self.weight, bias, args) is not None:
+            return planner.Plan(planner.ATEN, "invalid call: PyTorch raises its error")
+        found = planner.plan(input, self.weight, args)
+        if found.fallback and input.is_cuda:  # our kernels cannot run here: say so, once
+            warnings.warn(f"deconv_patch: {found.reason}", FallbackWarning, stacklevel=3)
+        if len(found.candidates) > 1 and autotune.enabled():
+            key_t = autotune.call_key(input, self.weight, bias is not None, args)
+            known = autotune.cache().choices.get(key_t)
+            if known is None:
+                return found  # not timed yet: the op autotunes this call; re-plan next time
+            found = planner.Plan(known, "autotuned", candidates=found.candidates)
+        cache[key] = found
         return found
 
     def extra_repr(self) -> str:

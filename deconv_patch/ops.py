@@ -101,13 +101,26 @@ def _conv_transpose2d_cuda(
     if len(choice.candidates) > 1 and autotune.enabled():
         key = autotune.call_key(input, weight, bias is not None, args)
         best = autotune.pick(key, choice.candidates,
-                             lambda v: run_variant(v, input, weight, bias, args))
+                             lambda v: _call_as_users_do(v, input, weight, bias, args))
         choice = planner.Plan(best, "autotuned", candidates=choice.candidates)
     if not choice.uses_kernel:
         if choice.fallback:  # our kernels cannot run here (not a choice made for speed)
             warnings.warn(f"deconv_patch: {choice.reason}", FallbackWarning, stacklevel=2)
         return _aten(input, weight, bias, stride, padding, output_padding, groups, dilation)
     return run_variant(choice.variant, input, weight, bias, args)
+
+
+def _call_as_users_do(variant: str, input: torch.Tensor, weight: torch.Tensor,
+                      bias: Optional[torch.Tensor], args: ConvTransposeArgs) -> torch.Tensor:
+    """One call the way a patched model makes it, host overhead included, for autotune:
+    PyTorch directly for ``aten`` (FastConvTranspose2d's fast path), else through this op."""
+    if variant == planner.ATEN:
+        return _aten(input, weight, bias, args.stride, args.padding, args.output_padding,
+                     args.groups, args.dilation)
+    with planner.use_variant(variant):
+        return torch.ops.deconv_patch.conv_transpose2d(
+            input, weight, bias, args.stride, args.padding, args.output_padding, args.groups,
+            args.dilation)
 
 
 def run_variant(

@@ -35,6 +35,7 @@ DIRECT = "direct"
 ATEN = "aten"
 VARIANTS = (GEMM_KXS, DIRECT, ATEN)
 _GEMM_TILE = 128
+_MIN_GEMM_OUTPUT_BYTES = 64 * 2**20
 
 # The variant forced by `use_variant` in this context (thread/task-local, not process-global).
 _forced_variant: contextvars.ContextVar[Optional[str]] = contextvars.ContextVar(
@@ -138,10 +139,16 @@ def plan(input: torch.Tensor, weight: torch.Tensor, args: ConvTransposeArgs) -> 
         if not weight.is_contiguous() or tiles >= 2**31:
             return Plan(ATEN, "gemm_kxs needs a contiguous weight and < 2^31 tiles; cuDNN")
         k = input.shape[-3] // args.groups
+        out_bytes = rows * cols * args.groups * input.element_size()
         if is_channels_last(input) and (rows < 32768 or k > 512):
             # Measured on H100: cuDNN's NHWC kernels beat gemm_kxs on small-M / large-K
             # channels_last layers (U-Net up1 0.55x, Mask R-CNN head 0.66x); autotune re-checks.
             return Plan(ATEN, "cuDNN's NHWC kernel is faster at this size (heuristic)",
+                        candidates=chosen.candidates)
+        if out_bytes < _MIN_GEMM_OUTPUT_BYTES:
+            # Our op's host overhead (Python dispatch, ~0.1 ms on the H100 host) outweighs the
+            # kernel's gain on small layers; autotune (cudnn.benchmark) measures it exactly.
+            return Plan(ATEN, "layer too small to repay deconv_patch's dispatch overhead",
                         candidates=chosen.candidates)
     return chosen
 

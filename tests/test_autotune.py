@@ -63,4 +63,5 @@ def test_planner_prefers_cudnn_for_small_channels_last_gemm():
     args = ConvTransposeArgs.from_values(stride=2)
     nhwc = planner.plan(x.contiguous(memory_format=torch.channels_last), w, args)
     assert nhwc.variant == "aten" and "gemm_kxs" in nhwc.candidates and not nhwc.fallback
-    assert planner.plan(x, w, args).variant == "gemm_kxs"
+    nchw = planner.plan(x, w, args)  # small layer: dispatch overhead would eat the gain
+    assert nchw.variant == "aten" and "overhead" in nchw.reason and "gemm_kxs" in nchw.candidates
