@@ -220,7 +220,7 @@ def bench_layer(layer: Layer, mode: str, layout: str, ceil: Ceilings, reps: int,
         del ref64
         cudnn_ms = median_ms(ref_fn, inputs, 5, reps)
         ours_ms = median_ms(ours_fn, inputs, 5, reps)
-        chosen = module._plan(inputs[0]).variant
+        chosen = module.plan_for(inputs[0]).variant
     floor_ms = max(layer.flops() / (ceil.rate(mode) * 1e9),
                    layer.bytes(elem) / (ceil.copy_gbs * 1e6))
     return Row(layer.name, mode, layout, cudnn_ms, ours_ms, cudnn_ms / ours_ms, floor_ms,

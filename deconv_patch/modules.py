@@ -60,7 +60,7 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
             input, output_size, self.stride, self.padding, self.kernel_size,  # type: ignore[arg-type]
             2, self.dilation,  # type: ignore[arg-type]
         )
-        if not torch.compiler.is_compiling() and not self._plan(input).uses_kernel:
+        if not torch.compiler.is_compiling() and not self.plan_for(input).uses_kernel:
             # Eager fast path: where the planner runs PyTorch anyway, call it directly and skip
             # the custom op's dispatch overhead (tens of microseconds per call).
             return F.conv_transpose2d(
@@ -72,9 +72,9 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
             self.groups, self.dilation,
         )
 
-    def _plan(self, input: torch.Tensor) -> planner.Plan:
-        """The plan for this input, cached per input geometry, device, dtype and backend flags
-        (this runs on every call, so a hit is one dict lookup)."""
+    def plan_for(self, input: torch.Tensor) -> planner.Plan:
+        """Which implementation runs for this input and why. Cached per input geometry,
+        device, dtype and backend flags (this runs on every call: a hit is one dict lookup)."""
         key = (tuple(input.shape), input.stride(), input.device, input.dtype,
                self.weight.stride(), torch.backends.cudnn.enabled,
                torch.backends.cudnn.allow_tf32, torch.backends.cudnn.benchmark,

@@ -27,6 +27,7 @@ from torch import nn
 from ._version import __version__
 from .modules import FastConvTranspose2d
 from .ops import FallbackWarning
+from .planner import ATEN
 from .report import (
     Environment,
     LayerResult,
@@ -826,6 +827,11 @@ def _layer_accuracy(pair: _LayerPair, cap_o: Optional[_Capture], cap_p: Optional
         return layer
     layer.input_shapes = [list(t.shape) for _, t in _flatten((source.args, source.kwargs))
                           if isinstance(t, torch.Tensor)]
+    plan_for = getattr(pair.patched, "plan_for", None)
+    first = next((t for _, t in _flatten((source.args, source.kwargs))
+                  if isinstance(t, torch.Tensor)), None)
+    if callable(plan_for) and first is not None:  # the variant for this very input
+        layer.variant = plan_for(first).variant
     if cap_o is not None:
         out_p = _call(pair.patched, cap_o.args, cap_o.kwargs, seed, device)
         out_r = None
@@ -890,11 +896,11 @@ def _end_to_end_speed(report: ValidationReport, m: _Models, seed: int, warmup: i
                                                  warmup, reps, graphs, input_grads=False)
         if report.forward_backward is None:
             report.notes.append("forward+backward not timed: nothing requires a gradient")
-    if any(layer.variant not in (None, "direct") for layer in report.layers):
-        fallback = [layer.name for layer in report.layers
-                    if layer.variant not in (None, "direct")]
-        report.notes.append(f"layers running PyTorch's implementation (no deconv_patch kernel "
-                            f"for this device/dtype): {', '.join(fallback)}")
+    on_pytorch = [layer.name for layer in report.layers if layer.variant == ATEN]
+    if on_pytorch:
+        report.notes.append("layers running PyTorch's implementation (faster there, or no "
+                            f"deconv_patch kernel covers them; see the planner): "
+                            f"{', '.join(on_pytorch)}")
 
 
 def _judge(report: ValidationReport, tol: Tolerances) -> None:
