@@ -8,7 +8,7 @@ ConvTranspose2d keeps working.
 from __future__ import annotations
 
 import warnings
-from typing import List, Optional
+from typing import List, Optional, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -17,6 +17,9 @@ from torch import nn
 from . import autotune, planner
 from .arguments import ConvTransposeArgs, find_problem
 from .ops import FallbackWarning, conv_transpose2d
+
+
+_PLAN_CACHE_SIZE = 256
 
 
 class FastConvTranspose2d(nn.ConvTranspose2d):
@@ -60,7 +63,7 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
             input, output_size, self.stride, self.padding, self.kernel_size,  # type: ignore[arg-type]
             2, self.dilation,  # type: ignore[arg-type]
         )
-        if not torch.compiler.is_compiling() and not self.plan_for(input).uses_kernel:
+        if not torch.compiler.is_compiling() and not self.plan_for(input, output_padding).uses_kernel:
             # Eager fast path: where the planner runs PyTorch anyway, call it directly and skip
             # the custom op's dispatch overhead (tens of microseconds per call).
             return F.conv_transpose2d(
@@ -72,19 +75,24 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
             self.groups, self.dilation,
         )
 
-    def plan_for(self, input: torch.Tensor) -> planner.Plan:
-        """Which implementation runs for this input and why. Cached per input geometry,
-        device, dtype and backend flags (this runs on every call: a hit is one dict lookup)."""
+    def plan_for(self, input: torch.Tensor,
+                 output_padding: Optional[Sequence[int]] = None) -> planner.Plan:
+        """Which implementation runs for this input (and the output_padding an `output_size=`
+        implies) and why. Cached per input geometry, device, dtype and backend flags: this runs
+        on every call, so a hit is one dict lookup."""
+        out_pad = tuple(output_padding) if output_padding is not None else self.output_padding
         key = (tuple(input.shape), input.stride(), input.device, input.dtype,
                self.weight.stride(), torch.backends.cudnn.enabled,
                torch.backends.cudnn.allow_tf32, torch.backends.cudnn.benchmark,
-               planner.forced_variant(), self.stride, self.padding, self.output_padding,
+               planner.forced_variant(), self.stride, self.padding, out_pad,
                self.dilation, self.groups)
         cache = self.__dict__.setdefault("_plan_cache", {})
         found = cache.get(key)
         if found is not None:
             return found
-        args = ConvTransposeArgs(self.stride, self.padding, self.output_padding,  # type: ignore[arg-type]
+        if len(cache) >= _PLAN_CACHE_SIZE:  # e.g. detection models with varying input sizes
+            cache.clear()
+        args = ConvTransposeArgs(self.stride, self.padding, out_pad,  # type: ignore[arg-type]
                                  self.dilation, self.groups)  # type: ignore[arg-type]
         bias = self.bias
         if find_problem(input, self.weight, bias, args) is not None:
