@@ -63,9 +63,17 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
             input, output_size, self.stride, self.padding, self.kernel_size,  # type: ignore[arg-type]
             2, self.dilation,  # type: ignore[arg-type]
         )
-        if not torch.compiler.is_compiling() and not self.plan_for(input, output_padding).uses_kernel:
-            # Eager fast path: where the planner runs PyTorch anyway, call it directly and skip
-            # the custom op's dispatch overhead (tens of microseconds per call).
+        if torch.compiler.is_compiling():
+            # Graph time: layers no kernel of ours covers stay aten convolutions, which Inductor
+            # schedules itself; the rest become our op (which still plans per call).
+            args = ConvTransposeArgs(self.stride, self.padding, tuple(output_padding),  # type: ignore[arg-type]
+                                     self.dilation, self.groups)  # type: ignore[arg-type]
+            use_op = planner.may_use_kernel(input.device, input.dtype, self.kernel_size, args)
+        else:
+            use_op = self.plan_for(input, output_padding).uses_kernel
+        if not use_op:
+            # Where the planner runs PyTorch anyway, call it directly and skip the custom op's
+            # dispatch overhead (tens of microseconds per call).
             return F.conv_transpose2d(
                 input, self.weight, self.bias, self.stride, self.padding, output_padding,
                 self.groups, self.dilation,

@@ -126,6 +126,17 @@ def gemm_kxs_problem(dtype: torch.dtype, kernel_hw: Sequence[int],
     return None
 
 
+def may_use_kernel(device: torch.device, dtype: torch.dtype, kernel_hw: Sequence[int],
+                   args: ConvTransposeArgs) -> bool:
+    """Whether any kernel of ours could run this layer: plan_layer's rules without the
+    context-variable and per-GPU lookups, so torch.compile can trace it (graph-time decision)."""
+    if device.type != "cuda" or dtype not in KERNEL_DTYPES:
+        return False
+    return (gemm_kxs_problem(dtype, kernel_hw, args) is None
+            or any(op >= s for op, s in zip(args.output_padding, args.stride))
+            or not torch.backends.cudnn.enabled)
+
+
 def plan(input: torch.Tensor, weight: torch.Tensor, args: ConvTransposeArgs) -> Plan:
     """The variant for this call. Inputs are already validated (see arguments.find_problem)."""
     if input.device.type == "cuda" and not fits_int32(input, weight, args):
