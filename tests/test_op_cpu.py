@@ -130,3 +130,14 @@ def test_invalid_call_raises_pytorchs_own_error():
     with pytest.raises(RuntimeError) as theirs:
         F.conv_transpose2d(x, w)
     assert str(ours.value) == str(theirs.value)
+
+
+def test_double_backward_gradgradcheck():
+    x = torch.randn(1, 4, 3, 3, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(4, 2, 3, 3, dtype=torch.float64, requires_grad=True)
+    b = torch.randn(4, dtype=torch.float64, requires_grad=True)
+
+    def fn(x, w, b):
+        return OP(x, w, b, 2, 1, 1, 2, 1)
+
+    assert torch.autograd.gradgradcheck(fn, (x, w, b), eps=1e-6, atol=1e-5)
