@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import json
 import math
 import statistics
@@ -28,6 +29,7 @@ import torch.nn.functional as F
 import deconv_patch
 from deconv_patch import planner
 from deconv_patch.arguments import ConvTransposeArgs
+from deconv_patch.timing import time_cuda
 
 
 @dataclass(frozen=True)
@@ -124,16 +126,9 @@ class Ceilings:
 
 
 def median_ms(fn, inputs: List[torch.Tensor], warmup: int, reps: int) -> float:
-    for i in range(warmup):
-        fn(inputs[i % len(inputs)])
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-    for i in range(reps):
-        starts[i].record()
-        fn(inputs[i % len(inputs)])
-        ends[i].record()
-    torch.cuda.synchronize()
-    return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends))
+    """Median ms per call of fn, rotating through `inputs` (so L2 does not flatter)."""
+    turn = itertools.count()
+    return time_cuda(lambda: fn(inputs[next(turn) % len(inputs)]), warmup, reps).median_ms
 
 
 def measure_ceilings() -> Ceilings:

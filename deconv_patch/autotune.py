@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import json
 import os
-import statistics
 from pathlib import Path
 from typing import Callable, Dict, Optional, Sequence
 
 import torch
 
 from .arguments import ConvTransposeArgs
+from .timing import time_cuda
 
 _WARMUP = 2
 _REPS = 7
@@ -99,18 +99,7 @@ def pick(key: str, candidates: Sequence[str], run: Callable[[str], object]) -> s
     known = cache().choices.get(key)
     if known in candidates:
         return known  # type: ignore[return-value]
-    times = {}
-    for variant in candidates:
-        for _ in range(_WARMUP):
-            run(variant)
-        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-                  for _ in range(_REPS)]
-        for start, end in events:
-            start.record()
-            run(variant)
-            end.record()
-        torch.cuda.synchronize()
-        times[variant] = statistics.median(s.elapsed_time(e) for s, e in events)
+    times = {v: time_cuda(lambda v=v: run(v), _WARMUP, _REPS).median_ms for v in candidates}
     best = min(times, key=times.__getitem__)
     cache().record(key, best)
     return best

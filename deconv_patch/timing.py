@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
-from typing import Callable, List
+from typing import Any, Callable, List, Sequence
 
 import torch
 
@@ -19,16 +19,27 @@ class Timing:
     reps: int
 
 
+def time_interleaved(fns: Sequence[Callable[[], Any]], warmup: int, reps: int
+                     ) -> List[List[float]]:
+    """Milliseconds per call for each fn, one CUDA event pair per call, the fns taking turns
+    (order alternating every rep) so drift and ordering effects hit all of them alike."""
+    for _ in range(warmup):
+        for fn in fns:
+            fn()
+    events = [[(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+               for _ in range(reps)] for _ in fns]
+    order = list(range(len(fns)))
+    for r in range(reps):
+        for i in (order if r % 2 == 0 else order[::-1]):
+            start, end = events[i][r]
+            start.record()
+            fns[i]()
+            end.record()
+    torch.cuda.synchronize()
+    return [[s.elapsed_time(e) for s, e in per_fn] for per_fn in events]
+
+
 def time_cuda(fn: Callable[[], object], warmup: int = 10, reps: int = 50) -> Timing:
     """Times `fn` on the current CUDA stream, one event pair per call."""
-    for _ in range(warmup):
-        fn()
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-    for start, end in zip(starts, ends):
-        start.record()
-        fn()
-        end.record()
-    torch.cuda.synchronize()
-    times: List[float] = [s.elapsed_time(e) for s, e in zip(starts, ends)]
+    times = time_interleaved([fn], warmup, reps)[0]
     return Timing(statistics.median(times), min(times), max(times), reps)

@@ -28,6 +28,7 @@ from ._version import __version__
 from .modules import FastConvTranspose2d
 from .ops import FallbackWarning
 from .planner import ATEN
+from .timing import time_interleaved
 from .report import (
     Environment,
     LayerResult,
@@ -420,26 +421,6 @@ def _differs(a: Any, b: Any) -> bool:
 
 
 # ---------------------------------------------------------------------------- timing
-
-
-def time_interleaved(fns: Sequence[Callable[[], Any]], warmup: int, reps: int
-                     ) -> List[List[float]]:
-    """Milliseconds per call for each fn, one CUDA event pair per call, the fns taking turns
-    (order alternating every rep) so drift and ordering effects hit all of them alike."""
-    for _ in range(warmup):
-        for fn in fns:
-            fn()
-    events = [[(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-               for _ in range(reps)] for _ in fns]
-    order = list(range(len(fns)))
-    for r in range(reps):
-        for i in (order if r % 2 == 0 else order[::-1]):
-            start, end = events[i][r]
-            start.record()
-            fns[i]()
-            end.record()
-    torch.cuda.synchronize()
-    return [[s.elapsed_time(e) for s, e in per_fn] for per_fn in events]
 
 
 def _graphed(fn: Callable[[], Any]) -> Tuple[Callable[[], Any], Any]:
