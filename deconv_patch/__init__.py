@@ -10,6 +10,8 @@
 """
 
 from ._version import __version__
+from .checkpoint import load
+from .exit_codes import ExitCode
 from .extension import ExtensionUnavailableError
 from .modules import FastConvTranspose2d
 from .ops import FallbackWarning, conv_transpose2d
@@ -32,6 +34,7 @@ from .validation import validate
 __all__ = [
     "__version__",
     "Environment",
+    "ExitCode",
     "ExtensionUnavailableError",
     "FallbackWarning",
     "FastConvTranspose2d",
@@ -45,6 +48,7 @@ __all__ = [
     "Tolerances",
     "ValidationReport",
     "conv_transpose2d",
+    "load",
     "optimize",
     "summary",
     "swap_conv_transpose2d",

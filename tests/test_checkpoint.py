@@ -1,0 +1,121 @@
+"""deconv_patch.checkpoint in-process: format detection, safe loading, atomic writes, load()."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from deconv_patch.autotune import AutotuneCache
+from deconv_patch.checkpoint import (
+    EXPORT, PATCHED, PICKLE, STATE_DICT, TORCHSCRIPT, CheckpointError, atomic_write,
+    detect_format, find_state_dict, load, load_checkpoint, load_state_dict_into,
+    patched_payload, save_patched,
+)
+from deconv_patch.exit_codes import ExitCode
+from deconv_patch.export_patch import find_layers, patch_program
+from deconv_patch.optimize import optimize
+from examples import dcgan
+
+
+@pytest.fixture
+def model():
+    return dcgan.build_model(small=True).eval()
+
+
+def test_detect_formats(tmp_path, model):
+    x = dcgan.example_inputs(2, small=True)
+    torch.save(model.state_dict(), tmp_path / "sd.pt")
+    torch.export.save(torch.export.export(model, x), str(tmp_path / "m.pt2"))
+    torch.jit.save(torch.jit.trace(model, x), str(tmp_path / "m.ts"))
+    assert detect_format(tmp_path / "sd.pt") == PICKLE
+    assert detect_format(tmp_path / "m.pt2") == EXPORT
+    assert detect_format(tmp_path / "m.ts") == TORCHSCRIPT
+    with pytest.raises(CheckpointError) as err:
+        load_checkpoint(tmp_path / "m.ts")
+    assert err.value.code == ExitCode.UNSUPPORTED_FORMAT and "torch.export" in str(err.value)
+
+
+def test_state_dict_found_inside_dict(model):
+    sd = model.state_dict()
+    assert find_state_dict({"state_dict": sd, "epoch": 1}).keys() == sd.keys()
+    assert find_state_dict({"epoch": 1}) is None
+
+
+def test_untrusted_pickle_refused_trusted_loads(tmp_path, model):
+    torch.save(model, tmp_path / "whole.pt")
+    with pytest.raises(CheckpointError) as err:
+        load_checkpoint(tmp_path / "whole.pt")
+    assert err.value.code == ExitCode.UNTRUSTED_PICKLE
+    loaded = load_checkpoint(tmp_path / "whole.pt", trust=True)
+    assert loaded.kind == PICKLE
+    x = torch.randn(3, 100, 1, 1)
+    assert torch.equal(loaded.module(x), model(x))
+
+
+def test_state_dict_mismatch_names_keys(model):
+    other = dcgan.build_model(small=False)
+    with pytest.raises(CheckpointError) as err:
+        load_state_dict_into(other, model.state_dict())
+    assert err.value.code == ExitCode.STATE_DICT_MISMATCH and "shape mismatch" in str(err.value)
+    prefixed = {f"module.{k}": v for k, v in model.state_dict().items()}
+    fresh = dcgan.build_model(small=True).eval()
+    load_state_dict_into(fresh, prefixed)
+    x = torch.randn(2, 100, 1, 1)
+    assert torch.equal(fresh(x), model(x))
+
+
+def test_save_and_load_patched(tmp_path, model, monkeypatch):
+    import deconv_patch.autotune as autotune
+
+    monkeypatch.setattr(autotune, "_CACHE", AutotuneCache(None))
+    x = dcgan.example_inputs(2, small=True)
+    fast = optimize(model, x)
+    payload = patched_payload(fast, autotune={"version": 1, "choices": {"k": "aten"}},
+                              summary={"path": "fx"}, report={"passed": True})
+    save_patched(tmp_path / "p.pt", payload)
+    loaded = load(tmp_path / "p.pt")
+    assert autotune.cache().choices == {"k": "aten"}
+    assert loaded.deconv_patch_info["summary"] == {"path": "fx"}
+    fresh = torch.randn(4, 100, 1, 1)
+    with torch.no_grad():
+        assert torch.allclose(loaded(fresh), model(fresh), atol=1e-5, rtol=1e-4)
+    assert load_checkpoint(tmp_path / "p.pt", trust=True).kind == PATCHED
+
+
+def test_load_refuses_foreign_files(tmp_path, model):
+    torch.save(model.state_dict(), tmp_path / "sd.pt")
+    with pytest.raises(CheckpointError, match="not a deconv_patch checkpoint"):
+        load(tmp_path / "sd.pt")
+    with pytest.raises(CheckpointError) as err:
+        load(tmp_path / "missing.pt")
+    assert err.value.code == ExitCode.FILE_UNREADABLE
+
+
+def test_atomic_write_keeps_old_file_on_failure(tmp_path):
+    target = tmp_path / "out.pt"
+    target.write_bytes(b"old")
+
+    def broken(tmp: Path) -> None:
+        tmp.write_bytes(b"partial")
+        raise RuntimeError("disk full")
+
+    with pytest.raises(RuntimeError):
+        atomic_write(target, broken)
+    assert target.read_bytes() == b"old" and list(tmp_path.iterdir()) == [target]
+    atomic_write(target, lambda tmp: tmp.write_bytes(b"new"))
+    assert target.read_bytes() == b"new"
+
+
+@pytest.mark.parametrize("decompose", [False, True])
+def test_export_patch_rewrites_every_transposed_conv(model, decompose):
+    x = dcgan.example_inputs(2, small=True)
+    program = torch.export.export(model, x)
+    if decompose:
+        program = program.run_decompositions()
+    assert len(find_layers(program)) == 5
+    assert len(patch_program(program)) == 5 and find_layers(program) == []
+    fresh = torch.randn(2, 100, 1, 1)
+    with torch.no_grad():
+        assert torch.allclose(program.module()(fresh), model(fresh), atol=1e-6)

@@ -1,0 +1,259 @@
+"""`deconv-patch patch/validate/info/bench` end to end through the console script (CPU).
+
+Each round trip compares the saved model with the original on fresh random inputs, so a wrong
+rewrite fails here. Models are the small examples (fast on CPU).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from deconv_patch.checkpoint import load
+from deconv_patch.exit_codes import ExitCode
+from examples import dcgan
+
+ROOT = Path(__file__).resolve().parents[1]
+SHAPE = "2,100,1,1"
+DCGAN = ["--model", "examples.dcgan:build_model", "--model-kwargs", '{"small": true}']
+
+
+def run(*args: str) -> subprocess.CompletedProcess:
+    exe = shutil.which("deconv-patch")
+    cmd = [exe, *args] if exe else [sys.executable, "-m", "deconv_patch.cli", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=ROOT)
+
+
+class NoDeconv(nn.Module):
+    """A model with nothing to patch."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.conv(x)
+
+
+class OutOfMemory(nn.Module):
+    """Raises what CUDA raises when memory runs out (the OOM path, testable on CPU)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.up = nn.ConvTranspose2d(3, 3, 2, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 80.00 GiB")
+
+
+def no_deconv() -> nn.Module:
+    return NoDeconv()
+
+
+def out_of_memory() -> nn.Module:
+    return OutOfMemory()
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    torch.manual_seed(0)
+    d = tmp_path_factory.mktemp("ckpt")
+    model = dcgan.build_model(small=True).eval()
+    torch.save({"state_dict": model.state_dict(), "epoch": 3}, d / "sd.pt")
+    torch.save(model, d / "whole.pt")
+    x = dcgan.example_inputs(2, small=True)
+    torch.export.save(torch.export.export(model, x), str(d / "model.pt2"))
+    torch.jit.save(torch.jit.trace(model, x), str(d / "model.ts"))
+    return d, model
+
+
+def fresh_input(batch: int = 3) -> torch.Tensor:
+    return torch.randn(batch, 100, 1, 1)
+
+
+def assert_same(model: nn.Module, other, atol: float = 1e-5, batch: int = 3) -> None:
+    x = fresh_input(batch)
+    with torch.no_grad():
+        assert torch.allclose(other(x), model(x), atol=atol, rtol=1e-4)
+
+
+def test_help_for_every_subcommand():
+    for cmd in ("patch", "validate", "info", "bench", "build", "demo"):
+        out = run(cmd, "--help")
+        assert out.returncode == 0 and "usage: deconv-patch " + cmd in out.stdout, cmd
+
+
+def test_state_dict_round_trip(files, tmp_path):
+    d, model = files
+    out = tmp_path / "patched.pt"
+    res = run("patch", str(d / "sd.pt"), "-o", str(out), "--input-shape", SHAPE, *DCGAN,
+              "--report", str(tmp_path / "r.json"))
+    assert res.returncode == 0, res.stderr
+    assert "PASS" in res.stdout and "speed not measured" in res.stdout
+    patched = load(out)
+    assert any(type(m).__name__ == "FastConvTranspose2d" for m in patched.modules())
+    assert patched.deconv_patch_info["report"]["passed"] is True
+    assert_same(model, patched)
+    assert_same(model, torch.load(out, weights_only=False)["model"])
+    plain = torch.load(tmp_path / "patched.state_dict.pt", weights_only=True)
+    rebuilt = dcgan.build_model(small=True).eval()
+    rebuilt.load_state_dict(plain)
+    assert_same(model, rebuilt, atol=0)
+    assert json.loads((tmp_path / "r.json").read_text())["passed"] is True
+
+
+def test_pickled_module_refused_unless_trusted(files, tmp_path):
+    d, model = files
+    out = tmp_path / "p.pt"
+    res = run("patch", str(d / "whole.pt"), "-o", str(out), "--input-shape", SHAPE)
+    assert res.returncode == ExitCode.UNTRUSTED_PICKLE and not out.exists()
+    assert "--trust-checkpoint" in res.stderr and "arbitrary code" in res.stderr
+    assert "Traceback" not in res.stderr
+    res = run("patch", str(d / "whole.pt"), "-o", str(out), "--input-shape", SHAPE,
+              "--trust-checkpoint", "--no-fuse")
+    assert res.returncode == 0, res.stderr
+    assert_same(model, load(out))
+    res = run("validate", str(d / "whole.pt"), str(out), "--input-shape", "4,100,1,1",
+              "--trust-checkpoint")
+    assert res.returncode == 0 and "PASS" in res.stdout, res.stderr
+
+
+def test_export_round_trip(files, tmp_path):
+    d, model = files
+    out = tmp_path / "patched.pt2"
+    res = run("patch", str(d / "model.pt2"), "-o", str(out), "--input-shape", SHAPE)
+    assert res.returncode == 0, res.stderr
+    program = torch.export.load(str(out))
+    target = torch.ops.deconv_patch.conv_transpose2d.default
+    assert sum(n.target is target for n in program.graph.nodes) == 5
+    assert_same(model, program.module(), batch=2)  # exported with a static batch
+    info = run("info", str(out))
+    assert info.returncode == 0 and "5 node(s) already call" in info.stdout
+
+
+def test_info_lists_layers_with_variant(files):
+    d, _ = files
+    res = run("info", str(d / "sd.pt"), *DCGAN)
+    assert res.returncode == 0, res.stderr
+    assert "5 ConvTranspose2d layer(s)" in res.stdout and "main.12" in res.stdout
+    assert "aten" in res.stdout
+
+
+def test_bench_times_both(files):
+    d, _ = files
+    res = run("bench", str(d / "model.pt2"), "--input-shape", SHAPE, "--reps", "3")
+    assert res.returncode == 0 and "speedup" in res.stdout, res.stderr
+
+
+@pytest.mark.parametrize("case", ["missing", "directory", "truncated", "garbage", "not_model",
+                                  "torchscript", "mismatch", "bad_shape", "no_model_flag",
+                                  "bad_model_spec", "cuda", "oom"])
+def test_bad_input_one_line_and_distinct_code(files, tmp_path, case):
+    d, _ = files
+    blob = (d / "whole.pt").read_bytes()
+    (tmp_path / "trunc.pt").write_bytes(blob[: len(blob) // 2])
+    (tmp_path / "garbage.pt").write_bytes(b"this is not a checkpoint at all")
+    torch.save({"epoch": 3, "lr": 0.1}, tmp_path / "meta.pt")
+    torch.save({"w": torch.zeros(2)}, tmp_path / "tiny.pt")
+    out = str(tmp_path / "out.pt")
+    shape = ["--input-shape", SHAPE]
+    cases = {
+        "missing": ([str(tmp_path / "nope.pt")], ExitCode.FILE_UNREADABLE, "no such file"),
+        "directory": ([str(tmp_path)], ExitCode.FILE_UNREADABLE, "not a regular file"),
+        "truncated": ([str(tmp_path / "trunc.pt")], ExitCode.CORRUPT_FILE, "corrupt"),
+        "garbage": ([str(tmp_path / "garbage.pt")], ExitCode.CORRUPT_FILE, "corrupt"),
+        "not_model": ([str(tmp_path / "meta.pt")], ExitCode.NOT_A_MODEL, "neither a model"),
+        "torchscript": ([str(d / "model.ts")], ExitCode.UNSUPPORTED_FORMAT, "TorchScript"),
+        "mismatch": ([str(tmp_path / "tiny.pt"), *DCGAN], ExitCode.STATE_DICT_MISMATCH,
+                     "does not match"),
+        "no_model_flag": ([str(d / "sd.pt")], ExitCode.BAD_MODEL_SPEC, "--model"),
+        "bad_model_spec": ([str(d / "sd.pt"), "--model", "examples.nope:x"],
+                           ExitCode.BAD_MODEL_SPEC, "examples.nope"),
+        "bad_shape": ([str(d / "sd.pt"), *DCGAN, "--input-shape", "2,7,1,1"],
+                      ExitCode.BAD_INPUT_SHAPE, "rejected --input-shape 2,7,1,1"),
+        "cuda": ([str(d / "sd.pt"), *DCGAN, "--device", "cuda:0"], ExitCode.CUDA_UNAVAILABLE,
+                 "CUDA is not available"),
+        "oom": ([str(d / "sd.pt"), "--model", "tests.test_cli_checkpoints:out_of_memory",
+                 "--input-shape", "1,3,4,4"], ExitCode.OUT_OF_MEMORY, "smaller batch"),
+    }
+    argv, code, text = cases[case]
+    if case == "cuda" and torch.cuda.is_available():
+        pytest.skip("checks the no-GPU path")
+    if case == "oom":  # a state_dict that fits the OOM model
+        torch.save(OutOfMemory().state_dict(), tmp_path / "oom.pt")
+        argv[0] = str(tmp_path / "oom.pt")
+    extra = [] if "--input-shape" in argv else shape
+    res = run("patch", *argv, "-o", out, *extra)
+    assert res.returncode == code, (res.returncode, res.stderr)
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and text in lines[0], res.stderr
+    assert not Path(out).exists()
+
+
+def test_codes_are_distinct():
+    values = [c.value for c in ExitCode]
+    assert len(values) == len(set(values))
+
+
+def test_nothing_to_patch_exits_zero(tmp_path):
+    torch.save(NoDeconv().state_dict(), tmp_path / "sd.pt")
+    res = run("patch", str(tmp_path / "sd.pt"), "-o", str(tmp_path / "o.pt"), "--model",
+              "tests.test_cli_checkpoints:no_deconv", "--input-shape", "1,3,8,8")
+    assert res.returncode == 0 and "nothing to patch" in res.stdout, res.stderr
+    assert not (tmp_path / "o.pt").exists()
+
+
+def test_never_overwrites_input_or_existing_output(files, tmp_path):
+    d, _ = files
+    src = tmp_path / "sd.pt"
+    shutil.copy(d / "sd.pt", src)
+    before = src.read_bytes()
+    res = run("patch", str(src), "-o", str(src), "--input-shape", SHAPE, *DCGAN, "--force")
+    assert res.returncode == ExitCode.OUTPUT_EXISTS and src.read_bytes() == before
+    out = tmp_path / "out.pt"
+    out.write_bytes(b"keep me")
+    res = run("patch", str(src), "-o", str(out), "--input-shape", SHAPE, *DCGAN)
+    assert res.returncode == ExitCode.OUTPUT_EXISTS and "--force" in res.stderr
+    assert out.read_bytes() == b"keep me"
+    res = run("patch", str(src), "-o", str(out), "--input-shape", "2,7,1,1", *DCGAN, "--force")
+    assert res.returncode == ExitCode.BAD_INPUT_SHAPE and out.read_bytes() == b"keep me"
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+    res = run("patch", str(src), "-o", str(out), "--input-shape", SHAPE, *DCGAN, "--force")
+    assert res.returncode == 0, res.stderr
+    assert_same(files[1], load(out))
+
+
+def test_debug_shows_traceback(tmp_path):
+    res = run("patch", str(tmp_path / "nope.pt"), "-o", str(tmp_path / "o.pt"),
+              "--input-shape", SHAPE, "--debug")
+    assert res.returncode != 0 and "Traceback" in res.stderr
+
+
+@pytest.mark.cuda
+def test_gpu_patch_unet_state_dict_and_export(tmp_path):
+    from examples import unet
+
+    model = unet.build_model(small=True).eval()
+    torch.save(model.state_dict(), tmp_path / "unet.pt")
+    res = run("patch", str(tmp_path / "unet.pt"), "-o", str(tmp_path / "u.pt"), "--model",
+              "examples.unet:build_model", "--model-kwargs", '{"small": true}',
+              "--input-shape", "1,1,188,188", "--device", "cuda:0", "--report",
+              str(tmp_path / "r.html"))
+    assert res.returncode == 0 and "PASS" in res.stdout, res.stderr
+    assert (tmp_path / "r.html").exists() and "speedup" in res.stdout
+    x = torch.randn(1, 1, 188, 188)
+    torch.export.save(torch.export.export(model, (x,)), str(tmp_path / "unet.pt2"))
+    res = run("patch", str(tmp_path / "unet.pt2"), "-o", str(tmp_path / "u.pt2"),
+              "--input-shape", "1,1,188,188", "--device", "cuda:0", "--report",
+              str(tmp_path / "r.json"))
+    assert res.returncode == 0 and "PASS" in res.stdout, res.stderr
+    program = torch.export.load(str(tmp_path / "u.pt2"))
+    with torch.no_grad():
+        assert torch.allclose(program.module()(x), model(x), atol=1e-4, rtol=1e-3)
