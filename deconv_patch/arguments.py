@@ -15,7 +15,7 @@ import torch
 IntPair = Tuple[int, int]
 IntOrPair = Union[int, Sequence[int]]
 
-_INT32_MAX = 2**31 - 1
+INT32_MAX = 2**31 - 1
 
 
 def pair(value: IntOrPair, name: str = "argument") -> IntPair:
@@ -134,4 +134,4 @@ def fits_int32(input: torch.Tensor, weight: torch.Tensor, args: ConvTransposeArg
         *weight.shape[-2:],
         *args.output_hw(input.shape[-2:], weight.shape[-2:]),
     )
-    return all(abs(int(v)) + max(args.padding) <= _INT32_MAX for v in values)
+    return all(abs(int(v)) + max(args.padding) <= INT32_MAX for v in values)

@@ -9,6 +9,7 @@ patched checkpoint can carry it, and is saved to $DECONV_PATCH_CACHE/autotune.js
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from pathlib import Path
@@ -23,10 +24,17 @@ _WARMUP = 2
 _REPS = 7
 
 
+@functools.lru_cache(maxsize=None)
+def _device_name(index: int) -> str:
+    """GPU name (cached: the key is built on every autotuned call)."""
+    return torch.cuda.get_device_name(index)
+
+
 def call_key(input: torch.Tensor, weight: torch.Tensor, has_bias: bool,
              args: ConvTransposeArgs) -> str:
     """The cache key of one call: every property that can change which variant is fastest."""
-    device = torch.cuda.get_device_name(input.device)
+    device = _device_name(input.device.index if input.device.index is not None
+                          else torch.cuda.current_device())
     return "|".join(str(v) for v in (
         device, input.dtype, tuple(input.shape), input.stride(), tuple(weight.shape),
         weight.stride(), has_bias, args.stride, args.padding, args.output_padding,

@@ -12,9 +12,7 @@ from __future__ import annotations
 import torch
 from torch._prims_common import suggest_memory_format
 
-from .arguments import ConvTransposeArgs
-
-_INT32_MAX = 2**31 - 1
+from .arguments import INT32_MAX, ConvTransposeArgs
 
 
 def is_channels_last(t: torch.Tensor) -> bool:
@@ -34,6 +32,6 @@ def cuda_output_channels_last(
     if not torch.backends.cudnn.enabled:
         return False
     in_per_sample = input4d[0].numel() if input4d.shape[0] else 0
-    if max(in_per_sample, out_numel_per_sample) > _INT32_MAX:
+    if max(in_per_sample, out_numel_per_sample) > INT32_MAX:
         return False
     return is_channels_last(input4d) or is_channels_last(weight)
