@@ -233,7 +233,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--formats", default="nchw,nhwc")
     parser.add_argument("--reps", type=int, default=30)
     parser.add_argument("--json", default=None, help="write all rows here")
-    parser.add_argument("--variant", default=None, choices=planner.VARIANTS,
+    parser.add_argument("--variant", default=None, choices=planner.VARIANTS + planner.PHASE_CONFIGS,
                         help="force one variant instead of the planner's choice")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():

@@ -9,6 +9,7 @@
 #include <cuda_fp16.h>
 
 #include "conv_transpose2d_params.h"
+#include "epilogue.cuh"
 #include "scalar_convert.cuh"
 
 namespace deconv_patch {
@@ -123,12 +124,30 @@ conv_transpose2d_direct_kernel(const ConvTranspose2dParams p) {
     const int64_t oc0 = (int64_t)g * p.out_per_group + oc_local0;
     T* o_ptr = out + (int64_t)n * p.out_stride[0] + oc0 * p.out_stride[1] +
                (int64_t)oh * p.out_stride[2] + (int64_t)ow * p.out_stride[3];
+    // Epilogue (epilogue.cuh): y = act((acc + bias) * scale + shift), rounded once to T.
+    if (p.epi.activation == Activation::kNone) {
+      // Affine part only: unrolled over the tile (with no scale/shift, acc + bias as before).
+      EpilogueParams e = p.epi;
+      e.activation = Activation::kNone;
 #pragma unroll
-    for (int j = 0; j < OC_TILE; ++j) {
-      if (j < oc_valid) {
-        float v = acc[j];
-        if (bias != nullptr) v += to_float(bias[oc0 + j]);
-        o_ptr[j * p.out_stride[1]] = from_float<T>(v);
+      for (int j = 0; j < OC_TILE; ++j) {
+        if (j < oc_valid) {
+          const float b = bias != nullptr ? to_float(bias[oc0 + j]) : 0.f;
+          const ChannelAffine af = channel_affine(e, b, oc0 + j);
+          o_ptr[j * p.out_stride[1]] = from_float<T>(apply_epilogue(acc[j], af, e));
+        }
+      }
+    } else {
+      // With an activation, a rolled loop keeps one copy of its code; acc[j] is picked with
+      // selects (a dynamic index would move acc to local memory).
+#pragma unroll 1
+      for (int j = 0; j < oc_valid; ++j) {
+        float v = acc[0];
+#pragma unroll
+        for (int k = 1; k < OC_TILE; ++k) v = j == k ? acc[k] : v;
+        const float b = bias != nullptr ? to_float(bias[oc0 + j]) : 0.f;
+        const ChannelAffine af = channel_affine(p.epi, b, oc0 + j);
+        o_ptr[j * p.out_stride[1]] = from_float<T>(apply_epilogue(v, af, p.epi));
       }
     }
   }

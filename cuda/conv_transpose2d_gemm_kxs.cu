@@ -8,14 +8,17 @@
 //     j = (oc*KH + kh)*KW + kw            in [0, Ncol), Ncol = Cout_g*KH*KW (GEMM column)
 //     A[m, k] = input[n, g*K + k, ih, iw]
 //     B[k, j] = weight[g*K + k, oc, kh, kw] = weight_flat[(g*K + k)*Ncol + j]   (contiguous)
-//     output[n, g*Cout_g + oc, ih*KH + kh, iw*KW + kw] = sum_k A[m, k] * B[k, j] + bias[g*Cout_g + oc]
+//     output[n, c, ih*KH + kh, iw*KW + kw] = epilogue_c(sum_k A[m, k] * B[k, j]),  c = g*Cout_g + oc
+// where epilogue_c(x) = act((x + bias[c]) * scale[c] + shift[c]) (epilogue.cuh), rounded once to T.
 // The output offset splits into a row part and a column part,
 //     out_off = row_off(m) + col_off(j),
 //     row_off(m) = n*os_n + ih*KH*os_h + iw*KW*os_w,
 //     col_off(j) = (g*Cout_g + oc)*os_c + kh*os_h + kw*os_w,
-// so each block tabulates both once (shared memory) and the epilogue is one add per element.
+// so each block tabulates both once (shared memory), together with the per-column ChannelAffine
+// (mul, add) of epilogue_c; the store is then one add of offsets per element.
 // Likewise the input offset is a_row(m) + (g*K + k)*is_c with a_row(m) = n*is_n + ih*is_h + iw*is_w.
-// Rows oh >= H*KH / columns ow >= W*KW (output_padding) get bias only: a small second kernel.
+// Rows oh >= H*KH / columns ow >= W*KW (output_padding) get epilogue_c(0) = act(bias*scale +
+// shift) only: a small second kernel.
 //
 // Block tile 128 (m) x 128 (j) x 32 (k), 8 warps as 2 (m) x 4 (j), warp tile 64 x 32; multi-stage
 // cp.async pipeline; fp16/bf16 use ldmatrix + mma.m16n8k16, fp32 uses mma.m16n8k8.tf32 (inputs
@@ -25,12 +28,17 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "conv_transpose2d_gemm_kxs.h"
+#include "epilogue.cuh"
 #include "scalar_convert.cuh"
+#include "tensor_core_ptx.cuh"
 
 namespace deconv_patch {
 namespace {
+
+using namespace tc;
 
 constexpr int kBM = 128;
 constexpr int kBN = 128;
@@ -41,34 +49,9 @@ constexpr int kWarpN = 32;
 constexpr int kMT = kWarpM / 16;  // m16 tiles per warp
 constexpr int kNT = kWarpN / 8;   // n8 tiles per warp
 
-// Division of small non-negative numerators by a runtime divisor d: q = umulhi(x, ceil(2^32/d)).
-// Exact whenever x*d <= 2^32 (error of the product is below x/2^32 <= 1/d). magic == 0 encodes d == 1.
-struct SmallDiv {
-  uint32_t magic;
-};
-__host__ __device__ inline SmallDiv make_small_div(uint32_t d) {
-  // For d >= 2, 0xffffffff/d + 1 == ceil(2^32/d) (2^32 is a multiple of d only for powers of 2,
-  // where both sides equal 2^32/d).
-  return SmallDiv{d <= 1 ? 0u : 0xffffffffu / d + 1u};
-}
-__device__ __forceinline__ uint32_t small_div(uint32_t x, SmallDiv s) {
-  return s.magic == 0 ? x : __umulhi(x, s.magic);
-}
-
-// Two adjacent output elements stored with one instruction.
-template <typename T>
-struct PairOf;
-template <>
-struct PairOf<float> {
-  using type = float2;
-};
-template <>
-struct PairOf<__half> {
-  using type = __half2;
-};
-template <>
-struct PairOf<__nv_bfloat16> {
-  using type = __nv_bfloat162;
+template <typename U>
+struct TypeTag {
+  using type = U;
 };
 
 struct GemmArgs {
@@ -76,6 +59,7 @@ struct GemmArgs {
   const void* wt;
   const void* bias;
   void* out;
+  EpilogueParams epi;  // scale / shift / activation (bias is above)
   int64_t M;      // N*H*W
   int64_t hw;     // H*W
   int64_t w;      // W
@@ -90,92 +74,6 @@ struct GemmArgs {
   bool out_channels_last;
   bool pair_store;  // see Epilogue 2
 };
-
-// ---------------------------------------------------------------------------------------------
-// PTX wrappers.
-__device__ __forceinline__ uint32_t smem_u32(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-// Copies BYTES (4, 8 or 16) global -> shared asynchronously; bytes past src_bytes are zero-filled
-// (src_bytes == 0 reads nothing, so out-of-range chunks pass any valid pointer).
-template <int BYTES>
-__device__ __forceinline__ void cp_async(uint32_t dst, const void* src, int src_bytes) {
-  static_assert(BYTES == 4 || BYTES == 8 || BYTES == 16, "cp.async sizes");
-  if constexpr (BYTES == 16) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
-                 "r"(src_bytes));
-  } else {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(dst), "l"(src),
-                 "n"(BYTES), "r"(src_bytes));
-  }
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
-
-__device__ __forceinline__ void ldsm_x4(uint32_t addr, uint32_t& r0, uint32_t& r1, uint32_t& r2,
-                                        uint32_t& r3) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
-               : "r"(addr));
-}
-__device__ __forceinline__ void ldsm_x4_trans(uint32_t addr, uint32_t& r0, uint32_t& r1,
-                                              uint32_t& r2, uint32_t& r3) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
-               : "r"(addr));
-}
-
-template <typename T>
-__device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4],
-                                          const uint32_t (&b)[2]);
-template <>
-__device__ __forceinline__ void mma_16816<__half>(float (&d)[4], const uint32_t (&a)[4],
-                                                  const uint32_t (&b)[2]) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-      "{%8, %9}, {%0, %1, %2, %3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-template <>
-__device__ __forceinline__ void mma_16816<__nv_bfloat16>(float (&d)[4], const uint32_t (&a)[4],
-                                                         const uint32_t (&b)[2]) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-      "{%8, %9}, {%0, %1, %2, %3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-__device__ __forceinline__ void mma_1688_tf32(float (&d)[4], const uint32_t (&a)[4],
-                                              const uint32_t (&b)[2]) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-      "{%8, %9}, {%0, %1, %2, %3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-__device__ __forceinline__ uint32_t to_tf32(float x) {
-  uint32_t r;
-  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
-  return r;
-}
-
-// One chunk of V consecutive elements global -> shared, zero-filling past `valid` elements.
-// 16-bit elements one at a time cannot use cp.async (4 bytes minimum): plain load + store.
-template <typename T, int V>
-__device__ __forceinline__ void copy_chunk(T* dst, const T* src, int valid, const T* dummy) {
-  constexpr int kBytes = V * (int)sizeof(T);
-  if constexpr (kBytes >= 4) {
-    cp_async<kBytes>(smem_u32(dst), valid > 0 ? src : dummy, valid * (int)sizeof(T));
-  } else {
-    const unsigned short v = valid > 0 ? __ldg(reinterpret_cast<const unsigned short*>(src)) : 0;
-    *reinterpret_cast<unsigned short*>(dst) = v;
-  }
-}
 
 // ---------------------------------------------------------------------------------------------
 // Shared-memory geometry. Padding keeps ldmatrix (8 rows of 16 B) and the tf32 scalar fragment
@@ -194,10 +92,14 @@ struct Smem {
   static constexpr int kBBytes = kBK * kLdB * (int)sizeof(T);
   static constexpr int kStageBytes = kABytes + kBBytes;
   static constexpr int kStages = sizeof(T) == 4 ? 3 : 4;
-  static constexpr int kLdC = kBN + kPadK;  // staging of the output tile (type T)
-  static constexpr int kCBytes = kBM * kLdC * (int)sizeof(T);
-  // Per-block tables: a_row[BM], o_row[BM], o_col[BN] (int64), bias[BN] (float).
-  static constexpr int kMetaBytes = (2 * kBM + kBN) * 8 + kBN * 4;
+  // The output tile is staged in T (row stride kLdC), or as fp32 accumulators (kLdC32) when the
+  // epilogue has an activation; kCBytes covers both.
+  static constexpr int kLdC = kBN + kPadK;
+  static constexpr int kLdC32 = kBN + 4;
+  static constexpr int kCBytes = kBM * kLdC32 * 4;
+  static_assert(kLdC * sizeof(T) <= kLdC32 * 4, "fp32 staging is the larger");
+  // Per-block tables: a_row[BM], o_row[BM], o_col[BN] (int64), epilogue mul[BN], add[BN] (float).
+  static constexpr int kMetaBytes = (2 * kBM + kBN) * 8 + 2 * kBN * 4;
   static constexpr int kPipeBytes = kStages * kStageBytes;
   static constexpr int kTotalBytes = kMetaBytes + (kPipeBytes > kCBytes ? kPipeBytes : kCBytes);
   static_assert(kABytes % 16 == 0 && kBBytes % 16 == 0 && kMetaBytes % 16 == 0, "alignment");
@@ -216,7 +118,8 @@ __global__ void __launch_bounds__(kThreads, 2) conv_transpose2d_gemm_kxs_kernel(
   int64_t* a_row = reinterpret_cast<int64_t*>(smem);
   int64_t* o_row = a_row + kBM;
   int64_t* o_col = o_row + kBM;
-  float* bias_s = reinterpret_cast<float*>(o_col + kBN);
+  float* mul_s = reinterpret_cast<float*>(o_col + kBN);  // ChannelAffine of each column
+  float* add_s = mul_s + kBN;
   unsigned char* pipe = smem + S::kMetaBytes;
 
   const T* __restrict__ in = static_cast<const T*>(p.in);
@@ -239,7 +142,7 @@ __global__ void __launch_bounds__(kThreads, 2) conv_transpose2d_gemm_kxs_kernel(
   const int K = p.K;
   const int ncol = p.ncol;
 
-  // ---- Per-block tables: row offsets (input and output) and column offsets + bias. ----
+  // ---- Per-block tables: row offsets (input and output), column offsets + ChannelAffine. ----
   if (tid < kBM) {
     const int64_t m = m0 + tid;
     int64_t ar = -1, orow = -1;  // -1 marks rows past M
@@ -266,7 +169,7 @@ __global__ void __launch_bounds__(kThreads, 2) conv_transpose2d_gemm_kxs_kernel(
     const int jl = tid - kBM;
     const int j = j0 + jl;
     int64_t oc_off = -1;
-    float b = 0.f;
+    ChannelAffine af{1.f, 0.f};  // columns past ncol are never stored
     if (j < ncol) {
       const int oc = j / p.khkw;
       const int tap = j - oc * p.khkw;
@@ -274,10 +177,11 @@ __global__ void __launch_bounds__(kThreads, 2) conv_transpose2d_gemm_kxs_kernel(
       const int kwi = tap - khi * p.kw;
       const int64_t c = (int64_t)g * p.cout_g + oc;
       oc_off = c * p.os_c + (int64_t)khi * p.os_h + (int64_t)kwi * p.os_w;
-      if (bias != nullptr) b = to_float(bias[c]);
+      af = channel_affine(p.epi, bias != nullptr ? to_float(bias[c]) : 0.f, c);
     }
     o_col[jl] = oc_off;
-    bias_s[jl] = b;
+    mul_s[jl] = af.mul;
+    add_s[jl] = af.add;
   }
   __syncthreads();
 
@@ -453,19 +357,80 @@ __global__ void __launch_bounds__(kThreads, 2) conv_transpose2d_gemm_kxs_kernel(
   cp_async_wait<0>();
   __syncthreads();  // the pipeline buffers become the C staging tile
 
-  // ---- Epilogue 1: fragments (+ bias) -> shared C tile [m][j] in T. ----
-  T* Cs = reinterpret_cast<T*>(pipe);
+  // ---- Epilogue (epilogue.cuh): y = act((acc + bias) * scale + shift), rounded once to T. ----
+  // Without an activation, Epilogue 1 applies the affine part on the fragments and stages T (with
+  // no scale either: one add per element, acc + bias exactly as the unfused sum). With one, the
+  // fragments are staged as fp32 and a rolled pass applies the whole epilogue in place, so the
+  // activation's code exists once instead of once per unrolled accumulator; Epilogue 2 then rounds
+  // while storing. For T = float both stagings are the same tile.
+  const bool has_act = p.epi.activation != Activation::kNone;
+
+  // ---- Epilogue 1: fragments -> shared C tile [m][j]. ----
+  if (!has_act) {
+    T* Cs = reinterpret_cast<T*>(pipe);
+    auto store_c = [&](auto has_scale_tag) {
+      EpilogueParams e = p.epi;
+      e.activation = Activation::kNone;
+      if constexpr (!decltype(has_scale_tag)::value) e.scale = nullptr;
 #pragma unroll
-  for (int mt = 0; mt < kMT; ++mt) {
+      for (int mt = 0; mt < kMT; ++mt) {
 #pragma unroll
-    for (int nt = 0; nt < kNT; ++nt) {
-      const int r = warp_m * kWarpM + mt * 16 + fg;
-      const int c = warp_n * kWarpN + nt * 8 + 2 * ft;
-      const float b0 = bias_s[c], b1 = bias_s[c + 1];
-      Cs[r * S::kLdC + c] = from_float<T>(acc[mt][nt][0] + b0);
-      Cs[r * S::kLdC + c + 1] = from_float<T>(acc[mt][nt][1] + b1);
-      Cs[(r + 8) * S::kLdC + c] = from_float<T>(acc[mt][nt][2] + b0);
-      Cs[(r + 8) * S::kLdC + c + 1] = from_float<T>(acc[mt][nt][3] + b1);
+        for (int nt = 0; nt < kNT; ++nt) {
+          const int r = warp_m * kWarpM + mt * 16 + fg;
+          const int c = warp_n * kWarpN + nt * 8 + 2 * ft;
+          const ChannelAffine a0{mul_s[c], add_s[c]}, a1{mul_s[c + 1], add_s[c + 1]};
+          Cs[r * S::kLdC + c] = from_float<T>(apply_epilogue(acc[mt][nt][0], a0, e));
+          Cs[r * S::kLdC + c + 1] = from_float<T>(apply_epilogue(acc[mt][nt][1], a1, e));
+          Cs[(r + 8) * S::kLdC + c] = from_float<T>(apply_epilogue(acc[mt][nt][2], a0, e));
+          Cs[(r + 8) * S::kLdC + c + 1] = from_float<T>(apply_epilogue(acc[mt][nt][3], a1, e));
+        }
+      }
+    };
+    if (p.epi.scale == nullptr) {
+      store_c(std::false_type{});
+    } else {
+      store_c(std::true_type{});
+    }
+  } else {
+    float* Cs = reinterpret_cast<float*>(pipe);
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt) {
+#pragma unroll
+      for (int nt = 0; nt < kNT; ++nt) {
+        const int r = warp_m * kWarpM + mt * 16 + fg;
+        const int c = warp_n * kWarpN + nt * 8 + 2 * ft;
+        *reinterpret_cast<float2*>(Cs + r * S::kLdC32 + c) =
+            make_float2(acc[mt][nt][0], acc[mt][nt][1]);
+        *reinterpret_cast<float2*>(Cs + (r + 8) * S::kLdC32 + c) =
+            make_float2(acc[mt][nt][2], acc[mt][nt][3]);
+      }
+    }
+    __syncthreads();
+    // Each thread keeps one column (kThreads is a multiple of kBN): its affine is loaded once.
+    static_assert(kThreads % kBN == 0, "one column per thread");
+    const int jl = tid % kBN;
+    const ChannelAffine af{mul_s[jl], add_s[jl]};
+    auto activate_tile = [&](auto act_tag) {
+      EpilogueParams e = p.epi;
+      e.activation = decltype(act_tag)::value;
+#pragma unroll 1
+      for (int ml = tid / kBN; ml < kBM; ml += kThreads / kBN) {
+        float* v = Cs + ml * S::kLdC32 + jl;
+        *v = apply_epilogue(*v, af, e);
+      }
+    };
+    using A = Activation;
+    using std::integral_constant;
+    switch (p.epi.activation) {
+      case A::kNone: break;  // not reached (has_act)
+      case A::kReLU: activate_tile(integral_constant<A, A::kReLU>{}); break;
+      case A::kLeakyReLU: activate_tile(integral_constant<A, A::kLeakyReLU>{}); break;
+      case A::kSiLU: activate_tile(integral_constant<A, A::kSiLU>{}); break;
+      case A::kGELU: activate_tile(integral_constant<A, A::kGELU>{}); break;
+      case A::kGELUTanh: activate_tile(integral_constant<A, A::kGELUTanh>{}); break;
+      case A::kTanh: activate_tile(integral_constant<A, A::kTanh>{}); break;
+      case A::kSigmoid: activate_tile(integral_constant<A, A::kSigmoid>{}); break;
+      case A::kHardswish: activate_tile(integral_constant<A, A::kHardswish>{}); break;
     }
   }
   __syncthreads();
@@ -475,107 +440,141 @@ __global__ void __launch_bounds__(kThreads, 2) conv_transpose2d_gemm_kxs_kernel(
   // skipped per element), so the innermost index can be the one contiguous in memory. With
   // p.pair_store the launcher proved that element pairs (kw, kw+1) for NCHW, or (oc, oc+1) with oc
   // even for channels_last, are adjacent and 2-element aligned in the output: one store per pair.
-  using Pair = typename PairOf<T>::type;
-  const int j_end = min(j0 + kBN, ncol);
-  if (!p.out_channels_last) {
-    // NCHW: element e = ((jg_i*BM + m_local)*KW + kw), jg = j / KW = (oc, kh). Consecutive e walk
-    // kw then iw: consecutive ow within an output row.
-    const uint32_t kw = (uint32_t)p.kw;
-    const uint32_t jg_lo = (uint32_t)j0 / kw;
-    const uint32_t groups_n = (uint32_t)(j_end - 1) / kw - jg_lo + 1;
-    if (p.pair_store) {
-      // KW even: pair index e = ((jg_i*BM + m_local)*KW/2 + kw/2); j0, j_end and j are even, so a
-      // pair is entirely inside or outside the tile.
-      const uint32_t hkw = kw >> 1;
-      const SmallDiv div_hkw = make_small_div(hkw);
-      const uint32_t total = groups_n * kBM * hkw;
-      for (uint32_t e = tid; e < total; e += kThreads) {
-        const uint32_t r = small_div(e, div_hkw);
-        const uint32_t kwi = (e - r * hkw) * 2;
-        const int ml = (int)(r % kBM);
-        const int j = (int)((jg_lo + r / kBM) * kw + kwi);
-        const int jl = j - j0;
-        if (jl < 0 || j >= j_end) continue;
-        const int64_t ro = o_row[ml];
-        if (ro < 0) continue;
-        *reinterpret_cast<Pair*>(out + ro + o_col[jl]) =
-            *reinterpret_cast<const Pair*>(Cs + ml * S::kLdC + jl);
+  // CT: the staging type of the tile (T, or float holding the final fp32 values).
+  auto store_tile = [&](auto ct_tag) {
+    using CT = typename decltype(ct_tag)::type;
+    constexpr int kLdC = std::is_same_v<CT, T> ? S::kLdC : S::kLdC32;
+    const CT* Cs = reinterpret_cast<const CT*>(pipe);
+    using Pair = typename PairOf<T>::type;
+    // Output value of tile element (ml, jl), and of the pair (ml, jl), (ml, jl + 1).
+    auto value = [&](int ml, int jl) -> T {
+      if constexpr (std::is_same_v<CT, T>) {
+        return Cs[ml * kLdC + jl];
+      } else {
+        return from_float<T>(Cs[ml * kLdC + jl]);
       }
-    } else {
-      const uint32_t total = groups_n * kBM * kw;  // < 128*(128+2*256): x*d fits small_div
-      for (uint32_t e = tid; e < total; e += kThreads) {
-        const uint32_t r = small_div(e, p.div_kw);
-        const uint32_t kwi = e - r * kw;
-        const int ml = (int)(r % kBM);
-        const int j = (int)((jg_lo + r / kBM) * kw + kwi);
-        const int jl = j - j0;
-        if (jl < 0 || j >= j_end) continue;
-        const int64_t ro = o_row[ml];
-        if (ro < 0) continue;
-        out[ro + o_col[jl]] = Cs[ml * S::kLdC + jl];
+    };
+    auto pair_value = [&](int ml, int jl) -> Pair {
+      if constexpr (std::is_same_v<CT, T>) {
+        return *reinterpret_cast<const Pair*>(Cs + ml * kLdC + jl);
+      } else {
+        const float2 f = *reinterpret_cast<const float2*>(Cs + ml * kLdC + jl);  // jl is even
+        Pair v;
+        v.x = from_float<T>(f.x);
+        v.y = from_float<T>(f.y);
+        return v;
       }
-    }
-  } else {
-    // channels_last: element e = ((m_local*KHKW + tap)*OCcnt + oc_i); consecutive e walk oc.
-    const uint32_t khkw = (uint32_t)p.khkw;
-    const uint32_t oc_lo = (uint32_t)j0 / khkw;
-    const uint32_t oc_hi = (uint32_t)(j_end - 1) / khkw;
-    if (p.pair_store) {
-      // Pairs (oc, oc+1) with oc even (output channel g*Cout_g + oc is then even too); at the
-      // tile's edges one of the two may belong to a neighbouring tile: store the other alone.
-      const uint32_t oc_lo2 = oc_lo >> 1;
-      const uint32_t oc_n = (oc_hi >> 1) - oc_lo2 + 1;
-      const SmallDiv div_oc = make_small_div(oc_n);
-      const uint32_t total = (uint32_t)kBM * khkw * oc_n;
-      for (uint32_t e = tid; e < total; e += kThreads) {
-        const uint32_t r = small_div(e, div_oc);
-        const uint32_t oci = e - r * oc_n;
-        const uint32_t ml = small_div(r, p.div_khkw);
-        const uint32_t tap = r - ml * khkw;
-        const int ja = (int)((oc_lo2 + oci) * 2 * khkw + tap);
-        const int jb = ja + (int)khkw;
-        const bool va = ja >= j0 && ja < j_end, vb = jb >= j0 && jb < j_end;
-        if (!va && !vb) continue;
-        const int64_t ro = o_row[ml];
-        if (ro < 0) continue;
-        const T* crow = Cs + ml * S::kLdC;
-        if (va && vb) {
-          Pair v;
-          v.x = crow[ja - j0];
-          v.y = crow[jb - j0];
-          *reinterpret_cast<Pair*>(out + ro + o_col[ja - j0]) = v;
-        } else if (va) {
-          out[ro + o_col[ja - j0]] = crow[ja - j0];
-        } else {
-          out[ro + o_col[jb - j0]] = crow[jb - j0];
+    };
+
+    const int j_end = min(j0 + kBN, ncol);
+    if (!p.out_channels_last) {
+      // NCHW: element e = ((jg_i*BM + m_local)*KW + kw), jg = j / KW = (oc, kh). Consecutive e
+      // walk kw then iw: consecutive ow within an output row.
+      const uint32_t kw = (uint32_t)p.kw;
+      const uint32_t jg_lo = (uint32_t)j0 / kw;
+      const uint32_t groups_n = (uint32_t)(j_end - 1) / kw - jg_lo + 1;
+      if (p.pair_store) {
+        // KW even: pair index e = ((jg_i*BM + m_local)*KW/2 + kw/2); j0, j_end and j are even, so
+        // a pair is entirely inside or outside the tile.
+        const uint32_t hkw = kw >> 1;
+        const SmallDiv div_hkw = make_small_div(hkw);
+        const uint32_t total = groups_n * kBM * hkw;
+        for (uint32_t e = tid; e < total; e += kThreads) {
+          const uint32_t r = small_div(e, div_hkw);
+          const uint32_t kwi = (e - r * hkw) * 2;
+          const int ml = (int)(r % kBM);
+          const int j = (int)((jg_lo + r / kBM) * kw + kwi);
+          const int jl = j - j0;
+          if (jl < 0 || j >= j_end) continue;
+          const int64_t ro = o_row[ml];
+          if (ro < 0) continue;
+          *reinterpret_cast<Pair*>(out + ro + o_col[jl]) = pair_value(ml, jl);
+        }
+      } else {
+        const uint32_t total = groups_n * kBM * kw;  // < 128*(128+2*256): x*d fits small_div
+        for (uint32_t e = tid; e < total; e += kThreads) {
+          const uint32_t r = small_div(e, p.div_kw);
+          const uint32_t kwi = e - r * kw;
+          const int ml = (int)(r % kBM);
+          const int j = (int)((jg_lo + r / kBM) * kw + kwi);
+          const int jl = j - j0;
+          if (jl < 0 || j >= j_end) continue;
+          const int64_t ro = o_row[ml];
+          if (ro < 0) continue;
+          out[ro + o_col[jl]] = value(ml, jl);
         }
       }
     } else {
-      const uint32_t oc_n = oc_hi - oc_lo + 1;
-      const SmallDiv div_oc = make_small_div(oc_n);
-      const uint32_t total = (uint32_t)kBM * khkw * oc_n;  // < 128*(128+2*256)
-      for (uint32_t e = tid; e < total; e += kThreads) {
-        const uint32_t r = small_div(e, div_oc);
-        const uint32_t oci = e - r * oc_n;
-        const uint32_t ml = small_div(r, p.div_khkw);
-        const uint32_t tap = r - ml * khkw;
-        const int j = (int)((oc_lo + oci) * khkw + tap);
-        const int jl = j - j0;
-        if (jl < 0 || j >= j_end) continue;
-        const int64_t ro = o_row[ml];
-        if (ro < 0) continue;
-        out[ro + o_col[jl]] = Cs[ml * S::kLdC + jl];
+      // channels_last: element e = ((m_local*KHKW + tap)*OCcnt + oc_i); consecutive e walk oc.
+      const uint32_t khkw = (uint32_t)p.khkw;
+      const uint32_t oc_lo = (uint32_t)j0 / khkw;
+      const uint32_t oc_hi = (uint32_t)(j_end - 1) / khkw;
+      if (p.pair_store) {
+        // Pairs (oc, oc+1) with oc even (output channel g*Cout_g + oc is then even too); at the
+        // tile's edges one of the two may belong to a neighbouring tile: store the other alone.
+        const uint32_t oc_lo2 = oc_lo >> 1;
+        const uint32_t oc_n = (oc_hi >> 1) - oc_lo2 + 1;
+        const SmallDiv div_oc = make_small_div(oc_n);
+        const uint32_t total = (uint32_t)kBM * khkw * oc_n;
+        for (uint32_t e = tid; e < total; e += kThreads) {
+          const uint32_t r = small_div(e, div_oc);
+          const uint32_t oci = e - r * oc_n;
+          const uint32_t ml = small_div(r, p.div_khkw);
+          const uint32_t tap = r - ml * khkw;
+          const int ja = (int)((oc_lo2 + oci) * 2 * khkw + tap);
+          const int jb = ja + (int)khkw;
+          const bool va = ja >= j0 && ja < j_end, vb = jb >= j0 && jb < j_end;
+          if (!va && !vb) continue;
+          const int64_t ro = o_row[ml];
+          if (ro < 0) continue;
+          if (va && vb) {
+            Pair v;
+            v.x = value((int)ml, ja - j0);
+            v.y = value((int)ml, jb - j0);
+            *reinterpret_cast<Pair*>(out + ro + o_col[ja - j0]) = v;
+          } else if (va) {
+            out[ro + o_col[ja - j0]] = value((int)ml, ja - j0);
+          } else {
+            out[ro + o_col[jb - j0]] = value((int)ml, jb - j0);
+          }
+        }
+      } else {
+        const uint32_t oc_n = oc_hi - oc_lo + 1;
+        const SmallDiv div_oc = make_small_div(oc_n);
+        const uint32_t total = (uint32_t)kBM * khkw * oc_n;  // < 128*(128+2*256)
+        for (uint32_t e = tid; e < total; e += kThreads) {
+          const uint32_t r = small_div(e, div_oc);
+          const uint32_t oci = e - r * oc_n;
+          const uint32_t ml = small_div(r, p.div_khkw);
+          const uint32_t tap = r - ml * khkw;
+          const int j = (int)((oc_lo + oci) * khkw + tap);
+          const int jl = j - j0;
+          if (jl < 0 || j >= j_end) continue;
+          const int64_t ro = o_row[ml];
+          if (ro < 0) continue;
+          out[ro + o_col[jl]] = value((int)ml, jl);
+        }
       }
     }
+  };
+  if constexpr (sizeof(T) == sizeof(float)) {
+    static_assert(S::kLdC == S::kLdC32, "fp32 staging is the T tile");
+    store_tile(TypeTag<T>{});
+  } else if (has_act) {
+    store_tile(TypeTag<float>{});
+  } else {
+    store_tile(TypeTag<T>{});
   }
 }
 
 // ---------------------------------------------------------------------------------------------
 // output_padding region: rows oh >= H*KH (all columns) and, above them, columns ow >= W*KW.
-// Receives bias only (0 without bias). Tiny compared with the GEMM; one thread per element.
+// No tap reaches it: it receives the epilogue of a zero sum, act(bias*scale + shift) (a missing
+// bias or shift is 0, a missing scale 1). Tiny compared with the GEMM; one thread per element.
 struct PadArgs {
   const void* bias;
   void* out;
+  EpilogueParams epi;
   int64_t batch, channels, oh, ow, hk, wk;  // hk = H*KH, wk = W*KW
   int64_t os_n, os_c, os_h, os_w;
 };
@@ -603,8 +602,9 @@ __global__ void __launch_bounds__(256) fill_output_padding_kernel(const PadArgs 
       oh = r / wp;
       ow = a.wk + r % wp;
     }
-    const T v = bias != nullptr ? bias[c] : from_float<T>(0.f);
-    out[n * a.os_n + c * a.os_c + oh * a.os_h + ow * a.os_w] = v;
+    const ChannelAffine af = channel_affine(a.epi, bias != nullptr ? to_float(bias[c]) : 0.f, c);
+    out[n * a.os_n + c * a.os_c + oh * a.os_h + ow * a.os_w] =
+        from_float<T>(apply_epilogue(0.f, af, a.epi));
   }
 }
 
@@ -673,6 +673,7 @@ cudaError_t launch_padding(const ConvTranspose2dParams& p, cudaStream_t stream) 
   PadArgs a;
   a.bias = p.bias;
   a.out = p.output;
+  a.epi = p.epi;
   a.batch = p.batch;
   a.channels = p.out_channels;
   a.oh = p.out_h;
@@ -699,6 +700,7 @@ cudaError_t launch_typed(const ConvTranspose2dParams& p, cudaStream_t stream) {
   a.wt = p.weight;
   a.bias = p.bias;
   a.out = p.output;
+  a.epi = p.epi;
   a.M = p.batch * p.in_h * p.in_w;
   a.hw = p.in_h * p.in_w;
   a.w = p.in_w;
@@ -762,6 +764,8 @@ bool gemm_kxs_supports(const ConvTranspose2dParams& p, ScalarKind kind, bool all
   if (!axis_ok(p.ph_h, p.in_h, p.out_h) || !axis_ok(p.ph_w, p.in_w, p.out_w)) return false;
   const int64_t KH = p.ph_h.kernel, KW = p.ph_w.kernel;
   if (KH * KW > 256) return false;  // bound used by the epilogue's small divisions
+  const int act = (int)p.epi.activation;
+  if (act < (int)Activation::kNone || act > (int)Activation::kHardswish) return false;
   if (p.groups < 1 || p.groups > 65535 || p.batch < 0) return false;
   if (p.in_per_group < 0 || p.out_per_group < 0) return false;
   if (p.in_per_group * p.groups != p.in_channels || p.out_per_group * p.groups != p.out_channels)

@@ -15,6 +15,7 @@ namespace deconv_patch {
 //   * kernel_h * kernel_w <= 256
 //   * weight contiguous [Cin, Cout/groups, KH, KW] (strides of size-1 dims are ignored)
 //   * non-negative tensor strides, consistent channel/group counts
+//   * a known p.epi.activation (bias, scale, shift and activation are fused, see epilogue.cuh)
 // Any input / output strides are accepted (fast paths for NCHW and channels_last).
 bool gemm_kxs_supports(const ConvTranspose2dParams& p, ScalarKind kind, bool allow_tf32);
 

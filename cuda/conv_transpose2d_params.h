@@ -11,6 +11,28 @@ namespace deconv_patch {
 
 enum class ScalarKind : int { kFloat32 = 0, kFloat16 = 1, kBFloat16 = 2 };
 
+// Activations the fused epilogue applies (codes mirrored in deconv_patch/epilogue.py).
+enum class Activation : int {
+  kNone = 0,
+  kReLU = 1,
+  kLeakyReLU = 2,
+  kSiLU = 3,
+  kGELU = 4,      // exact (erf) form, nn.GELU()
+  kGELUTanh = 5,  // nn.GELU(approximate="tanh")
+  kTanh = 6,
+  kSigmoid = 7,
+  kHardswish = 8,
+};
+
+// What happens to each accumulator after the sum, before the one rounding to the output type:
+//     y = activation((acc + bias[oc]) * scale[oc] + shift[oc])      (see epilogue.cuh)
+struct EpilogueParams {
+  const float* scale = nullptr;  // [Cout] fp32, or nullptr for 1
+  const float* shift = nullptr;  // [Cout] fp32, or nullptr for 0
+  Activation activation = Activation::kNone;
+  float negative_slope = 0.01f;  // LeakyReLU only
+};
+
 // Per spatial axis, the stride-phase constants of a transposed convolution.
 //
 // Output row oh receives tap kh from input row ih exactly when  ih*stride = oh + pad - kh*dil.
@@ -53,6 +75,8 @@ struct ConvTranspose2dParams {
   int64_t w_stride[4] = {0, 0, 0, 0};    // cin, cout/g, kh, kw
   int64_t out_stride[4] = {0, 0, 0, 0};  // n, c, h, w
   bool out_channels_last = false;        // output layout hint for kernels that specialise on it
+
+  EpilogueParams epi{};  // bias is above; scale, shift and activation here
 };
 
 // Fills AxisPhase from the hyperparameters of one axis (host or device).

@@ -7,6 +7,7 @@
 #include <torch/extension.h>
 
 #include "conv_transpose2d_gemm_kxs.h"
+#include "conv_transpose2d_gemm_phase.h"
 #include "conv_transpose2d_params.h"
 
 namespace deconv_patch {
@@ -26,15 +27,68 @@ void copy_strides(const at::Tensor& t, int64_t* dst) {
   for (int i = 0; i < 4; ++i) dst[i] = t.stride(i);
 }
 
+const float* channel_vector(const c10::optional<at::Tensor>& t, int64_t channels,
+                            const at::Tensor& like, const char* name) {
+  if (!t.has_value() || !t->defined()) return nullptr;
+  TORCH_CHECK(t->is_cuda() && t->device() == like.device() && t->scalar_type() == at::kFloat &&
+                  t->is_contiguous() && t->numel() == channels,
+              "deconv_patch: ", name, " must be a contiguous float32 CUDA tensor of shape [Cout]");
+  return t->data_ptr<float>();
+}
+
+// The weight-side fields of the params (everything packing depends on).
+void fill_weight_params(ConvTranspose2dParams& p, const at::Tensor& weight, at::IntArrayRef stride,
+                        at::IntArrayRef padding, at::IntArrayRef dilation, int64_t groups) {
+  TORCH_CHECK(weight.dim() == 4 && groups > 0, "deconv_patch: expected a 4-D weight");
+  TORCH_CHECK(stride.size() == 2 && padding.size() == 2 && dilation.size() == 2,
+              "deconv_patch: stride, padding and dilation must have 2 values");
+  const int64_t kh = weight.size(2), kw = weight.size(3);
+  p.weight = weight.data_ptr();
+  p.in_channels = weight.size(0);
+  p.groups = groups;
+  p.in_per_group = weight.size(0) / groups;
+  p.out_per_group = weight.size(1);
+  p.out_channels = weight.size(1) * groups;
+  p.ph_h = make_axis_phase((int)stride[0], (int)padding[0], (int)dilation[0], (int)kh);
+  p.ph_w = make_axis_phase((int)stride[1], (int)padding[1], (int)dilation[1], (int)kw);
+  copy_strides(weight, p.w_stride);
+}
+
 }  // namespace
 
-// Runs one kernel variant ("direct" or "gemm_kxs"); the planner (Python) has chosen it.
+// The weight re-laid-out for `variant` (only "gemm_phase" packs). Depends on the weight and the
+// hyperparameters only; deconv_patch/packed_weights.py caches it per weight version.
+at::Tensor pack_weight(const std::string& variant, const at::Tensor& weight,
+                       at::IntArrayRef stride, at::IntArrayRef padding,
+                       at::IntArrayRef output_padding, at::IntArrayRef dilation, int64_t groups,
+                       bool allow_tf32) {
+  TORCH_CHECK(variant == "gemm_phase", "deconv_patch: variant ", variant, " reads no packed weight");
+  TORCH_CHECK(weight.is_cuda(), "deconv_patch: weight must be a CUDA tensor");
+  (void)output_padding;
+  const ScalarKind kind = scalar_kind(weight);
+  const c10::cuda::CUDAGuard guard(weight.device());
+  ConvTranspose2dParams p;
+  fill_weight_params(p, weight, stride, padding, dilation, groups);
+  const int64_t bytes = gemm_phase_packed_weight_bytes(p, kind);
+  at::Tensor packed = at::empty({bytes}, weight.options().dtype(at::kByte));
+  const cudaError_t err = launch_gemm_phase_pack_weight(
+      p, kind, allow_tf32, packed.data_ptr(), c10::cuda::getCurrentCUDAStream().stream());
+  TORCH_CHECK(err == cudaSuccess, "deconv_patch: weight packing failed: ", cudaGetErrorString(err));
+  return packed;
+}
+
+// Runs one kernel variant ("direct", "gemm_kxs" or "gemm_phase") with the fused epilogue in
+// (scale, shift, activation); the planner (Python) has chosen the variant.
 at::Tensor conv_transpose2d_forward(const std::string& variant, const at::Tensor& input,
                                     const at::Tensor& weight,
                                     const c10::optional<at::Tensor>& bias, at::IntArrayRef stride,
                                     at::IntArrayRef padding, at::IntArrayRef output_padding,
                                     at::IntArrayRef dilation, int64_t groups, bool channels_last,
-                                    bool allow_tf32, const c10::optional<at::Tensor>& out) {
+                                    bool allow_tf32, const c10::optional<at::Tensor>& out,
+                                    const c10::optional<at::Tensor>& scale,
+                                    const c10::optional<at::Tensor>& shift, int64_t activation,
+                                    double negative_slope,
+                                    const c10::optional<at::Tensor>& packed, int64_t config) {
   TORCH_CHECK(input.is_cuda() && weight.is_cuda(), "deconv_patch: input and weight must be CUDA");
   TORCH_CHECK(input.dim() == 4 && weight.dim() == 4, "deconv_patch: expected 4-D input and weight");
   TORCH_CHECK(stride.size() == 2 && padding.size() == 2 && output_padding.size() == 2 &&
@@ -82,7 +136,15 @@ at::Tensor conv_transpose2d_forward(const std::string& variant, const at::Tensor
   }
 
   ConvTranspose2dParams p;
-  p.input = input.data_ptr();
+  // gemm_phase gathers its A operand 16 bytes at a time only from channels_last input; for
+  // 16-bit NCHW input one re-layout pass (input is the smallest tensor of an up-sampling layer)
+  // is cheaper than 2-byte gathers inside the GEMM.
+  at::Tensor x = input;
+  if (variant == "gemm_phase" && kind != ScalarKind::kFloat32 &&
+      !input.is_contiguous(at::MemoryFormat::ChannelsLast) && (input.size(1) / groups) % 8 == 0) {
+    x = input.contiguous(at::MemoryFormat::ChannelsLast);
+  }
+  p.input = x.data_ptr();
   p.weight = weight.data_ptr();
   p.bias = bias_t.defined() ? bias_t.data_ptr() : nullptr;
   p.output = output.data_ptr();
@@ -98,10 +160,16 @@ at::Tensor conv_transpose2d_forward(const std::string& variant, const at::Tensor
   p.out_per_group = weight.size(1);
   p.ph_h = make_axis_phase((int)stride[0], (int)padding[0], (int)dilation[0], (int)kh);
   p.ph_w = make_axis_phase((int)stride[1], (int)padding[1], (int)dilation[1], (int)kw);
-  copy_strides(input, p.in_stride);
+  copy_strides(x, p.in_stride);
   copy_strides(weight, p.w_stride);
   copy_strides(output, p.out_stride);
   p.out_channels_last = cl;
+  TORCH_CHECK(activation >= 0 && activation <= (int64_t)Activation::kHardswish,
+              "deconv_patch: unknown activation code ", activation);
+  p.epi.scale = channel_vector(scale, out_channels, input, "scale");
+  p.epi.shift = channel_vector(shift, out_channels, input, "shift");
+  p.epi.activation = static_cast<Activation>(activation);
+  p.epi.negative_slope = (float)negative_slope;
 
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream().stream();
   cudaError_t err;
@@ -111,6 +179,17 @@ at::Tensor conv_transpose2d_forward(const std::string& variant, const at::Tensor
     TORCH_CHECK(gemm_kxs_supports(p, kind, allow_tf32),
                 "deconv_patch: the gemm_kxs kernel does not support this call");
     err = launch_conv_transpose2d_gemm_kxs(p, kind, allow_tf32, stream);
+  } else if (variant == "gemm_phase") {
+    TORCH_CHECK(gemm_phase_supports(p, kind, allow_tf32),
+                "deconv_patch: the gemm_phase kernel does not support this call");
+    TORCH_CHECK(packed.has_value() && packed->defined() && packed->is_cuda() &&
+                    packed->device() == input.device() &&
+                    packed->numel() == gemm_phase_packed_weight_bytes(p, kind),
+                "deconv_patch: gemm_phase needs the packed weight from pack_weight()");
+    TORCH_CHECK(config >= -1 && config < gemm_phase_num_configs(),
+                "deconv_patch: gemm_phase has no tile config ", config);
+    err = launch_conv_transpose2d_gemm_phase(p, kind, allow_tf32, packed->data_ptr(), (int)config,
+                                             stream);
   } else {
     TORCH_CHECK(false, "deconv_patch: unknown kernel variant ", variant);
   }
@@ -127,5 +206,14 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "Transposed convolution with one named kernel variant", py::arg("variant"),
         py::arg("input"), py::arg("weight"), py::arg("bias"), py::arg("stride"),
         py::arg("padding"), py::arg("output_padding"), py::arg("dilation"), py::arg("groups"),
-        py::arg("channels_last"), py::arg("allow_tf32"), py::arg("out") = py::none());
+        py::arg("channels_last"), py::arg("allow_tf32"), py::arg("out") = py::none(),
+        py::arg("scale") = py::none(), py::arg("shift") = py::none(), py::arg("activation") = 0,
+        py::arg("negative_slope") = 0.01, py::arg("packed") = py::none(),
+        py::arg("config") = -1);
+  m.def("gemm_phase_num_configs", &deconv_patch::gemm_phase_num_configs,
+        "Number of gemm_phase tile configs");
+  m.def("pack_weight", &deconv_patch::pack_weight,
+        "The weight in a variant's packed layout", py::arg("variant"), py::arg("weight"),
+        py::arg("stride"), py::arg("padding"), py::arg("output_padding"), py::arg("dilation"),
+        py::arg("groups"), py::arg("allow_tf32"));
 }

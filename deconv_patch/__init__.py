@@ -14,7 +14,7 @@ from .checkpoint import load
 from .exit_codes import ExitCode
 from .extension import ExtensionUnavailableError
 from .modules import FastConvTranspose2d
-from .ops import FallbackWarning, conv_transpose2d
+from .ops import FallbackWarning, conv_transpose2d, conv_transpose2d_fused
 from .optimize import optimize
 from .planner import use_variant
 from .report import (
@@ -48,6 +48,7 @@ __all__ = [
     "Tolerances",
     "ValidationReport",
     "conv_transpose2d",
+    "conv_transpose2d_fused",
     "load",
     "optimize",
     "summary",

@@ -102,12 +102,21 @@ def enabled() -> bool:
         and not torch.compiler.is_compiling()
 
 
+def _time_or_inf(variant: str, run: Callable[[str], object]) -> float:
+    """Median ms of `run(variant)`; a variant that refuses the call (its binding's checks raise)
+    simply loses."""
+    try:
+        return time_cuda(lambda: run(variant), _WARMUP, _REPS).median_ms
+    except (RuntimeError, ValueError):
+        return float("inf")
+
+
 def pick(key: str, candidates: Sequence[str], run: Callable[[str], object]) -> str:
     """The fastest of `candidates` for `key`, timing each once (median of a few runs)."""
     known = cache().choices.get(key)
     if known in candidates:
         return known  # type: ignore[return-value]
-    times = {v: time_cuda(lambda v=v: run(v), _WARMUP, _REPS).median_ms for v in candidates}
+    times = {v: _time_or_inf(v, run) for v in candidates}
     best = min(times, key=times.__getitem__)
     cache().record(key, best)
     return best

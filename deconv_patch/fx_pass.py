@@ -4,8 +4,11 @@
 * `call_function` nodes on F.conv_transpose2d / torch.conv_transpose2d call
   `torch.ops.deconv_patch.conv_transpose2d` with the same arguments;
 * with `fuse=True` and an eval-mode model, a BatchNorm2d that directly follows a conv module, and
-  is that conv output's only user, is folded into a copy of the conv's weight and bias. Nothing
-  else is fused yet: activation fusion needs the fused-epilogue kernel, which does not exist.
+  is that conv output's only user, is folded into a copy of the conv's weight and bias;
+* then (same conditions) an activation that is the only user of the conv (or folded BN) output -
+  nn.ReLU / LeakyReLU / SiLU / GELU / Tanh / Sigmoid / Hardswish or the matching functions and
+  tensor methods - moves into the conv's fused epilogue (FastConvTranspose2d.activation).
+  Training-mode models are not fused: the fused op's backward recomputes the conv.
 
 The pass never mutates the model it is given: the GraphModule it returns reuses the model's leaf
 submodules and parameters, replaced convs share their Parameters, and folded convs get new ones.
@@ -24,6 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import fx, nn
 
+from .epilogue import FusedActivation, activation_of_call, activation_of_module
 from .fusion import bn_fold_problem, fold_bn_into_conv_transpose
 from .modules import FastConvTranspose2d
 from .summary import LayerPatch, PatchSummary, layer_from_module
@@ -217,6 +221,37 @@ def _bn_user(gm: fx.GraphModule, node: fx.Node) -> Optional[Tuple[fx.Node, nn.Mo
     return user, module
 
 
+def _activation_user(gm: fx.GraphModule, node: fx.Node
+                     ) -> Optional[Tuple[fx.Node, FusedActivation]]:
+    """The fusable activation that is `node`'s only user, taking it as its first input."""
+    users = list(node.users)
+    if len(users) != 1:
+        return None
+    user = users[0]
+    if not user.args or user.args[0] is not node:
+        return None
+    rest = tuple(user.args[1:])
+    if any(isinstance(a, fx.Node) for a in rest + tuple(user.kwargs.values())):
+        return None  # e.g. a slope computed in the graph
+    if user.op == "call_module":
+        if rest or user.kwargs:
+            return None
+        found = activation_of_module(gm.get_submodule(str(user.target)))
+    else:
+        found = activation_of_call(user.op, user.target, rest, dict(user.kwargs))
+    return (user, found) if found is not None else None
+
+
+def _drop_if_unused(graph: fx.Graph, node: fx.Node, removed: Set[str]) -> None:
+    """Erases `node`; if it called a submodule nothing else uses, marks that for removal."""
+    target = str(node.target)
+    is_module = node.op == "call_module"
+    graph.erase_node(node)
+    if is_module and not any(n.target == target or str(n.target).startswith(target + ".")
+                             for n in graph.nodes if n.op in ("call_module", "get_attr")):
+        removed.add(target)
+
+
 def _complete_hierarchy(gm: fx.GraphModule, original: nn.Module, removed: Set[str],
                         replacements: Dict[int, nn.Module]) -> None:
     """Gives the GraphModule every submodule, parameter and buffer of `original`.
@@ -394,14 +429,18 @@ def fx_patch(
                 if problem is None:
                     replacement = _fold_into_copy(conv, bn)
                     bn_node.replace_all_uses_with(nodes[0])
-                    graph.erase_node(bn_node)
-                    bn_target = str(bn_node.target)
-                    if not any(n.target == bn_target or str(n.target).startswith(bn_target + ".")
-                               for n in graph.nodes if n.op in ("call_module", "get_attr")):
-                        removed.add(bn_target)  # nothing else uses this BatchNorm: drop it
+                    _drop_if_unused(graph, bn_node, removed)
                     fused = "bn(folded)"
                 else:
                     notes.append(f"{target}: {bn_node.target} not folded ({problem})")
+            act_call = _activation_user(gm, nodes[0]) if fuse and not model_training else None
+            if act_call is not None and len(nodes) == 1 and replacement.activation == "none":
+                act_node, act = act_call
+                replacement = FastConvTranspose2d.from_module(
+                    replacement, act.name, act.negative_slope)  # type: ignore[arg-type]
+                act_node.replace_all_uses_with(nodes[0])
+                _drop_if_unused(graph, act_node, removed)
+                fused = act.name if fused == "-" else f"{fused}+{act.name}"
             _set_submodule(gm, target, replacement)
             replacements[id(conv)] = replacement
             layers.append(layer_from_module(target, replacement, fused,  # type: ignore[arg-type]

@@ -2,13 +2,22 @@
 
 It *is* an nn.ConvTranspose2d (subclass): same parameters, names, shapes, state_dict keys,
 `output_size=` contract and repr, so checkpoints load both ways and code that type-checks for
-ConvTranspose2d keeps working.
+ConvTranspose2d keeps working. It may also carry an activation that optimize() fused into it
+(`activation="relu"` etc.): the kernels apply it in their epilogue, PyTorch paths call the same
+torch function the original activation module called.
+
+Per input geometry the module caches its plan and, when a kernel of ours runs, a prepared call
+(ops.kernel_call): inference calls then go straight to the extension, one Python -> C++ hop
+instead of the dispatcher's round trip through a Python op kernel (tens of microseconds).
+Calls that need autograd, run under torch.compile, a dispatch mode or a functorch transform use
+the registered op, which those systems understand.
 """
 
 from __future__ import annotations
 
 import warnings
-from typing import List, Optional, Sequence
+from dataclasses import dataclass
+from typing import Callable, List, Optional, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -16,22 +25,49 @@ from torch import nn
 
 from . import autotune, planner
 from .arguments import ConvTransposeArgs, find_problem
-from .ops import FallbackWarning, conv_transpose2d
+from .epilogue import DEFAULT_NEGATIVE_SLOPE, Epilogue, activate, check_activation
+from .ops import FallbackWarning, conv_transpose2d, conv_transpose2d_fused, kernel_call
 
 
 _PLAN_CACHE_SIZE = 256
 
 
+@dataclass
+class _Entry:
+    """One cached input geometry: the plan and, once used, its prepared kernel call."""
+
+    plan: planner.Plan
+    call: Optional[Callable[..., torch.Tensor]] = None
+    tune: bool = False  # autotune has not timed this call yet: the op times it, uncached
+
+
+def _plain_cuda_tensor(t: torch.Tensor) -> bool:
+    """True for an ordinary tensor outside any dispatch mode or functorch transform: the only
+    case where calling the extension directly is equivalent to calling the op."""
+    return (type(t) is torch.Tensor or type(t) is nn.Parameter) and \
+        torch._C._len_torch_dispatch_stack() == 0 and \
+        not torch._C._functorch.is_functorch_wrapped_tensor(t)
+
+
 class FastConvTranspose2d(nn.ConvTranspose2d):
     """nn.ConvTranspose2d backed by deconv_patch's CUDA kernels (ATen on other devices)."""
 
-    @classmethod
-    def from_module(cls, module: nn.ConvTranspose2d) -> "FastConvTranspose2d":
-        """A FastConvTranspose2d sharing `module`'s parameters (no copy) and hyperparameters.
+    # A fused activation (see deconv_patch/epilogue.py); class attributes so pickles of modules
+    # from before activation fusion still load.
+    activation: str = "none"
+    negative_slope: float = DEFAULT_NEGATIVE_SLOPE
 
-        Passing a FastConvTranspose2d returns it unchanged, so patching is idempotent.
+    @classmethod
+    def from_module(cls, module: nn.ConvTranspose2d, activation: str = "none",
+                    negative_slope: float = DEFAULT_NEGATIVE_SLOPE) -> "FastConvTranspose2d":
+        """A FastConvTranspose2d sharing `module`'s parameters (no copy) and hyperparameters,
+        optionally followed by a fused `activation` (one of deconv_patch.epilogue.ACTIVATIONS).
+
+        Passing a FastConvTranspose2d without an activation returns it unchanged, so patching
+        is idempotent.
         """
-        if isinstance(module, FastConvTranspose2d):
+        check_activation(activation)
+        if isinstance(module, FastConvTranspose2d) and activation == "none":
             return module
         if not isinstance(module, nn.ConvTranspose2d):
             raise TypeError(
@@ -54,6 +90,12 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
         fast.weight = module.weight
         fast.bias = module.bias
         fast.train(module.training)
+        if isinstance(module, FastConvTranspose2d) and module.activation != "none":
+            raise ValueError("deconv_patch: this layer already has a fused activation "
+                             f"({module.activation})")
+        if activation != "none":
+            fast.activation = activation
+            fast.negative_slope = float(negative_slope)
         return fast
 
     def forward(self, input: torch.Tensor, output_size: Optional[List[int]] = None) -> torch.Tensor:
@@ -63,6 +105,7 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
             input, output_size, self.stride, self.padding, self.kernel_size,  # type: ignore[arg-type]
             2, self.dilation,  # type: ignore[arg-type]
         )
+        fused = self.activation != "none"
         if torch.compiler.is_compiling():
             # Graph time: layers no kernel of ours covers stay aten convolutions, which Inductor
             # schedules itself; the rest become our op (which still plans per call).
@@ -70,55 +113,92 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
                                      self.dilation, self.groups)  # type: ignore[arg-type]
             use_op = planner.may_use_kernel(input.device, input.dtype, self.kernel_size, args)
         else:
-            use_op = self.plan_for(input, output_padding).uses_kernel
+            entry = self._entry_for(input, output_padding)
+            use_op = entry.plan.uses_kernel or entry.tune
+            if use_op and not entry.tune and _plain_cuda_tensor(input) and not (torch.is_grad_enabled() and (
+                    input.requires_grad or self.weight.requires_grad
+                    or (self.bias is not None and self.bias.requires_grad))):
+                if entry.call is None:
+                    entry.call = kernel_call(entry.plan.variant, input, self.weight,
+                                             self._args(output_padding), self._epilogue())
+                return entry.call(input, self.weight, self.bias)
         if not use_op:
             # Where the planner runs PyTorch anyway, call it directly and skip the custom op's
             # dispatch overhead (tens of microseconds per call).
-            return F.conv_transpose2d(
+            y = F.conv_transpose2d(
                 input, self.weight, self.bias, self.stride, self.padding, output_padding,
                 self.groups, self.dilation,
             )
+            return activate(y, self.activation, self.negative_slope) if fused else y
+        if fused:
+            return conv_transpose2d_fused(
+                input, self.weight, self.bias, self.stride, self.padding, output_padding,
+                self.groups, self.dilation, None, None, self.activation, self.negative_slope)
         return conv_transpose2d(
             input, self.weight, self.bias, self.stride, self.padding, output_padding,
             self.groups, self.dilation,
         )
 
+    def _args(self, output_padding: Sequence[int]) -> ConvTransposeArgs:
+        return ConvTransposeArgs(self.stride, self.padding, tuple(output_padding),  # type: ignore[arg-type]
+                                 self.dilation, self.groups)  # type: ignore[arg-type]
+
+    def _epilogue(self) -> Epilogue:
+        return Epilogue(activation=self.activation, negative_slope=self.negative_slope)
+
     def plan_for(self, input: torch.Tensor,
                  output_padding: Optional[Sequence[int]] = None) -> planner.Plan:
         """Which implementation runs for this input (and the output_padding an `output_size=`
-        implies) and why. Cached per input geometry, device, dtype and backend flags: this runs
-        on every call, so a hit is one dict lookup."""
+        implies) and why."""
+        return self._entry_for(input, output_padding).plan
+
+    def _entry_for(self, input: torch.Tensor,
+                   output_padding: Optional[Sequence[int]] = None) -> _Entry:
+        """The plan (and prepared call) for this input geometry. Cached per geometry, device,
+        dtype, weight/bias, epilogue and backend flags: this runs on every call, so a hit is
+        one dict lookup."""
         out_pad = tuple(output_padding) if output_padding is not None else self.output_padding
+        weight, bias = self.weight, self.bias
         key = (tuple(input.shape), input.stride(), input.device, input.dtype,
-               self.weight.stride(), torch.backends.cudnn.enabled,
-               torch.backends.cudnn.allow_tf32, torch.backends.cudnn.benchmark,
-               planner.forced_variant(), self.stride, self.padding, out_pad,
-               self.dilation, self.groups)
+               weight.stride(), weight.dtype, weight.device, bias is None,
+               torch.backends.cudnn.enabled, torch.backends.cudnn.allow_tf32,
+               torch.backends.cudnn.benchmark, planner.forced_variant(), self.stride,
+               self.padding, out_pad, self.dilation, self.groups, self.activation,
+               self.negative_slope)
         cache = self.__dict__.setdefault("_plan_cache", {})
         found = cache.get(key)
         if found is not None:
             return found
         if len(cache) >= _PLAN_CACHE_SIZE:  # e.g. detection models with varying input sizes
             cache.clear()
-        args = ConvTransposeArgs(self.stride, self.padding, out_pad,  # type: ignore[arg-type]
-                                 self.dilation, self.groups)  # type: ignore[arg-type]
-        bias = self.bias
-        if find_problem(input, self.weight, bias, args) is not None:
-            return planner.Plan(planner.ATEN, "invalid call: PyTorch raises its error")
-        found = planner.plan(input, self.weight, args)
-        if found.fallback and input.is_cuda:  # our kernels cannot run here: say so, once
-            warnings.warn(f"deconv_patch: {found.reason}", FallbackWarning, stacklevel=3)
-        if len(found.candidates) > 1 and autotune.enabled():
-            key_t = autotune.call_key(input, self.weight, bias is not None, args)
+        args = self._args(out_pad)
+        if find_problem(input, weight, bias, args) is not None:
+            return _Entry(planner.Plan(planner.ATEN, "invalid call: PyTorch raises its error"))
+        chosen = planner.plan(input, weight, args)
+        if chosen.fallback and input.is_cuda:  # our kernels cannot run here: say so, once
+            warnings.warn(f"deconv_patch: {chosen.reason}", FallbackWarning, stacklevel=4)
+        if len(chosen.candidates) > 1 and autotune.enabled():
+            key_t = autotune.call_key(input, weight, bias is not None, args)
             known = autotune.cache().choices.get(key_t)
-            if known is None:
-                return found  # not timed yet: the op autotunes this call; re-plan next time
-            found = planner.Plan(known, "autotuned", candidates=found.candidates)
-        cache[key] = found
+            if known is None:  # not timed yet: the op autotunes this call; re-plan next time
+                return _Entry(chosen, tune=True)
+            chosen = planner.Plan(known, "autotuned", candidates=chosen.candidates)
+        found = cache[key] = _Entry(chosen)
         return found
 
+    def __getstate__(self) -> dict:
+        # The plan cache holds prepared kernel calls (closures): a cache, never pickled or
+        # deep-copied; the copy re-plans on its first call.
+        state = self.__dict__.copy()
+        state.pop("_plan_cache", None)
+        return state
+
     def extra_repr(self) -> str:
-        return f"{super().extra_repr()}, backend={self.backend}"
+        fused = ""
+        if self.activation != "none":
+            slope = f"({self.negative_slope})" if self.activation == "leaky_relu" else ""
+            fused = f", activation={self.activation}{slope}"
+        return f"{super().extra_repr()}{fused}, backend={self.backend}"
 
     @property
     def backend(self) -> str:

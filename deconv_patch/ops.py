@@ -1,6 +1,10 @@
-"""`torch.ops.deconv_patch.conv_transpose2d`: the op every patched layer calls.
+"""`torch.ops.deconv_patch.conv_transpose2d` (the op every patched layer calls) and
+`torch.ops.deconv_patch.conv_transpose2d_fused` (the same with a fused epilogue).
 
-Same argument order, defaults and semantics as `torch.nn.functional.conv_transpose2d`.
+Same argument order, defaults and semantics as `torch.nn.functional.conv_transpose2d`; the fused
+op adds `scale, shift, activation, negative_slope`:
+    activation((conv_transpose2d(input, weight, bias, ...) * scale + shift)),
+with the epilogue applied to the fp32 accumulator before one rounding (deconv_patch/epilogue.py).
   * CUDA: the planner picks one of our kernels (or ATen, with a warning saying why);
   * every other device / dtype: ATen (CompositeExplicitAutograd kernel);
   * Meta / fake tensors: ATen's own shape and stride rules, so torch.compile and torch.export
@@ -19,8 +23,10 @@ import torch
 
 from . import autotune, planner
 from .arguments import ConvTransposeArgs, find_problem
+from .epilogue import DEFAULT_NEGATIVE_SLOPE, IDENTITY, Epilogue, check_activation
 from .extension import load_extension
 from .layout import cuda_output_channels_last
+from .packed_weights import packed_weight
 
 QUALNAME = "deconv_patch::conv_transpose2d"
 SCHEMA = (
@@ -29,11 +35,19 @@ SCHEMA = (
 )
 
 
+FUSED_QUALNAME = "deconv_patch::conv_transpose2d_fused"
+FUSED_SCHEMA = SCHEMA.replace(
+    ") -> Tensor",
+    f", Tensor? scale=None, Tensor? shift=None, str activation=\"none\", "
+    f"float negative_slope={DEFAULT_NEGATIVE_SLOPE}) -> Tensor")
+
+
 class FallbackWarning(UserWarning):
     """A CUDA call ran on PyTorch's implementation instead of a deconv_patch kernel."""
 
 
 torch.library.define(QUALNAME, SCHEMA)
+torch.library.define(FUSED_QUALNAME, FUSED_SCHEMA)
 
 
 def _aten(
@@ -91,36 +105,40 @@ def _conv_transpose2d_cuda(
     dilation: Sequence[int] = (1, 1),
 ) -> torch.Tensor:
     args = ConvTransposeArgs.from_values(stride, padding, output_padding, groups, dilation)
+    return _cuda(input, weight, bias, args, IDENTITY)
+
+
+def _cuda(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
+          args: ConvTransposeArgs, epilogue: Epilogue) -> torch.Tensor:
+    """Both ops on CUDA: plan (and autotune), then run a kernel of ours or PyTorch."""
     if find_problem(input, weight, bias, args) is not None:
         # PyTorch raises its own error here (or, where it accepts the call, computes it).
-        return _aten(input, weight, bias, stride, padding, output_padding, groups, dilation)
+        return epilogue.apply(_aten(input, weight, bias, args.stride, args.padding,
+                                    args.output_padding, args.groups, args.dilation))
     if input.dim() == 4 and input.shape[0] == 0:
         # Nothing to compute: ATen allocates the empty result with its own strides.
-        return _aten(input, weight, bias, stride, padding, output_padding, groups, dilation)
+        return epilogue.apply(_aten(input, weight, bias, args.stride, args.padding,
+                                    args.output_padding, args.groups, args.dilation))
     choice = planner.plan(input, weight, args)
     if len(choice.candidates) > 1 and autotune.enabled():
         key = autotune.call_key(input, weight, bias is not None, args)
         best = autotune.pick(key, choice.candidates,
                              lambda v: _call_as_users_do(v, input, weight, bias, args))
         choice = planner.Plan(best, "autotuned", candidates=choice.candidates)
-    if not choice.uses_kernel:
-        if choice.fallback:  # our kernels cannot run here (not a choice made for speed)
-            warnings.warn(f"deconv_patch: {choice.reason}", FallbackWarning, stacklevel=2)
-        return _aten(input, weight, bias, stride, padding, output_padding, groups, dilation)
-    return run_variant(choice.variant, input, weight, bias, args)
+    if choice.fallback:  # our kernels cannot run here (not a choice made for speed)
+        warnings.warn(f"deconv_patch: {choice.reason}", FallbackWarning, stacklevel=3)
+    return run_variant(choice.variant, input, weight, bias, args, epilogue=epilogue)
 
 
 def _call_as_users_do(variant: str, input: torch.Tensor, weight: torch.Tensor,
                       bias: Optional[torch.Tensor], args: ConvTransposeArgs) -> torch.Tensor:
     """One call the way a patched model makes it, host overhead included, for autotune:
-    PyTorch directly for ``aten`` (FastConvTranspose2d's fast path), else through this op."""
+    PyTorch directly for ``aten``, else the prepared kernel call (FastConvTranspose2d's paths).
+    Kernel variants that cannot run this call lose (infinite time) rather than fail it."""
     if variant == planner.ATEN:
         return _aten(input, weight, bias, args.stride, args.padding, args.output_padding,
                      args.groups, args.dilation)
-    with planner.use_variant(variant):
-        return torch.ops.deconv_patch.conv_transpose2d(
-            input, weight, bias, args.stride, args.padding, args.output_padding, args.groups,
-            args.dilation)
+    return kernel_call(variant, input, weight, args)(input, weight, bias)
 
 
 def run_variant(
@@ -130,27 +148,52 @@ def run_variant(
     bias: Optional[torch.Tensor],
     args: ConvTransposeArgs,
     out: Optional[torch.Tensor] = None,
+    epilogue: Epilogue = IDENTITY,
 ) -> torch.Tensor:
     """Runs one named kernel variant on validated CUDA arguments (tests force variants here).
 
     `out`, if given, is written in place (batched 4-D, in the layout PyTorch would return).
     """
     if variant == planner.ATEN:
-        return _aten(input, weight, bias, args.stride, args.padding, args.output_padding,
-                     args.groups, args.dilation)
-    if variant not in planner.VARIANTS:
-        raise ValueError(f"unknown deconv_patch variant {variant!r}")
-    unbatched = input.dim() == 3
-    x = input.unsqueeze(0) if unbatched else input
+        return epilogue.apply(_aten(input, weight, bias, args.stride, args.padding,
+                                    args.output_padding, args.groups, args.dilation))
+    return kernel_call(variant, input, weight, args, epilogue)(input, weight, bias, out)
+
+
+def kernel_call(variant: str, input: torch.Tensor, weight: torch.Tensor,
+                args: ConvTransposeArgs, epilogue: Epilogue = IDENTITY):
+    """A function (input, weight, bias, out=None) -> output that launches `variant` for calls
+    shaped like this one, with everything that does not change between such calls (output
+    layout, TF32 flag, epilogue tensors, extension handle) worked out once. FastConvTranspose2d
+    keeps one per input geometry so a patched layer's call is one Python -> C++ hop."""
+    kernel, config = planner.split_variant(variant)
+    if not planner.is_variant(variant) or kernel == planner.ATEN:
+        raise ValueError(f"unknown deconv_patch kernel variant {variant!r}")
+    x = input.unsqueeze(0) if input.dim() == 3 else input
     out_hw = args.output_hw(x.shape[-2:], weight.shape[-2:])
     channels_last = cuda_output_channels_last(
         x, weight, args, weight.shape[1] * args.groups * out_hw[0] * out_hw[1])
-    result = load_extension().conv_transpose2d_forward(
-        variant, x, weight, bias, args.stride, args.padding, args.output_padding, args.dilation,
-        args.groups, channels_last, torch.backends.cudnn.allow_tf32,
-        None if out is None else (out.unsqueeze(0) if unbatched else out),
-    )
-    return result.squeeze(0) if unbatched else result
+    allow_tf32 = bool(torch.backends.cudnn.allow_tf32)
+    scale, shift, activation, slope = epilogue.kernel_args(input.device)
+    forward = load_extension().conv_transpose2d_forward
+    stride, padding, output_padding, dilation, groups = (
+        list(args.stride), list(args.padding), list(args.output_padding), list(args.dilation),
+        args.groups)
+    packs = kernel in planner.PACKED_VARIANTS
+
+    def call(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
+             out: Optional[torch.Tensor] = None) -> torch.Tensor:
+        unbatched = input.dim() == 3
+        x = input.unsqueeze(0) if unbatched else input
+        if out is not None and unbatched:
+            out = out.unsqueeze(0)
+        packed = packed_weight(kernel, weight, x, args, allow_tf32) if packs else None
+        result = forward(kernel, x, weight, bias, stride, padding, output_padding, dilation,
+                         groups, channels_last, allow_tf32, out, scale, shift, activation, slope,
+                         packed, config)
+        return result.squeeze(0) if unbatched else result
+
+    return call
 
 
 # ---------------------------------------------------------------------------------------------
@@ -188,6 +231,116 @@ def _backward(ctx, grad_output: torch.Tensor):
 
 
 torch.library.register_autograd(QUALNAME, _backward, setup_context=_setup_context)
+
+
+# ---------------------------------------------------------------------------------------------
+# The fused op. Kernels repeat the schema defaults (see above).
+
+
+def _epilogue(scale, shift, activation, negative_slope) -> Epilogue:
+    check_activation(activation)
+    return Epilogue(scale, shift, activation, float(negative_slope))
+
+
+def _check_channels(weight: torch.Tensor, groups: int, scale, shift) -> None:
+    channels = weight.shape[1] * groups if weight.dim() == 4 else None
+    for name, t in (("scale", scale), ("shift", shift)):
+        if t is not None and (t.dim() != 1 or (channels is not None and t.numel() != channels)):
+            raise RuntimeError(f"deconv_patch.conv_transpose2d_fused: {name} must have shape "
+                               f"[{channels}] (one value per output channel), got "
+                               f"{list(t.shape)}")
+
+
+@torch.library.register_kernel(FUSED_QUALNAME, None)
+def _fused_default(input, weight, bias=None, stride=(1, 1), padding=(0, 0),
+                   output_padding=(0, 0), groups=1, dilation=(1, 1), scale=None, shift=None,
+                   activation="none", negative_slope=DEFAULT_NEGATIVE_SLOPE):
+    """Every device without a kernel of ours: PyTorch's conv, then the reference epilogue."""
+    _check_channels(weight, groups, scale, shift)
+    epilogue = _epilogue(scale, shift, activation, negative_slope)
+    return epilogue.apply(_aten(input, weight, bias, stride, padding, output_padding, groups,
+                                dilation))
+
+
+@torch.library.register_fake(FUSED_QUALNAME)
+def _fused_fake(input, weight, bias=None, stride=(1, 1), padding=(0, 0), output_padding=(0, 0),
+                groups=1, dilation=(1, 1), scale=None, shift=None, activation="none",
+                negative_slope=DEFAULT_NEGATIVE_SLOPE):
+    _check_channels(weight, groups, scale, shift)
+    check_activation(activation)
+    return _conv_transpose2d_fake(input, weight, bias, stride, padding, output_padding, groups,
+                                  dilation)
+
+
+@torch.library.register_kernel(FUSED_QUALNAME, "cuda")
+def _fused_cuda(input, weight, bias=None, stride=(1, 1), padding=(0, 0), output_padding=(0, 0),
+                groups=1, dilation=(1, 1), scale=None, shift=None, activation="none",
+                negative_slope=DEFAULT_NEGATIVE_SLOPE):
+    _check_channels(weight, groups, scale, shift)
+    args = ConvTransposeArgs.from_values(stride, padding, output_padding, groups, dilation)
+    return _cuda(input, weight, bias, args, _epilogue(scale, shift, activation, negative_slope))
+
+
+_FUSED_DEFAULTS = _DEFAULTS + (None, None, "none", DEFAULT_NEGATIVE_SLOPE)
+
+
+def _fused_setup_context(ctx, inputs: Tuple, output: torch.Tensor) -> None:
+    inputs = tuple(inputs) + _FUSED_DEFAULTS[len(inputs) - 2 :]
+    input, weight, bias, stride, padding, output_padding, groups, dilation = inputs[:8]
+    scale, shift, activation, negative_slope = inputs[8:]
+    ctx.save_for_backward(input, weight, bias, scale, shift)
+    ctx.hyper = (list(stride), list(padding), list(output_padding), groups, list(dilation))
+    ctx.epilogue = (activation, negative_slope)
+
+
+def _fused_backward(ctx, grad_output: torch.Tensor):
+    """Recomputes the conv output with PyTorch and differentiates the epilogue on it (the fused
+    kernel keeps no pre-activation tensor); the conv part then goes through ATen's backward."""
+    input, weight, bias, scale, shift = ctx.saved_tensors
+    stride, padding, output_padding, groups, dilation = ctx.hyper
+    activation, negative_slope = ctx.epilogue
+    needs = ctx.needs_input_grad
+    with torch.enable_grad():
+        leaves = [t.detach().requires_grad_(bool(n)) if t is not None else None
+                  for t, n in zip((input, weight, bias, scale, shift),
+                                  (needs[0], needs[1], needs[2], needs[8], needs[9]))]
+        x, w, b, s, t = leaves
+        y = Epilogue(s, t, activation, negative_slope).apply(
+            _aten(x, w, b, stride, padding, output_padding, groups, dilation))
+        wanted = [v for v in leaves if v is not None and v.requires_grad]
+        grads = iter(torch.autograd.grad(y, wanted, grad_output, allow_unused=True)
+                     if wanted else ())
+    gi, gw, gb, gs, gt = (next(grads) if v is not None and v.requires_grad else None
+                          for v in leaves)
+    return gi, gw, gb, None, None, None, None, None, gs, gt, None, None
+
+
+torch.library.register_autograd(FUSED_QUALNAME, _fused_backward,
+                                setup_context=_fused_setup_context)
+
+
+def conv_transpose2d_fused(
+    input: torch.Tensor,
+    weight: torch.Tensor,
+    bias: Optional[torch.Tensor] = None,
+    stride=1,
+    padding=0,
+    output_padding=0,
+    groups: int = 1,
+    dilation=1,
+    scale: Optional[torch.Tensor] = None,
+    shift: Optional[torch.Tensor] = None,
+    activation: str = "none",
+    negative_slope: float = DEFAULT_NEGATIVE_SLOPE,
+) -> torch.Tensor:
+    """activation(conv_transpose2d(input, weight, bias, ...) * scale + shift) in one kernel.
+
+    `scale`/`shift`: per output channel (e.g. a folded eval BatchNorm), or None. `activation`:
+    one of deconv_patch.epilogue.ACTIVATIONS (relu, leaky_relu, silu, gelu, gelu_tanh, tanh,
+    sigmoid, hardswish, none)."""
+    return torch.ops.deconv_patch.conv_transpose2d_fused(
+        input, weight, bias, stride, padding, output_padding, groups, dilation, scale, shift,
+        activation, negative_slope)
 
 
 def conv_transpose2d(

@@ -5,8 +5,8 @@ BatchNorm folding); models fx cannot trace (data-dependent control flow, e.g. to
 detection models) fall back to swapping nn.ConvTranspose2d submodules by name. Either way the
 summary attached to the result says which path was taken and why.
 
-Fusion today means BatchNorm folded into the conv's weights/bias only. Activations are not fused:
-that arrives with the fused-epilogue kernel.
+Fusion (fx path, eval mode): a following BatchNorm2d is folded into the conv's weights/bias and a
+following activation moves into the conv's fused epilogue.
 """
 
 from __future__ import annotations
@@ -108,8 +108,9 @@ def optimize(
             conv output's only user) into the conv's weights/bias, in eval mode only. This
             replaces parameter values, so state_dict keys change for folded layers (the BN's keys
             go, the conv gains a bias), and the folded model is for inference: calling .train()
-            on it does not bring batch statistics back (use fuse=False to fine-tune). Activations
-            are not fused yet: that arrives with the fused-epilogue kernel.
+            on it does not bring batch statistics back (use fuse=False to fine-tune). An
+            activation that is the conv's (or folded BN's) only user then moves into the conv's
+            epilogue (FastConvTranspose2d.activation); its module node leaves the graph.
         validate: compare the result with the original on `example_inputs` using
             `deconv_patch.validation.validate`; the report lands in the summary.
         progress: show a tqdm bar (None: only when more than 20 layers).

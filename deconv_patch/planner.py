@@ -4,6 +4,11 @@ Variants today:
   * ``gemm_kxs`` - kernel == stride, padding 0, dilation 1 (U-Net, Mask R-CNN, YOLO-seg
     up-convs): one tensor-core GEMM per group whose epilogue scatters into the output;
     fp16/bf16, and fp32 through TF32 when torch.backends.cudnn.allow_tf32 is True;
+  * ``gemm_phase`` - any other layer with >= 16 channels per group: the output split into its
+    stride phases, each a dense implicit GEMM over only the taps that land on it, on tensor
+    cores (fp16/bf16, TF32 for fp32 when allowed); weights pre-packed once per weight version;
+    four tile configs ("gemm_phase:128x128", ...). Runs where autotune timed it faster than
+    cuDNN (it is not yet faster across the board, see docs/perf-notes.md);
   * ``direct``   - our CUDA gather kernel: any hyperparameters, fp32/fp16/bf16, any layout;
   * ``aten``     - PyTorch's own implementation (cuDNN on CUDA where PyTorch can use it).
 
@@ -31,10 +36,18 @@ from .layout import is_channels_last
 
 KERNEL_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 GEMM_KXS = "gemm_kxs"
+GEMM_PHASE = "gemm_phase"
 DIRECT = "direct"
 ATEN = "aten"
-VARIANTS = (GEMM_KXS, DIRECT, ATEN)
+VARIANTS = (GEMM_KXS, GEMM_PHASE, DIRECT, ATEN)
+PACKED_VARIANTS = (GEMM_PHASE,)  # variants that read a pre-packed weight (packed_weights.py)
+# gemm_phase's tile configurations, in the kernel's order (launch_conv_transpose2d_gemm_phase's
+# `config`). "gemm_phase" alone lets the kernel pick; "gemm_phase:64x64" forces one (autotune
+# times them all).
+PHASE_TILES = ("128x128", "128x64", "64x64", "128x32")
+PHASE_CONFIGS = tuple(f"{GEMM_PHASE}:{t}" for t in PHASE_TILES)
 _GEMM_TILE = 128
+_MIN_PHASE_CHANNELS = 16  # per group, in and out: below this tensor-core tiles are mostly padding
 _MIN_GEMM_OUTPUT_BYTES = 64 * 2**20
 
 # The variant forced by `use_variant` in this context (thread/task-local, not process-global).
@@ -60,13 +73,25 @@ class Plan:
 @contextlib.contextmanager
 def use_variant(variant: str) -> Iterator[None]:
     """Force `variant` for every deconv_patch CUDA call made inside the block."""
-    if variant not in VARIANTS:
-        raise ValueError(f"unknown deconv_patch variant {variant!r}; choose from {VARIANTS}")
+    if not is_variant(variant):
+        raise ValueError(f"unknown deconv_patch variant {variant!r}; choose from "
+                         f"{VARIANTS + PHASE_CONFIGS}")
     token = _forced_variant.set(variant)
     try:
         yield
     finally:
         _forced_variant.reset(token)
+
+
+def is_variant(variant: str) -> bool:
+    return variant in VARIANTS or variant in PHASE_CONFIGS
+
+
+def split_variant(variant: str) -> Tuple[str, int]:
+    """(kernel variant, tile config) of a variant name; config -1 means the kernel's choice."""
+    if variant in PHASE_CONFIGS:
+        return GEMM_PHASE, PHASE_CONFIGS.index(variant)
+    return variant, -1
 
 
 @functools.lru_cache(maxsize=None)
@@ -104,12 +129,27 @@ def plan_layer(device: torch.device, dtype: torch.dtype, kernel_hw: Sequence[int
     if gemm_kxs_problem(dtype, kernel_hw, args) is None:
         return Plan(GEMM_KXS, "kernel == stride: tensor-core GEMM with scatter epilogue",
                     candidates=(GEMM_KXS, ATEN))
+    tensor_cores = tensor_core_problem(dtype) is None
     if any(op >= s for op, s in zip(args.output_padding, args.stride)):
         return Plan(DIRECT, "cuDNN cannot run output_padding >= stride; direct kernel",
-                    candidates=(DIRECT, ATEN))
+                    candidates=(DIRECT, *PHASE_CONFIGS, ATEN) if tensor_cores else (DIRECT, ATEN))
     if not torch.backends.cudnn.enabled:
-        return Plan(DIRECT, "cuDNN is disabled; direct kernel", candidates=(DIRECT, ATEN))
-    return Plan(ATEN, "cuDNN is faster than the direct kernel here (tensor-core variants pending)")
+        return Plan(DIRECT, "cuDNN is disabled; direct kernel",
+                    candidates=(DIRECT, *PHASE_CONFIGS, ATEN) if tensor_cores else (DIRECT, ATEN))
+    if tensor_cores:
+        # Measured on the H100 (docs/perf-notes.md): gemm_phase ranges 0.4-1.5x of cuDNN's sm90
+        # wgmma kernels across the suite with no size rule separating wins from losses, so it
+        # runs where autotune (torch.backends.cudnn.benchmark) timed it faster.
+        return Plan(ATEN, "cuDNN unless autotune times gemm_phase faster (cudnn.benchmark)",
+                    candidates=(*PHASE_CONFIGS, ATEN))
+    return Plan(ATEN, "fp32 without TF32: cuDNN is faster than the direct kernel here")
+
+
+def tensor_core_problem(dtype: torch.dtype) -> Optional[str]:
+    """Why the tensor-core variants cannot run a dtype, or None when they can."""
+    if dtype == torch.float32 and not torch.backends.cudnn.allow_tf32:
+        return "fp32 without TF32 (torch.backends.cudnn.allow_tf32 is False)"
+    return None
 
 
 def gemm_kxs_problem(dtype: torch.dtype, kernel_hw: Sequence[int],
@@ -121,9 +161,7 @@ def gemm_kxs_problem(dtype: torch.dtype, kernel_hw: Sequence[int],
         return "padding or dilation"
     if kernel_hw[0] * kernel_hw[1] > 256 or args.groups > 65535:
         return "kernel area > 256 or groups > 65535"
-    if dtype == torch.float32 and not torch.backends.cudnn.allow_tf32:
-        return "fp32 without TF32 (torch.backends.cudnn.allow_tf32 is False)"
-    return None
+    return tensor_core_problem(dtype)
 
 
 def may_use_kernel(device: torch.device, dtype: torch.dtype, kernel_hw: Sequence[int],
@@ -161,7 +199,31 @@ def plan(input: torch.Tensor, weight: torch.Tensor, args: ConvTransposeArgs) -> 
             # kernel's gain on small layers; autotune (cudnn.benchmark) measures it exactly.
             return Plan(ATEN, "layer too small to repay deconv_patch's dispatch overhead",
                         candidates=chosen.candidates)
+    if PHASE_CONFIGS[0] in chosen.candidates and _forced_variant.get() is None:
+        if not _phase_offsets_fit(input, weight, args):
+            rest = tuple(v for v in chosen.candidates if v not in PHASE_CONFIGS)
+            variant = chosen.variant if chosen.variant not in (GEMM_PHASE, *PHASE_CONFIGS) else ATEN
+            return Plan(variant, "a tensor reaches 2^31 elements (gemm_phase indexes with 32 "
+                        "bits)" if variant == ATEN else chosen.reason, candidates=rest)
+        cin_g, cout_g = weight.shape[0] // args.groups, weight.shape[1]
+        if cin_g < _MIN_PHASE_CHANNELS or cout_g < _MIN_PHASE_CHANNELS:
+            rest = tuple(v for v in chosen.candidates if v not in PHASE_CONFIGS)
+            if chosen.variant not in (GEMM_PHASE, *PHASE_CONFIGS):
+                return Plan(chosen.variant, chosen.reason, candidates=rest)
+            return Plan(ATEN, f"{cin_g} in / {cout_g} out channels per group: too few for "
+                        "tensor-core tiles; cuDNN", candidates=rest)
     return chosen
+
+
+def _phase_offsets_fit(input: torch.Tensor, weight: torch.Tensor, args: ConvTransposeArgs
+                       ) -> bool:
+    """Whether every element offset gemm_phase forms stays below 2^31 (it uses 32-bit math)."""
+    batch = input.shape[0] if input.dim() == 4 else 1
+    out_h, out_w = args.output_hw(input.shape[-2:], weight.shape[-2:])
+    out_numel = batch * weight.shape[1] * args.groups * out_h * out_w
+    in_extent = 1 + sum((n - 1) * abs(st) for n, st in zip(input.shape, input.stride()))
+    limit = 2**31 - 2**20  # margin for tile overrun before masking
+    return max(out_numel, in_extent, input.numel(), weight.numel() * 2) < limit
 
 
 def describe(device: torch.device, dtype: torch.dtype, kernel_hw: Sequence[int],

@@ -3,6 +3,7 @@
 * `conv_transpose2d_scatter`: the definition of a transposed convolution written as a scatter,
   one einsum per kernel tap, in float64. Independent of ATen's convolution code.
 * `conv_transpose2d_float64`: ATen's conv_transpose2d on float64 copies of the arguments.
+* `tf32_round`: values rounded to TF32 (what a TF32 tensor core sees of an fp32 operand).
 """
 
 from __future__ import annotations
@@ -70,3 +71,10 @@ def conv_transpose2d_float64(
         args.groups,
         args.dilation,
     )
+
+
+def tf32_round(t: torch.Tensor) -> torch.Tensor:
+    """`t` rounded to TF32 (10-bit mantissa), to nearest with ties away from zero (cvt.rna),
+    returned in t's dtype (float32 or float64; float64 values are rounded to float32 first)."""
+    bits = t.detach().float().contiguous().view(torch.int32)
+    return ((bits + 0x1000) & ~0x1FFF).view(torch.float32).reshape(t.shape).to(t.dtype)

@@ -108,6 +108,9 @@ class TensorComparison:
     inf_patched: int = 0
     max_abs_fp64: Optional[float] = None  # max |float64 reference|
     original_err_fp64: Optional[float] = None  # max |original - float64|
+    # TF32 allowed: max |float64 run on TF32-rounded conv operands - float64|, the error TF32
+    # itself brings (the limit uses the larger of this and original_err_fp64)
+    tf32_err_fp64: Optional[float] = None
     patched_err_fp64: Optional[float] = None  # max |patched - float64|
     fp64_limit: Optional[float] = None  # the largest patched_err_fp64 that passes
     problems: List[str] = field(default_factory=list)

@@ -21,10 +21,10 @@ PATH_FX = "fx"
 PATH_SWAP = "swap"
 PATH_NONE = "none"
 
-# Shown under every summary until the fused-epilogue kernel lands, so nobody expects more.
+# Shown under fx-path summaries, so nobody expects more (or less) than what fusion does.
 FUSION_NOTE = (
-    "BatchNorm is folded into the conv weights/bias (eval mode only); activations are not fused "
-    "yet - activation fusion arrives with the fused-epilogue kernel."
+    "eval mode only: a following BatchNorm2d is folded into the conv weights/bias and a following "
+    "activation runs in the conv kernel's epilogue."
 )
 
 IntPair = Tuple[int, int]
@@ -115,7 +115,7 @@ def _row(layer: LayerPatch) -> List[str]:
 def format_table(summary: PatchSummary) -> str:
     """Header line, one row per layer, then skipped layers and notes."""
     lines = [f"deconv_patch: path={summary.path} ({summary.reason}); "
-             f"{summary.num_patched} layer(s) patched, {summary.num_fused} with BN folded"]
+             f"{summary.num_patched} layer(s) patched, {summary.num_fused} with BN/activation fused"]
     if summary.layers:
         rows = [list(_COLUMNS)] + [_row(layer) for layer in summary.layers]
         widths = [max(len(r[i]) for r in rows) for i in range(len(_COLUMNS))]

@@ -25,6 +25,8 @@ import torch
 from torch import nn
 
 from ._version import __version__
+from .epilogue import activate, activation_of_module
+from .reference import tf32_round
 from .modules import FastConvTranspose2d
 from .ops import FallbackWarning
 from .planner import ATEN
@@ -130,6 +132,29 @@ class _Chained(nn.Module):
 
     def type_name(self) -> str:
         return "+".join(type(m).__name__ for m in self.chain)
+
+
+class _FusedActivation(nn.Module):
+    """The activation a patched layer applies in its epilogue, as a module: appended to the
+    original's counterpart when that activation is not a module the patched model lost (a
+    function call such as torch.tanh, or an activation module shared with other layers)."""
+
+    def __init__(self, name: str, negative_slope: float) -> None:
+        super().__init__()
+        self.name, self.negative_slope = name, negative_slope
+
+    def forward(self, y: torch.Tensor) -> torch.Tensor:
+        return activate(y, self.name, self.negative_slope)
+
+
+def _epilogue_activation(patched: nn.Module, chain: Sequence[nn.Module]
+                         ) -> Optional[_FusedActivation]:
+    """The fused activation of `patched` that `chain` (the original's absorbed modules) does not
+    already compute, or None."""
+    name = getattr(patched, "activation", "none")
+    if name == "none" or any(activation_of_module(m) is not None for m in chain):
+        return None
+    return _FusedActivation(name, float(getattr(patched, "negative_slope", 0.01)))
 
 
 def declared_fusion(patched: nn.Module) -> Dict[str, str]:
@@ -327,7 +352,8 @@ def _amax(t: torch.Tensor) -> Optional[float]:
 
 
 def compare_tensors(path: str, original: torch.Tensor, patched: torch.Tensor,
-                    reference: Optional[torch.Tensor], tol: Tolerances) -> TensorComparison:
+                    reference: Optional[torch.Tensor], tol: Tolerances,
+                    tf32_reference: Optional[torch.Tensor] = None) -> TensorComparison:
     """Every accuracy figure for one tensor pair; `tol` must be resolved (no None atol/rtol)."""
     assert tol.atol is not None and tol.rtol is not None and tol.rel_floor is not None
     comp = TensorComparison(path=path, shape=list(original.shape), dtype=dtype_name(original.dtype),
@@ -369,8 +395,12 @@ def compare_tensors(path: str, original: torch.Tensor, patched: torch.Tensor,
         comp.max_abs_fp64 = _amax(ref.abs()[fr]) or 0.0
         comp.original_err_fp64 = _amax((da - ref).abs()[fr & fa])
         comp.patched_err_fp64 = _amax((db - ref).abs()[fr & fb])
+        if tf32_reference is not None and tf32_reference.shape == ref.shape:
+            rt = tf32_reference.detach().to(device=a.device, dtype=torch.float64)
+            comp.tf32_err_fp64 = _amax((rt - ref).abs()[fr & torch.isfinite(rt)])
         if comp.original_err_fp64 is not None and comp.patched_err_fp64 is not None:
-            comp.fp64_limit = (tol.fp64_factor * comp.original_err_fp64
+            inherent = max(comp.original_err_fp64, comp.tf32_err_fp64 or 0.0)
+            comp.fp64_limit = (tol.fp64_factor * inherent
                                + tol.fp64_ulps * ulp(original.dtype, comp.max_abs_fp64))
             if comp.patched_err_fp64 > comp.fp64_limit:
                 comp.problems.append(
@@ -386,12 +416,13 @@ def compare_tensors(path: str, original: torch.Tensor, patched: torch.Tensor,
 
 
 def compare_outputs(label: str, original: Any, patched: Any, reference: Any,
-                    tol: Tolerances) -> OutputSet:
-    """Compares two (nested) outputs leaf by leaf, matched by path."""
+                    tol: Tolerances, tf32_reference: Any = None) -> OutputSet:
+    """Compares two (nested) outputs leaf by leaf, matched by path (see compare_tensors)."""
     result = OutputSet(label)
     leaves_o = dict(_flatten(original))
     leaves_p = dict(_flatten(patched))
     leaves_r = dict(_flatten(reference)) if reference is not None else {}
+    leaves_t = dict(_flatten(tf32_reference)) if tf32_reference is not None else {}
     for path in leaves_o.keys() - leaves_p.keys():
         result.problems.append(f"output{path} is missing from the patched model's output")
     for path in leaves_p.keys() - leaves_o.keys():
@@ -401,9 +432,10 @@ def compare_outputs(label: str, original: Any, patched: Any, reference: Any,
             continue
         leaf_p = leaves_p[path]
         if isinstance(leaf_o, torch.Tensor) and isinstance(leaf_p, torch.Tensor):
-            ref = leaves_r.get(path)
+            ref, ref_t = leaves_r.get(path), leaves_t.get(path)
             result.comparisons.append(compare_tensors(
-                path, leaf_o, leaf_p, ref if isinstance(ref, torch.Tensor) else None, tol))
+                path, leaf_o, leaf_p, ref if isinstance(ref, torch.Tensor) else None, tol,
+                ref_t if isinstance(ref_t, torch.Tensor) else None))
         elif isinstance(leaf_o, torch.Tensor) or isinstance(leaf_p, torch.Tensor):
             result.problems.append(f"output{path}: a tensor on one side only")
         elif _differs(leaf_o, leaf_p):
@@ -614,6 +646,9 @@ class _Models:
     kwargs: Kwargs
     ref_args: Args = ()
     ref_kwargs: Kwargs = field(default_factory=dict)
+    # float32 CUDA with TF32 allowed: the float64 copy whose patched layers see TF32-rounded
+    # inputs and weights (see _tf32_reference)
+    tf32_reference: Optional[nn.Module] = None
 
 
 def validate(
@@ -671,8 +706,9 @@ def validate(
     )
     if device.type == "cuda" and env.dtype == "float32" and (env.tf32_cudnn or env.tf32_matmul):
         report.notes.append("TF32 is enabled (see environment): PyTorch's float32 convolutions/"
-                            "matmuls may round to TF32, which raises the original's float64 "
-                            "error and so the accuracy limit")
+                            "matmuls may round to TF32; the accuracy limit allows the error "
+                            "TF32-rounded operands bring (tf32_err_fp64), since PyTorch allows "
+                            "it whether or not cuDNN used it on a given shape")
     skip = _speed_skip_reason(device) if speed else "speed measurement was switched off"
     report.speed_skipped_reason = skip
     steps = 3 + random_inputs + len(pairs) + (0 if skip else 1 + len(pairs))
@@ -682,11 +718,15 @@ def validate(
         reference = copy.deepcopy(original).to(device=device, dtype=torch.float64)
     models = _Models(original, patched, reference, device, args, kwargs,
                      _cast_floats(args, torch.float64), _cast_floats(kwargs, torch.float64))
+    if reference is not None and device.type == "cuda" and env.dtype == "float32" \
+            and torch.backends.cudnn.allow_tf32:
+        models.tf32_reference = _tf32_reference(reference, [p.name for p in pairs])
     try:
         with _buffers_restored(original, patched):
             _accuracy(report, models, pairs, tol, seed, random_inputs, bar,
                       timing=None if skip else (warmup, reps, backward, cuda_graphs))
             models.reference = reference = None  # free its memory before end-to-end timing
+            models.tf32_reference = None
             if not skip:
                 _end_to_end_speed(report, models, seed, warmup, reps, backward, cuda_graphs)
                 bar.step("end-to-end timing")
@@ -711,32 +751,47 @@ def _accuracy(report: ValidationReport, m: _Models, pairs: Sequence[_LayerPair],
     with _capturing(m.patched, names) as cap_p:
         out_p = _call(m.patched, m.args, m.kwargs, seed, m.device)
     bar.step("patched")
-    out_r = None
+    out_r = out_t = None
     if m.reference is not None:
         out_r = _reference_call(m.reference, m.ref_args, m.ref_kwargs, seed, m.device,
                                 report.notes)
+    if m.tf32_reference is not None:
+        out_t = _reference_call(m.tf32_reference, m.ref_args, m.ref_kwargs, seed, m.device,
+                                report.notes)
     bar.step("float64 reference")
-    report.outputs.append(compare_outputs("inputs", out_o, out_p, out_r, tol))
-    del out_o, out_p, out_r
+    report.outputs.append(compare_outputs("inputs", out_o, out_p, out_r, tol, out_t))
+    del out_o, out_p, out_r, out_t
 
     ref_modules = dict(m.reference.named_modules()) if m.reference is not None else {}
+    tf32_modules = (dict(m.tf32_reference.named_modules()) if m.tf32_reference is not None
+                    else {})
     orig_modules = dict(m.original.named_modules())
     removed_caps = {n: cap_o.pop(n) for n in removed if n in cap_o}
     for pair in pairs:
         capture, ref_module = cap_o.pop(pair.name, None), ref_modules.get(pair.name)
-        if removed_caps and capture is not None and pair.original is not None:
-            chain = _follow_fusion(pair.name, removed_caps)
-            if chain:
+        tf32_module = tf32_modules.get(pair.name)
+        if capture is not None and pair.original is not None:
+            chain = _follow_fusion(pair.name, removed_caps) if removed_caps else []
+            absorbed = [orig_modules[n] for n in chain]
+            act = _epilogue_activation(pair.patched, absorbed)
+            if chain or act is not None:
                 # compare (and time) the fused layer against the original's layer + folded ones
-                pair = _LayerPair(pair.name, _Chained([pair.original]
-                                                      + [orig_modules[n] for n in chain]),
-                                  pair.patched, chain)
-                capture = _Capture(capture.args, capture.kwargs,
-                                   removed_caps[chain[-1]].output, capture.calls)
-                ref_module = (_Chained([ref_module] + [ref_modules[n] for n in chain])
+                # (+ the activation its epilogue applies, where that was no lost module)
+                tail = absorbed + ([act] if act is not None else [])
+                pair = _LayerPair(pair.name, _Chained([pair.original] + tail), pair.patched,
+                                  chain + ([f"{act.name}()"] if act is not None else []))
+                output = removed_caps[chain[-1]].output if chain else capture.output
+                if act is not None:
+                    output = act(output)
+                capture = _Capture(capture.args, capture.kwargs, output, capture.calls)
+                ref_tail = [ref_modules[n] for n in chain] + ([act] if act is not None else [])
+                ref_module = (_Chained([ref_module] + ref_tail)
                               if ref_module is not None else None)
+                tf32_module = (_Chained([tf32_module] + [tf32_modules[n] for n in chain]
+                                        + ([act] if act is not None else []))
+                               if tf32_module is not None else None)
         layer = _layer_accuracy(pair, capture, cap_p.pop(pair.name, None), ref_module, tol,
-                                seed, m.device, timing)
+                                seed, m.device, timing, tf32_module)
         if pair.fused_with:
             how = f"declared {fused[pair.name]}" if pair.name in fused else "inferred"
             layer.notes.append(f"fused ({how}): compared with the original's "
@@ -755,13 +810,43 @@ def _accuracy(report: ValidationReport, m: _Models, pairs: Sequence[_LayerPair],
         args, kwargs = _random_like(m.args, m.kwargs, generator)
         out_o = _call(m.original, args, kwargs, seed, m.device)
         out_p = _call(m.patched, args, kwargs, seed, m.device)
-        out_r = None
+        out_r = out_t = None
+        ref_args, ref_kwargs = _cast_floats(args, torch.float64), _cast_floats(kwargs, torch.float64)
         if m.reference is not None:
-            out_r = _reference_call(m.reference, _cast_floats(args, torch.float64),
-                                    _cast_floats(kwargs, torch.float64), seed, m.device,
+            out_r = _reference_call(m.reference, ref_args, ref_kwargs, seed, m.device,
                                     report.notes)
-        report.outputs.append(compare_outputs(f"random {i + 1}", out_o, out_p, out_r, tol))
+        if m.tf32_reference is not None:
+            out_t = _reference_call(m.tf32_reference, ref_args, ref_kwargs, seed, m.device,
+                                    report.notes)
+        report.outputs.append(compare_outputs(f"random {i + 1}", out_o, out_p, out_r, tol,
+                                              out_t))
         bar.step(f"random input {i + 1}")
+
+
+def _tf32_reference(reference: nn.Module, names: Sequence[str]) -> nn.Module:
+    """A copy of the float64 reference in which the named (patched) layers compute on
+    TF32-rounded operands: weights rounded once, floating inputs rounded by a pre-hook. Its
+    distance from the reference is the error TF32 itself brings, which PyTorch allows for
+    float32 convolutions (torch.backends.cudnn.allow_tf32) and cuDNN uses on some shapes only;
+    a patched layer running TF32 kernels is held to that, not to a cuDNN run that happened to
+    use full float32."""
+    rounded = copy.deepcopy(reference)
+    modules = dict(rounded.named_modules())
+
+    def round_inputs(module: nn.Module, args: Args) -> Args:
+        return tuple(tf32_round(a) if isinstance(a, torch.Tensor) and a.is_floating_point()
+                     else a for a in args)
+
+    for name in names:
+        module = modules.get(name)
+        if module is None:
+            continue
+        weight = getattr(module, "weight", None)
+        if isinstance(weight, torch.Tensor):
+            with torch.no_grad():
+                weight.copy_(tf32_round(weight))
+        module.register_forward_pre_hook(round_inputs)
+    return rounded
 
 
 def _reference_call(model: nn.Module, args: Args, kwargs: Kwargs, seed: int,
@@ -782,8 +867,8 @@ def _reference_call(model: nn.Module, args: Args, kwargs: Kwargs, seed: int,
 
 def _layer_accuracy(pair: _LayerPair, cap_o: Optional[_Capture], cap_p: Optional[_Capture],
                     ref_module: Optional[nn.Module], tol: Tolerances, seed: int,
-                    device: torch.device, timing: Optional[Tuple[int, int, bool, bool]]
-                    ) -> LayerResult:
+                    device: torch.device, timing: Optional[Tuple[int, int, bool, bool]],
+                    tf32_module: Optional[nn.Module] = None) -> LayerResult:
     """The patched layer re-run on the original layer's captured input, vs the original's
     output and vs the float64 layer on the same input (float64-converted)."""
     layer = LayerResult(
@@ -815,12 +900,14 @@ def _layer_accuracy(pair: _LayerPair, cap_o: Optional[_Capture], cap_p: Optional
         layer.variant = plan_for(first).variant
     if cap_o is not None:
         out_p = _call(pair.patched, cap_o.args, cap_o.kwargs, seed, device)
-        out_r = None
+        out_r = out_t = None
+        ref_args = _cast_floats(cap_o.args, torch.float64)
+        ref_kwargs = _cast_floats(cap_o.kwargs, torch.float64)
         if ref_module is not None:
-            out_r = _reference_call(ref_module, _cast_floats(cap_o.args, torch.float64),
-                                    _cast_floats(cap_o.kwargs, torch.float64), seed, device,
-                                    layer.notes)
-        result = compare_outputs("layer", cap_o.output, out_p, out_r, tol)
+            out_r = _reference_call(ref_module, ref_args, ref_kwargs, seed, device, layer.notes)
+        if tf32_module is not None:
+            out_t = _reference_call(tf32_module, ref_args, ref_kwargs, seed, device, layer.notes)
+        result = compare_outputs("layer", cap_o.output, out_p, out_r, tol, out_t)
         layer.comparisons = result.comparisons
         layer.notes += result.problems
         if cap_p is not None:
@@ -831,7 +918,7 @@ def _layer_accuracy(pair: _LayerPair, cap_o: Optional[_Capture], cap_p: Optional
                      for a, b in zip(leaves_o, leaves_p) if a.shape == b.shape]
             finite = [d for d in diffs if d is not None]
             layer.in_model_max_abs_diff = max(finite) if finite else None
-        del out_p, out_r
+        del out_p, out_r, out_t
     elif pair.original is not None:
         layer.notes.append("did not run in the original model's forward")
     if timing is not None:

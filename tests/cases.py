@@ -157,3 +157,32 @@ def random_kxs_case(seed: int) -> Case:
         unbatched=batch == 1 and rng.random() < 0.3,
         tf32=True if dtype == torch.float32 else rng.random() < 0.5,
     )
+
+
+def random_phase_case(seed: int) -> Case:
+    """A random configuration of any hyperparameters with tensor-core-sized channel counts (the
+    gemm_phase family): every stride, padding, output_padding, dilation and grouping, channels
+    per group from 1 to 160. fp32 cases allow TF32 (the kernel's fp32 mode)."""
+    rng = random.Random(seed * 104729 + 3)
+    base = random_case(seed + 900_000)
+    groups = rng.choice((1, 1, 1, 2, 4))
+    cin_g = rng.choice((1, 8, 16, 24, 32, 40, 64, 96, 160))
+    cout_g = rng.choice((1, 8, 16, 19, 32, 48, 64, 128, 160))
+    args = ConvTransposeArgs(base.args.stride, base.args.padding, base.args.output_padding,
+                             base.args.dilation, groups)
+    dtype = rng.choice(DTYPES)
+    return Case(
+        batch=min(base.batch, 3),
+        in_channels=cin_g * groups,
+        out_channels=cout_g * groups,
+        hw=base.hw,
+        kernel=base.kernel,
+        args=args,
+        bias=base.bias,
+        dtype=dtype,
+        channels_last=base.channels_last,
+        weight_channels_last=base.weight_channels_last,
+        non_contiguous=base.non_contiguous,
+        unbatched=base.unbatched,
+        tf32=True if dtype == torch.float32 else base.tf32,
+    )

@@ -83,11 +83,12 @@ def test_module_conv_replaced_and_bn_folded_outputs_match():
     gm = result.module
     assert isinstance(gm.get_submodule("up"), FastConvTranspose2d)
     assert not any(isinstance(m, nn.BatchNorm2d) for m in gm.modules())
-    assert [layer.fused for layer in result.summary.layers] == ["bn(folded)"]
+    assert [layer.fused for layer in result.summary.layers] == ["bn(folded)+relu"]
     with torch.no_grad():
         torch.testing.assert_close(gm(x), model(x), rtol=1e-5, atol=1e-6)
-    # the activation is *not* fused: it is still its own module call
-    assert any(n.op == "call_module" and n.target == "act" for n in gm.graph.nodes)
+    # the activation moved into the conv's epilogue: its module call left the graph
+    assert gm.get_submodule("up").activation == "relu"
+    assert not any(n.op == "call_module" and n.target == "act" for n in gm.graph.nodes)
 
 
 def test_no_fold_when_fuse_false_or_training():

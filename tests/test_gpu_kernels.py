@@ -7,6 +7,7 @@ correct implementations may round the final output to neighbouring values).
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 
 import pytest
@@ -18,8 +19,8 @@ import deconv_patch
 from deconv_patch import planner
 from deconv_patch.arguments import ConvTransposeArgs
 from deconv_patch.ops import FallbackWarning, run_variant
-from deconv_patch.reference import conv_transpose2d_float64
-from tests.cases import call_args, random_case, random_kxs_case
+from deconv_patch.reference import conv_transpose2d_float64, tf32_round
+from tests.cases import call_args, random_case, random_kxs_case, random_phase_case
 from tests.test_arguments import INVALID
 
 pytestmark = pytest.mark.cuda
@@ -34,12 +35,6 @@ def max_error(out: torch.Tensor, ref: torch.Tensor) -> float:
 def allowed_error(torch_err: float, ref: torch.Tensor, dtype: torch.dtype) -> float:
     scale = ref.abs().max().item() if ref.numel() else 0.0
     return 2.0 * torch_err + torch.finfo(dtype).eps * scale
-
-
-def tf32_round(t: torch.Tensor) -> torch.Tensor:
-    """Round fp32 values to TF32 (10-bit mantissa), to nearest with ties away from zero."""
-    bits = t.float().contiguous().view(torch.int32)
-    return ((bits + 0x1000) & ~0x1FFF).view(torch.float32)
 
 
 def check_variant(variant: str, seed: int, make_case=random_case) -> None:
@@ -79,6 +74,23 @@ def test_direct_kernel_random_sweep(seed):
 @pytest.mark.parametrize("seed", range(400))
 def test_gemm_kxs_kernel_random_sweep(seed):
     check_variant(planner.GEMM_KXS, seed, random_kxs_case)
+
+
+@pytest.mark.parametrize("seed", range(600))
+def test_gemm_phase_kernel_random_sweep(seed):
+    check_variant(planner.GEMM_PHASE, seed, random_phase_case)
+
+
+def _tf32_random_case(seed: int):
+    """random_case with TF32 allowed for fp32 (gemm_phase's fp32 mode): tiny channel counts,
+    depthwise and every hyperparameter."""
+    case = random_case(seed + 20_000)
+    return dataclasses.replace(case, tf32=True) if case.dtype == torch.float32 else case
+
+
+@pytest.mark.parametrize("seed", range(300))
+def test_gemm_phase_kernel_small_channel_sweep(seed):
+    check_variant(planner.GEMM_PHASE, seed, _tf32_random_case)
 
 
 def test_planner_picks_gemm_kxs_for_kernel_equal_stride():

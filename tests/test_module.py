@@ -119,3 +119,23 @@ def test_swap_leaves_subclasses_with_their_own_forward():
     model = nn.Sequential(Scaled(2, 3, 2, 2), nn.ConvTranspose2d(3, 3, 1))
     assert swap_conv_transpose2d(model) == ["1"]
     assert type(model[0]) is Scaled
+
+
+def test_plan_cache_with_prepared_calls_is_not_pickled_or_copied():
+    import copy as copy_
+    import pickle as pickle_
+
+    from deconv_patch import planner
+    from deconv_patch.modules import _Entry
+
+    fast = FastConvTranspose2d(4, 6, 3, stride=2)
+    x = torch.randn(1, 4, 5, 5)
+    fast(x)
+    cache = fast.__dict__["_plan_cache"]
+    key = next(iter(cache))
+    cache[key] = _Entry(planner.Plan(planner.ATEN, "test"), call=lambda *a: None)  # a closure
+    for clone in (pickle_.loads(pickle_.dumps(fast)), copy_.deepcopy(fast)):
+        assert "_plan_cache" not in clone.__dict__
+        with torch.no_grad():
+            assert torch.equal(clone(x), fast(x))
+    assert fast.__dict__["_plan_cache"] is cache  # the original keeps its cache

@@ -62,7 +62,7 @@ def test_fx_path_patches_folds_and_matches():
     info = summary(patched, quiet=True)
     assert info.path == "fx"
     assert info.num_patched == _count(model, nn.ConvTranspose2d) == 3
-    assert [layer.fused for layer in info.layers] == ["bn(folded)", "bn(folded)", "-"]
+    assert [layer.fused for layer in info.layers] == ["bn(folded)+relu", "bn(folded)+relu", "tanh"]
     assert _count(patched, FastConvTranspose2d) == 3 and _count(patched, nn.BatchNorm2d) == 0
     with torch.no_grad():
         torch.testing.assert_close(patched(x), model(x), rtol=1e-5, atol=1e-6)
@@ -267,7 +267,7 @@ def test_summary_table_and_errors():
     text = buffer.getvalue()
     assert isinstance(info, PatchSummary) and text == info.table() + "\n"
     for expected in ("path=fx", "block1.0", "block2.0", "out", "bn(folded)", "fused",
-                     "activation fusion arrives with the fused-epilogue kernel", "aten"):
+                     "activation runs in the conv kernel", "aten"):
         assert expected in text
     assert summary(copy.deepcopy(patched), quiet=True).layers == info.layers
     with pytest.raises(ValueError, match="not returned by deconv_patch.optimize"):

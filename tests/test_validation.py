@@ -296,6 +296,41 @@ def test_compare_tensors_values():
     assert "shape differs" in shape.problems[0]
 
 
+def test_tf32_reference_raises_the_limit_to_tf32s_own_error():
+    tol = Tolerances().resolved(torch.float32)
+    torch.manual_seed(0)
+    ref = torch.randn(64, dtype=torch.float64)
+    original = (ref + 1e-7).float()  # a full-fp32 run: tiny error
+    patched = (ref + 3e-4).float()   # a TF32 run: larger error
+    strict = compare_tensors("", original, patched, ref, tol)
+    assert not strict.passed and strict.tf32_err_fp64 is None
+    tf32_ref = ref + 2e-4  # the float64 run on TF32-rounded operands
+    allowed = compare_tensors("", original, patched, ref, tol, tf32_ref)
+    assert allowed.tf32_err_fp64 == pytest.approx(2e-4, rel=1e-6)
+    assert allowed.fp64_limit == pytest.approx(4e-4 + ulp(torch.float32, ref.abs().max().item()),
+                                               rel=1e-6)
+    assert allowed.passed
+    worse = compare_tensors("", original, (ref + 5e-4).float(), ref, tol, tf32_ref)
+    assert not worse.passed  # still bounded: 2x TF32's own error
+
+
+def test_tf32_reference_rounds_only_the_named_layers():
+    from deconv_patch.reference import tf32_round
+    from deconv_patch.validation import _tf32_reference
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.ConvTranspose2d(4, 4, 3), nn.ConvTranspose2d(4, 2, 3)).double()
+    rounded = _tf32_reference(model, ["1"])
+    assert torch.equal(rounded[0].weight, model[0].weight)
+    assert torch.equal(rounded[1].weight, tf32_round(model[1].weight))
+    assert not torch.equal(rounded[1].weight, model[1].weight)
+    x = torch.randn(1, 4, 5, 5, dtype=torch.float64)
+    with torch.no_grad():
+        expected = model[1].double().__class__.forward(rounded[1], tf32_round(model[0](x)))
+        assert torch.equal(rounded(x), expected)
+    assert not model[1]._forward_pre_hooks  # the user's reference model is untouched
+
+
 def test_ulp():
     assert ulp(torch.float32, 1.0) == 2.0 ** -23
     assert ulp(torch.float32, 3.0) == 2.0 ** -22
@@ -477,7 +512,8 @@ def test_optimize_with_validate_passes_on_demo_model():
     patched = optimize(original, z, validate=True)
     report = summary.get_summary(patched).validation
     assert report.passed, report.failures
-    assert [layer.fused_with for layer in report.layers] == [["net.1"], ["net.4"], ["net.7"], []]
+    assert [layer.fused_with for layer in report.layers] == [["net.1", "net.2"], ["net.4", "net.5"],
+                                                             ["net.7", "net.8"], ["net.10"]]
     assert report.outputs[0].comparisons[0].patched_err_fp64 is not None
 
 
@@ -492,6 +528,7 @@ def test_gpu_optimize_validate_fused_layers_timed_against_conv_plus_bn():
                        validate_kwargs={"warmup": 2, "reps": 10, "random_inputs": 1})
     report = summary.get_summary(patched).validation
     assert report.passed, report.failures
-    assert [layer.fused_with for layer in report.layers] == [["net.1"], ["net.4"], ["net.7"], []]
+    assert [layer.fused_with for layer in report.layers] == [["net.1", "net.2"], ["net.4", "net.5"],
+                                                             ["net.7", "net.8"], ["net.10"]]
     assert all(layer.forward.speedup > 0 for layer in report.layers)
     assert report.environment.fusion is True

@@ -1,0 +1,904 @@
+// Any transposed convolution as stride-phase implicit GEMMs on tensor cores.
+//
+// Index math (the only place it is spelled out). Per axis (h shown, w alike), output row oh gets
+// tap kh from input row ih exactly when  ih*sh = oh + pad_h - kh*dil_h.  Write oh = rh + sh*i with
+// phase rh = oh mod sh. Tap kh reaches phase rh iff rh = (kh*dil_h - pad_h) mod sh, so every tap
+// belongs to exactly one phase, and for it
+//     ih = i + off_h,   off_h = (rh + pad_h - kh*dil_h) / sh      (exact; may be negative).
+// The taps of phase rh form one residue class kh = kh0 + th*step_h, kh0 < step_h, th in
+// [0, taps_h(rh)), step_h = sh/gcd(sh, dil_h); along it off_h = off0_h(rh) - th*in_step_h with
+// in_step_h = dil_h/gcd. So phase (rh, rw) is a dense stride-1 correlation over taps_h x taps_w
+// taps; a phase without taps (kernel < stride) is the epilogue of 0 (bias/affine/activation).
+//
+// GEMM of phase (rh, rw), group g. OHp = #{oh in [0, OH): oh = rh mod sh}, OWp alike,
+// Cin_g = Cin/groups, Cout_g = Cout/groups, Cin_pad = round_up(Cin_g, 32), taps_w = taps_w(rw):
+//     m   = (n*OHp + i)*OWp + j                 in [0, M), M = N*OHp*OWp     (GEMM row)
+//     k   = (th*taps_w + tw)*Cin_pad + c        c in [0, Cin_pad)            (reduction)
+//     oc                                        in [0, Cout_g)               (GEMM column)
+//     A[m, k]  = input[n, g*Cin_g + c, i + off_h(th), j + off_w(tw)]  (0 if c >= Cin_g or the
+//                pixel is outside the input)
+//     B[k, oc] = weight[g*Cin_g + c, oc, kh0 + th*step_h, kw0 + tw*step_w]  (0 if c >= Cin_g)
+//     output[n, g*Cout_g + oc, rh + sh*i, rw + sw*j] = epilogue(sum_k A[m, k]*B[k, oc], oc)
+// A 32-wide k tile lies inside one tap, so the loader walks (tap, channel block) with a cursor and
+// each GEMM row needs only its (n*is_n, i, j): A offset = n*is_n + ih*is_h + iw*is_w + c*is_c.
+// The output offset splits into o_row(m) + col_off(oc),
+//     o_row(m) = n*os_n + (rh + sh*i)*os_h + (rw + sw*j)*os_w,  col_off(oc) = (g*Cout_g + oc)*os_c,
+// both tabulated once per block in shared memory.
+//
+// Packed weight (pack kernel, once per weight): per group, the B matrices of all phases in
+// row-major (rh, rw) order, each [taps_h*taps_w*Cin_pad rows][Np], Np = round_up(Cout_g, 8),
+// contiguous along oc (16-byte cp.async rows), zero in padded rows/columns, fp32 rounded to TF32.
+// Every tap lies in exactly one phase, so a group holds KH*KW*Cin_pad rows and phase (rh, rw)
+// starts at tap row  prefix_h(rh)*KW + taps_h(rh)*prefix_w(rw)  (prefix = taps of the earlier
+// phases of that axis): B[k, oc] = packed[((g*KH*KW + start)*Cin_pad + k)*Np + oc].
+//
+// Launch: grid.y = group; grid.x = every (phase, m tile, n tile) of a group, phases with the most
+// taps first (the longest blocks start first), n tile fastest (an m tile's A rows stay in L2).
+// A table in the kernel arguments maps blockIdx.x to its phase (binary search).
+//
+// Tile BM x BN x 32 (several configs), multi-stage cp.async pipeline; fp16/bf16 use ldmatrix +
+// mma.m16n8k16, fp32 uses mma.m16n8k8.tf32 (A rounded with cvt.rna at fragment load, B packed
+// pre-rounded); fp32 accumulate. The C tile is staged through shared memory so global stores run
+// along oc (channels_last output) or along m, i.e. along ow within a phase row (NCHW output).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <climits>
+#include <cstdint>
+
+#include "conv_transpose2d_gemm_phase.h"
+#include "epilogue.cuh"
+#include "scalar_convert.cuh"
+#include "tensor_core_ptx.cuh"
+
+namespace deconv_patch {
+namespace {
+
+using namespace tc;
+
+constexpr int kBK = 32;         // k tile, and the per-tap channel padding of the packed weight
+constexpr int kNPad = 8;        // packed Cout_g padding: 16-byte rows for every dtype
+constexpr int kMaxStride = 16;  // phase tables live in the kernel arguments (< 4 KiB)
+constexpr int kMaxPhases = kMaxStride * kMaxStride;
+constexpr int kRowPastM = INT_MIN / 2;  // phase row of GEMM rows past M: every bounds test fails
+constexpr int64_t kIndexLimit = (int64_t)1 << 31;
+
+// ---------------------------------------------------------------------------------------------
+// Tile configurations: block tile BM x BN, warps WARPS_M x WARPS_N.
+template <int BM, int BN, int WARPS_M, int WARPS_N, int MIN_BLOCKS>
+struct TileConfig {
+  static constexpr int kBM = BM, kBN = BN;
+  static constexpr int kWarpsN = WARPS_N;
+  static constexpr int kWM = BM / WARPS_M, kWN = BN / WARPS_N;  // warp tile
+  static constexpr int kThreads = 32 * WARPS_M * WARPS_N;
+  static constexpr int kMinBlocks = MIN_BLOCKS;
+  static constexpr int kMT = kWM / 16;  // m16 tiles per warp
+  static constexpr int kNT = kWN / 8;   // n8 tiles per warp
+  static_assert(kWM % 16 == 0 && kWN % 16 == 0, "warp tile: m16 tiles, pairs of n8 tiles");
+};
+using Config128x128 = TileConfig<128, 128, 2, 4, 2>;  // 8 warps of 64x32: large M and Cout_g
+using Config128x64 = TileConfig<128, 64, 2, 2, 3>;    // 4 warps of 64x32: Cout_g <= 64, or to fill
+using Config64x64 = TileConfig<64, 64, 2, 2, 4>;      // 4 warps of 32x32: few output tiles
+using Config128x32 = TileConfig<128, 32, 4, 1, 4>;    // 4 warps of 32x32: Cout_g <= 32
+constexpr int kNumConfigs = 4;
+
+// ---------------------------------------------------------------------------------------------
+// Per-axis phase table (host-built; the kernels index it by phase).
+struct AxisPhaseInfo {
+  int taps;        // taps of the kernel that land on this phase
+  int off0;        // input offset of its first tap: in = phase index + off0 - t*in_step
+  int tap_prefix;  // taps of the phases before it (packed-weight order)
+  int rows;        // output coordinates of this phase inside [0, out_size)
+};
+
+struct AxisPlan {
+  AxisPhaseInfo ph[kMaxStride];
+  int stride;
+  int step;     // kernel index distance between consecutive taps of a phase
+  int in_step;  // input index decrease between consecutive taps of a phase
+};
+
+AxisPlan plan_axis(const AxisPhase& a, int64_t out_size) {
+  AxisPlan r{};
+  r.stride = a.stride;
+  int x = a.stride, y = a.dil;
+  while (y != 0) {
+    const int t = x % y;
+    x = y;
+    y = t;
+  }
+  r.step = a.stride / x;
+  r.in_step = a.dil / x;
+  for (int k = 0; k < a.kernel; ++k) {
+    const int64_t t = (int64_t)k * a.dil - a.pad;
+    const int ph = (int)(((t % a.stride) + a.stride) % a.stride);
+    // Taps are visited in increasing k, so the first one seen is the phase's first tap.
+    if (r.ph[ph].taps == 0) r.ph[ph].off0 = (int)((ph - t) / a.stride);
+    ++r.ph[ph].taps;
+  }
+  int prefix = 0;
+  for (int ph = 0; ph < a.stride; ++ph) {
+    r.ph[ph].tap_prefix = prefix;
+    prefix += r.ph[ph].taps;
+    r.ph[ph].rows = ph < out_size ? (int)((out_size - ph + a.stride - 1) / a.stride) : 0;
+  }
+  return r;
+}
+
+int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
+// ---------------------------------------------------------------------------------------------
+// Main kernel arguments. Offsets are 32-bit: gemm_phase_supports bounds every element offset.
+struct PhaseArgs {
+  const void* in;
+  const void* packed;
+  const void* bias;
+  void* out;
+  EpilogueParams epi;
+  int batch, in_h, in_w;
+  int cin_g, cout_g;
+  int cin_pad, n_pad;  // packed geometry
+  int kw, khkw;        // kernel width, kernel taps (packed phase offsets)
+  int sh, sw;
+  int in_step_h, in_step_w;
+  int is_n, is_c, is_h, is_w;
+  int os_n, os_c, os_h, os_w;
+  int n_tiles;     // ceil(Cout_g / BN)
+  int num_phases;  // phases with output pixels, in launch order
+  bool out_along_n;  // store along oc (channels_last-like output) rather than along m
+  bool out_vec;      // ... 16 bytes at a time (launcher proved contiguity and alignment)
+  AxisPhaseInfo ph_h[kMaxStride], ph_w[kMaxStride];
+  int tile_begin[kMaxPhases + 1];  // first blockIdx.x of each launched phase; [num_phases] = total
+  uint16_t phase_rc[kMaxPhases];   // rh << 8 | rw of each launched phase
+};
+
+// One GEMM row of the block: where its input pixel and output pixel are.
+struct alignas(16) RowInfo {
+  int n_off;  // n*is_n
+  int i, j;   // phase row / column (i = kRowPastM for rows past M)
+  int o_row;  // output offset of (n, oh, ow); unused past M
+};
+
+// ---------------------------------------------------------------------------------------------
+// Shared-memory geometry. Padding keeps ldmatrix (8 rows of 16 B) and the tf32 scalar fragment
+// loads free of bank conflicts:
+//   k-contiguous A rows ([m][k], channels_last input): 16 B of padding (80 B or 144 B rows);
+//   m/oc-contiguous rows (A [k][m] for NCHW input, B [k][oc]): 8 elements of padding, a row stride
+//     of 4 (16-bit) or 8 (fp32) mod 32 words.
+//   C staging [m][oc]: read along oc with 16-byte loads (row a multiple of 16 B) or read along m
+//     (an odd number of words per row: 32 consecutive rows hit 32 banks).
+template <typename T, class Cfg, bool KMAJOR>
+struct Smem {
+  static constexpr int kV = 16 / (int)sizeof(T);  // elements per 16 bytes
+  static constexpr int kLdA = KMAJOR ? kBK + kV : Cfg::kBM + 8;
+  static constexpr int kARows = KMAJOR ? Cfg::kBM : kBK;
+  static constexpr int kLdB = Cfg::kBN + 8;
+  static constexpr int kABytes = kARows * kLdA * (int)sizeof(T);
+  static constexpr int kBBytes = kBK * kLdB * (int)sizeof(T);
+  static constexpr int kStageBytes = kABytes + kBBytes;
+  static constexpr int kStages = sizeof(T) == 4 ? 3 : 4;
+  static constexpr int kPipeBytes = kStages * kStageBytes;
+  static constexpr int kLdCn = Cfg::kBN + kV;
+  static constexpr int kLdCm = Cfg::kBN + (sizeof(T) == 4 ? 9 : 18);
+  static constexpr int kCBytes = Cfg::kBM * (kLdCm > kLdCn ? kLdCm : kLdCn) * (int)sizeof(T);
+  // rows[BM], col_aff[BN], col_off[BN]
+  static constexpr int kMetaBytes =
+      Cfg::kBM * (int)sizeof(RowInfo) + Cfg::kBN * (int)(sizeof(ChannelAffine) + sizeof(int));
+  static constexpr int kTotalBytes = kMetaBytes + (kPipeBytes > kCBytes ? kPipeBytes : kCBytes);
+  static_assert(kABytes % 16 == 0 && kBBytes % 16 == 0 && kMetaBytes % 16 == 0, "alignment");
+  static_assert((kLdA * sizeof(T)) % 16 == 0 && (kLdB * sizeof(T)) % 16 == 0, "row alignment");
+  static_assert((kLdCn * sizeof(T)) % 16 == 0 && (kLdCm * sizeof(T) / 4) % 2 == 1, "C rows");
+};
+
+template <typename T>
+__device__ __forceinline__ uint32_t load_bits16(const T* p) {
+  return __ldg(reinterpret_cast<const unsigned short*>(p));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Main kernel. T: element type. KMAJOR: the shared A tile is [m][k] (channels_last input, or any
+// input whose channel stride is the smaller one) rather than [k][m]. VEC: A chunks are 16 bytes
+// of channels (is_c == 1, aligned; the launcher proves it). Otherwise A is gathered per element:
+// fp32 with 4-byte cp.async, 16-bit types through registers (cp.async has no 2-byte form), the
+// loads issued before the MMAs of the previous tile and stored to shared memory after them.
+template <typename T, class Cfg, bool KMAJOR, bool VEC>
+__global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
+    conv_transpose2d_gemm_phase_kernel(const __grid_constant__ PhaseArgs p) {
+  using S = Smem<T, Cfg, KMAJOR>;
+  constexpr int BM = Cfg::kBM, BN = Cfg::kBN, kThreads = Cfg::kThreads;
+  constexpr int kMT = Cfg::kMT, kNT = Cfg::kNT;
+  constexpr int kStages = S::kStages;
+  constexpr int kV = S::kV;
+  static_assert(KMAJOR || !VEC, "[k][m] A has no 16-byte path: tap offsets break the alignment");
+  constexpr bool kRegA = sizeof(T) == 2 && !VEC;
+
+  extern __shared__ __align__(16) unsigned char smem[];
+  RowInfo* rows = reinterpret_cast<RowInfo*>(smem);
+  ChannelAffine* col_aff = reinterpret_cast<ChannelAffine*>(rows + BM);
+  int* col_off = reinterpret_cast<int*>(col_aff + BN);
+  unsigned char* pipe = smem + S::kMetaBytes;
+
+  const T* __restrict__ in = static_cast<const T*>(p.in);
+  const T* __restrict__ packed = static_cast<const T*>(p.packed);
+  const T* __restrict__ bias = static_cast<const T*>(p.bias);
+  T* __restrict__ out = static_cast<T*>(p.out);
+
+  const int tid = threadIdx.x;
+  const int lane = tid & 31;
+  const int warp = tid >> 5;
+  const int warp_m = warp / Cfg::kWarpsN;
+  const int warp_n = warp % Cfg::kWarpsN;
+  const int g = blockIdx.y;
+
+  // ---- This block's phase, m tile and n tile. ----
+  const int bid = (int)blockIdx.x;
+  int q = 0;
+  for (int hi = p.num_phases; hi - q > 1;) {
+    const int mid = (q + hi) >> 1;
+    if (p.tile_begin[mid] <= bid) q = mid; else hi = mid;
+  }
+  const int local = bid - p.tile_begin[q];
+  const int rh = p.phase_rc[q] >> 8, rw = p.phase_rc[q] & 0xff;
+  const AxisPhaseInfo ah = p.ph_h[rh], aw = p.ph_w[rw];
+  const int m_tile = local / p.n_tiles;
+  const int n0 = (local - m_tile * p.n_tiles) * BN;
+  const int m0 = m_tile * BM;
+  const int plane = ah.rows * aw.rows;  // OHp*OWp
+  const int M = p.batch * plane;
+
+  // ---- Per-block tables: GEMM rows (input and output pixels), columns (affine, offset). ----
+  for (int e = tid; e < BM + BN; e += kThreads) {
+    if (e < BM) {
+      const int m = m0 + e;
+      RowInfo ri{0, kRowPastM, 0, 0};
+      if (m < M) {
+        const unsigned n = (unsigned)m / (unsigned)plane;
+        const unsigned rem = (unsigned)m - n * (unsigned)plane;
+        const int i = (int)(rem / (unsigned)aw.rows);
+        const int j = (int)rem - i * aw.rows;
+        ri.n_off = (int)n * p.is_n;
+        ri.i = i;
+        ri.j = j;
+        ri.o_row = (int)n * p.os_n + (rh + p.sh * i) * p.os_h + (rw + p.sw * j) * p.os_w;
+      }
+      rows[e] = ri;
+    } else {
+      const int nl = e - BM;
+      const int oc = n0 + nl;
+      ChannelAffine aff{0.f, 0.f};
+      int off = 0;
+      if (oc < p.cout_g) {
+        const int c = g * p.cout_g + oc;
+        aff = channel_affine(p.epi, bias != nullptr ? to_float(bias[c]) : 0.f, c);
+        off = c * p.os_c;
+      }
+      col_aff[nl] = aff;
+      col_off[nl] = off;
+    }
+  }
+  __syncthreads();
+
+  // ---- k cursor: the tap and channel block of the next tile to load. ----
+  const int KT = ah.taps * aw.taps * (p.cin_pad / kBK);
+  const T* in_g = in + g * p.cin_g * p.is_c;
+  const T* b_next =
+      packed + (g * p.khkw + ah.tap_prefix * p.kw + ah.taps * aw.tap_prefix) * p.cin_pad * p.n_pad;
+  int cur_c0 = 0, cur_tw = 0, cur_off_h = ah.off0, cur_off_w = aw.off0;
+  auto advance = [&]() {
+    b_next += kBK * p.n_pad;
+    cur_c0 += kBK;
+    if (cur_c0 < p.cin_pad) return;
+    cur_c0 = 0;
+    cur_off_w -= p.in_step_w;
+    if (++cur_tw < aw.taps) return;
+    cur_tw = 0;
+    cur_off_w = aw.off0;
+    cur_off_h -= p.in_step_h;
+  };
+  // Input offset of GEMM row `ri` at the cursor's tap, or -1 when that pixel is outside the input.
+  auto pixel_offset = [&](const RowInfo& ri) -> int {
+    const int ih = ri.i + cur_off_h, iw = ri.j + cur_off_w;
+    const bool ok = (unsigned)ih < (unsigned)p.in_h && (unsigned)iw < (unsigned)p.in_w;
+    return ok ? ri.n_off + ih * p.is_h + iw * p.is_w : -1;
+  };
+
+  // ---- A loader. A thread's chunks keep one k (or m) position and step through rows. ----
+  // [m][k]: chunk = kVA consecutive channels of one row.  [k][m]: chunk = kVA consecutive rows.
+  constexpr int kVA = VEC ? kV : (kRegA ? 2 : 1);
+  constexpr int kAPerLine = KMAJOR ? kBK / kVA : BM / kVA;  // chunks per smem line
+  constexpr int kAIters = BM * kBK / kVA / kThreads;
+  constexpr int kALineStep = kThreads / kAPerLine;
+  static_assert(BM * kBK / kVA % kThreads == 0 && kThreads % kAPerLine == 0, "A chunk split");
+  const int a_pos = (tid % kAPerLine) * kVA;  // k in the tile ([m][k]) or m in the tile ([k][m])
+  const int a_line0 = tid / kAPerLine;
+  uint32_t a_regs[kRegA ? kAIters : 1];
+
+  auto load_a = [&](T* As) {
+    if constexpr (KMAJOR) {
+      const int c = cur_c0 + a_pos;
+      // VEC: Cin_g % kV == 0, so a chunk is entirely inside or outside the group's channels.
+      const bool c_ok = c < p.cin_g;
+      // Register-staged chunks must unroll fully (a_regs[it] stays in registers); the many
+      // 4-byte cp.async of the fp32 element path unroll by 4 only, to keep code size down.
+      constexpr int kUnroll = kRegA || VEC ? kAIters : 4;
+#pragma unroll kUnroll
+      for (int it = 0; it < kAIters; ++it) {
+        const int r = a_line0 + it * kALineStep;
+        const int pix = pixel_offset(rows[r]);
+        if constexpr (kRegA) {
+          uint32_t lo = 0, hi = 0;
+          if (pix >= 0 && c_ok) {
+            const T* src = in_g + pix + c * p.is_c;
+            lo = load_bits16(src);
+            if (c + 1 < p.cin_g) hi = load_bits16(src + p.is_c);
+          }
+          a_regs[it] = lo | hi << 16;
+        } else {
+          const bool ok = pix >= 0 && c_ok;
+          constexpr int kBytes = kVA * (int)sizeof(T);
+          cp_async<kBytes>(smem_u32(As + r * S::kLdA + a_pos), ok ? in_g + pix + c * p.is_c : in,
+                           ok ? kBytes : 0);
+        }
+      }
+    } else {
+      const int pix0 = pixel_offset(rows[a_pos]);
+      const int pix1 = kVA == 2 ? pixel_offset(rows[a_pos + 1]) : -1;
+      constexpr int kUnroll = kRegA ? kAIters : 4;
+#pragma unroll kUnroll
+      for (int it = 0; it < kAIters; ++it) {
+        const int kr = a_line0 + it * kALineStep;
+        const int c = cur_c0 + kr;
+        const bool c_ok = c < p.cin_g;
+        if constexpr (kRegA) {
+          uint32_t lo = 0, hi = 0;
+          if (c_ok) {
+            const int co = c * p.is_c;
+            if (pix0 >= 0) lo = load_bits16(in_g + pix0 + co);
+            if (pix1 >= 0) hi = load_bits16(in_g + pix1 + co);
+          }
+          a_regs[it] = lo | hi << 16;
+        } else {
+          const bool ok = pix0 >= 0 && c_ok;
+          cp_async<4>(smem_u32(As + kr * S::kLdA + a_pos), ok ? in_g + pix0 + c * p.is_c : in,
+                      ok ? 4 : 0);
+        }
+      }
+    }
+  };
+  // Register-staged A (16-bit element path): registers -> shared stage.
+  auto store_a_regs = [&](T* As) {
+#pragma unroll
+    for (int it = 0; it < kAIters; ++it) {
+      const int line = a_line0 + it * kALineStep;  // row m ([m][k]) or k ([k][m])
+      *reinterpret_cast<uint32_t*>(As + line * S::kLdA + a_pos) = a_regs[it];
+    }
+  };
+
+  // ---- B loader: 16-byte chunks of one packed row (Np % 8 == 0: a chunk is all in or out). ----
+  constexpr int kBPerLine = BN / kV;
+  constexpr int kBIters = kBK * kBPerLine / kThreads;
+  static_assert(kBK * kBPerLine % kThreads == 0 && kThreads % kBPerLine == 0, "B chunk split");
+  const int b_col = (tid % kBPerLine) * kV;
+  const int b_line0 = tid / kBPerLine;
+  const bool b_ok = n0 + b_col < p.n_pad;
+  auto load_b = [&](T* Bs) {
+#pragma unroll
+    for (int it = 0; it < kBIters; ++it) {
+      const int kr = b_line0 + it * (kThreads / kBPerLine);
+      cp_async<16>(smem_u32(Bs + kr * S::kLdB + b_col),
+                   b_ok ? b_next + kr * p.n_pad + n0 + b_col : packed, b_ok ? 16 : 0);
+    }
+  };
+
+  auto stage_a = [&](int stage) { return reinterpret_cast<T*>(pipe + stage * S::kStageBytes); };
+  auto stage_b = [&](int stage) {
+    return reinterpret_cast<T*>(pipe + stage * S::kStageBytes + S::kABytes);
+  };
+  // Issues the loads of the cursor's tile into `stage` (A only into registers when kRegA).
+  auto issue_tile = [&](int stage) {
+    load_a(stage_a(stage));
+    load_b(stage_b(stage));
+    advance();
+  };
+
+  float acc[kMT][kNT][4];
+#pragma unroll
+  for (int i = 0; i < kMT; ++i)
+#pragma unroll
+    for (int j = 0; j < kNT; ++j)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) acc[i][j][r] = 0.f;
+
+  // ---- Fragment loads + MMAs on one stage (layouts as in conv_transpose2d_gemm_kxs.cu). ----
+  // mma.m16n8k16, g = lane/4, t = lane%4: A a0 = (row g, k 2t..2t+1), a1 = (g+8, 2t),
+  // a2 = (g, 2t+8), a3 = (g+8, 2t+8); B b0 = (k 2t.., col g), b1 = (k 2t+8.., col g).
+  // ldmatrix x4: matrix i takes its row addresses from lanes 8i..8i+7.
+  //   A [m][k]: lanes 0-15 rows 0-15 at k 0, lanes 16-31 rows 0-15 at k 8 -> a0..a3.
+  //   A [k][m] (.trans): matrix i = (k block i/2, m block i%2) -> a0..a3.
+  //   B [k][n] (.trans): matrix i = (k block i%2, n block i/2) -> b0,b1 of n8 tile 0, then 1.
+  // mma.m16n8k8.tf32: a0 = (g, t), a1 = (g+8, t), a2 = (g, t+4), a3 = (g+8, t+4);
+  //   b0 = (k t, col g), b1 = (k t+4, col g). Scalar LDS.
+  const int fg = lane >> 2, ft = lane & 3;
+  auto compute_stage = [&](int stage) {
+    const T* As = stage_a(stage);
+    const T* Bs = stage_b(stage);
+    if constexpr (sizeof(T) == 2) {
+      const int li = lane >> 3;
+      uint32_t a_addr;
+      if constexpr (KMAJOR) {
+        a_addr = smem_u32(As + (warp_m * Cfg::kWM + (lane & 15)) * S::kLdA + (lane >> 4) * 8);
+      } else {
+        a_addr = smem_u32(As + ((lane & 7) + (li >> 1) * 8) * S::kLdA + warp_m * Cfg::kWM +
+                          (li & 1) * 8);
+      }
+      const uint32_t b_addr =
+          smem_u32(Bs + ((lane & 7) + (li & 1) * 8) * S::kLdB + warp_n * Cfg::kWN + (li >> 1) * 8);
+#pragma unroll
+      for (int ks = 0; ks < kBK / 16; ++ks) {
+        uint32_t af[kMT][4], bfr[kNT][2];
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt) {
+          if constexpr (KMAJOR) {
+            ldsm_x4(a_addr + (uint32_t)((mt * 16 * S::kLdA + ks * 16) * 2), af[mt][0], af[mt][1],
+                    af[mt][2], af[mt][3]);
+          } else {
+            ldsm_x4_trans(a_addr + (uint32_t)((ks * 16 * S::kLdA + mt * 16) * 2), af[mt][0],
+                          af[mt][1], af[mt][2], af[mt][3]);
+          }
+        }
+#pragma unroll
+        for (int np = 0; np < kNT / 2; ++np) {
+          ldsm_x4_trans(b_addr + (uint32_t)((ks * 16 * S::kLdB + np * 16) * 2), bfr[2 * np][0],
+                        bfr[2 * np][1], bfr[2 * np + 1][0], bfr[2 * np + 1][1]);
+        }
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+          for (int nt = 0; nt < kNT; ++nt) mma_16816<T>(acc[mt][nt], af[mt], bfr[nt]);
+      }
+    } else {
+#pragma unroll
+      for (int ks = 0; ks < kBK / 8; ++ks) {
+        uint32_t af[kMT][4], bfr[kNT][2];
+        const int k = ks * 8 + ft;
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt) {
+          const int r = warp_m * Cfg::kWM + mt * 16 + fg;
+          if constexpr (KMAJOR) {
+            af[mt][0] = to_tf32(As[r * S::kLdA + k]);
+            af[mt][1] = to_tf32(As[(r + 8) * S::kLdA + k]);
+            af[mt][2] = to_tf32(As[r * S::kLdA + k + 4]);
+            af[mt][3] = to_tf32(As[(r + 8) * S::kLdA + k + 4]);
+          } else {
+            af[mt][0] = to_tf32(As[k * S::kLdA + r]);
+            af[mt][1] = to_tf32(As[k * S::kLdA + r + 8]);
+            af[mt][2] = to_tf32(As[(k + 4) * S::kLdA + r]);
+            af[mt][3] = to_tf32(As[(k + 4) * S::kLdA + r + 8]);
+          }
+        }
+#pragma unroll
+        for (int nt = 0; nt < kNT; ++nt) {
+          const int c = warp_n * Cfg::kWN + nt * 8 + fg;
+          bfr[nt][0] = __float_as_uint(Bs[k * S::kLdB + c]);  // packed pre-rounded to TF32
+          bfr[nt][1] = __float_as_uint(Bs[(k + 4) * S::kLdB + c]);
+        }
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+          for (int nt = 0; nt < kNT; ++nt) mma_1688_tf32(acc[mt][nt], af[mt], bfr[nt]);
+      }
+    }
+  };
+
+  // ---- Multi-stage pipeline: tile kt+kStages-1 is in flight while tile kt is computed. ----
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < KT) {
+      issue_tile(s);
+      if constexpr (kRegA) store_a_regs(stage_a(s));
+    }
+    cp_async_commit();  // always commit so the group count stays in step with kt
+  }
+  for (int kt = 0; kt < KT; ++kt) {
+    cp_async_wait<kStages - 2>();
+    // Makes tile kt visible to all warps, and proves every warp is done with tile kt-1, whose
+    // stage the loads below overwrite (the register-staged A is stored after the MMAs of tile kt,
+    // and read only after the barrier of iteration kt+kStages-1).
+    __syncthreads();
+    const int nk = kt + kStages - 1;
+    const bool more = nk < KT;
+    if (more) issue_tile(nk % kStages);
+    cp_async_commit();
+    compute_stage(kt % kStages);
+    if constexpr (kRegA) {
+      if (more) store_a_regs(stage_a(nk % kStages));
+    }
+  }
+  cp_async_wait<0>();
+  __syncthreads();  // the pipeline buffers become the C staging tile
+
+  // ---- Epilogue 1: fragments -> epilogue -> one rounding -> shared C tile [m][oc]. ----
+  T* Cs = reinterpret_cast<T*>(pipe);
+  const int ldc = p.out_along_n ? S::kLdCn : S::kLdCm;
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt) {
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt) {
+      const int r = warp_m * Cfg::kWM + mt * 16 + fg;
+      const int c = warp_n * Cfg::kWN + nt * 8 + 2 * ft;
+      const ChannelAffine a0 = col_aff[c], a1 = col_aff[c + 1];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const T v0 = from_float<T>(apply_epilogue(acc[mt][nt][2 * h], a0, p.epi));
+        const T v1 = from_float<T>(apply_epilogue(acc[mt][nt][2 * h + 1], a1, p.epi));
+        T* dst = Cs + (r + 8 * h) * ldc + c;
+        if constexpr (sizeof(T) == 2) {
+          // ldc and c are even: one 4-byte store per pair.
+          typename PairOf<T>::type pair;
+          pair.x = v0;
+          pair.y = v1;
+          *reinterpret_cast<typename PairOf<T>::type*>(dst) = pair;
+        } else {
+          dst[0] = v0;  // ldc may be odd: no 8-byte store
+          dst[1] = v1;
+        }
+      }
+    }
+  }
+  __syncthreads();
+
+  // ---- Epilogue 2: shared C tile -> output, consecutive threads on consecutive addresses. ----
+  const int m_valid = min(BM, M - m0);
+  const int n_valid = min(BN, p.cout_g - n0);
+  if (p.out_along_n) {
+    if (p.out_vec) {
+      // os_c == 1, Cout_g % kV == 0 and 16-byte aligned pixels (launcher): whole 16-byte chunks.
+      const int chunks = n_valid / kV;
+      const SmallDiv div = make_small_div((uint32_t)chunks);
+      const int total = m_valid * chunks;
+      for (int e = tid; e < total; e += kThreads) {
+        const int ml = (int)small_div((uint32_t)e, div);
+        const int nl = (e - ml * chunks) * kV;
+        *reinterpret_cast<uint4*>(out + rows[ml].o_row + col_off[nl]) =
+            *reinterpret_cast<const uint4*>(Cs + ml * ldc + nl);
+      }
+    } else {
+      const SmallDiv div = make_small_div((uint32_t)n_valid);
+      const int total = m_valid * n_valid;
+      for (int e = tid; e < total; e += kThreads) {
+        const int ml = (int)small_div((uint32_t)e, div);
+        const int nl = e - ml * n_valid;
+        out[rows[ml].o_row + col_off[nl]] = Cs[ml * ldc + nl];
+      }
+    }
+  } else {
+    // Consecutive m of a phase are consecutive ow = rw + sw*j of one output row (stride sw*os_w).
+    const int total = n_valid * BM;
+    for (int e = tid; e < total; e += kThreads) {
+      const int nl = e / BM;
+      const int ml = e % BM;
+      if (ml < m_valid) out[rows[ml].o_row + col_off[nl]] = Cs[ml * ldc + nl];
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Weight packing: one thread per packed element, in packed order (coalesced writes; the reads
+// go through any weight strides). Writes every element, zeros in the padding.
+struct PackArgs {
+  const void* w;
+  void* packed;
+  int64_t ws[4];  // weight strides: cin, cout/g, kh, kw
+  int cin_g, cout_g, cin_pad, n_pad, kh, kw;
+  int pad_h, pad_w, dil_h, dil_w;
+  bool round_tf32;
+  int64_t total;
+  AxisPlan h, w_axis;
+};
+
+__device__ __forceinline__ int phase_of(int k, int dil, int pad, int stride) {
+  const int t = (k * dil - pad) % stride;
+  return t < 0 ? t + stride : t;
+}
+
+template <typename T>
+__global__ void __launch_bounds__(256)
+    gemm_phase_pack_weight_kernel(const __grid_constant__ PackArgs a) {
+  const T* __restrict__ w = static_cast<const T*>(a.w);
+  T* __restrict__ packed = static_cast<T*>(a.packed);
+  for (int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; idx < a.total;
+       idx += (int64_t)gridDim.x * blockDim.x) {
+    const int n = (int)(idx % a.n_pad);
+    int64_t r = idx / a.n_pad;
+    const int c = (int)(r % a.cin_pad);
+    r /= a.cin_pad;
+    const int kwi = (int)(r % a.kw);
+    r /= a.kw;
+    const int khi = (int)(r % a.kh);
+    const int g = (int)(r / a.kh);
+    // Phase of the tap and its index inside the phase (taps of a phase are kh0 + t*step with
+    // kh0 < step, so t = kh / step).
+    const int rh = phase_of(khi, a.dil_h, a.pad_h, a.h.stride);
+    const int rw = phase_of(kwi, a.dil_w, a.pad_w, a.w_axis.stride);
+    const AxisPhaseInfo& ph = a.h.ph[rh];
+    const AxisPhaseInfo& pw = a.w_axis.ph[rw];
+    const int tap = (khi / a.h.step) * pw.taps + kwi / a.w_axis.step;
+    const int64_t row = ((int64_t)g * a.kh * a.kw + ph.tap_prefix * a.kw + ph.taps * pw.tap_prefix +
+                         tap) * a.cin_pad + c;
+    T v = from_float<T>(0.f);
+    if (c < a.cin_g && n < a.cout_g) {
+      v = w[((int64_t)g * a.cin_g + c) * a.ws[0] + n * a.ws[1] + khi * a.ws[2] + kwi * a.ws[3]];
+      if constexpr (sizeof(T) == 4) {
+        if (a.round_tf32) v = __uint_as_float(to_tf32(v));
+      }
+    }
+    packed[row * a.n_pad + n] = v;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Host side.
+bool stride_multiple(int64_t stride, int64_t size, int64_t v) {
+  return size <= 1 || stride % v == 0;
+}
+bool ptr_aligned(const void* ptr, int64_t bytes) {
+  return reinterpret_cast<uintptr_t>(ptr) % (uintptr_t)bytes == 0;
+}
+
+// Largest element offset of a 4-D tensor (-1 when it is empty).
+int64_t max_offset(const int64_t* stride, int64_t n, int64_t c, int64_t h, int64_t w) {
+  if (n <= 0 || c <= 0 || h <= 0 || w <= 0) return -1;
+  return (n - 1) * stride[0] + (c - 1) * stride[1] + (h - 1) * stride[2] + (w - 1) * stride[3];
+}
+
+struct PackGeometry {
+  int64_t cin_pad, n_pad, elements;
+};
+PackGeometry pack_geometry(const ConvTranspose2dParams& p) {
+  PackGeometry geo;
+  geo.cin_pad = round_up(p.in_per_group, kBK);
+  geo.n_pad = round_up(p.out_per_group, kNPad);
+  geo.elements = p.groups * p.ph_h.kernel * p.ph_w.kernel * geo.cin_pad * geo.n_pad;
+  return geo;
+}
+
+int64_t element_size(ScalarKind kind) { return kind == ScalarKind::kFloat32 ? 4 : 2; }
+
+// Tiles of one group for a BM x BN tile, summed over the phases with output pixels.
+int64_t group_tiles(const ConvTranspose2dParams& p, const AxisPlan& h, const AxisPlan& w, int bm,
+                    int bn) {
+  const int64_t n_tiles = (p.out_per_group + bn - 1) / bn;
+  int64_t tiles = 0;
+  for (int rh = 0; rh < h.stride; ++rh)
+    for (int rw = 0; rw < w.stride; ++rw) {
+      const int64_t m = p.batch * h.ph[rh].rows * w.ph[rw].rows;
+      tiles += (m + bm - 1) / bm * n_tiles;
+    }
+  return tiles;
+}
+
+// Heuristic: the largest tile that still gives every SM at least one block; narrow tiles when
+// Cout_g is small (a 128-wide tile would be mostly padding).
+int pick_config(const ConvTranspose2dParams& p, const AxisPlan& h, const AxisPlan& w) {
+  int device = 0, sms = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
+    sms = 132;
+  }
+  if (p.out_per_group <= 32) return 3;
+  if (p.out_per_group > 64 && p.groups * group_tiles(p, h, w, 128, 128) >= sms) return 0;
+  if (p.groups * group_tiles(p, h, w, 128, 64) >= sms) return 1;
+  return 2;
+}
+
+template <typename T, class Cfg, bool KMAJOR, bool VEC>
+cudaError_t launch_main(PhaseArgs& a, const ConvTranspose2dParams& p, const AxisPlan& h,
+                        const AxisPlan& w, cudaStream_t stream) {
+  using S = Smem<T, Cfg, KMAJOR>;
+  a.n_tiles = (int)((p.out_per_group + Cfg::kBN - 1) / Cfg::kBN);
+  // Launch order: phases with output pixels, most taps first (stable: ties in (rh, rw) order).
+  int order[kMaxPhases];
+  int count = 0;
+  for (int rh = 0; rh < h.stride; ++rh)
+    for (int rw = 0; rw < w.stride; ++rw)
+      if (h.ph[rh].rows > 0 && w.ph[rw].rows > 0) order[count++] = rh << 8 | rw;
+  auto taps_of = [&](int rc) { return h.ph[rc >> 8].taps * w.ph[rc & 0xff].taps; };
+  for (int x = 1; x < count; ++x)  // insertion sort, descending taps
+    for (int y = x; y > 0 && taps_of(order[y - 1]) < taps_of(order[y]); --y) {
+      const int t = order[y];
+      order[y] = order[y - 1];
+      order[y - 1] = t;
+    }
+  int64_t tiles = 0;
+  for (int q = 0; q < count; ++q) {
+    a.tile_begin[q] = (int)tiles;
+    a.phase_rc[q] = (uint16_t)order[q];
+    const int64_t m = p.batch * h.ph[order[q] >> 8].rows * w.ph[order[q] & 0xff].rows;
+    tiles += (m + Cfg::kBM - 1) / Cfg::kBM * a.n_tiles;
+  }
+  a.tile_begin[count] = (int)tiles;
+  a.num_phases = count;
+  if (tiles == 0) return cudaSuccess;
+
+  auto kernel = conv_transpose2d_gemm_phase_kernel<T, Cfg, KMAJOR, VEC>;
+  // Above 48 KiB of dynamic shared memory needs the opt-in (per device; cheap to repeat).
+  const cudaError_t err =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, S::kTotalBytes);
+  if (err != cudaSuccess) return err;
+  const dim3 grid((unsigned)tiles, (unsigned)p.groups, 1);
+  kernel<<<grid, Cfg::kThreads, S::kTotalBytes, stream>>>(a);
+  return cudaGetLastError();
+}
+
+// Picks the A load path: 16-byte channel chunks when the input is channels_last with aligned
+// pixels and Cin_g % 16B == 0; otherwise per-element gathers into [m][k] or [k][m] tiles,
+// whichever layout keeps consecutive threads on consecutive input addresses.
+template <typename T, class Cfg>
+cudaError_t dispatch_a(PhaseArgs& a, const ConvTranspose2dParams& p, const AxisPlan& h,
+                       const AxisPlan& w, cudaStream_t stream) {
+  constexpr int V = 16 / (int)sizeof(T);
+  const int64_t* is = p.in_stride;
+  const bool kmajor = is[1] == 1 || (is[3] != 1 && is[1] <= is[3]);
+  if (!kmajor) return launch_main<T, Cfg, false, false>(a, p, h, w, stream);
+  const bool vec = is[1] == 1 && p.in_per_group % V == 0 && ptr_aligned(p.input, 16) &&
+                   stride_multiple(is[0], p.batch, V) && stride_multiple(is[2], p.in_h, V) &&
+                   stride_multiple(is[3], p.in_w, V);
+  if (vec) return launch_main<T, Cfg, true, true>(a, p, h, w, stream);
+  return launch_main<T, Cfg, true, false>(a, p, h, w, stream);
+}
+
+template <typename T>
+cudaError_t launch_typed(const ConvTranspose2dParams& p, const void* packed, int config,
+                         cudaStream_t stream) {
+  constexpr int V = 16 / (int)sizeof(T);
+  const AxisPlan h = plan_axis(p.ph_h, p.out_h);
+  const AxisPlan w = plan_axis(p.ph_w, p.out_w);
+  const PackGeometry geo = pack_geometry(p);
+  PhaseArgs a{};
+  a.in = p.input;
+  a.packed = packed;
+  a.bias = p.bias;
+  a.out = p.output;
+  a.epi = p.epi;
+  a.batch = (int)p.batch;
+  a.in_h = (int)p.in_h;
+  a.in_w = (int)p.in_w;
+  a.cin_g = (int)p.in_per_group;
+  a.cout_g = (int)p.out_per_group;
+  a.cin_pad = (int)geo.cin_pad;
+  a.n_pad = (int)geo.n_pad;
+  a.kw = p.ph_w.kernel;
+  a.khkw = p.ph_h.kernel * p.ph_w.kernel;
+  a.sh = p.ph_h.stride;
+  a.sw = p.ph_w.stride;
+  a.in_step_h = h.in_step;
+  a.in_step_w = w.in_step;
+  a.is_n = (int)p.in_stride[0];
+  a.is_c = (int)p.in_stride[1];
+  a.is_h = (int)p.in_stride[2];
+  a.is_w = (int)p.in_stride[3];
+  a.os_n = (int)p.out_stride[0];
+  a.os_c = (int)p.out_stride[1];
+  a.os_h = (int)p.out_stride[2];
+  a.os_w = (int)p.out_stride[3];
+  const int64_t* os = p.out_stride;
+  a.out_along_n = os[1] < os[3];
+  a.out_vec = a.out_along_n && os[1] == 1 && p.out_per_group % V == 0 &&
+              ptr_aligned(p.output, 16) && stride_multiple(os[0], p.batch, V) &&
+              stride_multiple(os[2], p.out_h, V) && stride_multiple(os[3], p.out_w, V);
+  for (int r = 0; r < kMaxStride; ++r) {
+    a.ph_h[r] = h.ph[r];
+    a.ph_w[r] = w.ph[r];
+  }
+  if (config < 0) config = pick_config(p, h, w);
+  switch (config) {
+    case 0: return dispatch_a<T, Config128x128>(a, p, h, w, stream);
+    case 1: return dispatch_a<T, Config128x64>(a, p, h, w, stream);
+    case 2: return dispatch_a<T, Config64x64>(a, p, h, w, stream);
+    case 3: return dispatch_a<T, Config128x32>(a, p, h, w, stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
+template <typename T>
+cudaError_t launch_pack(const ConvTranspose2dParams& p, bool round_tf32, void* packed,
+                        cudaStream_t stream) {
+  const PackGeometry geo = pack_geometry(p);
+  PackArgs a{};
+  a.w = p.weight;
+  a.packed = packed;
+  for (int i = 0; i < 4; ++i) a.ws[i] = p.w_stride[i];
+  a.cin_g = (int)p.in_per_group;
+  a.cout_g = (int)p.out_per_group;
+  a.cin_pad = (int)geo.cin_pad;
+  a.n_pad = (int)geo.n_pad;
+  a.kh = p.ph_h.kernel;
+  a.kw = p.ph_w.kernel;
+  a.pad_h = p.ph_h.pad;
+  a.pad_w = p.ph_w.pad;
+  a.dil_h = p.ph_h.dil;
+  a.dil_w = p.ph_w.dil;
+  a.round_tf32 = round_tf32;
+  a.total = geo.elements;
+  a.h = plan_axis(p.ph_h, p.out_h);
+  a.w_axis = plan_axis(p.ph_w, p.out_w);
+  const int64_t blocks = (a.total + 255) / 256;
+  const unsigned grid = (unsigned)(blocks < 65536 ? blocks : 65536);
+  gemm_phase_pack_weight_kernel<T><<<grid, 256, 0, stream>>>(a);
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+bool gemm_phase_supports(const ConvTranspose2dParams& p, ScalarKind kind, bool allow_tf32) {
+  switch (kind) {
+    case ScalarKind::kFloat16:
+    case ScalarKind::kBFloat16: break;
+    case ScalarKind::kFloat32:
+      if (!allow_tf32) return false;  // exact fp32 needs 3xTF32 (not here)
+      break;
+    default: return false;
+  }
+  // Tap offsets and phase indices stay far from int overflow.
+  auto axis_ok = [](const AxisPhase& a) {
+    return a.stride >= 1 && a.stride <= kMaxStride && a.dil >= 1 && a.pad >= 0 && a.kernel >= 1 &&
+           (int64_t)a.dil * a.kernel + a.pad < (1 << 24);
+  };
+  if (!axis_ok(p.ph_h) || !axis_ok(p.ph_w)) return false;
+  if (p.groups < 1 || p.groups > 65535 || p.batch < 0 || p.in_h < 0 || p.in_w < 0) return false;
+  if (p.out_h < 0 || p.out_w < 0 || p.in_h >= (1 << 30) || p.in_w >= (1 << 30)) return false;
+  if (p.in_per_group < 0 || p.out_per_group < 0) return false;
+  if (p.in_per_group * p.groups != p.in_channels || p.out_per_group * p.groups != p.out_channels)
+    return false;
+  for (int i = 0; i < 4; ++i)
+    if (p.in_stride[i] < 0 || p.w_stride[i] < 0 || p.out_stride[i] < 0) return false;
+  // 32-bit element offsets everywhere (and GEMM rows / tile counts of a phase).
+  const int64_t KH = p.ph_h.kernel, KW = p.ph_w.kernel;
+  if (max_offset(p.in_stride, p.batch, p.in_channels, p.in_h, p.in_w) >= kIndexLimit) return false;
+  if (max_offset(p.w_stride, p.in_channels, p.out_per_group, KH, KW) >= kIndexLimit) return false;
+  if (max_offset(p.out_stride, p.batch, p.out_channels, p.out_h, p.out_w) >= kIndexLimit)
+    return false;
+  if (pack_geometry(p).elements >= kIndexLimit) return false;
+  const int64_t pixels = p.batch * p.out_h * p.out_w;
+  if (pixels >= kIndexLimit - 256) return false;
+  // Grid: every config has BM >= 64 and BN >= 32; at most kMaxPhases partial m tiles.
+  if ((pixels / 64 + kMaxPhases) * ((p.out_per_group + 31) / 32) >= kIndexLimit) return false;
+  if (p.output == nullptr && pixels * p.out_channels > 0) return false;
+  return true;
+}
+
+int gemm_phase_num_configs() { return kNumConfigs; }
+
+int64_t gemm_phase_packed_weight_bytes(const ConvTranspose2dParams& p, ScalarKind kind) {
+  return pack_geometry(p).elements * element_size(kind);
+}
+
+cudaError_t launch_gemm_phase_pack_weight(const ConvTranspose2dParams& p, ScalarKind kind,
+                                          bool allow_tf32, void* packed, cudaStream_t stream) {
+  if (!gemm_phase_supports(p, kind, allow_tf32)) return cudaErrorInvalidValue;
+  if (pack_geometry(p).elements == 0) return cudaSuccess;
+  if (packed == nullptr || p.weight == nullptr) return cudaErrorInvalidValue;
+  switch (kind) {
+    case ScalarKind::kFloat32: return launch_pack<float>(p, allow_tf32, packed, stream);
+    case ScalarKind::kFloat16: return launch_pack<__half>(p, false, packed, stream);
+    case ScalarKind::kBFloat16: return launch_pack<__nv_bfloat16>(p, false, packed, stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
+cudaError_t launch_conv_transpose2d_gemm_phase(const ConvTranspose2dParams& p, ScalarKind kind,
+                                               bool allow_tf32, const void* packed, int config,
+                                               cudaStream_t stream) {
+  if (!gemm_phase_supports(p, kind, allow_tf32)) return cudaErrorInvalidValue;
+  if (config < -1 || config >= kNumConfigs) return cudaErrorInvalidValue;
+  if (p.batch * p.out_channels * p.out_h * p.out_w == 0) return cudaSuccess;
+  if (packed == nullptr && pack_geometry(p).elements > 0) return cudaErrorInvalidValue;
+  switch (kind) {
+    case ScalarKind::kFloat32: return launch_typed<float>(p, packed, config, stream);
+    case ScalarKind::kFloat16: return launch_typed<__half>(p, packed, config, stream);
+    case ScalarKind::kBFloat16: return launch_typed<__nv_bfloat16>(p, packed, config, stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
+}  // namespace deconv_patch

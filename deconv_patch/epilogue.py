@@ -1,0 +1,194 @@
+"""The fused epilogue: what a kernel does to each accumulator before its one rounding.
+
+    y = activation((conv(x) + bias) * scale + shift)          scale, shift: per output channel
+
+The CUDA kernels compute it in fp32 on the accumulator (cuda/epilogue.cuh); this file holds the
+activation names (codes mirrored in cuda/conv_transpose2d_params.h), the PyTorch reference used
+on every other path, and the mapping from torch.nn activation modules / functions that the fx
+pass fuses.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, Optional
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+# Name -> code in the CUDA `Activation` enum.
+ACTIVATIONS: Dict[str, int] = {
+    "none": 0,
+    "relu": 1,
+    "leaky_relu": 2,
+    "silu": 3,
+    "gelu": 4,
+    "gelu_tanh": 5,
+    "tanh": 6,
+    "sigmoid": 7,
+    "hardswish": 8,
+}
+DEFAULT_NEGATIVE_SLOPE = 0.01
+
+
+def check_activation(name: str) -> int:
+    """The CUDA code of an activation name; a clear error for anything else."""
+    code = ACTIVATIONS.get(name)
+    if code is None:
+        raise ValueError(f"deconv_patch: unknown activation {name!r}; choose from "
+                         f"{', '.join(ACTIVATIONS)}")
+    return code
+
+
+def activate(y: torch.Tensor, name: str, negative_slope: float = DEFAULT_NEGATIVE_SLOPE
+             ) -> torch.Tensor:
+    """The activation with PyTorch's own functions (the same ones the fused modules call)."""
+    if name == "none":
+        return y
+    if name == "relu":
+        return F.relu(y)
+    if name == "leaky_relu":
+        return F.leaky_relu(y, negative_slope)
+    if name == "silu":
+        return F.silu(y)
+    if name == "gelu":
+        return F.gelu(y)
+    if name == "gelu_tanh":
+        return F.gelu(y, approximate="tanh")
+    if name == "tanh":
+        return torch.tanh(y)
+    if name == "sigmoid":
+        return torch.sigmoid(y)
+    if name == "hardswish":
+        return F.hardswish(y)
+    check_activation(name)
+    raise AssertionError(name)
+
+
+def apply_epilogue(y: torch.Tensor, scale: Optional[torch.Tensor], shift: Optional[torch.Tensor],
+                   activation: str, negative_slope: float) -> torch.Tensor:
+    """Reference epilogue on a conv output `y` ([N, C, H, W] or [C, H, W]).
+
+    Without scale/shift this is exactly what the unfused model computes (conv, then the
+    activation module), so layers PyTorch runs stay bit-identical to the original.
+    """
+    if scale is not None or shift is not None:
+        shape = (-1, 1, 1)
+        dtype = y.dtype
+        wide = torch.promote_types(dtype, torch.float32)  # fp32 like the kernels; fp64 stays
+        z = y.to(wide)
+        if scale is not None:
+            z = z * scale.to(wide).reshape(shape)
+        if shift is not None:
+            z = z + shift.to(wide).reshape(shape)
+        return activate(z, activation, negative_slope).to(dtype)
+    return activate(y, activation, negative_slope)
+
+
+@dataclass(frozen=True)
+class FusedActivation:
+    """An activation the epilogue can apply, read from a module or function call."""
+
+    name: str
+    negative_slope: float = DEFAULT_NEGATIVE_SLOPE
+
+
+def _from_gelu(approximate: Any) -> Optional[FusedActivation]:
+    if approximate == "none":
+        return FusedActivation("gelu")
+    if approximate == "tanh":
+        return FusedActivation("gelu_tanh")
+    return None
+
+
+def activation_of_module(m: nn.Module) -> Optional[FusedActivation]:
+    """The fusable activation `m` computes, or None (subclasses are not trusted: they may
+    override forward)."""
+    kind = type(m)
+    if kind is nn.ReLU:
+        return FusedActivation("relu")
+    if kind is nn.LeakyReLU:
+        return FusedActivation("leaky_relu", float(m.negative_slope))  # type: ignore[arg-type]
+    if kind is nn.SiLU:
+        return FusedActivation("silu")
+    if kind is nn.GELU:
+        return _from_gelu(m.approximate)
+    if kind is nn.Tanh:
+        return FusedActivation("tanh")
+    if kind is nn.Sigmoid:
+        return FusedActivation("sigmoid")
+    if kind is nn.Hardswish:
+        return FusedActivation("hardswish")
+    return None
+
+
+# Functions (as they appear as fx call_function targets) -> reader of (args, kwargs) after the
+# first argument; returns None when an argument makes the call unfusable (e.g. inplace is fine,
+# a non-constant slope is not).
+def _slope(args: tuple, kwargs: dict) -> Optional[FusedActivation]:
+    slope = args[0] if args else kwargs.get("negative_slope", DEFAULT_NEGATIVE_SLOPE)
+    return FusedActivation("leaky_relu", float(slope)) if isinstance(slope, (int, float)) else None
+
+
+def _gelu_call(args: tuple, kwargs: dict) -> Optional[FusedActivation]:
+    return _from_gelu(args[0] if args else kwargs.get("approximate", "none"))
+
+
+_FUNCTIONS: Dict[Callable[..., Any], Callable[[tuple, dict], Optional[FusedActivation]]] = {
+    F.relu: lambda a, k: FusedActivation("relu"),
+    torch.relu: lambda a, k: FusedActivation("relu"),
+    F.leaky_relu: _slope,
+    F.silu: lambda a, k: FusedActivation("silu"),
+    F.gelu: _gelu_call,
+    torch.tanh: lambda a, k: FusedActivation("tanh"),
+    torch.sigmoid: lambda a, k: FusedActivation("sigmoid"),
+    F.hardswish: lambda a, k: FusedActivation("hardswish"),
+}
+_METHODS: Dict[str, Callable[[tuple, dict], Optional[FusedActivation]]] = {
+    "relu": lambda a, k: FusedActivation("relu"),
+    "tanh": lambda a, k: FusedActivation("tanh"),
+    "sigmoid": lambda a, k: FusedActivation("sigmoid"),
+}
+
+
+def activation_of_call(op: str, target: Any, args: tuple, kwargs: dict
+                       ) -> Optional[FusedActivation]:
+    """The fusable activation an fx call_function / call_method node computes, or None.
+
+    `args` excludes the tensor argument.
+    """
+    table: Dict[Any, Callable[[tuple, dict], Optional[FusedActivation]]]
+    table = _FUNCTIONS if op == "call_function" else _METHODS if op == "call_method" else {}
+    reader = table.get(target)
+    return reader(args, kwargs) if reader is not None else None
+
+
+@dataclass(frozen=True)
+class Epilogue:
+    """A fused epilogue for one call: per-channel scale/shift (any float dtype; kernels read
+    them as fp32) and an activation."""
+
+    scale: Optional[torch.Tensor] = None
+    shift: Optional[torch.Tensor] = None
+    activation: str = "none"
+    negative_slope: float = DEFAULT_NEGATIVE_SLOPE
+
+    @property
+    def is_identity(self) -> bool:
+        return self.scale is None and self.shift is None and self.activation == "none"
+
+    def apply(self, y: torch.Tensor) -> torch.Tensor:
+        """The reference: this epilogue applied to a finished conv output."""
+        return apply_epilogue(y, self.scale, self.shift, self.activation, self.negative_slope)
+
+    def kernel_args(self, device: torch.device) -> tuple:
+        """(scale, shift, activation code, slope) as the binding takes them: fp32 contiguous."""
+        def fp32(t: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
+            return None if t is None else t.detach().to(device=device, dtype=torch.float32
+                                                        ).contiguous()
+        return (fp32(self.scale), fp32(self.shift), check_activation(self.activation),
+                float(self.negative_slope))
+
+
+IDENTITY = Epilogue()

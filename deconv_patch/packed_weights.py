@@ -1,0 +1,71 @@
+"""Weights re-laid-out once for the kernels that want their own layout (gemm_phase).
+
+Packing reads the whole weight, so it happens once per weight and hyperparameters, not per call:
+the packed copy is cached against the weight tensor and its version counter, which PyTorch bumps
+on every in-place change (optimizer steps, `load_state_dict`, `copy_`), so a changed weight is
+re-packed on its next use and a stale copy is never read.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Dict, Optional, Tuple
+
+import torch
+
+from .arguments import ConvTransposeArgs
+from .extension import load_extension
+
+_MAX_ENTRIES = 1024
+
+
+class PackedWeightCache:
+    """Packed weights keyed by (weight tensor identity, variant, hyperparameters, TF32)."""
+
+    def __init__(self) -> None:
+        # key -> (weak reference to the weight, its version when packed, packed tensor)
+        self._entries: Dict[tuple, Tuple[weakref.ref, int, torch.Tensor]] = {}
+        self.packs = 0  # how many times a weight was (re)packed: tests read it
+
+    def get(self, variant: str, weight: torch.Tensor, args: ConvTransposeArgs,
+            allow_tf32: bool) -> torch.Tensor:
+        key = (id(weight), weight.data_ptr(), variant, weight.dtype, tuple(weight.shape),
+               weight.stride(), args, allow_tf32)
+        version = weight._version
+        found = self._entries.get(key)
+        if found is not None and found[0]() is weight and found[1] == version:
+            return found[2]
+        if len(self._entries) >= _MAX_ENTRIES:
+            self._entries = {k: e for k, e in self._entries.items() if e[0]() is not None}
+            if len(self._entries) >= _MAX_ENTRIES:
+                self._entries.clear()
+        packed = load_extension().pack_weight(
+            variant, weight.detach(), list(args.stride), list(args.padding),
+            list(args.output_padding), list(args.dilation), args.groups, allow_tf32)
+        self._entries[key] = (weakref.ref(weight), version, packed)
+        self.packs += 1
+        return packed
+
+    def clear(self) -> None:
+        self._entries.clear()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+_CACHE: Optional[PackedWeightCache] = None
+
+
+def cache() -> PackedWeightCache:
+    """The process's packed-weight cache."""
+    global _CACHE
+    if _CACHE is None:
+        _CACHE = PackedWeightCache()
+    return _CACHE
+
+
+def packed_weight(variant: str, weight: torch.Tensor, input: torch.Tensor,
+                  args: ConvTransposeArgs, allow_tf32: bool) -> torch.Tensor:
+    """`weight` in `variant`'s layout for calls like this one (cached; see the module doc)."""
+    del input  # the packed layout depends on the weight and hyperparameters only
+    return cache().get(variant, weight, args, allow_tf32)
