@@ -27,7 +27,7 @@ step "GPU tests"
 python3 -m pytest -q -m cuda -p no:cacheprovider -rf tests 2>&1 > "$L/gpu-tests.log"
 grep -E "^FAILED|^ERROR" "$L/gpu-tests.log" | head -30; tail -1 "$L/gpu-tests.log"
 
-for v in gemm_phase:128x128 gemm_phase:128x64 gemm_phase:64x64 gemm_phase:128x32; do
+for v in gemm_phase:128x128 gemm_phase:128x64 gemm_phase:64x64 gemm_phase:128x32 gemm_phase:128x128x64; do
   step "layer benchmark ($v forced)"
   python3 benchmarks/layers.py --quick --variant $v --json "$OUT/layers_${v/:/_}.json" \
     > "$L/layers_${v/:/_}.log" 2>&1

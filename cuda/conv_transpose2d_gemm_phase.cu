@@ -20,7 +20,10 @@
 //     B[k, oc] = weight[g*Cin_g + c, oc, kh0 + th*step_h, kw0 + tw*step_w]  (0 if c >= Cin_g)
 //     output[n, g*Cout_g + oc, rh + sh*i, rw + sw*j] = epilogue(sum_k A[m, k]*B[k, oc], oc)
 // A 32-wide k tile lies inside one tap, so the loader walks (tap, channel block) with a cursor and
-// each GEMM row needs only its (n*is_n, i, j): A offset = n*is_n + ih*is_h + iw*is_w + c*is_c.
+// each GEMM row needs only a_base = n*is_n + i*is_h + j*is_w and (i, j), tabulated once per block:
+// A offset = a_base + (off_h*is_h + off_w*is_w + c*is_c) (the bracket is the cursor's, uniform),
+// valid iff i + off_h in [0, IH) and j + off_w in [0, IW). Both sums are formed mod 2^32: the
+// final offset of an element inside the input is < 2^31, so it comes out exact.
 // The output offset splits into o_row(m) + col_off(oc),
 //     o_row(m) = n*os_n + (rh + sh*i)*os_h + (rw + sw*j)*os_w,  col_off(oc) = (g*Cout_g + oc)*os_c,
 // both tabulated once per block in shared memory.
@@ -36,7 +39,9 @@
 // taps first (the longest blocks start first), n tile fastest (an m tile's A rows stay in L2).
 // A table in the kernel arguments maps blockIdx.x to its phase (binary search).
 //
-// Tile BM x BN x 32 (several configs), multi-stage cp.async pipeline; fp16/bf16 use ldmatrix +
+// Tile BM x BN x 32 (configs 0-3) or 128 x 128 x 64 (config 4, 16-byte 16-bit A path only: a
+// stage holds two k tiles of 32, each at its own cursor position), multi-stage cp.async pipeline
+// whose loop body is branch-free (k tiles past the end are zero-filled); fp16/bf16 use ldmatrix +
 // mma.m16n8k16, fp32 uses mma.m16n8k8.tf32 (A rounded with cvt.rna at fragment load, B packed
 // pre-rounded); fp32 accumulate. The C tile is staged through shared memory so global stores run
 // along oc (channels_last output) or along m, i.e. along ow within a phase row (NCHW output).
@@ -64,9 +69,13 @@ constexpr int kRowPastM = INT_MIN / 2;  // phase row of GEMM rows past M: every 
 constexpr int64_t kIndexLimit = (int64_t)1 << 31;
 
 // ---------------------------------------------------------------------------------------------
-// Tile configurations: block tile BM x BN, warps WARPS_M x WARPS_N.
-template <int BM, int BN, int WARPS_M, int WARPS_N, int MIN_BLOCKS>
+// Tile configurations: block tile BM x BN, warps WARPS_M x WARPS_N. A pipeline stage holds SUB
+// k tiles of 32 (each with its own tap and channel block): SUB = 2 halves the barriers per MMA,
+// used only on the 16-byte 16-bit path (Shallow is the SUB = 1 twin for the other paths).
+template <int BM, int BN, int WARPS_M, int WARPS_N, int MIN_BLOCKS, int SUB = 1>
 struct TileConfig {
+  using Shallow = TileConfig<BM, BN, WARPS_M, WARPS_N, MIN_BLOCKS, 1>;
+  static constexpr int kSub = SUB;
   static constexpr int kBM = BM, kBN = BN;
   static constexpr int kWarpsN = WARPS_N;
   static constexpr int kWM = BM / WARPS_M, kWN = BN / WARPS_N;  // warp tile
@@ -80,7 +89,10 @@ using Config128x128 = TileConfig<128, 128, 2, 4, 2>;  // 8 warps of 64x32: large
 using Config128x64 = TileConfig<128, 64, 2, 2, 3>;    // 4 warps of 64x32: Cout_g <= 64, or to fill
 using Config64x64 = TileConfig<64, 64, 2, 2, 4>;      // 4 warps of 32x32: few output tiles
 using Config128x32 = TileConfig<128, 32, 4, 1, 4>;    // 4 warps of 32x32: Cout_g <= 32
-constexpr int kNumConfigs = 4;
+// 128x128 with 64-deep stages on the 16-byte 16-bit path (3 stages, 109 KB: 2 blocks per SM on
+// sm_90, 1 on A100); Config128x128 on the other paths and where a block cannot get 109 KB.
+using Config128x128x64 = TileConfig<128, 128, 2, 4, 2, 2>;
+constexpr int kNumConfigs = 5;
 
 // ---------------------------------------------------------------------------------------------
 // Per-axis phase table (host-built; the kernels index it by phase).
@@ -154,9 +166,9 @@ struct PhaseArgs {
 
 // One GEMM row of the block: where its input pixel and output pixel are.
 struct alignas(16) RowInfo {
-  int n_off;  // n*is_n
-  int i, j;   // phase row / column (i = kRowPastM for rows past M)
-  int o_row;  // output offset of (n, oh, ow); unused past M
+  uint32_t a_base;  // n*is_n + i*is_h + j*is_w mod 2^32 (+ the tap's offset = the pixel's offset)
+  int i, j;         // phase row / column (i = kRowPastM for rows past M)
+  int o_row;        // output offset of (n, oh, ow); unused past M
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -170,13 +182,14 @@ struct alignas(16) RowInfo {
 template <typename T, class Cfg, bool KMAJOR>
 struct Smem {
   static constexpr int kV = 16 / (int)sizeof(T);  // elements per 16 bytes
-  static constexpr int kLdA = KMAJOR ? kBK + kV : Cfg::kBM + 8;
-  static constexpr int kARows = KMAJOR ? Cfg::kBM : kBK;
+  static constexpr int kBKS = kBK * Cfg::kSub;     // k depth of a stage
+  static constexpr int kLdA = KMAJOR ? kBKS + kV : Cfg::kBM + 8;
+  static constexpr int kARows = KMAJOR ? Cfg::kBM : kBKS;
   static constexpr int kLdB = Cfg::kBN + 8;
   static constexpr int kABytes = kARows * kLdA * (int)sizeof(T);
-  static constexpr int kBBytes = kBK * kLdB * (int)sizeof(T);
+  static constexpr int kBBytes = kBKS * kLdB * (int)sizeof(T);
   static constexpr int kStageBytes = kABytes + kBBytes;
-  static constexpr int kStages = sizeof(T) == 4 ? 3 : 4;
+  static constexpr int kStages = sizeof(T) == 4 || Cfg::kSub > 1 ? 3 : 4;
   static constexpr int kPipeBytes = kStages * kStageBytes;
   static constexpr int kLdCn = Cfg::kBN + kV;
   static constexpr int kLdCm = Cfg::kBN + (sizeof(T) == 4 ? 9 : 18);
@@ -211,6 +224,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   constexpr int kV = S::kV;
   static_assert(KMAJOR || !VEC, "[k][m] A has no 16-byte path: tap offsets break the alignment");
   constexpr bool kRegA = sizeof(T) == 2 && !VEC;
+  constexpr int kSub = Cfg::kSub;
+  static_assert(kSub == 1 || (sizeof(T) == 2 && VEC), "deep stages: 16-byte 16-bit path only");
 
   extern __shared__ __align__(16) unsigned char smem[];
   RowInfo* rows = reinterpret_cast<RowInfo*>(smem);
@@ -250,13 +265,15 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   for (int e = tid; e < BM + BN; e += kThreads) {
     if (e < BM) {
       const int m = m0 + e;
-      RowInfo ri{0, kRowPastM, 0, 0};
+      RowInfo ri{0u, kRowPastM, 0, 0};
       if (m < M) {
         const unsigned n = (unsigned)m / (unsigned)plane;
         const unsigned rem = (unsigned)m - n * (unsigned)plane;
         const int i = (int)(rem / (unsigned)aw.rows);
         const int j = (int)rem - i * aw.rows;
-        ri.n_off = (int)n * p.is_n;
+        // Wrapping unsigned math: only the sum with a valid tap offset must be exact (< 2^31).
+        ri.a_base = n * (uint32_t)p.is_n + (uint32_t)i * (uint32_t)p.is_h +
+                    (uint32_t)j * (uint32_t)p.is_w;
         ri.i = i;
         ri.j = j;
         ri.o_row = (int)n * p.os_n + (rh + p.sh * i) * p.os_h + (rw + p.sw * j) * p.os_w;
@@ -278,28 +295,28 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   }
   __syncthreads();
 
-  // ---- k cursor: the tap and channel block of the next tile to load. ----
-  const int KT = ah.taps * aw.taps * (p.cin_pad / kBK);
+  // ---- k cursor: the tap and channel block of the next tile to load. Uniform, branch-free. ----
+  const int KT32 = ah.taps * aw.taps * (p.cin_pad / kBK);  // k tiles of 32
+  const int KT = (KT32 + kSub - 1) / kSub;                   // pipeline stages to compute
   const T* in_g = in + g * p.cin_g * p.is_c;
-  const T* b_next =
-      packed + (g * p.khkw + ah.tap_prefix * p.kw + ah.taps * aw.tap_prefix) * p.cin_pad * p.n_pad;
   int cur_c0 = 0, cur_tw = 0, cur_off_h = ah.off0, cur_off_w = aw.off0;
-  auto advance = [&]() {
-    b_next += kBK * p.n_pad;
-    cur_c0 += kBK;
-    if (cur_c0 < p.cin_pad) return;
-    cur_c0 = 0;
-    cur_off_w -= p.in_step_w;
-    if (++cur_tw < aw.taps) return;
-    cur_tw = 0;
-    cur_off_w = aw.off0;
-    cur_off_h -= p.in_step_h;
+  // Input offset of the cursor's (tap, channel block) relative to a row's a_base (mod 2^32).
+  auto cursor_a = [&]() {
+    return (uint32_t)cur_off_h * (uint32_t)p.is_h + (uint32_t)cur_off_w * (uint32_t)p.is_w +
+           (uint32_t)cur_c0 * (uint32_t)p.is_c;
   };
-  // Input offset of GEMM row `ri` at the cursor's tap, or -1 when that pixel is outside the input.
-  auto pixel_offset = [&](const RowInfo& ri) -> int {
-    const int ih = ri.i + cur_off_h, iw = ri.j + cur_off_w;
-    const bool ok = (unsigned)ih < (unsigned)p.in_h && (unsigned)iw < (unsigned)p.in_w;
-    return ok ? ri.n_off + ih * p.is_h + iw * p.is_w : -1;
+  uint32_t cur_a = cursor_a();
+  auto advance = [&]() {
+    cur_c0 += kBK;
+    const bool next_tap = cur_c0 >= p.cin_pad;
+    cur_c0 = next_tap ? 0 : cur_c0;
+    cur_tw += next_tap ? 1 : 0;
+    cur_off_w -= next_tap ? p.in_step_w : 0;
+    const bool next_row = cur_tw >= aw.taps;
+    cur_tw = next_row ? 0 : cur_tw;
+    cur_off_w = next_row ? aw.off0 : cur_off_w;
+    cur_off_h -= next_row ? p.in_step_h : 0;
+    cur_a = cursor_a();
   };
 
   // ---- A loader. A thread's chunks keep one k (or m) position and step through rows. ----
@@ -312,54 +329,75 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   const int a_pos = (tid % kAPerLine) * kVA;  // k in the tile ([m][k]) or m in the tile ([k][m])
   const int a_line0 = tid / kAPerLine;
   uint32_t a_regs[kRegA ? kAIters : 1];
+  // The GEMM rows a thread loads are fixed for the whole k loop: the 16-byte path and the [k][m]
+  // paths keep their (a_base, i, j) in registers; the element [m][k] paths (up to 16 rows) read
+  // them from shared memory per tile.
+  constexpr int kRowRegs = KMAJOR ? (VEC ? kAIters : 0) : kVA;
+  RowInfo a_rows[kRowRegs > 0 ? kRowRegs : 1];
+#pragma unroll
+  for (int it = 0; it < kRowRegs; ++it)
+    a_rows[it] = rows[KMAJOR ? a_line0 + it * kALineStep : a_pos + it];
+  // Input offset (from in_g, mod 2^32) of row `ri` at the cursor; exact when ok. ok is false when
+  // the pixel is outside the input, or when `more` is false (a tile past the end: zero-filled).
+  auto pixel = [&](const RowInfo& ri, bool more, bool& ok) -> uint32_t {
+    ok = more && (unsigned)(ri.i + cur_off_h) < (unsigned)p.in_h &&
+         (unsigned)(ri.j + cur_off_w) < (unsigned)p.in_w;
+    return ri.a_base + cur_a;
+  };
 
-  auto load_a = [&](T* As) {
+  const uint32_t a_chan = (uint32_t)a_pos * (uint32_t)p.is_c;  // [m][k]: the chunk's channel
+  auto load_a = [&](T* As, bool more) {
     if constexpr (KMAJOR) {
       const int c = cur_c0 + a_pos;
       // VEC: Cin_g % kV == 0, so a chunk is entirely inside or outside the group's channels.
-      const bool c_ok = c < p.cin_g;
+      const bool c_ok = more && c < p.cin_g;
       // Register-staged chunks must unroll fully (a_regs[it] stays in registers); the many
       // 4-byte cp.async of the fp32 element path unroll by 4 only, to keep code size down.
       constexpr int kUnroll = kRegA || VEC ? kAIters : 4;
 #pragma unroll kUnroll
       for (int it = 0; it < kAIters; ++it) {
         const int r = a_line0 + it * kALineStep;
-        const int pix = pixel_offset(rows[r]);
+        RowInfo ri;
+        if constexpr (kRowRegs > 0) ri = a_rows[it]; else ri = rows[r];
+        bool ok;
+        const uint32_t pix = pixel(ri, c_ok, ok);
         if constexpr (kRegA) {
           uint32_t lo = 0, hi = 0;
-          if (pix >= 0 && c_ok) {
-            const T* src = in_g + pix + c * p.is_c;
+          if (ok) {
+            const T* src = in_g + (pix + a_chan);
             lo = load_bits16(src);
             if (c + 1 < p.cin_g) hi = load_bits16(src + p.is_c);
           }
           a_regs[it] = lo | hi << 16;
         } else {
-          const bool ok = pix >= 0 && c_ok;
           constexpr int kBytes = kVA * (int)sizeof(T);
-          cp_async<kBytes>(smem_u32(As + r * S::kLdA + a_pos), ok ? in_g + pix + c * p.is_c : in,
+          cp_async<kBytes>(smem_u32(As + r * S::kLdA + a_pos), in_g + (ok ? pix + a_chan : 0u),
                            ok ? kBytes : 0);
         }
       }
     } else {
-      const int pix0 = pixel_offset(rows[a_pos]);
-      const int pix1 = kVA == 2 ? pixel_offset(rows[a_pos + 1]) : -1;
+      bool ok0, ok1 = false;
+      // pix (cursor channel block included) is exact where ok: the channel offsets are added
+      // to the pointers, and only for channels inside the group.
+      const uint32_t pix0 = pixel(a_rows[0], more, ok0);
+      const uint32_t pix1 = kVA == 2 ? pixel(a_rows[kVA - 1], more, ok1) : 0u;
+      const T* src0 = in_g + (ok0 ? pix0 : 0u);
+      const T* src1 = in_g + (ok1 ? pix1 : 0u);
       constexpr int kUnroll = kRegA ? kAIters : 4;
 #pragma unroll kUnroll
       for (int it = 0; it < kAIters; ++it) {
         const int kr = a_line0 + it * kALineStep;
-        const int c = cur_c0 + kr;
-        const bool c_ok = c < p.cin_g;
+        const bool c_ok = cur_c0 + kr < p.cin_g;
         if constexpr (kRegA) {
           uint32_t lo = 0, hi = 0;
           if (c_ok) {
-            const int co = c * p.is_c;
-            if (pix0 >= 0) lo = load_bits16(in_g + pix0 + co);
-            if (pix1 >= 0) hi = load_bits16(in_g + pix1 + co);
+            if (ok0) lo = load_bits16(src0 + (int64_t)kr * p.is_c);
+            if (ok1) hi = load_bits16(src1 + (int64_t)kr * p.is_c);
           }
           a_regs[it] = lo | hi << 16;
         } else {
-          const bool ok = pix0 >= 0 && c_ok;
-          cp_async<4>(smem_u32(As + kr * S::kLdA + a_pos), ok ? in_g + pix0 + c * p.is_c : in,
+          const bool ok = ok0 && c_ok;
+          cp_async<4>(smem_u32(As + kr * S::kLdA + a_pos), ok ? src0 + (int64_t)kr * p.is_c : in_g,
                       ok ? 4 : 0);
         }
       }
@@ -377,28 +415,40 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   // ---- B loader: 16-byte chunks of one packed row (Np % 8 == 0: a chunk is all in or out). ----
   constexpr int kBPerLine = BN / kV;
   constexpr int kBIters = kBK * kBPerLine / kThreads;
+  constexpr int kBLineStep = kThreads / kBPerLine;
   static_assert(kBK * kBPerLine % kThreads == 0 && kThreads % kBPerLine == 0, "B chunk split");
   const int b_col = (tid % kBPerLine) * kV;
   const int b_line0 = tid / kBPerLine;
   const bool b_ok = n0 + b_col < p.n_pad;
-  auto load_b = [&](T* Bs) {
+  // This thread's first chunk of the phase's B; each tile moves kBK packed rows on.
+  const T* b_src = packed + ((g * p.khkw + ah.tap_prefix * p.kw + ah.taps * aw.tap_prefix) *
+                                 p.cin_pad + b_line0) * p.n_pad + (b_ok ? n0 + b_col : 0);
+  auto load_b = [&](T* Bs, bool more) {
+    const bool ok = b_ok && more;
 #pragma unroll
     for (int it = 0; it < kBIters; ++it) {
-      const int kr = b_line0 + it * (kThreads / kBPerLine);
+      const int kr = b_line0 + it * kBLineStep;
       cp_async<16>(smem_u32(Bs + kr * S::kLdB + b_col),
-                   b_ok ? b_next + kr * p.n_pad + n0 + b_col : packed, b_ok ? 16 : 0);
+                   ok ? b_src + it * kBLineStep * p.n_pad : packed, ok ? 16 : 0);
     }
+    b_src += kBK * p.n_pad;
   };
 
   auto stage_a = [&](int stage) { return reinterpret_cast<T*>(pipe + stage * S::kStageBytes); };
   auto stage_b = [&](int stage) {
     return reinterpret_cast<T*>(pipe + stage * S::kStageBytes + S::kABytes);
   };
-  // Issues the loads of the cursor's tile into `stage` (A only into registers when kRegA).
-  auto issue_tile = [&](int stage) {
-    load_a(stage_a(stage));
-    load_b(stage_b(stage));
-    advance();
+  // Issues the loads of stage tile `t` (kSub k tiles of 32 at the cursor) into `stage` (A only
+  // into registers when kRegA). A k tile past the end is zero-filled (A and B: the MMAs of a
+  // half-empty last stage add exact zeros), so the loop body has no branch.
+  auto issue_tile = [&](int stage, int t) {
+#pragma unroll
+    for (int h = 0; h < kSub; ++h) {
+      const bool more = t * kSub + h < KT32;
+      load_a(stage_a(stage) + (KMAJOR ? h * kBK : h * kBK * S::kLdA), more);
+      load_b(stage_b(stage) + h * kBK * S::kLdB, more);
+      advance();
+    }
   };
 
   float acc[kMT][kNT][4];
@@ -419,100 +469,107 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   // mma.m16n8k8.tf32: a0 = (g, t), a1 = (g+8, t), a2 = (g, t+4), a3 = (g+8, t+4);
   //   b0 = (k t, col g), b1 = (k t+4, col g). Scalar LDS.
   const int fg = lane >> 2, ft = lane & 3;
-  auto compute_stage = [&](int stage) {
-    const T* As = stage_a(stage);
-    const T* Bs = stage_b(stage);
+  constexpr int kKSteps = S::kBKS / (sizeof(T) == 2 ? 16 : 8);
+  struct Frag {
+    uint32_t a[kMT][4], b[kNT][2];
+  };
+  const int li = lane >> 3;
+  const uint32_t a_frag0 =
+      KMAJOR ? smem_u32(pipe) + 2u * (uint32_t)((warp_m * Cfg::kWM + (lane & 15)) * S::kLdA +
+                                                (lane >> 4) * 8)
+             : smem_u32(pipe) + 2u * (uint32_t)(((lane & 7) + (li >> 1) * 8) * S::kLdA +
+                                                warp_m * Cfg::kWM + (li & 1) * 8);
+  const uint32_t b_frag0 = smem_u32(pipe) + S::kABytes +
+      2u * (uint32_t)(((lane & 7) + (li & 1) * 8) * S::kLdB + warp_n * Cfg::kWN + (li >> 1) * 8);
+  auto load_frag = [&](int stage, int ks, Frag& f) {
     if constexpr (sizeof(T) == 2) {
-      const int li = lane >> 3;
-      uint32_t a_addr;
-      if constexpr (KMAJOR) {
-        a_addr = smem_u32(As + (warp_m * Cfg::kWM + (lane & 15)) * S::kLdA + (lane >> 4) * 8);
-      } else {
-        a_addr = smem_u32(As + ((lane & 7) + (li >> 1) * 8) * S::kLdA + warp_m * Cfg::kWM +
-                          (li & 1) * 8);
+      const uint32_t a_addr = a_frag0 + (uint32_t)(stage * S::kStageBytes);
+      const uint32_t b_addr = b_frag0 + (uint32_t)(stage * S::kStageBytes);
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt) {
+        if constexpr (KMAJOR) {
+          ldsm_x4(a_addr + (uint32_t)((mt * 16 * S::kLdA + ks * 16) * 2), f.a[mt][0], f.a[mt][1],
+                  f.a[mt][2], f.a[mt][3]);
+        } else {
+          ldsm_x4_trans(a_addr + (uint32_t)((ks * 16 * S::kLdA + mt * 16) * 2), f.a[mt][0],
+                        f.a[mt][1], f.a[mt][2], f.a[mt][3]);
+        }
       }
-      const uint32_t b_addr =
-          smem_u32(Bs + ((lane & 7) + (li & 1) * 8) * S::kLdB + warp_n * Cfg::kWN + (li >> 1) * 8);
 #pragma unroll
-      for (int ks = 0; ks < kBK / 16; ++ks) {
-        uint32_t af[kMT][4], bfr[kNT][2];
-#pragma unroll
-        for (int mt = 0; mt < kMT; ++mt) {
-          if constexpr (KMAJOR) {
-            ldsm_x4(a_addr + (uint32_t)((mt * 16 * S::kLdA + ks * 16) * 2), af[mt][0], af[mt][1],
-                    af[mt][2], af[mt][3]);
-          } else {
-            ldsm_x4_trans(a_addr + (uint32_t)((ks * 16 * S::kLdA + mt * 16) * 2), af[mt][0],
-                          af[mt][1], af[mt][2], af[mt][3]);
-          }
-        }
-#pragma unroll
-        for (int np = 0; np < kNT / 2; ++np) {
-          ldsm_x4_trans(b_addr + (uint32_t)((ks * 16 * S::kLdB + np * 16) * 2), bfr[2 * np][0],
-                        bfr[2 * np][1], bfr[2 * np + 1][0], bfr[2 * np + 1][1]);
-        }
-#pragma unroll
-        for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-          for (int nt = 0; nt < kNT; ++nt) mma_16816<T>(acc[mt][nt], af[mt], bfr[nt]);
+      for (int np = 0; np < kNT / 2; ++np) {
+        ldsm_x4_trans(b_addr + (uint32_t)((ks * 16 * S::kLdB + np * 16) * 2), f.b[2 * np][0],
+                      f.b[2 * np][1], f.b[2 * np + 1][0], f.b[2 * np + 1][1]);
       }
     } else {
+      const T* As = stage_a(stage);
+      const T* Bs = stage_b(stage);
+      const int k = ks * 8 + ft;
 #pragma unroll
-      for (int ks = 0; ks < kBK / 8; ++ks) {
-        uint32_t af[kMT][4], bfr[kNT][2];
-        const int k = ks * 8 + ft;
-#pragma unroll
-        for (int mt = 0; mt < kMT; ++mt) {
-          const int r = warp_m * Cfg::kWM + mt * 16 + fg;
-          if constexpr (KMAJOR) {
-            af[mt][0] = to_tf32(As[r * S::kLdA + k]);
-            af[mt][1] = to_tf32(As[(r + 8) * S::kLdA + k]);
-            af[mt][2] = to_tf32(As[r * S::kLdA + k + 4]);
-            af[mt][3] = to_tf32(As[(r + 8) * S::kLdA + k + 4]);
-          } else {
-            af[mt][0] = to_tf32(As[k * S::kLdA + r]);
-            af[mt][1] = to_tf32(As[k * S::kLdA + r + 8]);
-            af[mt][2] = to_tf32(As[(k + 4) * S::kLdA + r]);
-            af[mt][3] = to_tf32(As[(k + 4) * S::kLdA + r + 8]);
-          }
+      for (int mt = 0; mt < kMT; ++mt) {
+        const int r = warp_m * Cfg::kWM + mt * 16 + fg;
+        if constexpr (KMAJOR) {
+          f.a[mt][0] = to_tf32(As[r * S::kLdA + k]);
+          f.a[mt][1] = to_tf32(As[(r + 8) * S::kLdA + k]);
+          f.a[mt][2] = to_tf32(As[r * S::kLdA + k + 4]);
+          f.a[mt][3] = to_tf32(As[(r + 8) * S::kLdA + k + 4]);
+        } else {
+          f.a[mt][0] = to_tf32(As[k * S::kLdA + r]);
+          f.a[mt][1] = to_tf32(As[k * S::kLdA + r + 8]);
+          f.a[mt][2] = to_tf32(As[(k + 4) * S::kLdA + r]);
+          f.a[mt][3] = to_tf32(As[(k + 4) * S::kLdA + r + 8]);
         }
+      }
 #pragma unroll
-        for (int nt = 0; nt < kNT; ++nt) {
-          const int c = warp_n * Cfg::kWN + nt * 8 + fg;
-          bfr[nt][0] = __float_as_uint(Bs[k * S::kLdB + c]);  // packed pre-rounded to TF32
-          bfr[nt][1] = __float_as_uint(Bs[(k + 4) * S::kLdB + c]);
-        }
-#pragma unroll
-        for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-          for (int nt = 0; nt < kNT; ++nt) mma_1688_tf32(acc[mt][nt], af[mt], bfr[nt]);
+      for (int nt = 0; nt < kNT; ++nt) {
+        const int c = warp_n * Cfg::kWN + nt * 8 + fg;
+        f.b[nt][0] = __float_as_uint(Bs[k * S::kLdB + c]);  // packed pre-rounded to TF32
+        f.b[nt][1] = __float_as_uint(Bs[(k + 4) * S::kLdB + c]);
       }
     }
+  };
+  auto mma_frag = [&](const Frag& f) {
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < kNT; ++nt) {
+        if constexpr (sizeof(T) == 2) {
+          mma_16816<T>(acc[mt][nt], f.a[mt], f.b[nt]);
+        } else {
+          mma_1688_tf32(acc[mt][nt], f.a[mt], f.b[nt]);
+        }
+      }
   };
 
   // ---- Multi-stage pipeline: tile kt+kStages-1 is in flight while tile kt is computed. ----
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
-    if (s < KT) {
-      issue_tile(s);
-      if constexpr (kRegA) store_a_regs(stage_a(s));
-    }
-    cp_async_commit();  // always commit so the group count stays in step with kt
+    issue_tile(s, s);
+    if constexpr (kRegA) store_a_regs(stage_a(s));
+    cp_async_commit();  // one group per tile, so the group count stays in step with kt
   }
+  int rd = 0, wr = kStages - 1;  // stages of tile kt and of tile kt+kStages-1
   for (int kt = 0; kt < KT; ++kt) {
     cp_async_wait<kStages - 2>();
     // Makes tile kt visible to all warps, and proves every warp is done with tile kt-1, whose
-    // stage the loads below overwrite (the register-staged A is stored after the MMAs of tile kt,
-    // and read only after the barrier of iteration kt+kStages-1).
+    // stage (wr) the loads below overwrite (the register-staged A is stored after the MMAs of
+    // tile kt, and read only after the barrier of iteration kt+kStages-1).
     __syncthreads();
-    const int nk = kt + kStages - 1;
-    const bool more = nk < KT;
-    if (more) issue_tile(nk % kStages);
+    // One basic block per tile. cp.async paths: the first fragments are requested before the
+    // producer (its index math and issue then overlap their latency). Register-staged A: its
+    // global loads go first (their latency spans the MMAs; fewer registers live across them).
+    Frag f[2];
+    if constexpr (!kRegA) load_frag(rd, 0, f[0]);
+    issue_tile(wr, kt + kStages - 1);
     cp_async_commit();
-    compute_stage(kt % kStages);
-    if constexpr (kRegA) {
-      if (more) store_a_regs(stage_a(nk % kStages));
+    if constexpr (kRegA) load_frag(rd, 0, f[0]);
+#pragma unroll
+    for (int ks = 0; ks < kKSteps; ++ks) {
+      if (ks + 1 < kKSteps) load_frag(rd, ks + 1, f[(ks + 1) & 1]);
+      mma_frag(f[ks & 1]);
     }
+    if constexpr (kRegA) store_a_regs(stage_a(wr));
+    rd = rd == kStages - 1 ? 0 : rd + 1;
+    wr = wr == kStages - 1 ? 0 : wr + 1;
   }
   cp_async_wait<0>();
   __syncthreads();  // the pipeline buffers become the C staging tile
@@ -739,12 +796,22 @@ cudaError_t dispatch_a(PhaseArgs& a, const ConvTranspose2dParams& p, const AxisP
   constexpr int V = 16 / (int)sizeof(T);
   const int64_t* is = p.in_stride;
   const bool kmajor = is[1] == 1 || (is[3] != 1 && is[1] <= is[3]);
-  if (!kmajor) return launch_main<T, Cfg, false, false>(a, p, h, w, stream);
+  using Shallow = typename Cfg::Shallow;  // Cfg itself unless it has deep stages
+  if (!kmajor) return launch_main<T, Shallow, false, false>(a, p, h, w, stream);
   const bool vec = is[1] == 1 && p.in_per_group % V == 0 && ptr_aligned(p.input, 16) &&
                    stride_multiple(is[0], p.batch, V) && stride_multiple(is[2], p.in_h, V) &&
                    stride_multiple(is[3], p.in_w, V);
-  if (vec) return launch_main<T, Cfg, true, true>(a, p, h, w, stream);
-  return launch_main<T, Cfg, true, false>(a, p, h, w, stream);
+  if (!vec) return launch_main<T, Shallow, true, false>(a, p, h, w, stream);
+  if constexpr (Cfg::kSub > 1 && sizeof(T) == 2) {
+    int device = 0, optin = 0;
+    if (cudaGetDevice(&device) == cudaSuccess &&
+        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) ==
+            cudaSuccess &&
+        optin >= Smem<T, Cfg, true>::kTotalBytes) {
+      return launch_main<T, Cfg, true, true>(a, p, h, w, stream);
+    }
+  }
+  return launch_main<T, Shallow, true, true>(a, p, h, w, stream);
 }
 
 template <typename T>
@@ -796,6 +863,7 @@ cudaError_t launch_typed(const ConvTranspose2dParams& p, const void* packed, int
     case 1: return dispatch_a<T, Config128x64>(a, p, h, w, stream);
     case 2: return dispatch_a<T, Config64x64>(a, p, h, w, stream);
     case 3: return dispatch_a<T, Config128x32>(a, p, h, w, stream);
+    case 4: return dispatch_a<T, Config128x128x64>(a, p, h, w, stream);
   }
   return cudaErrorInvalidValue;
 }

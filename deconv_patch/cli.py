@@ -414,7 +414,9 @@ def _cmd_info(args: argparse.Namespace) -> int:
             k = layer.weight_shape[2:] or ("?", "?")
             cargs = ConvTransposeArgs(layer.stride, layer.padding, layer.output_padding,  # type: ignore[arg-type]
                                       layer.dilation, layer.groups)  # type: ignore[arg-type]
-            plan = plan_layer(target.device, target.dtype, k, cargs)  # type: ignore[arg-type]
+            per_group = ((layer.weight_shape[0] // layer.groups, layer.weight_shape[1])
+                         if layer.weight_shape else None)
+            plan = plan_layer(target.device, target.dtype, k, cargs, per_group)  # type: ignore[arg-type]
             cin = layer.weight_shape[0] if layer.weight_shape else "?"
             cout = layer.weight_shape[1] * layer.groups if layer.weight_shape else "?"
             rows.append([layer.node, str(cin), str(cout), _p(k), _p(layer.stride),
@@ -428,7 +430,8 @@ def _cmd_info(args: argparse.Namespace) -> int:
             if isinstance(m, nn.ConvTranspose2d):
                 cargs = ConvTransposeArgs(m.stride, m.padding, m.output_padding,  # type: ignore[arg-type]
                                           m.dilation, m.groups)  # type: ignore[arg-type]
-                plan = plan_layer(target.device, target.dtype, m.kernel_size, cargs)
+                plan = plan_layer(target.device, target.dtype, m.kernel_size, cargs,
+                                  (m.in_channels // m.groups, m.out_channels // m.groups))
                 rows.append([name, str(m.in_channels), str(m.out_channels), _p(m.kernel_size),
                              _p(m.stride), _p(m.padding), _p(m.output_padding), _p(m.dilation),
                              str(m.groups), str(m.bias is not None), plan.variant, plan.reason])

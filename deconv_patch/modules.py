@@ -99,12 +99,20 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
         return fast
 
     def forward(self, input: torch.Tensor, output_size: Optional[List[int]] = None) -> torch.Tensor:
+        # Hot path: runs on every call of every patched layer, so attribute lookups are kept
+        # to plain dict reads (nn.Module.__getattr__ costs ~0.5 us per parameter).
         if self.padding_mode != "zeros":
             raise ValueError("Only `zeros` padding mode is supported for ConvTranspose2d")
-        output_padding = self._output_padding(
-            input, output_size, self.stride, self.padding, self.kernel_size,  # type: ignore[arg-type]
-            2, self.dilation,  # type: ignore[arg-type]
-        )
+        if output_size is None:
+            output_padding: Sequence[int] = self.output_padding
+        else:
+            output_padding = self._output_padding(
+                input, output_size, self.stride, self.padding, self.kernel_size,  # type: ignore[arg-type]
+                2, self.dilation,  # type: ignore[arg-type]
+            )
+        params = self._parameters  # (weight norm / parametrizations move "weight" out of it)
+        weight = params["weight"] if "weight" in params else self.weight
+        bias = params["bias"] if "bias" in params else self.bias
         fused = self.activation != "none"
         if torch.compiler.is_compiling():
             # Graph time: layers no kernel of ours covers stay aten convolutions, which Inductor
@@ -113,31 +121,28 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
                                      self.dilation, self.groups)  # type: ignore[arg-type]
             use_op = planner.may_use_kernel(input.device, input.dtype, self.kernel_size, args)
         else:
-            entry = self._entry_for(input, output_padding)
+            entry = self._entry_for(input, output_padding, weight, bias)
             use_op = entry.plan.uses_kernel or entry.tune
-            if use_op and not entry.tune and _plain_cuda_tensor(input) and not (torch.is_grad_enabled() and (
-                    input.requires_grad or self.weight.requires_grad
-                    or (self.bias is not None and self.bias.requires_grad))):
+            if use_op and not entry.tune and _plain_cuda_tensor(input) and not (
+                    torch.is_grad_enabled() and (
+                        input.requires_grad or weight.requires_grad
+                        or (bias is not None and bias.requires_grad))):
                 if entry.call is None:
-                    entry.call = kernel_call(entry.plan.variant, input, self.weight,
+                    entry.call = kernel_call(entry.plan.variant, input, weight,
                                              self._args(output_padding), self._epilogue())
-                return entry.call(input, self.weight, self.bias)
+                return entry.call(input, weight, bias)
         if not use_op:
             # Where the planner runs PyTorch anyway, call it directly and skip the custom op's
             # dispatch overhead (tens of microseconds per call).
-            y = F.conv_transpose2d(
-                input, self.weight, self.bias, self.stride, self.padding, output_padding,
-                self.groups, self.dilation,
-            )
+            y = F.conv_transpose2d(input, weight, bias, self.stride, self.padding,
+                                   output_padding, self.groups, self.dilation)
             return activate(y, self.activation, self.negative_slope) if fused else y
         if fused:
             return conv_transpose2d_fused(
-                input, self.weight, self.bias, self.stride, self.padding, output_padding,
-                self.groups, self.dilation, None, None, self.activation, self.negative_slope)
-        return conv_transpose2d(
-            input, self.weight, self.bias, self.stride, self.padding, output_padding,
-            self.groups, self.dilation,
-        )
+                input, weight, bias, self.stride, self.padding, output_padding, self.groups,
+                self.dilation, None, None, self.activation, self.negative_slope)
+        return conv_transpose2d(input, weight, bias, self.stride, self.padding, output_padding,
+                                self.groups, self.dilation)
 
     def _args(self, output_padding: Sequence[int]) -> ConvTransposeArgs:
         return ConvTransposeArgs(self.stride, self.padding, tuple(output_padding),  # type: ignore[arg-type]
@@ -150,19 +155,19 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
                  output_padding: Optional[Sequence[int]] = None) -> planner.Plan:
         """Which implementation runs for this input (and the output_padding an `output_size=`
         implies) and why."""
-        return self._entry_for(input, output_padding).plan
+        return self._entry_for(input, output_padding, self.weight, self.bias).plan
 
-    def _entry_for(self, input: torch.Tensor,
-                   output_padding: Optional[Sequence[int]] = None) -> _Entry:
+    def _entry_for(self, input: torch.Tensor, output_padding: Optional[Sequence[int]],
+                   weight: torch.Tensor, bias: Optional[torch.Tensor]) -> _Entry:
         """The plan (and prepared call) for this input geometry. Cached per geometry, device,
         dtype, weight/bias, epilogue and backend flags: this runs on every call, so a hit is
-        one dict lookup."""
+        one dict lookup (the flags are read through torch._C's getters, ~10x cheaper than the
+        torch.backends.cudnn properties)."""
         out_pad = tuple(output_padding) if output_padding is not None else self.output_padding
-        weight, bias = self.weight, self.bias
-        key = (tuple(input.shape), input.stride(), input.device, input.dtype,
+        key = (input.shape, input.stride(), input.device, input.dtype,
                weight.stride(), weight.dtype, weight.device, bias is None,
-               torch.backends.cudnn.enabled, torch.backends.cudnn.allow_tf32,
-               torch.backends.cudnn.benchmark, planner.forced_variant(), self.stride,
+               torch._C._get_cudnn_enabled(), torch._C._get_cudnn_allow_tf32(),
+               torch._C._get_cudnn_benchmark(), planner.forced_variant(), self.stride,
                self.padding, out_pad, self.dilation, self.groups, self.activation,
                self.negative_slope)
         cache = self.__dict__.setdefault("_plan_cache", {})
@@ -205,4 +210,5 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
         """Which implementation runs for this module's current device and dtype."""
         args = ConvTransposeArgs(self.stride, self.padding, self.output_padding,  # type: ignore[arg-type]
                                  self.dilation, self.groups)  # type: ignore[arg-type]
-        return planner.describe(self.weight.device, self.weight.dtype, self.kernel_size, args)
+        return planner.describe(self.weight.device, self.weight.dtype, self.kernel_size, args,
+                                (self.in_channels // self.groups, self.out_channels // self.groups))

@@ -44,11 +44,11 @@ PACKED_VARIANTS = (GEMM_PHASE,)  # variants that read a pre-packed weight (packe
 # gemm_phase's tile configurations, in the kernel's order (launch_conv_transpose2d_gemm_phase's
 # `config`). "gemm_phase" alone lets the kernel pick; "gemm_phase:64x64" forces one (autotune
 # times them all).
-PHASE_TILES = ("128x128", "128x64", "64x64", "128x32")
+PHASE_TILES = ("128x128", "128x64", "64x64", "128x32", "128x128x64")
 PHASE_CONFIGS = tuple(f"{GEMM_PHASE}:{t}" for t in PHASE_TILES)
 _GEMM_TILE = 128
 _MIN_PHASE_CHANNELS = 16  # per group, in and out: below this tensor-core tiles are mostly padding
-_MIN_GEMM_OUTPUT_BYTES = 64 * 2**20
+_MIN_GEMM_OUTPUT_BYTES = 4 * 2**20
 
 # The variant forced by `use_variant` in this context (thread/task-local, not process-global).
 _forced_variant: contextvars.ContextVar[Optional[str]] = contextvars.ContextVar(
@@ -118,8 +118,25 @@ def device_support(device: torch.device, dtype: torch.dtype) -> Optional[str]:
 
 
 def plan_layer(device: torch.device, dtype: torch.dtype, kernel_hw: Sequence[int],
-               args: ConvTransposeArgs) -> Plan:
-    """The variant for a layer's hyperparameters on a device/dtype (input-size independent)."""
+               args: ConvTransposeArgs, channels: Optional[Tuple[int, int]] = None) -> Plan:
+    """The variant for a layer's hyperparameters on a device/dtype (input-size independent).
+
+    `channels` = (in, out) channels per group; when given, gemm_phase is ruled out below
+    16 of either (its tensor-core tiles would be mostly padding)."""
+    chosen = _plan_layer(device, dtype, kernel_hw, args)
+    if channels is None or min(channels) >= _MIN_PHASE_CHANNELS or \
+            PHASE_CONFIGS[0] not in chosen.candidates or _forced_variant.get() is not None:
+        return chosen
+    rest = tuple(v for v in chosen.candidates if v not in PHASE_CONFIGS)
+    if chosen.variant != GEMM_PHASE:
+        return Plan(chosen.variant, chosen.reason, candidates=rest)
+    fallback = DIRECT if DIRECT in rest else ATEN
+    return Plan(fallback, f"{channels[0]} in / {channels[1]} out channels per group: too few "
+                f"for tensor-core tiles; {fallback}", candidates=rest)
+
+
+def _plan_layer(device: torch.device, dtype: torch.dtype, kernel_hw: Sequence[int],
+                args: ConvTransposeArgs) -> Plan:
     reason = device_support(device, dtype)
     if reason is not None:
         return Plan(ATEN, reason, fallback=True)
@@ -130,12 +147,16 @@ def plan_layer(device: torch.device, dtype: torch.dtype, kernel_hw: Sequence[int
         return Plan(GEMM_KXS, "kernel == stride: tensor-core GEMM with scatter epilogue",
                     candidates=(GEMM_KXS, ATEN))
     tensor_cores = tensor_core_problem(dtype) is None
-    if any(op >= s for op, s in zip(args.output_padding, args.stride)):
-        return Plan(DIRECT, "cuDNN cannot run output_padding >= stride; direct kernel",
-                    candidates=(DIRECT, *PHASE_CONFIGS, ATEN) if tensor_cores else (DIRECT, ATEN))
-    if not torch.backends.cudnn.enabled:
-        return Plan(DIRECT, "cuDNN is disabled; direct kernel",
-                    candidates=(DIRECT, *PHASE_CONFIGS, ATEN) if tensor_cores else (DIRECT, ATEN))
+    no_cudnn = ("cuDNN cannot run output_padding >= stride"
+                if any(op >= s for op, s in zip(args.output_padding, args.stride))
+                else "cuDNN is disabled" if not torch.backends.cudnn.enabled else None)
+    if no_cudnn is not None:
+        # PyTorch falls back to its slow native kernel here: 8-11x slower than gemm_phase and
+        # ~2x slower than direct on the H100 (docs/perf-notes.md).
+        if tensor_cores:
+            return Plan(GEMM_PHASE, f"{no_cudnn}; stride-phase implicit GEMM",
+                        candidates=(*PHASE_CONFIGS, DIRECT, ATEN))
+        return Plan(DIRECT, f"{no_cudnn}; direct kernel", candidates=(DIRECT, ATEN))
     if tensor_cores:
         # Measured on the H100 (docs/perf-notes.md): gemm_phase ranges 0.4-1.5x of cuDNN's sm90
         # wgmma kernels across the suite with no size rule separating wins from losses, so it
@@ -179,7 +200,8 @@ def plan(input: torch.Tensor, weight: torch.Tensor, args: ConvTransposeArgs) -> 
     """The variant for this call. Inputs are already validated (see arguments.find_problem)."""
     if input.device.type == "cuda" and not fits_int32(input, weight, args):
         return Plan(ATEN, "a size or hyperparameter exceeds 32 bits; runs on PyTorch", True)
-    chosen = plan_layer(input.device, input.dtype, weight.shape[-2:], args)
+    chosen = plan_layer(input.device, input.dtype, weight.shape[-2:], args,
+                        (weight.shape[0] // args.groups, weight.shape[1]))
     if chosen.variant == GEMM_KXS and _forced_variant.get() is None:
         kh, kw = weight.shape[-2:]
         rows = input.numel() // max(1, input.shape[-3])
@@ -189,29 +211,24 @@ def plan(input: torch.Tensor, weight: torch.Tensor, args: ConvTransposeArgs) -> 
             return Plan(ATEN, "gemm_kxs needs a contiguous weight and < 2^31 tiles; cuDNN")
         k = input.shape[-3] // args.groups
         out_bytes = rows * cols * args.groups * input.element_size()
-        if is_channels_last(input) and (rows < 32768 or k > 512):
-            # Measured on H100: cuDNN's NHWC kernels beat gemm_kxs on small-M / large-K
-            # channels_last layers (U-Net up1 0.55x, Mask R-CNN head 0.66x); autotune re-checks.
-            return Plan(ATEN, "cuDNN's NHWC kernel is faster at this size (heuristic)",
+        if is_channels_last(input) and k > 512:
+            # Measured on H100: cuDNN's NHWC kernel ties or beats gemm_kxs at large K on
+            # channels_last input (U-Net up1, K=1024: 1.00x); autotune re-checks.
+            return Plan(ATEN, "cuDNN's NHWC kernel is as fast at this K (heuristic)",
                         candidates=chosen.candidates)
         if out_bytes < _MIN_GEMM_OUTPUT_BYTES:
-            # Our op's host overhead (Python dispatch, ~0.1 ms on the H100 host) outweighs the
-            # kernel's gain on small layers; autotune (cudnn.benchmark) measures it exactly.
-            return Plan(ATEN, "layer too small to repay deconv_patch's dispatch overhead",
+            # Below a few MiB both sides are bound by per-call host work, not the GPU;
+            # autotune (cudnn.benchmark) measures it exactly.
+            return Plan(ATEN, "layer too small for the kernel to matter (host-bound)",
                         candidates=chosen.candidates)
     if PHASE_CONFIGS[0] in chosen.candidates and _forced_variant.get() is None:
         if not _phase_offsets_fit(input, weight, args):
             rest = tuple(v for v in chosen.candidates if v not in PHASE_CONFIGS)
-            variant = chosen.variant if chosen.variant not in (GEMM_PHASE, *PHASE_CONFIGS) else ATEN
-            return Plan(variant, "a tensor reaches 2^31 elements (gemm_phase indexes with 32 "
-                        "bits)" if variant == ATEN else chosen.reason, candidates=rest)
-        cin_g, cout_g = weight.shape[0] // args.groups, weight.shape[1]
-        if cin_g < _MIN_PHASE_CHANNELS or cout_g < _MIN_PHASE_CHANNELS:
-            rest = tuple(v for v in chosen.candidates if v not in PHASE_CONFIGS)
-            if chosen.variant not in (GEMM_PHASE, *PHASE_CONFIGS):
+            if chosen.variant != GEMM_PHASE:
                 return Plan(chosen.variant, chosen.reason, candidates=rest)
-            return Plan(ATEN, f"{cin_g} in / {cout_g} out channels per group: too few for "
-                        "tensor-core tiles; cuDNN", candidates=rest)
+            fallback = DIRECT if DIRECT in rest else ATEN  # direct indexes with 64 bits
+            return Plan(fallback, f"a tensor reaches 2^31 elements (gemm_phase indexes with 32 "
+                        f"bits); {fallback}", candidates=rest)
     return chosen
 
 
@@ -227,6 +244,6 @@ def _phase_offsets_fit(input: torch.Tensor, weight: torch.Tensor, args: ConvTran
 
 
 def describe(device: torch.device, dtype: torch.dtype, kernel_hw: Sequence[int],
-             args: ConvTransposeArgs) -> str:
+             args: ConvTransposeArgs, channels: Optional[Tuple[int, int]] = None) -> str:
     """One word for reprs and summaries: the variant a layer runs with."""
-    return plan_layer(device, dtype, kernel_hw, args).variant
+    return plan_layer(device, dtype, kernel_hw, args, channels).variant

@@ -89,6 +89,12 @@ def _tf32_random_case(seed: int):
 
 
 @pytest.mark.parametrize("seed", range(300))
+def test_gemm_phase_deep_k_tile_sweep(seed):
+    """Config 128x128x64 (two 32-deep k-tiles per stage; odd tile counts end half-filled)."""
+    check_variant("gemm_phase:128x128x64", seed + 5000, random_phase_case)
+
+
+@pytest.mark.parametrize("seed", range(300))
 def test_gemm_phase_kernel_small_channel_sweep(seed):
     check_variant(planner.GEMM_PHASE, seed, _tf32_random_case)
 
@@ -102,6 +108,24 @@ def test_planner_picks_gemm_kxs_for_kernel_equal_stride():
     with torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
         strict = planner.plan(x.float(), w.float(), ConvTransposeArgs.from_values(stride=2))
     assert strict.variant != "gemm_kxs"  # fp32 without TF32 stays full precision
+
+
+def test_planner_where_cudnn_cannot_run():
+    """output_padding >= stride: gemm_phase where channels fill tensor-core tiles, else direct;
+    k != stride elsewhere: cuDNN unless autotune times gemm_phase faster."""
+    args = ConvTransposeArgs.from_values(stride=1, output_padding=1, dilation=2)
+    w = torch.randn(64, 32, 3, 3, device="cuda", dtype=torch.bfloat16)
+    x = torch.randn(2, 64, 16, 16, device="cuda", dtype=torch.bfloat16)
+    assert planner.plan(x, w, args).variant == planner.GEMM_PHASE
+    assert planner.plan(x[:, :8], w[:8, :4], args).variant == planner.DIRECT
+    common = planner.plan(x, w[:, :, :, :].contiguous(), ConvTransposeArgs.from_values(2, 1))
+    assert common.variant == planner.ATEN and planner.PHASE_CONFIGS[0] in common.candidates
+    for tile in planner.PHASE_CONFIGS:  # every named tile config runs and agrees
+        got = run_variant(tile, x, w, None, args)
+        torch.testing.assert_close(got, run_variant(planner.GEMM_PHASE, x, w, None, args),
+                                   rtol=1e-2, atol=1e-2)
+    from deconv_patch.extension import load_extension
+    assert load_extension().gemm_phase_num_configs() == len(planner.PHASE_CONFIGS)
 
 
 @pytest.mark.slow

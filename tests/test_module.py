@@ -139,3 +139,16 @@ def test_plan_cache_with_prepared_calls_is_not_pickled_or_copied():
         with torch.no_grad():
             assert torch.equal(clone(x), fast(x))
     assert fast.__dict__["_plan_cache"] is cache  # the original keeps its cache
+
+
+def test_weight_norm_and_parametrizations_still_work():
+    from torch.nn.utils import parametrizations, weight_norm
+
+    torch.manual_seed(0)
+    x = torch.randn(2, 4, 5, 5)
+    for wrap in (lambda m: weight_norm(m, dim=1), lambda m: parametrizations.weight_norm(m, dim=1)):
+        ref = wrap(nn.ConvTranspose2d(4, 6, 3, stride=2))
+        fast = wrap(FastConvTranspose2d(4, 6, 3, stride=2))
+        fast.load_state_dict(ref.state_dict())
+        with torch.no_grad():
+            assert torch.equal(fast(x), ref(x))
