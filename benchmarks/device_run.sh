@@ -3,6 +3,7 @@
 # the validation reports; a short summary prints last. Logs and JSON/HTML land in $OUT.
 #   bash benchmarks/device_run.sh            # everything
 #   QUICK=1 bash benchmarks/device_run.sh    # tests + quick layer benchmark only
+#   MODELS=0                                 # skip the end-to-end model benchmark
 #   PART=1 / PART=2                          # first half (build, tests, forced-variant
 #                                            # benchmarks) / second half (the rest), each
 #                                            # within one 10-minute device call
@@ -42,9 +43,11 @@ tail -12 "$L/layers.log"
 fi
 
 if [ -z "${QUICK:-}" ] && [ "${PART:-2}" = 2 ]; then
-  step "model benchmark"
-  python3 benchmarks/models.py --out "$OUT/models.json" > "$L/models.log" 2>&1
-  tail -25 "$L/models.log"
+  if [ "${MODELS:-1}" = 1 ]; then
+    step "model benchmark"
+    python3 benchmarks/models.py --out "$OUT/models.json" > "$L/models.log" 2>&1
+    tail -25 "$L/models.log"
+  fi
   step "validation reports"
   python3 benchmarks/validate_examples.py --models unet,dcgan --dtypes fp32,bf16 --out "$OUT/reports" \
     > "$L/reports.log" 2>&1; echo "validate_examples exit $?"

@@ -29,7 +29,7 @@ import torch.nn.functional as F
 import deconv_patch
 from deconv_patch import planner
 from deconv_patch.arguments import ConvTransposeArgs
-from deconv_patch.timing import time_cuda
+from deconv_patch.timing import time_cuda, time_interleaved
 
 
 @dataclass(frozen=True)
@@ -131,6 +131,14 @@ def median_ms(fn, inputs: List[torch.Tensor], warmup: int, reps: int) -> float:
     return time_cuda(lambda: fn(inputs[next(turn) % len(inputs)]), warmup, reps).median_ms
 
 
+def paired_median_ms(fns, inputs: List[torch.Tensor], warmup: int, reps: int) -> List[float]:
+    """Median ms per call of each fn, the fns taking turns call by call (time_interleaved), so
+    clock and background drift hit both sides alike; inputs rotate as in median_ms."""
+    turns = [itertools.count() for _ in fns]
+    calls = [lambda fn=fn, t=t: fn(inputs[next(t) % len(inputs)]) for fn, t in zip(fns, turns)]
+    return [statistics.median(times) for times in time_interleaved(calls, warmup, reps)]
+
+
 def measure_ceilings() -> Ceilings:
     """Measured copy bandwidth and matmul rates (the roofline's two ceilings)."""
     n = 256 * 1024 * 1024 // 4
@@ -213,8 +221,7 @@ def bench_layer(layer: Layer, mode: str, layout: str, ceil: Ceilings, reps: int,
         err_ours = (ours_fn(inputs[0]).double() - ref64).abs().max().item()
         err_cudnn = (ref_fn(inputs[0]).double() - ref64).abs().max().item()
         del ref64
-        cudnn_ms = median_ms(ref_fn, inputs, 5, reps)
-        ours_ms = median_ms(ours_fn, inputs, 5, reps)
+        cudnn_ms, ours_ms = paired_median_ms([ref_fn, ours_fn], inputs, 5, reps)
         chosen = module.plan_for(inputs[0]).variant
     floor_ms = max(layer.flops() / (ceil.rate(mode) * 1e9),
                    layer.bytes(elem) / (ceil.copy_gbs * 1e6))

@@ -256,3 +256,12 @@ def test_conv_transpose_inside_a_torch_nn_leaf_or_unused_is_swapped_by_name():
     x = torch.randn(1, 3, 4, 4)
     with torch.no_grad():
         assert torch.equal(gm(x), model(x))
+
+
+def test_string_annotations_do_not_reach_the_generated_code():
+    """Models written with `from __future__ import annotations` (this file) annotate forward
+    with strings; torch < 2.13 cannot pickle a GraphModule whose code has str globals."""
+    result = fx_patch(copy.deepcopy(ConvBnRelu().eval()))
+    code = result.module.graph.python_code("self")
+    assert not any(isinstance(v, str) for v in code.globals.values())
+    assert all(not isinstance(n.type, str) for n in result.module.graph.nodes)
