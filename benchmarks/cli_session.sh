@@ -7,7 +7,7 @@ D=${1:-/tmp/cli_session}
 mkdir -p "$D"
 show() { echo "\$ $*"; "$@"; echo "(exit $?)"; }
 # the console script when installed (pip install -e .), else the same entry point via -m
-deconv-patch() { if command -v deconv-patch >/dev/null; then command deconv-patch "$@"; else python3 -m deconv_patch.cli "$@"; fi; }
+deconv-patch() { if type -P deconv-patch >/dev/null; then command deconv-patch "$@"; else python3 -m deconv_patch.cli "$@"; fi; }
 python3 - "$D" <<'PY'
 import sys, torch
 from examples.unet import build_model as unet

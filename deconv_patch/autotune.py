@@ -12,16 +12,19 @@ from __future__ import annotations
 import functools
 import json
 import os
+import statistics
 from pathlib import Path
 from typing import Callable, Dict, Optional, Sequence
 
 import torch
 
 from .arguments import ConvTransposeArgs
-from .timing import time_cuda
+from .planner import ATEN
+from .timing import time_interleaved
 
-_WARMUP = 2
-_REPS = 7
+_WARMUP = 3
+_REPS = 15
+_MARGIN = 1.03  # a kernel must be 3% faster than PyTorch's path to replace it
 
 
 @functools.lru_cache(maxsize=None)
@@ -102,21 +105,27 @@ def enabled() -> bool:
         and not torch.compiler.is_compiling()
 
 
-def _time_or_inf(variant: str, run: Callable[[str], object]) -> float:
-    """Median ms of `run(variant)`; a variant that refuses the call (its binding's checks raise)
-    simply loses."""
-    try:
-        return time_cuda(lambda: run(variant), _WARMUP, _REPS).median_ms
-    except (RuntimeError, ValueError):
-        return float("inf")
-
-
 def pick(key: str, candidates: Sequence[str], run: Callable[[str], object]) -> str:
-    """The fastest of `candidates` for `key`, timing each once (median of a few runs)."""
+    """The fastest of `candidates` for `key`, timed once: each is warmed up (a candidate whose
+    binding refuses the call drops out), then all take turns call by call (time_interleaved)
+    so clock and host drift hit them alike; median per candidate. PyTorch's own path ("aten")
+    keeps the call unless a kernel beats it by _MARGIN: on host-bound layers the timings of
+    equal candidates differ by noise, and a tie must not switch implementations."""
     known = cache().choices.get(key)
     if known in candidates:
         return known  # type: ignore[return-value]
-    times = {v: _time_or_inf(v, run) for v in candidates}
-    best = min(times, key=times.__getitem__)
+    usable = []
+    for variant in candidates:
+        try:
+            for _ in range(_WARMUP):
+                run(variant)
+            usable.append(variant)
+        except (RuntimeError, ValueError):
+            continue
+    times = time_interleaved([lambda v=v: run(v) for v in usable], 0, _REPS)
+    medians = {v: statistics.median(t) for v, t in zip(usable, times)}
+    best = min(medians, key=medians.__getitem__)
+    if ATEN in medians and medians[best] * _MARGIN > medians[ATEN]:
+        best = ATEN
     cache().record(key, best)
     return best

@@ -362,7 +362,10 @@ def _patch_program(args: argparse.Namespace, source: Source, out: Path, target: 
             inputs = tuple(t.to(target.device) for t in example[0])
         ref = original.module().to(target.device)
         _check_inputs(ref, inputs)
-        report = _validate(ref, program.module().to(target.device), inputs, target)
+        # validate a copy: moving program.module() to the device would move the program's own
+        # weights, and the .pt2 written below must stay on the device it came from
+        candidate = copy.deepcopy(program).module().to(target.device)
+        report = _validate(ref, candidate, inputs, target)
         print(report)
         _write_report(report, args.report, args.force)
         if not report.passed:
