@@ -20,10 +20,10 @@ torch.export.save(torch.export.export(g, (torch.randn(16, 100, 1, 1),)), f"{d}/d
 PY
 UNET=(--model examples.unet:build_model)
 show deconv-patch info "$D/unet.pt" "${UNET[@]}" --device cuda
-show deconv-patch patch "$D/unet.pt" -o "$D/unet_patched.pt" "${UNET[@]}" --input-shape 2,3,256,256 \
+show deconv-patch patch "$D/unet.pt" -o "$D/unet_patched.pt" "${UNET[@]}" --input-shape 2,1,572,572 \
   --device cuda --report "$D/unet_report.html"
 show deconv-patch patch "$D/unet.pt" -o "$D/unet_patched_bf16.pt" "${UNET[@]}" \
-  --input-shape 2,3,256,256 --dtype bf16 --channels-last --device cuda --report "$D/unet_report.json"
+  --input-shape 2,1,572,572 --dtype bf16 --channels-last --device cuda --report "$D/unet_report.json"
 show deconv-patch patch "$D/dcgan.pt2" -o "$D/dcgan_patched.pt2" --input-shape 16,100,1,1 \
   --device cuda --report "$D/dcgan_report.md"
 echo "--- fresh process: load the patched checkpoint and the patched program"
@@ -36,7 +36,7 @@ deconv_patch.summary(model)
 original = build_model()
 original.load_state_dict(torch.load(f"{d}/unet.pt", weights_only=True)["state_dict"])
 original = original.cuda().eval()
-x = torch.randn(2, 3, 256, 256, device="cuda")
+x = torch.randn(2, 1, 572, 572, device="cuda")
 with torch.no_grad():
     diff = (model(x) - original(x)).abs().max().item()
 print(f"loaded patched U-Net: max|patched - original| = {diff:.3e}")
