@@ -340,16 +340,26 @@ def _patch_program(args: argparse.Namespace, source: Source, out: Path, target: 
     from .checkpoint import atomic_write
     from .export_patch import count_patched, patch_program
 
+    from .export_patch import find_layers
+
     program = source.program
     original = copy.deepcopy(program)
-    layers = patch_program(program)
+    found = find_layers(program)
+    layers = patch_program(program, all_layers=args.all_layers)
+    left = [layer.node for layer in found if layer not in layers]
     if not layers:
         already = count_patched(program)
-        print("nothing to patch: no transposed convolutions in the exported graph"
-              + (f" ({already} already patched)" if already else "") + "; nothing written")
+        why = (f"none of its {len(left)} transposed convolution(s) would run a deconv_patch "
+               "kernel (cuDNN runs them as fast; --all-layers routes them anyway)" if left
+               else "no transposed convolutions in the exported graph")
+        print(f"nothing to patch: {why}" + (f" ({already} already patched)" if already else "")
+              + "; nothing written")
         return ExitCode.OK
     print(f"patched {len(layers)} transposed convolution node(s) of the exported graph: "
           + ", ".join(layer.node for layer in layers))
+    if left:
+        print(f"left on PyTorch (no deconv_patch kernel would run them; --all-layers routes "
+              f"them anyway): {', '.join(left)}")
     if not args.no_validate:
         shapes = args.input_shape
         if shapes:
@@ -556,6 +566,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--report", metavar="FILE", help="write the report (.html, .json or .md)")
     p.add_argument("--no-validate", action="store_true", help="save without validating")
     p.add_argument("--force", action="store_true", help="replace an existing OUT / report")
+    p.add_argument("--all-layers", action="store_true",
+                   help=".pt2 only: route every transposed convolution through deconv_patch's "
+                   "op, also those the planner would leave on cuDNN")
     p.set_defaults(func=_cmd_patch)
 
     p = sub.add_parser("validate", help="side-by-side report of two checkpoints",

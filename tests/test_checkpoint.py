@@ -115,7 +115,22 @@ def test_export_patch_rewrites_every_transposed_conv(model, decompose):
     if decompose:
         program = program.run_decompositions()
     assert len(find_layers(program)) == 5
-    assert len(patch_program(program)) == 5 and find_layers(program) == []
+    assert patch_program(program) == []  # k4 s2 p1 layers run cuDNN: left as they are
+    assert len(patch_program(program, all_layers=True)) == 5 and find_layers(program) == []
     fresh = torch.randn(2, 100, 1, 1)
     with torch.no_grad():
         assert torch.allclose(program.module()(fresh), model(fresh), atol=1e-6)
+
+
+def test_export_patch_retargets_only_layers_a_kernel_may_run():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.ConvTranspose2d(4, 6, 2, stride=2),   # gemm_kxs
+                                torch.nn.ConvTranspose2d(6, 3, 4, 2, 1),       # cuDNN
+                                torch.nn.ConvTranspose2d(3, 3, 3, 1, 1, 1, dilation=2)).eval()
+    x = torch.randn(2, 4, 5, 5)
+    program = torch.export.export(model, (x,))
+    patched = patch_program(program)
+    assert [layer.weight_shape for layer in patched] == [(4, 6, 2, 2), (3, 3, 3, 3)]
+    assert len(find_layers(program)) == 1  # the k4 s2 p1 layer stays an aten convolution
+    with torch.no_grad():
+        assert torch.allclose(program.module()(x), model(x), atol=1e-6)

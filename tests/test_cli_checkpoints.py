@@ -129,6 +129,10 @@ def test_export_round_trip(files, tmp_path):
     d, model = files
     out = tmp_path / "patched.pt2"
     res = run("patch", str(d / "model.pt2"), "-o", str(out), "--input-shape", SHAPE)
+    assert res.returncode == 0 and "nothing to patch" in res.stdout, res.stderr
+    assert "--all-layers" in res.stdout and not out.exists()  # DCGAN's layers run cuDNN
+    res = run("patch", str(d / "model.pt2"), "-o", str(out), "--input-shape", SHAPE,
+              "--all-layers")
     assert res.returncode == 0, res.stderr
     program = torch.export.load(str(out))
     target = torch.ops.deconv_patch.conv_transpose2d.default
