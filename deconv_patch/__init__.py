@@ -1,12 +1,13 @@
 """deconv_patch: faster transposed convolutions for PyTorch models, same results.
 
     import deconv_patch
-    fast_model = deconv_patch.optimize(model, example_inputs)      # fx pass + BN folding
+    fast_model = deconv_patch.optimize(model, example_inputs)      # fx pass, BN + activation fusion
     report = deconv_patch.validate(model, fast_model, example_inputs)
     print(report)                                                # accuracy + speed, per layer
     fast = deconv_patch.FastConvTranspose2d.from_module(nn.ConvTranspose2d(64, 32, 4, 2, 1))
     y = torch.ops.deconv_patch.conv_transpose2d(x, w, b, stride, padding, output_padding,
                                                 groups, dilation)
+    y = deconv_patch.conv_transpose2d_fused(x, w, b, 2, 1, scale=s, shift=t, activation="relu")
 """
 
 from ._version import __version__
