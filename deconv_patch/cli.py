@@ -7,7 +7,6 @@ tracebacks only with --debug.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import copy
 import fnmatch
 import importlib
@@ -19,7 +18,7 @@ import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 from ._version import __version__
 from .exit_codes import ExitCode
@@ -241,17 +240,31 @@ def _state_dict_path(out: Path) -> Path:
     return out.with_name(f"{out.stem}.state_dict.pt")
 
 
-def _validate(original: Any, patched: Any, inputs: Tuple[Any, ...], target: Target) -> Any:
+def _validate(original: Any, patched: Any, inputs: Tuple[Any, ...],
+              args: argparse.Namespace) -> Any:
+    """The validation report of `patched` against `original`, printed and written to
+    --report; out of GPU memory becomes its own exit code."""
     from .validation import validate
 
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            return validate(original, patched, inputs, progress=False)
+            report = validate(original, patched, inputs, progress=False)
     except Exception as exc:
         if _is_oom(exc):
             raise _oom_error("validation", exc)
         raise
+    print(report)
+    _write_report(report, args.report, args.force)
+    return report
+
+
+def _refused(report: Any, out: Path) -> Optional[int]:
+    """VALIDATION_FAILED (after saying OUT is not written) when the report failed, else None."""
+    if report.passed:
+        return None
+    print(f"error: validation failed ({report.verdict}); {out} not written", file=sys.stderr)
+    return ExitCode.VALIDATION_FAILED
 
 
 # ----------------------------------------------------------------------- patch
@@ -298,13 +311,10 @@ def _cmd_patch(args: argparse.Namespace) -> int:
     print(summary.table())
     report = None
     if not args.no_validate:
-        report = _validate(original, patched, inputs, target)
-        print(report)
-        _write_report(report, args.report, args.force)
-        if not report.passed:
-            print(f"error: validation failed ({report.verdict}); {out} not written",
-                  file=sys.stderr)
-            return ExitCode.VALIDATION_FAILED
+        report = _validate(original, patched, inputs, args)
+        refused = _refused(report, out)
+        if refused is not None:
+            return refused
     elif args.report:
         print("note: --report ignored with --no-validate", file=sys.stderr)
     fused = summary.num_fused > 0
@@ -375,13 +385,9 @@ def _patch_program(args: argparse.Namespace, source: Source, out: Path, target: 
         # validate a copy: moving program.module() to the device would move the program's own
         # weights, and the .pt2 written below must stay on the device it came from
         candidate = copy.deepcopy(program).module().to(target.device)
-        report = _validate(ref, candidate, inputs, target)
-        print(report)
-        _write_report(report, args.report, args.force)
-        if not report.passed:
-            print(f"error: validation failed ({report.verdict}); {out} not written",
-                  file=sys.stderr)
-            return ExitCode.VALIDATION_FAILED
+        refused = _refused(_validate(ref, candidate, inputs, args), out)
+        if refused is not None:
+            return refused
     try:
         atomic_write(out, lambda tmp: torch.export.save(program, str(tmp)))
     except OSError as exc:
@@ -405,9 +411,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     inputs = _inputs(args.input_shape, target)
     _check_inputs(original, inputs)
     _check_inputs(patched, inputs)
-    report = _validate(original, patched, inputs, target)
-    print(report)
-    _write_report(report, args.report, args.force)
+    report = _validate(original, patched, inputs, args)
     return ExitCode.OK if report.passed else ExitCode.VALIDATION_FAILED
 
 

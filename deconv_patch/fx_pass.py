@@ -106,6 +106,12 @@ def trace(model: nn.Module) -> fx.GraphModule:
         graph = tracer.trace(model)
     except Exception as exc:  # any failure means "use the plain swap instead"
         raise UntraceableError(one_line(exc)) from exc
+    for node in graph.nodes:
+        if isinstance(node.type, str):
+            # A string annotation (`from __future__ import annotations` in the model's file)
+            # becomes a str-valued global of the generated code, which torch < 2.13 cannot
+            # pickle (GraphModule.__reduce__); the annotation changes nothing at run time.
+            node.type = None
     class_name = type(model).__name__
     return fx.GraphModule(tracer.root, graph, class_name)
 
@@ -471,12 +477,6 @@ def fx_patch(
     _restore_container_types(gm, model)
     _constants_not_persistent(gm, model)
     total += _swap_leftovers(gm, filter_fn, layers, skipped, notes)
-    for node in graph.nodes:
-        if isinstance(node.type, str):
-            # A string annotation (`from __future__ import annotations` in the model's file)
-            # becomes a str-valued global of the generated code, which torch < 2.13 cannot
-            # pickle (GraphModule.__reduce__); the annotation changes nothing at run time.
-            node.type = None
     graph.lint()
     gm.recompile()
     if any(layer.fused != "-" for layer in layers):

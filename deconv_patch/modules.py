@@ -117,9 +117,8 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
         if torch.compiler.is_compiling():
             # Graph time: layers no kernel of ours covers stay aten convolutions, which Inductor
             # schedules itself; the rest become our op (which still plans per call).
-            args = ConvTransposeArgs(self.stride, self.padding, tuple(output_padding),  # type: ignore[arg-type]
-                                     self.dilation, self.groups)  # type: ignore[arg-type]
-            use_op = planner.may_use_kernel(input.device, input.dtype, self.kernel_size, args)
+            use_op = planner.may_use_kernel(input.device, input.dtype, self.kernel_size,
+                                            self._args(output_padding))
         else:
             entry = self._entry_for(input, output_padding, weight, bias)
             use_op = entry.plan.uses_kernel or entry.tune

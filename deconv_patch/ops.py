@@ -66,6 +66,12 @@ def _aten(
     )
 
 
+def _aten_with(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
+               args: ConvTransposeArgs) -> torch.Tensor:
+    return _aten(input, weight, bias, args.stride, args.padding, args.output_padding,
+                 args.groups, args.dilation)
+
+
 # The dispatcher drops trailing arguments equal to the schema's defaults before calling a Python
 # kernel, so every kernel below repeats those defaults.
 
@@ -112,14 +118,11 @@ def _conv_transpose2d_cuda(
 def _cuda(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
           args: ConvTransposeArgs, epilogue: Epilogue) -> torch.Tensor:
     """Both ops on CUDA: plan (and autotune), then run a kernel of ours or PyTorch."""
-    if find_problem(input, weight, bias, args) is not None:
-        # PyTorch raises its own error here (or, where it accepts the call, computes it).
-        return epilogue.apply(_aten(input, weight, bias, args.stride, args.padding,
-                                    args.output_padding, args.groups, args.dilation))
-    if input.dim() == 4 and input.shape[0] == 0:
-        # Nothing to compute: ATen allocates the empty result with its own strides.
-        return epilogue.apply(_aten(input, weight, bias, args.stride, args.padding,
-                                    args.output_padding, args.groups, args.dilation))
+    if find_problem(input, weight, bias, args) is not None or (
+            input.dim() == 4 and input.shape[0] == 0):
+        # Invalid: PyTorch raises its own error (or, where it accepts the call, computes it).
+        # Empty batch: nothing to compute; ATen allocates the result with its own strides.
+        return epilogue.apply(_aten_with(input, weight, bias, args))
     choice = planner.plan(input, weight, args)
     if len(choice.candidates) > 1 and autotune.enabled():
         key = autotune.call_key(input, weight, bias is not None, args)
@@ -166,8 +169,7 @@ def run_variant(
     `out`, if given, is written in place (batched 4-D, in the layout PyTorch would return).
     """
     if variant == planner.ATEN:
-        return epilogue.apply(_aten(input, weight, bias, args.stride, args.padding,
-                                    args.output_padding, args.groups, args.dilation))
+        return epilogue.apply(_aten_with(input, weight, bias, args))
     return kernel_call(variant, input, weight, args, epilogue)(input, weight, bias, out)
 
 
@@ -198,7 +200,7 @@ def kernel_call(variant: str, input: torch.Tensor, weight: torch.Tensor,
         x = input.unsqueeze(0) if unbatched else input
         if out is not None and unbatched:
             out = out.unsqueeze(0)
-        packed = packed_weight(kernel, weight, x, args, allow_tf32) if packs else None
+        packed = packed_weight(kernel, weight, args, allow_tf32) if packs else None
         result = forward(kernel, x, weight, bias, stride, padding, output_padding, dilation,
                          groups, channels_last, allow_tf32, out, scale, shift, activation, slope,
                          packed, config)

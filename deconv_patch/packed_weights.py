@@ -64,8 +64,8 @@ def cache() -> PackedWeightCache:
     return _CACHE
 
 
-def packed_weight(variant: str, weight: torch.Tensor, input: torch.Tensor,
-                  args: ConvTransposeArgs, allow_tf32: bool) -> torch.Tensor:
-    """`weight` in `variant`'s layout for calls like this one (cached; see the module doc)."""
-    del input  # the packed layout depends on the weight and hyperparameters only
+def packed_weight(variant: str, weight: torch.Tensor, args: ConvTransposeArgs,
+                  allow_tf32: bool) -> torch.Tensor:
+    """`weight` in `variant`'s layout (cached; see the module doc). The layout depends on the
+    weight and the hyperparameters only, not on the input's size."""
     return cache().get(variant, weight, args, allow_tf32)

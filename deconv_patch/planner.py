@@ -127,12 +127,18 @@ def plan_layer(device: torch.device, dtype: torch.dtype, kernel_hw: Sequence[int
     if channels is None or min(channels) >= _MIN_PHASE_CHANNELS or \
             PHASE_CONFIGS[0] not in chosen.candidates or _forced_variant.get() is not None:
         return chosen
+    return _without_phase(chosen, f"{channels[0]} in / {channels[1]} out channels per group: "
+                          "too few for tensor-core tiles")
+
+
+def _without_phase(chosen: Plan, why: str) -> Plan:
+    """`chosen` with gemm_phase ruled out: gone from the candidates and, if it was the choice,
+    replaced by direct where that is a candidate (PyTorch cannot use cuDNN) else PyTorch."""
     rest = tuple(v for v in chosen.candidates if v not in PHASE_CONFIGS)
     if chosen.variant != GEMM_PHASE:
         return Plan(chosen.variant, chosen.reason, candidates=rest)
     fallback = DIRECT if DIRECT in rest else ATEN
-    return Plan(fallback, f"{channels[0]} in / {channels[1]} out channels per group: too few "
-                f"for tensor-core tiles; {fallback}", candidates=rest)
+    return Plan(fallback, f"{why}; {fallback}", candidates=rest)
 
 
 def _plan_layer(device: torch.device, dtype: torch.dtype, kernel_hw: Sequence[int],
@@ -222,13 +228,9 @@ def plan(input: torch.Tensor, weight: torch.Tensor, args: ConvTransposeArgs) -> 
             return Plan(ATEN, "layer too small for the kernel to matter (host-bound)",
                         candidates=chosen.candidates)
     if PHASE_CONFIGS[0] in chosen.candidates and _forced_variant.get() is None:
-        if not _phase_offsets_fit(input, weight, args):
-            rest = tuple(v for v in chosen.candidates if v not in PHASE_CONFIGS)
-            if chosen.variant != GEMM_PHASE:
-                return Plan(chosen.variant, chosen.reason, candidates=rest)
-            fallback = DIRECT if DIRECT in rest else ATEN  # direct indexes with 64 bits
-            return Plan(fallback, f"a tensor reaches 2^31 elements (gemm_phase indexes with 32 "
-                        f"bits); {fallback}", candidates=rest)
+        if not _phase_offsets_fit(input, weight, args):  # direct indexes with 64 bits
+            return _without_phase(chosen, "a tensor reaches 2^31 elements (gemm_phase indexes "
+                                  "with 32 bits)")
     return chosen
 
 

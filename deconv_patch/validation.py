@@ -147,6 +147,15 @@ class _FusedActivation(nn.Module):
         return activate(y, self.name, self.negative_slope)
 
 
+def _counterpart(head: Optional[nn.Module], modules: Mapping[str, nn.Module],
+                 chain: Sequence[str], extra: Sequence[nn.Module]) -> Optional[nn.Module]:
+    """`head` (a layer of the original, or of a float64 copy) followed by the named modules
+    it absorbed and `extra` (the epilogue's activation): the counterpart of a fused layer."""
+    if head is None:
+        return None
+    return _Chained([head] + [modules[n] for n in chain] + list(extra))
+
+
 def _epilogue_activation(patched: nn.Module, chain: Sequence[nn.Module]
                          ) -> Optional[_FusedActivation]:
     """The fused activation of `patched` that `chain` (the original's absorbed modules) does not
@@ -777,19 +786,15 @@ def _accuracy(report: ValidationReport, m: _Models, pairs: Sequence[_LayerPair],
             if chain or act is not None:
                 # compare (and time) the fused layer against the original's layer + folded ones
                 # (+ the activation its epilogue applies, where that was no lost module)
-                tail = absorbed + ([act] if act is not None else [])
-                pair = _LayerPair(pair.name, _Chained([pair.original] + tail), pair.patched,
-                                  chain + ([f"{act.name}()"] if act is not None else []))
+                extra = [act] if act is not None else []
+                pair = _LayerPair(pair.name, _counterpart(pair.original, orig_modules, chain, extra),
+                                  pair.patched, chain + [f"{a.name}()" for a in extra])
                 output = removed_caps[chain[-1]].output if chain else capture.output
                 if act is not None:
                     output = act(output)
                 capture = _Capture(capture.args, capture.kwargs, output, capture.calls)
-                ref_tail = [ref_modules[n] for n in chain] + ([act] if act is not None else [])
-                ref_module = (_Chained([ref_module] + ref_tail)
-                              if ref_module is not None else None)
-                tf32_module = (_Chained([tf32_module] + [tf32_modules[n] for n in chain]
-                                        + ([act] if act is not None else []))
-                               if tf32_module is not None else None)
+                ref_module = _counterpart(ref_module, ref_modules, chain, extra)
+                tf32_module = _counterpart(tf32_module, tf32_modules, chain, extra)
         layer = _layer_accuracy(pair, capture, cap_p.pop(pair.name, None), ref_module, tol,
                                 seed, m.device, timing, tf32_module)
         if pair.fused_with:
