@@ -7,6 +7,10 @@
 #   PART=1 / PART=2                          # first half (build, tests, forced-variant
 #                                            # benchmarks) / second half (the rest), each
 #                                            # within one 10-minute device call
+#   PART=new                                 # build + forced benchmarks of the variants the
+#                                            # planner does not pick yet (no tests)
+#   SANITIZE=1                               # with PART=1: compute-sanitizer memcheck on a
+#                                            # few configs of each new kernel
 set -uo pipefail
 OUT=${OUT:-/tmp/deconv_patch_out}
 mkdir -p "$OUT/logs"
@@ -25,15 +29,47 @@ python3 -m deconv_patch.cli build 2>&1 | tee "$L/build.log" | tail -3
 
 if [ "${PART:-1}" = 1 ]; then
 step "GPU tests"
-python3 -m pytest -q -m cuda -p no:cacheprovider -rf tests 2>&1 > "$L/gpu-tests.log"
+# tests/test_gpu_new_kernels.py first: the paths no device run has checked yet, each under a
+# time limit (a hung kernel must not eat the call), the wgmma kernel last and on its own.
+python3 -m pytest -q -m cuda -p no:cacheprovider -rf -k "not sm90" tests/test_gpu_new_kernels.py \
+  > "$L/gpu-tests-new.log" 2>&1 & wait_for=$!
+( sleep 300; kill $wait_for 2>/dev/null && echo "TIMEOUT after 300 s" >> "$L/gpu-tests-new.log" ) &
+wait $wait_for; grep -E "^FAILED|^ERROR|TIMEOUT" "$L/gpu-tests-new.log" | head -30
+tail -1 "$L/gpu-tests-new.log"
+timeout 180 python3 -m pytest -q -m cuda -p no:cacheprovider -rf -k "sm90" tests/test_gpu_new_kernels.py \
+  > "$L/gpu-tests-sm90.log" 2>&1 || echo "sm90 tests: exit $? (124 = timed out)"
+grep -E "^FAILED|^ERROR" "$L/gpu-tests-sm90.log" | head -30; tail -1 "$L/gpu-tests-sm90.log"
+if [ -n "${SANITIZE:-}" ]; then
+  step "compute-sanitizer (memcheck) on a few configs of each new kernel"
+  ids=$(python3 -m pytest -q --co -p no:cacheprovider tests/test_gpu_new_kernels.py 2>/dev/null \
+        | grep "sweep\[" | awk -F'[' '{ if (n[$1]++ < 3) print }')
+  timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 python3 -m pytest -q -m cuda \
+    -p no:cacheprovider $ids > "$L/sanitizer.log" 2>&1; echo "sanitizer exit $?"
+  grep -E "ERROR SUMMARY|Invalid|out of bounds" "$L/sanitizer.log" | head -10
+fi
+python3 -m pytest -q -m cuda -p no:cacheprovider -rf tests --ignore=tests/test_gpu_new_kernels.py \
+  2>&1 > "$L/gpu-tests.log"
 grep -E "^FAILED|^ERROR" "$L/gpu-tests.log" | head -30; tail -1 "$L/gpu-tests.log"
 
-for v in gemm_phase:128x128 gemm_phase:128x64 gemm_phase:64x64 gemm_phase:128x32 gemm_phase:128x128x64; do
-  step "layer benchmark ($v forced)"
-  python3 benchmarks/layers.py --quick --variant $v --json "$OUT/layers_${v/:/_}.json" \
-    > "$L/layers_${v/:/_}.log" 2>&1
-  grep -E "geomean|slowest" "$L/layers_${v/:/_}.log"
-done
+fi
+
+if [ "${PART:-new}" = new ] || [ "${PART:-1}" = 1 ]; then
+# The variants the planner does not pick yet (planner.EXPERIMENTAL) and the 3xTF32 fp32-strict
+# mode, each forced on the layers it covers: the numbers that decide whether the planner may.
+forced() {  # forced VARIANT MODES FORMATS [ONLY]
+  local tag="${1/:/_}_${2//,/-}_${3//,/-}"
+  step "layer benchmark ($1 forced; $2; $3)"
+  timeout 240 python3 benchmarks/layers.py --variant "$1" --modes "$2" --formats "$3" ${4:+--only "$4"} \
+    --json "$OUT/forced_$tag.json" > "$L/forced_$tag.log" 2>&1
+  grep -vE "skipped|^layer |TFLOP/s" "$L/forced_$tag.log"
+}
+kxs_layers="unet.up1,unet.up4,maskrcnn,yolov8seg"
+forced gemm_kxs:tap_major tf32,bf16,fp16 nhwc "$kxs_layers"
+forced gemm_kxs fp32 nchw,nhwc "$kxs_layers"
+forced gemm_kxs:tap_major fp32 nhwc "$kxs_layers"
+forced gemm_phase fp32 nchw,nhwc "dcgan.g2,dcgan.g3,pix2pix,simplebl,vae,cyclegan"
+forced grouped tf32,bf16 nchw,nhwc "depthwise,grouped,fcn8s"
+forced gemm_phase_sm90 bf16,fp16 nchw,nhwc "dcgan,pix2pix,simplebl,vae,cyclegan,dilated,asym"
 fi
 
 if [ "${PART:-2}" = 2 ]; then
@@ -59,6 +95,8 @@ if [ -z "${QUICK:-}" ] && [ "${PART:-2}" = 2 ]; then
   mkdir -p "$OUT/reports" && cp /tmp/cli_session/*report* "$OUT/reports/" 2>/dev/null
 fi
 step summary
+[ -f "$L/gpu-tests-new.log" ] && echo "GPU tests (new kernels): $(tail -1 "$L/gpu-tests-new.log")"
+[ -f "$L/gpu-tests-sm90.log" ] && echo "GPU tests (wgmma): $(tail -1 "$L/gpu-tests-sm90.log")"
 [ -f "$L/gpu-tests.log" ] && echo "GPU tests: $(tail -1 "$L/gpu-tests.log")"
 [ -f "$L/layers.log" ] && grep -E "geomean|slowest" "$L/layers.log"
 tar -czf "$OUT/logs.tgz" -C "$OUT" logs $( [ -d "$OUT/reports" ] && echo reports ) && rm -rf "$L"

@@ -240,8 +240,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--formats", default="nchw,nhwc")
     parser.add_argument("--reps", type=int, default=30)
     parser.add_argument("--json", default=None, help="write all rows here")
-    parser.add_argument("--variant", default=None, choices=planner.VARIANTS + planner.PHASE_CONFIGS,
+    parser.add_argument("--variant", default=None, choices=planner.NAMED_VARIANTS,
                         help="force one variant instead of the planner's choice")
+    parser.add_argument("--only", default=None,
+                        help="comma-separated layer name prefixes (e.g. unet,maskrcnn)")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("benchmarks/layers.py needs a CUDA GPU; none is visible.", file=sys.stderr)
@@ -255,6 +257,9 @@ def main(argv: Optional[List[str]] = None) -> int:
           f"{torch.__version__}, cuDNN {torch.backends.cudnn.version()}, deconv_patch "
           f"{deconv_patch.__version__}")
     layers = [l for l in SUITE if not args.quick or l.name in QUICK]
+    if args.only:
+        wanted = args.only.split(",")
+        layers = [l for l in layers if any(l.name.startswith(w) for w in wanted)]
     modes = args.modes.split(",")
     formats = args.formats.split(",")
     rows: List[Row] = []

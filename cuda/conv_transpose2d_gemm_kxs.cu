@@ -8,6 +8,10 @@
 //     j = (oc*KH + kh)*KW + kw            in [0, Ncol), Ncol = Cout_g*KH*KW (GEMM column)
 //     A[m, k] = input[n, g*K + k, ih, iw]
 //     B[k, j] = weight[g*K + k, oc, kh, kw] = weight_flat[(g*K + k)*Ncol + j]   (contiguous)
+// Tap-major columns (a packed weight, for channels_last output): j = (kh*KW + kw)*Cout_g + oc and
+// B[k, j] = packed[(g*K + k)*Ncol + j], packed = weight viewed [Cin, Cout_g, KH*KW] transposed to
+// [Cin, KH*KW, Cout_g]. A tile's columns are then runs of consecutive output channels of one tap,
+// which channels_last output stores contiguously: 16-byte stores instead of 2-element ones.
 //     output[n, c, ih*KH + kh, iw*KW + kw] = epilogue_c(sum_k A[m, k] * B[k, j]),  c = g*Cout_g + oc
 // where epilogue_c(x) = act((x + bias[c]) * scale[c] + shift[c]) (epilogue.cuh), rounded once to T.
 // The output offset splits into a row part and a column part,
@@ -22,8 +26,9 @@
 //
 // Block tile 128 (m) x 128 (j) x 32 (k), 8 warps as 2 (m) x 4 (j), warp tile 64 x 32; multi-stage
 // cp.async pipeline; fp16/bf16 use ldmatrix + mma.m16n8k16, fp32 uses mma.m16n8k8.tf32 (inputs
-// rounded with cvt.rna); fp32 accumulate always. The C tile is staged through shared memory so
-// the global stores run along ow (NCHW output) or along oc (channels_last output).
+// rounded with cvt.rna) or, without allow_tf32, 3xTF32 (see tf32_hi_lo); fp32 accumulate always.
+// The C tile is staged through shared memory so the global stores run along ow (NCHW output) or
+// along oc (channels_last output; 16 bytes at a time with tap-major columns).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -73,6 +78,8 @@ struct GemmArgs {
   SmallDiv div_kw, div_khkw;
   bool out_channels_last;
   bool pair_store;  // see Epilogue 2
+  bool tap_major;   // column order j = tap*Cout_g + oc (packed weight), see the top comment
+  bool vec_store;   // tap_major, channels_last: 16-byte chunks of a row are contiguous + aligned
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -110,8 +117,13 @@ struct Smem {
 // Main kernel. T: element type. A_KMAJOR: shared A tile is [m][k] (channels_last input, or any
 // input whose channel stride is the smaller one) rather than [k][m]. VA / VB: elements per global
 // load of A / B (a chunk is contiguous and VA*sizeof(T) aligned; the launcher proves it).
-template <typename T, bool A_KMAJOR, int VA, int VB>
-__global__ void __launch_bounds__(kThreads, 2) conv_transpose2d_gemm_kxs_kernel(const GemmArgs p) {
+// SPLIT (T = float only): 3xTF32 instead of one TF32 product (fp32 without allow_tf32).
+// Two blocks per SM (128 registers) except in 3xTF32 mode, whose split fragments and second
+// accumulator need up to 255.
+template <typename T, bool A_KMAJOR, int VA, int VB, bool SPLIT>
+__global__ void __launch_bounds__(kThreads, SPLIT ? 1 : 2)
+    conv_transpose2d_gemm_kxs_kernel(const GemmArgs p) {
+  static_assert(!SPLIT || sizeof(T) == 4, "3xTF32 is an fp32 mode");
   using S = Smem<T, A_KMAJOR>;
   constexpr int kStages = S::kStages;
   extern __shared__ __align__(16) unsigned char smem[];
@@ -171,8 +183,14 @@ __global__ void __launch_bounds__(kThreads, 2) conv_transpose2d_gemm_kxs_kernel(
     int64_t oc_off = -1;
     ChannelAffine af{1.f, 0.f};  // columns past ncol are never stored
     if (j < ncol) {
-      const int oc = j / p.khkw;
-      const int tap = j - oc * p.khkw;
+      int oc, tap;
+      if (p.tap_major) {
+        tap = j / p.cout_g;
+        oc = j - tap * p.cout_g;
+      } else {
+        oc = j / p.khkw;
+        tap = j - oc * p.khkw;
+      }
       const int khi = tap / p.kw;
       const int kwi = tap - khi * p.kw;
       const int64_t c = (int64_t)g * p.cout_g + oc;
@@ -303,6 +321,65 @@ __global__ void __launch_bounds__(kThreads, 2) conv_transpose2d_gemm_kxs_kernel(
 #pragma unroll
           for (int nt = 0; nt < kNT; ++nt) mma_16816<T>(acc[mt][nt], af[mt], bfr[nt]);
       }
+    } else if constexpr (SPLIT) {
+      // 3xTF32: x = hi + lo with hi = tf32(x) and lo = tf32(x - hi) (x - hi is exact in fp32),
+      // a*b ~ a_lo*b_hi + a_hi*b_lo + a_hi*b_hi: only a_lo*b_lo (~2^-22 relative) and lo's own
+      // rounding are lost. Small terms go first so they are not absorbed by the large one.
+      // B is split once per k-step for the warp's n range, A once per m16 tile.
+      // The k-tile's products go into a fresh accumulator, added to the running sum with fp32
+      // (round-to-nearest) adds at the end: tensor cores are reported to truncate their fp32
+      // sums, which over a long reduction grows to many times fp32's error; truncation confined
+      // to one 32-deep k-tile stays below it. The split fragments and this second accumulator
+      // are why the mode runs one block per SM (see the launch bounds).
+      float part[kMT][kNT][4];
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+          for (int i = 0; i < 4; ++i) part[mt][nt][i] = 0.f;
+#pragma unroll
+      for (int ks = 0; ks < kBK / 8; ++ks) {
+        uint32_t b_hi[kNT][2], b_lo[kNT][2];
+        const int k = ks * 8 + ft;
+#pragma unroll
+        for (int nt = 0; nt < kNT; ++nt) {
+          const int c = warp_n * kWarpN + nt * 8 + fg;
+          tf32_hi_lo(to_float(Bs[k * S::kLdB + c]), b_hi[nt][0], b_lo[nt][0]);
+          tf32_hi_lo(to_float(Bs[(k + 4) * S::kLdB + c]), b_hi[nt][1], b_lo[nt][1]);
+        }
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt) {
+          const int r = warp_m * kWarpM + mt * 16 + fg;
+          float av[4];
+          if constexpr (A_KMAJOR) {
+            av[0] = to_float(As[r * S::kLdA + k]);
+            av[1] = to_float(As[(r + 8) * S::kLdA + k]);
+            av[2] = to_float(As[r * S::kLdA + k + 4]);
+            av[3] = to_float(As[(r + 8) * S::kLdA + k + 4]);
+          } else {
+            av[0] = to_float(As[k * S::kLdA + r]);
+            av[1] = to_float(As[k * S::kLdA + r + 8]);
+            av[2] = to_float(As[(k + 4) * S::kLdA + r]);
+            av[3] = to_float(As[(k + 4) * S::kLdA + r + 8]);
+          }
+          uint32_t a_hi[4], a_lo[4];
+#pragma unroll
+          for (int i = 0; i < 4; ++i) tf32_hi_lo(av[i], a_hi[i], a_lo[i]);
+#pragma unroll
+          for (int nt = 0; nt < kNT; ++nt) {
+            mma_1688_tf32(part[mt][nt], a_lo, b_hi[nt]);
+            mma_1688_tf32(part[mt][nt], a_hi, b_lo[nt]);
+            mma_1688_tf32(part[mt][nt], a_hi, b_hi[nt]);
+          }
+        }
+      }
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+          for (int i = 0; i < 4; ++i) acc[mt][nt][i] += part[mt][nt][i];
     } else {
 #pragma unroll
       for (int ks = 0; ks < kBK / 8; ++ks) {
@@ -467,7 +544,51 @@ __global__ void __launch_bounds__(kThreads, 2) conv_transpose2d_gemm_kxs_kernel(
     };
 
     const int j_end = min(j0 + kBN, ncol);
-    if (!p.out_channels_last) {
+    if (p.tap_major) {
+      // Tap-major columns: a tile row is runs of consecutive output channels of one tap.
+      if (p.vec_store) {
+        // The launcher proved: channels_last with unit channel stride, Cout_g and every other
+        // offset term multiples of V, 16-byte aligned base. j0 and ncol are multiples of V too,
+        // so chunk [jl, jl + V) is V consecutive channels of one tap: one 16-byte store.
+        constexpr int V = 16 / (int)sizeof(T);
+        using Vec = uint4;
+        const int chunks = (j_end - j0) / V;
+        const int total = kBM * chunks;
+        for (int e = tid; e < total; e += kThreads) {
+          const int ml = e / chunks;
+          const int jl = (e - ml * chunks) * V;
+          const int64_t ro = o_row[ml];
+          if (ro < 0) continue;
+          Vec v;
+          if constexpr (std::is_same_v<CT, T>) {
+            v = *reinterpret_cast<const Vec*>(Cs + ml * kLdC + jl);  // rows are 16-byte aligned
+          } else {
+            alignas(16) T t[V];
+#pragma unroll
+            for (int i = 0; i < V; i += 4) {
+              const float4 f = *reinterpret_cast<const float4*>(Cs + ml * kLdC + jl + i);
+              t[i] = from_float<T>(f.x);
+              t[i + 1] = from_float<T>(f.y);
+              t[i + 2] = from_float<T>(f.z);
+              t[i + 3] = from_float<T>(f.w);
+            }
+            v = *reinterpret_cast<const Vec*>(t);
+          }
+          *reinterpret_cast<Vec*>(out + ro + o_col[jl]) = v;
+        }
+      } else {
+        // Any strides: one element at a time, consecutive threads on consecutive columns.
+        const int cols = j_end - j0;
+        const int total = kBM * cols;
+        for (int e = tid; e < total; e += kThreads) {
+          const int ml = e / cols;
+          const int jl = e - ml * cols;
+          const int64_t ro = o_row[ml];
+          if (ro < 0) continue;
+          out[ro + o_col[jl]] = value(ml, jl);
+        }
+      }
+    } else if (!p.out_channels_last) {
       // NCHW: element e = ((jg_i*BM + m_local)*KW + kw), jg = j / KW = (oc, kh). Consecutive e
       // walk kw then iw: consecutive ow within an output row.
       const uint32_t kw = (uint32_t)p.kw;
@@ -616,9 +737,13 @@ bool ptr_aligned(const void* ptr, int64_t bytes) {
 }
 
 template <typename T, bool A_KMAJOR, int VA, int VB>
-cudaError_t launch_gemm(const GemmArgs& a, int64_t m_tiles, int groups, cudaStream_t stream) {
+cudaError_t launch_gemm(const GemmArgs& a, int64_t m_tiles, int groups, bool split,
+                        cudaStream_t stream) {
   using S = Smem<T, A_KMAJOR>;
-  auto kernel = conv_transpose2d_gemm_kxs_kernel<T, A_KMAJOR, VA, VB>;
+  auto kernel = conv_transpose2d_gemm_kxs_kernel<T, A_KMAJOR, VA, VB, false>;
+  if constexpr (sizeof(T) == 4) {
+    if (split) kernel = conv_transpose2d_gemm_kxs_kernel<T, A_KMAJOR, VA, VB, true>;
+  }
   // Above 48 KiB of dynamic shared memory needs the opt-in (per device; cheap to repeat).
   cudaError_t err =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, S::kTotalBytes);
@@ -632,11 +757,11 @@ cudaError_t launch_gemm(const GemmArgs& a, int64_t m_tiles, int groups, cudaStre
 // memory and aligned to its size; otherwise fall back to one element per load.
 template <typename T>
 cudaError_t dispatch(const ConvTranspose2dParams& p, const GemmArgs& a, int64_t m_tiles,
-                     cudaStream_t stream) {
+                     bool split, cudaStream_t stream) {
   constexpr int V = 16 / (int)sizeof(T);
   const int groups = (int)p.groups;
   const int64_t N = p.batch, C = p.in_channels, H = p.in_h, W = p.in_w;
-  const bool b_vec = a.ncol % V == 0 && ptr_aligned(p.weight, 16);
+  const bool b_vec = a.ncol % V == 0 && ptr_aligned(a.wt, 16);
   const bool a_kmajor = a.is_c == 1 || (a.is_w != 1 && a.is_c <= a.is_w);
   if (a_kmajor) {
     // Chunk = V channels of one pixel: channel stride 1, pixel strides and the group's first
@@ -644,8 +769,8 @@ cudaError_t dispatch(const ConvTranspose2dParams& p, const GemmArgs& a, int64_t 
     const bool a_vec = b_vec && a.is_c == 1 && ptr_aligned(p.input, 16) &&
                        stride_multiple(a.is_n, N, V) && stride_multiple(a.is_h, H, V) &&
                        stride_multiple(a.is_w, W, V) && (groups == 1 || a.K % V == 0);
-    if (a_vec) return launch_gemm<T, true, V, V>(a, m_tiles, groups, stream);
-    return launch_gemm<T, true, 1, 1>(a, m_tiles, groups, stream);
+    if (a_vec) return launch_gemm<T, true, V, V>(a, m_tiles, groups, split, stream);
+    return launch_gemm<T, true, 1, 1>(a, m_tiles, groups, split, stream);
   }
   // Chunk = v consecutive m of one channel: iw stride 1, and runs of contiguous m (a whole plane
   // when rows are packed, else one row) have a length that is a multiple of v, so no chunk
@@ -658,14 +783,14 @@ cudaError_t dispatch(const ConvTranspose2dParams& p, const GemmArgs& a, int64_t 
                       stride_multiple(a.is_n, N, v) && stride_multiple(a.is_c, C, v) &&
                       stride_multiple(a.is_h, H, v);
       if (!ok) continue;
-      if (v == V) return launch_gemm<T, false, V, V>(a, m_tiles, groups, stream);
-      if (v == V / 2) return launch_gemm<T, false, V / 2, V>(a, m_tiles, groups, stream);
+      if (v == V) return launch_gemm<T, false, V, V>(a, m_tiles, groups, split, stream);
+      if (v == V / 2) return launch_gemm<T, false, V / 2, V>(a, m_tiles, groups, split, stream);
       if constexpr (V >= 8) {
-        if (v == V / 4) return launch_gemm<T, false, V / 4, V>(a, m_tiles, groups, stream);
+        if (v == V / 4) return launch_gemm<T, false, V / 4, V>(a, m_tiles, groups, split, stream);
       }
     }
   }
-  return launch_gemm<T, false, 1, 1>(a, m_tiles, groups, stream);
+  return launch_gemm<T, false, 1, 1>(a, m_tiles, groups, split, stream);
 }
 
 template <typename T>
@@ -693,11 +818,12 @@ cudaError_t launch_padding(const ConvTranspose2dParams& p, cudaStream_t stream) 
 }
 
 template <typename T>
-cudaError_t launch_typed(const ConvTranspose2dParams& p, cudaStream_t stream) {
+cudaError_t launch_typed(const ConvTranspose2dParams& p, const void* tap_major_weight, bool split,
+                         cudaStream_t stream) {
   const int KH = p.ph_h.kernel, KW = p.ph_w.kernel;
   GemmArgs a;
   a.in = p.input;
-  a.wt = p.weight;
+  a.wt = tap_major_weight != nullptr ? tap_major_weight : p.weight;
   a.bias = p.bias;
   a.out = p.output;
   a.epi = p.epi;
@@ -734,11 +860,16 @@ cudaError_t launch_typed(const ConvTranspose2dParams& p, cudaStream_t stream) {
       a.pair_store = even_rest && os[1] == 1 && p.out_per_group % 2 == 0 &&
                      stride_multiple(os[3], p.out_w, 2);
     }
+    a.tap_major = tap_major_weight != nullptr;
+    constexpr int V = 16 / (int)sizeof(T);
+    a.vec_store = a.tap_major && p.out_channels_last && os[1] == 1 && p.out_per_group % V == 0 &&
+                  ptr_aligned(p.output, 16) && stride_multiple(os[0], p.batch, V) &&
+                  stride_multiple(os[2], p.out_h, V) && stride_multiple(os[3], p.out_w, V);
   }
 
   if (a.M > 0 && a.ncol > 0) {
     const int64_t m_tiles = (a.M + kBM - 1) / kBM;
-    const cudaError_t err = dispatch<T>(p, a, m_tiles, stream);
+    const cudaError_t err = dispatch<T>(p, a, m_tiles, split, stream);
     if (err != cudaSuccess) return err;
   }
   return launch_padding<T>(p, stream);
@@ -746,13 +877,11 @@ cudaError_t launch_typed(const ConvTranspose2dParams& p, cudaStream_t stream) {
 
 }  // namespace
 
-bool gemm_kxs_supports(const ConvTranspose2dParams& p, ScalarKind kind, bool allow_tf32) {
+bool gemm_kxs_supports(const ConvTranspose2dParams& p, ScalarKind kind, bool tap_major) {
   switch (kind) {
     case ScalarKind::kFloat16:
-    case ScalarKind::kBFloat16: break;
-    case ScalarKind::kFloat32:
-      if (!allow_tf32) return false;  // no 3xTF32: exact fp32 goes to another kernel
-      break;
+    case ScalarKind::kBFloat16:
+    case ScalarKind::kFloat32: break;  // TF32, or 3xTF32 without allow_tf32
     default: return false;
   }
   auto axis_ok = [](const AxisPhase& a, int64_t in, int64_t out) {
@@ -774,10 +903,11 @@ bool gemm_kxs_supports(const ConvTranspose2dParams& p, ScalarKind kind, bool all
   for (int i = 0; i < 4; ++i)
     if (p.in_stride[i] < 0 || p.w_stride[i] < 0 || p.out_stride[i] < 0) return false;
   // Weight must be contiguous [Cin, Cout/g, KH, KW]: B is then row-major with row length ncol.
+  // (A tap-major weight is a separate contiguous buffer by contract; p.weight is not read.)
   const int64_t ncol = p.out_per_group * KH * KW;
   const int64_t w_sizes[4] = {p.in_channels, p.out_per_group, KH, KW};
   const int64_t w_want[4] = {ncol, KH * KW, KW, 1};
-  for (int i = 0; i < 4; ++i)
+  for (int i = 0; i < 4 && !tap_major; ++i)
     if (w_sizes[i] > 1 && p.w_stride[i] != w_want[i]) return false;
   const int64_t M = p.batch * p.in_h * p.in_w;
   const int64_t m_tiles = (M + kBM - 1) / kBM;
@@ -788,13 +918,15 @@ bool gemm_kxs_supports(const ConvTranspose2dParams& p, ScalarKind kind, bool all
 }
 
 cudaError_t launch_conv_transpose2d_gemm_kxs(const ConvTranspose2dParams& p, ScalarKind kind,
-                                             bool allow_tf32, cudaStream_t stream) {
-  if (!gemm_kxs_supports(p, kind, allow_tf32)) return cudaErrorInvalidValue;
+                                             bool allow_tf32, const void* tap_major_weight,
+                                             cudaStream_t stream) {
+  if (!gemm_kxs_supports(p, kind, tap_major_weight != nullptr)) return cudaErrorInvalidValue;
   if (p.batch * p.out_channels * p.out_h * p.out_w == 0) return cudaSuccess;
   switch (kind) {
-    case ScalarKind::kFloat32: return launch_typed<float>(p, stream);
-    case ScalarKind::kFloat16: return launch_typed<__half>(p, stream);
-    case ScalarKind::kBFloat16: return launch_typed<__nv_bfloat16>(p, stream);
+    case ScalarKind::kFloat32: return launch_typed<float>(p, tap_major_weight, !allow_tf32, stream);
+    case ScalarKind::kFloat16: return launch_typed<__half>(p, tap_major_weight, false, stream);
+    case ScalarKind::kBFloat16:
+      return launch_typed<__nv_bfloat16>(p, tap_major_weight, false, stream);
   }
   return cudaErrorInvalidValue;
 }

@@ -30,7 +30,8 @@
 //
 // Packed weight (pack kernel, once per weight): per group, the B matrices of all phases in
 // row-major (rh, rw) order, each [taps_h*taps_w*Cin_pad rows][Np], Np = round_up(Cout_g, 8),
-// contiguous along oc (16-byte cp.async rows), zero in padded rows/columns, fp32 rounded to TF32.
+// contiguous along oc (16-byte cp.async rows), zero in padded rows/columns; fp32 is rounded to
+// TF32 when packed for the TF32 mode, kept at full fp32 for the 3xTF32 mode (same size).
 // Every tap lies in exactly one phase, so a group holds KH*KW*Cin_pad rows and phase (rh, rw)
 // starts at tap row  prefix_h(rh)*KW + taps_h(rh)*prefix_w(rw)  (prefix = taps of the earlier
 // phases of that axis): B[k, oc] = packed[((g*KH*KW + start)*Cin_pad + k)*Np + oc].
@@ -42,16 +43,19 @@
 // Tile BM x BN x 32 (configs 0-3) or 128 x 128 x 64 (config 4, 16-byte 16-bit A path only: a
 // stage holds two k tiles of 32, each at its own cursor position), multi-stage cp.async pipeline
 // whose loop body is branch-free (k tiles past the end are zero-filled); fp16/bf16 use ldmatrix +
-// mma.m16n8k16, fp32 uses mma.m16n8k8.tf32 (A rounded with cvt.rna at fragment load, B packed
-// pre-rounded); fp32 accumulate. The C tile is staged through shared memory so global stores run
-// along oc (channels_last output) or along m, i.e. along ow within a phase row (NCHW output).
+// mma.m16n8k16, fp32 with allow_tf32 uses mma.m16n8k8.tf32 (A rounded with cvt.rna at fragment
+// load, B packed pre-rounded), fp32 without it 3xTF32 (SPLIT: three m16n8k8.tf32 per product on
+// hi/lo halves split in registers, see split_tf32; products to ~fp32 precision; each k tile's
+// MMAs sum into their own accumulator, added to the running one with fp32 adds); fp32
+// accumulate. The C tile is staged through shared memory so global stores run along oc
+// (channels_last output) or along m, i.e. along ow within a phase row (NCHW output).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include <climits>
 #include <cstdint>
 
 #include "conv_transpose2d_gemm_phase.h"
+#include "conv_transpose2d_phase_common.cuh"
 #include "epilogue.cuh"
 #include "scalar_convert.cuh"
 #include "tensor_core_ptx.cuh"
@@ -61,12 +65,11 @@ namespace {
 
 using namespace tc;
 
-constexpr int kBK = 32;         // k tile, and the per-tap channel padding of the packed weight
-constexpr int kNPad = 8;        // packed Cout_g padding: 16-byte rows for every dtype
-constexpr int kMaxStride = 16;  // phase tables live in the kernel arguments (< 4 KiB)
-constexpr int kMaxPhases = kMaxStride * kMaxStride;
-constexpr int kRowPastM = INT_MIN / 2;  // phase row of GEMM rows past M: every bounds test fails
-constexpr int64_t kIndexLimit = (int64_t)1 << 31;
+// kBK (k tile = per-tap channel padding), kMaxStride, kMaxPhases, kRowPastM, kIndexLimit, the
+// per-axis phase table (AxisPlan, plan_axis), RowInfo, the k cursor (KCursor), the C staging
+// layout (CStaging) and host helpers are shared with gemm_phase_sm90:
+// conv_transpose2d_phase_common.cuh.
+constexpr int kNPad = 8;  // packed Cout_g padding: 16-byte rows for every dtype
 
 // ---------------------------------------------------------------------------------------------
 // Tile configurations: block tile BM x BN, warps WARPS_M x WARPS_N. A pipeline stage holds SUB
@@ -95,52 +98,8 @@ using Config128x128x64 = TileConfig<128, 128, 2, 4, 2, 2>;
 constexpr int kNumConfigs = 5;
 
 // ---------------------------------------------------------------------------------------------
-// Per-axis phase table (host-built; the kernels index it by phase).
-struct AxisPhaseInfo {
-  int taps;        // taps of the kernel that land on this phase
-  int off0;        // input offset of its first tap: in = phase index + off0 - t*in_step
-  int tap_prefix;  // taps of the phases before it (packed-weight order)
-  int rows;        // output coordinates of this phase inside [0, out_size)
-};
-
-struct AxisPlan {
-  AxisPhaseInfo ph[kMaxStride];
-  int stride;
-  int step;     // kernel index distance between consecutive taps of a phase
-  int in_step;  // input index decrease between consecutive taps of a phase
-};
-
-AxisPlan plan_axis(const AxisPhase& a, int64_t out_size) {
-  AxisPlan r{};
-  r.stride = a.stride;
-  int x = a.stride, y = a.dil;
-  while (y != 0) {
-    const int t = x % y;
-    x = y;
-    y = t;
-  }
-  r.step = a.stride / x;
-  r.in_step = a.dil / x;
-  for (int k = 0; k < a.kernel; ++k) {
-    const int64_t t = (int64_t)k * a.dil - a.pad;
-    const int ph = (int)(((t % a.stride) + a.stride) % a.stride);
-    // Taps are visited in increasing k, so the first one seen is the phase's first tap.
-    if (r.ph[ph].taps == 0) r.ph[ph].off0 = (int)((ph - t) / a.stride);
-    ++r.ph[ph].taps;
-  }
-  int prefix = 0;
-  for (int ph = 0; ph < a.stride; ++ph) {
-    r.ph[ph].tap_prefix = prefix;
-    prefix += r.ph[ph].taps;
-    r.ph[ph].rows = ph < out_size ? (int)((out_size - ph + a.stride - 1) / a.stride) : 0;
-  }
-  return r;
-}
-
-int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
-
-// ---------------------------------------------------------------------------------------------
 // Main kernel arguments. Offsets are 32-bit: gemm_phase_supports bounds every element offset.
+// The fields other than n_pad and is_c are Sm90Args' too (fill_shared_args sets them).
 struct PhaseArgs {
   const void* in;
   const void* packed;
@@ -164,21 +123,13 @@ struct PhaseArgs {
   uint16_t phase_rc[kMaxPhases];   // rh << 8 | rw of each launched phase
 };
 
-// One GEMM row of the block: where its input pixel and output pixel are.
-struct alignas(16) RowInfo {
-  uint32_t a_base;  // n*is_n + i*is_h + j*is_w mod 2^32 (+ the tap's offset = the pixel's offset)
-  int i, j;         // phase row / column (i = kRowPastM for rows past M)
-  int o_row;        // output offset of (n, oh, ow); unused past M
-};
-
 // ---------------------------------------------------------------------------------------------
 // Shared-memory geometry. Padding keeps ldmatrix (8 rows of 16 B) and the tf32 scalar fragment
 // loads free of bank conflicts:
 //   k-contiguous A rows ([m][k], channels_last input): 16 B of padding (80 B or 144 B rows);
 //   m/oc-contiguous rows (A [k][m] for NCHW input, B [k][oc]): 8 elements of padding, a row stride
 //     of 4 (16-bit) or 8 (fp32) mod 32 words.
-//   C staging [m][oc]: read along oc with 16-byte loads (row a multiple of 16 B) or read along m
-//     (an odd number of words per row: 32 consecutive rows hit 32 banks).
+//   C staging [m][oc]: CStaging (shared with gemm_phase_sm90).
 template <typename T, class Cfg, bool KMAJOR>
 struct Smem {
   static constexpr int kV = 16 / (int)sizeof(T);  // elements per 16 bytes
@@ -191,21 +142,38 @@ struct Smem {
   static constexpr int kStageBytes = kABytes + kBBytes;
   static constexpr int kStages = sizeof(T) == 4 || Cfg::kSub > 1 ? 3 : 4;
   static constexpr int kPipeBytes = kStages * kStageBytes;
-  static constexpr int kLdCn = Cfg::kBN + kV;
-  static constexpr int kLdCm = Cfg::kBN + (sizeof(T) == 4 ? 9 : 18);
-  static constexpr int kCBytes = Cfg::kBM * (kLdCm > kLdCn ? kLdCm : kLdCn) * (int)sizeof(T);
-  // rows[BM], col_aff[BN], col_off[BN]
-  static constexpr int kMetaBytes =
-      Cfg::kBM * (int)sizeof(RowInfo) + Cfg::kBN * (int)(sizeof(ChannelAffine) + sizeof(int));
-  static constexpr int kTotalBytes = kMetaBytes + (kPipeBytes > kCBytes ? kPipeBytes : kCBytes);
+  using C = CStaging<(int)sizeof(T), Cfg::kBM, Cfg::kBN>;  // reuses the pipeline buffers
+  static constexpr int kMetaBytes = block_tables_bytes(Cfg::kBM, Cfg::kBN);
+  static constexpr int kTotalBytes = kMetaBytes + (kPipeBytes > C::kBytes ? kPipeBytes : C::kBytes);
   static_assert(kABytes % 16 == 0 && kBBytes % 16 == 0 && kMetaBytes % 16 == 0, "alignment");
   static_assert((kLdA * sizeof(T)) % 16 == 0 && (kLdB * sizeof(T)) % 16 == 0, "row alignment");
-  static_assert((kLdCn * sizeof(T)) % 16 == 0 && (kLdCm * sizeof(T) / 4) % 2 == 1, "C rows");
 };
 
 template <typename T>
 __device__ __forceinline__ uint32_t load_bits16(const T* p) {
   return __ldg(reinterpret_cast<const unsigned short*>(p));
+}
+
+// 3xTF32 operand split of the fp32 value with bits x: x = hi + lo up to lo's own rounding, with
+// hi = tf32_rna(x) and lo = tf32_rna(x - hi) (the difference is exact in fp32: hi keeps x's top
+// 11 significant bits, so x - hi fits in 13). hi is rounded with integer ops: adding half a TF32
+// ulp to the magnitude bits and clearing the 13 dropped ones is round-to-nearest-away for every
+// finite and infinite x (the carry moves into the exponent as it should), two instructions where
+// cvt.rna also tests for NaN. A NaN x still gives lo = NaN (and an infinite x: inf - inf), so
+// non-finite inputs make NaN products.
+__device__ __forceinline__ void split_tf32(uint32_t x, uint32_t& hi, uint32_t& lo) {
+  hi = (x + 0x1000u) & 0xffffe000u;
+  lo = to_tf32(__uint_as_float(x) - __uint_as_float(hi));
+}
+
+// Launch-bounds blocks per SM: Cfg::kMinBlocks, except for 3xTF32 (SPLIT) with 64x32 warp tiles,
+// whose two accumulator sets (running and per k tile, 64 registers each) plus split fragments
+// need ~200 registers: there the most blocks that leave a thread 255 (64K registers per SM),
+// i.e. 1 of 256 threads (128x128), 2 of 128 (128x64). 32x32 warp tiles fit Cfg's bounds.
+template <class Cfg, bool SPLIT>
+constexpr int min_blocks_per_sm() {
+  if (!SPLIT || Cfg::kMT * Cfg::kNT * 4 < 64) return Cfg::kMinBlocks;
+  return 65536 / (Cfg::kThreads * 256) > 1 ? 65536 / (Cfg::kThreads * 256) : 1;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -214,8 +182,11 @@ __device__ __forceinline__ uint32_t load_bits16(const T* p) {
 // of channels (is_c == 1, aligned; the launcher proves it). Otherwise A is gathered per element:
 // fp32 with 4-byte cp.async, 16-bit types through registers (cp.async has no 2-byte form), the
 // loads issued before the MMAs of the previous tile and stored to shared memory after them.
-template <typename T, class Cfg, bool KMAJOR, bool VEC>
-__global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
+// SPLIT (T = float only): 3xTF32 (fp32 without allow_tf32; B packed at full fp32) instead of one
+// TF32 MMA per product; the other instantiations are untouched by it (with 64x32 warp tiles its
+// per-k-tile accumulator needs relaxed launch bounds: min_blocks_per_sm).
+template <typename T, class Cfg, bool KMAJOR, bool VEC, bool SPLIT>
+__global__ void __launch_bounds__(Cfg::kThreads, (min_blocks_per_sm<Cfg, SPLIT>()))
     conv_transpose2d_gemm_phase_kernel(const __grid_constant__ PhaseArgs p) {
   using S = Smem<T, Cfg, KMAJOR>;
   constexpr int BM = Cfg::kBM, BN = Cfg::kBN, kThreads = Cfg::kThreads;
@@ -226,6 +197,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   constexpr bool kRegA = sizeof(T) == 2 && !VEC;
   constexpr int kSub = Cfg::kSub;
   static_assert(kSub == 1 || (sizeof(T) == 2 && VEC), "deep stages: 16-byte 16-bit path only");
+  static_assert(!SPLIT || sizeof(T) == 4, "3xTF32 is an fp32 mode");
 
   extern __shared__ __align__(16) unsigned char smem[];
   RowInfo* rows = reinterpret_cast<RowInfo*>(smem);
@@ -245,7 +217,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   const int warp_n = warp % Cfg::kWarpsN;
   const int g = blockIdx.y;
 
-  // ---- This block's phase, m tile and n tile. ----
+  // ---- This block's phase, m tile and n tile (this section, the tables below and Epilogue 2
+  // are also gemm_phase_sm90's code: conv_transpose2d_phase_common.cuh says why not shared). ----
   const int bid = (int)blockIdx.x;
   int q = 0;
   for (int hi = p.num_phases; hi - q > 1;) {
@@ -299,25 +272,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   const int KT32 = ah.taps * aw.taps * (p.cin_pad / kBK);  // k tiles of 32
   const int KT = (KT32 + kSub - 1) / kSub;                   // pipeline stages to compute
   const T* in_g = in + g * p.cin_g * p.is_c;
-  int cur_c0 = 0, cur_tw = 0, cur_off_h = ah.off0, cur_off_w = aw.off0;
-  // Input offset of the cursor's (tap, channel block) relative to a row's a_base (mod 2^32).
-  auto cursor_a = [&]() {
-    return (uint32_t)cur_off_h * (uint32_t)p.is_h + (uint32_t)cur_off_w * (uint32_t)p.is_w +
-           (uint32_t)cur_c0 * (uint32_t)p.is_c;
-  };
-  uint32_t cur_a = cursor_a();
-  auto advance = [&]() {
-    cur_c0 += kBK;
-    const bool next_tap = cur_c0 >= p.cin_pad;
-    cur_c0 = next_tap ? 0 : cur_c0;
-    cur_tw += next_tap ? 1 : 0;
-    cur_off_w -= next_tap ? p.in_step_w : 0;
-    const bool next_row = cur_tw >= aw.taps;
-    cur_tw = next_row ? 0 : cur_tw;
-    cur_off_w = next_row ? aw.off0 : cur_off_w;
-    cur_off_h -= next_row ? p.in_step_h : 0;
-    cur_a = cursor_a();
-  };
+  KCursor<false> cur;
+  cur.start(p, ah, aw);
 
   // ---- A loader. A thread's chunks keep one k (or m) position and step through rows. ----
   // [m][k]: chunk = kVA consecutive channels of one row.  [k][m]: chunk = kVA consecutive rows.
@@ -331,8 +287,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   uint32_t a_regs[kRegA ? kAIters : 1];
   // The GEMM rows a thread loads are fixed for the whole k loop: the 16-byte path and the [k][m]
   // paths keep their (a_base, i, j) in registers; the element [m][k] paths (up to 16 rows) read
-  // them from shared memory per tile.
-  constexpr int kRowRegs = KMAJOR ? (VEC ? kAIters : 0) : kVA;
+  // them from shared memory per tile, and so does the 16-byte path in 3xTF32 mode (its split
+  // fragments need those registers: 128x128 spills otherwise).
+  constexpr int kRowRegs = KMAJOR ? (VEC && !SPLIT ? kAIters : 0) : kVA;
   RowInfo a_rows[kRowRegs > 0 ? kRowRegs : 1];
 #pragma unroll
   for (int it = 0; it < kRowRegs; ++it)
@@ -340,15 +297,15 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   // Input offset (from in_g, mod 2^32) of row `ri` at the cursor; exact when ok. ok is false when
   // the pixel is outside the input, or when `more` is false (a tile past the end: zero-filled).
   auto pixel = [&](const RowInfo& ri, bool more, bool& ok) -> uint32_t {
-    ok = more && (unsigned)(ri.i + cur_off_h) < (unsigned)p.in_h &&
-         (unsigned)(ri.j + cur_off_w) < (unsigned)p.in_w;
-    return ri.a_base + cur_a;
+    ok = more && (unsigned)(ri.i + cur.off_h) < (unsigned)p.in_h &&
+         (unsigned)(ri.j + cur.off_w) < (unsigned)p.in_w;
+    return ri.a_base + cur.a;
   };
 
   const uint32_t a_chan = (uint32_t)a_pos * (uint32_t)p.is_c;  // [m][k]: the chunk's channel
   auto load_a = [&](T* As, bool more) {
     if constexpr (KMAJOR) {
-      const int c = cur_c0 + a_pos;
+      const int c = cur.c0 + a_pos;
       // VEC: Cin_g % kV == 0, so a chunk is entirely inside or outside the group's channels.
       const bool c_ok = more && c < p.cin_g;
       // Register-staged chunks must unroll fully (a_regs[it] stays in registers); the many
@@ -387,7 +344,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
 #pragma unroll kUnroll
       for (int it = 0; it < kAIters; ++it) {
         const int kr = a_line0 + it * kALineStep;
-        const bool c_ok = cur_c0 + kr < p.cin_g;
+        const bool c_ok = cur.c0 + kr < p.cin_g;
         if constexpr (kRegA) {
           uint32_t lo = 0, hi = 0;
           if (c_ok) {
@@ -421,8 +378,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   const int b_line0 = tid / kBPerLine;
   const bool b_ok = n0 + b_col < p.n_pad;
   // This thread's first chunk of the phase's B; each tile moves kBK packed rows on.
-  const T* b_src = packed + ((g * p.khkw + ah.tap_prefix * p.kw + ah.taps * aw.tap_prefix) *
-                                 p.cin_pad + b_line0) * p.n_pad + (b_ok ? n0 + b_col : 0);
+  const T* b_src = packed + ((g * p.khkw + phase_first_tap(ah, aw, p.kw)) * p.cin_pad + b_line0) *
+                                p.n_pad + (b_ok ? n0 + b_col : 0);
   auto load_b = [&](T* Bs, bool more) {
     const bool ok = b_ok && more;
 #pragma unroll
@@ -447,7 +404,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
       const bool more = t * kSub + h < KT32;
       load_a(stage_a(stage) + (KMAJOR ? h * kBK : h * kBK * S::kLdA), more);
       load_b(stage_b(stage) + h * kBK * S::kLdB, more);
-      advance();
+      cur.advance(p, aw);
     }
   };
 
@@ -467,7 +424,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
   //   A [k][m] (.trans): matrix i = (k block i/2, m block i%2) -> a0..a3.
   //   B [k][n] (.trans): matrix i = (k block i%2, n block i/2) -> b0,b1 of n8 tile 0, then 1.
   // mma.m16n8k8.tf32: a0 = (g, t), a1 = (g+8, t), a2 = (g, t+4), a3 = (g+8, t+4);
-  //   b0 = (k t, col g), b1 = (k t+4, col g). Scalar LDS.
+  //   b0 = (k t, col g), b1 = (k t+4, col g). Scalar LDS. SPLIT fragments hold raw fp32 bits
+  //   (split in mma_frag, so only the fragments being multiplied exist as hi/lo pairs).
   const int fg = lane >> 2, ft = lane & 3;
   constexpr int kKSteps = S::kBKS / (sizeof(T) == 2 ? 16 : 8);
   struct Frag {
@@ -504,40 +462,74 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
       const T* As = stage_a(stage);
       const T* Bs = stage_b(stage);
       const int k = ks * 8 + ft;
+      // TF32: A rounded here. SPLIT: raw bits, split in mma_frag.
+      auto a_val = [](float x) -> uint32_t {
+        if constexpr (SPLIT) return __float_as_uint(x); else return to_tf32(x);
+      };
 #pragma unroll
       for (int mt = 0; mt < kMT; ++mt) {
         const int r = warp_m * Cfg::kWM + mt * 16 + fg;
         if constexpr (KMAJOR) {
-          f.a[mt][0] = to_tf32(As[r * S::kLdA + k]);
-          f.a[mt][1] = to_tf32(As[(r + 8) * S::kLdA + k]);
-          f.a[mt][2] = to_tf32(As[r * S::kLdA + k + 4]);
-          f.a[mt][3] = to_tf32(As[(r + 8) * S::kLdA + k + 4]);
+          f.a[mt][0] = a_val(As[r * S::kLdA + k]);
+          f.a[mt][1] = a_val(As[(r + 8) * S::kLdA + k]);
+          f.a[mt][2] = a_val(As[r * S::kLdA + k + 4]);
+          f.a[mt][3] = a_val(As[(r + 8) * S::kLdA + k + 4]);
         } else {
-          f.a[mt][0] = to_tf32(As[k * S::kLdA + r]);
-          f.a[mt][1] = to_tf32(As[k * S::kLdA + r + 8]);
-          f.a[mt][2] = to_tf32(As[(k + 4) * S::kLdA + r]);
-          f.a[mt][3] = to_tf32(As[(k + 4) * S::kLdA + r + 8]);
+          f.a[mt][0] = a_val(As[k * S::kLdA + r]);
+          f.a[mt][1] = a_val(As[k * S::kLdA + r + 8]);
+          f.a[mt][2] = a_val(As[(k + 4) * S::kLdA + r]);
+          f.a[mt][3] = a_val(As[(k + 4) * S::kLdA + r + 8]);
         }
       }
 #pragma unroll
       for (int nt = 0; nt < kNT; ++nt) {
         const int c = warp_n * Cfg::kWN + nt * 8 + fg;
-        f.b[nt][0] = __float_as_uint(Bs[k * S::kLdB + c]);  // packed pre-rounded to TF32
+        // Packed pre-rounded to TF32 (TF32 mode) or at full fp32 (SPLIT).
+        f.b[nt][0] = __float_as_uint(Bs[k * S::kLdB + c]);
         f.b[nt][1] = __float_as_uint(Bs[(k + 4) * S::kLdB + c]);
       }
     }
   };
+  // MMAs of one k-step: into acc, or in SPLIT mode into the k tile's own accumulator `part`.
+  float part[SPLIT ? kMT : 1][SPLIT ? kNT : 1][4];
   auto mma_frag = [&](const Frag& f) {
-#pragma unroll
-    for (int mt = 0; mt < kMT; ++mt)
+    if constexpr (SPLIT) {
+      // 3xTF32: a*b ~ a_lo*b_hi + a_hi*b_lo + a_hi*b_hi (split_tf32), dropping only a_lo*b_lo
+      // (~2^-22 relative) and lo's rounding: products to about fp32 precision (the sum still
+      // rounds in the fp32 accumulator, once per MMA). The small terms go first, into the same
+      // accumulator: added after this k-step's ~2^11x larger hi*hi term they would be aligned to
+      // (and truncated at) its exponent in the tensor core's adder, losing bits while the sum is
+      // still small. B is split once per k-step, A once per m16 tile (fewer live hi/lo).
+      uint32_t b_hi[kNT][2], b_lo[kNT][2];
 #pragma unroll
       for (int nt = 0; nt < kNT; ++nt) {
-        if constexpr (sizeof(T) == 2) {
-          mma_16816<T>(acc[mt][nt], f.a[mt], f.b[nt]);
-        } else {
-          mma_1688_tf32(acc[mt][nt], f.a[mt], f.b[nt]);
+        split_tf32(f.b[nt][0], b_hi[nt][0], b_lo[nt][0]);
+        split_tf32(f.b[nt][1], b_hi[nt][1], b_lo[nt][1]);
+      }
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt) {
+        uint32_t a_hi[4], a_lo[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) split_tf32(f.a[mt][i], a_hi[i], a_lo[i]);
+#pragma unroll
+        for (int nt = 0; nt < kNT; ++nt) {
+          mma_1688_tf32(part[mt][nt], a_lo, b_hi[nt]);
+          mma_1688_tf32(part[mt][nt], a_hi, b_lo[nt]);
+          mma_1688_tf32(part[mt][nt], a_hi, b_hi[nt]);
         }
       }
+    } else {
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < kNT; ++nt) {
+          if constexpr (sizeof(T) == 2) {
+            mma_16816<T>(acc[mt][nt], f.a[mt], f.b[nt]);
+          } else {
+            mma_1688_tf32(acc[mt][nt], f.a[mt], f.b[nt]);
+          }
+        }
+    }
   };
 
   // ---- Multi-stage pipeline: tile kt+kStages-1 is in flight while tile kt is computed. ----
@@ -562,10 +554,30 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     issue_tile(wr, kt + kStages - 1);
     cp_async_commit();
     if constexpr (kRegA) load_frag(rd, 0, f[0]);
+    if constexpr (SPLIT) {
+      // The k tile's 12 MMAs per output fragment go into a fresh accumulator, added to acc with
+      // fp32 (round-to-nearest) adds below: tensor cores are reported to truncate their fp32
+      // sums, which over a long reduction grows to many times fp32's error; confined to one
+      // 32-deep k tile it stays below it (fp32 has one stage per k tile: kSub == 1).
+#pragma unroll
+      for (int i = 0; i < kMT; ++i)
+#pragma unroll
+        for (int j = 0; j < kNT; ++j)
+#pragma unroll
+          for (int r = 0; r < 4; ++r) part[i][j][r] = 0.f;
+    }
 #pragma unroll
     for (int ks = 0; ks < kKSteps; ++ks) {
       if (ks + 1 < kKSteps) load_frag(rd, ks + 1, f[(ks + 1) & 1]);
       mma_frag(f[ks & 1]);
+    }
+    if constexpr (SPLIT) {
+#pragma unroll
+      for (int i = 0; i < kMT; ++i)
+#pragma unroll
+        for (int j = 0; j < kNT; ++j)
+#pragma unroll
+          for (int r = 0; r < 4; ++r) acc[i][j][r] += part[i][j][r];
     }
     if constexpr (kRegA) store_a_regs(stage_a(wr));
     rd = rd == kStages - 1 ? 0 : rd + 1;
@@ -576,7 +588,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
 
   // ---- Epilogue 1: fragments -> epilogue -> one rounding -> shared C tile [m][oc]. ----
   T* Cs = reinterpret_cast<T*>(pipe);
-  const int ldc = p.out_along_n ? S::kLdCn : S::kLdCm;
+  const int ldc = p.out_along_n ? S::C::kLdN : S::C::kLdM;
 #pragma unroll
   for (int mt = 0; mt < kMT; ++mt) {
 #pragma unroll
@@ -648,15 +660,10 @@ struct PackArgs {
   int64_t ws[4];  // weight strides: cin, cout/g, kh, kw
   int cin_g, cout_g, cin_pad, n_pad, kh, kw;
   int pad_h, pad_w, dil_h, dil_w;
-  bool round_tf32;
+  bool round_tf32;  // TF32 mode; the 3xTF32 mode keeps full fp32 (split in the kernel)
   int64_t total;
   AxisPlan h, w_axis;
 };
-
-__device__ __forceinline__ int phase_of(int k, int dil, int pad, int stride) {
-  const int t = (k * dil - pad) % stride;
-  return t < 0 ? t + stride : t;
-}
 
 template <typename T>
 __global__ void __launch_bounds__(256)
@@ -695,19 +702,6 @@ __global__ void __launch_bounds__(256)
 
 // ---------------------------------------------------------------------------------------------
 // Host side.
-bool stride_multiple(int64_t stride, int64_t size, int64_t v) {
-  return size <= 1 || stride % v == 0;
-}
-bool ptr_aligned(const void* ptr, int64_t bytes) {
-  return reinterpret_cast<uintptr_t>(ptr) % (uintptr_t)bytes == 0;
-}
-
-// Largest element offset of a 4-D tensor (-1 when it is empty).
-int64_t max_offset(const int64_t* stride, int64_t n, int64_t c, int64_t h, int64_t w) {
-  if (n <= 0 || c <= 0 || h <= 0 || w <= 0) return -1;
-  return (n - 1) * stride[0] + (c - 1) * stride[1] + (h - 1) * stride[2] + (w - 1) * stride[3];
-}
-
 struct PackGeometry {
   int64_t cin_pad, n_pad, elements;
 };
@@ -748,36 +742,14 @@ int pick_config(const ConvTranspose2dParams& p, const AxisPlan& h, const AxisPla
   return 2;
 }
 
-template <typename T, class Cfg, bool KMAJOR, bool VEC>
+template <typename T, class Cfg, bool KMAJOR, bool VEC, bool SPLIT>
 cudaError_t launch_main(PhaseArgs& a, const ConvTranspose2dParams& p, const AxisPlan& h,
                         const AxisPlan& w, cudaStream_t stream) {
   using S = Smem<T, Cfg, KMAJOR>;
-  a.n_tiles = (int)((p.out_per_group + Cfg::kBN - 1) / Cfg::kBN);
-  // Launch order: phases with output pixels, most taps first (stable: ties in (rh, rw) order).
-  int order[kMaxPhases];
-  int count = 0;
-  for (int rh = 0; rh < h.stride; ++rh)
-    for (int rw = 0; rw < w.stride; ++rw)
-      if (h.ph[rh].rows > 0 && w.ph[rw].rows > 0) order[count++] = rh << 8 | rw;
-  auto taps_of = [&](int rc) { return h.ph[rc >> 8].taps * w.ph[rc & 0xff].taps; };
-  for (int x = 1; x < count; ++x)  // insertion sort, descending taps
-    for (int y = x; y > 0 && taps_of(order[y - 1]) < taps_of(order[y]); --y) {
-      const int t = order[y];
-      order[y] = order[y - 1];
-      order[y - 1] = t;
-    }
-  int64_t tiles = 0;
-  for (int q = 0; q < count; ++q) {
-    a.tile_begin[q] = (int)tiles;
-    a.phase_rc[q] = (uint16_t)order[q];
-    const int64_t m = p.batch * h.ph[order[q] >> 8].rows * w.ph[order[q] & 0xff].rows;
-    tiles += (m + Cfg::kBM - 1) / Cfg::kBM * a.n_tiles;
-  }
-  a.tile_begin[count] = (int)tiles;
-  a.num_phases = count;
+  const int64_t tiles = schedule_phases(a, p, h, w, Cfg::kBM, Cfg::kBN);
   if (tiles == 0) return cudaSuccess;
 
-  auto kernel = conv_transpose2d_gemm_phase_kernel<T, Cfg, KMAJOR, VEC>;
+  auto kernel = conv_transpose2d_gemm_phase_kernel<T, Cfg, KMAJOR, VEC, SPLIT>;
   // Above 48 KiB of dynamic shared memory needs the opt-in (per device; cheap to repeat).
   const cudaError_t err =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, S::kTotalBytes);
@@ -790,80 +762,47 @@ cudaError_t launch_main(PhaseArgs& a, const ConvTranspose2dParams& p, const Axis
 // Picks the A load path: 16-byte channel chunks when the input is channels_last with aligned
 // pixels and Cin_g % 16B == 0; otherwise per-element gathers into [m][k] or [k][m] tiles,
 // whichever layout keeps consecutive threads on consecutive input addresses.
-template <typename T, class Cfg>
+template <typename T, class Cfg, bool SPLIT>
 cudaError_t dispatch_a(PhaseArgs& a, const ConvTranspose2dParams& p, const AxisPlan& h,
                        const AxisPlan& w, cudaStream_t stream) {
   constexpr int V = 16 / (int)sizeof(T);
   const int64_t* is = p.in_stride;
   const bool kmajor = is[1] == 1 || (is[3] != 1 && is[1] <= is[3]);
   using Shallow = typename Cfg::Shallow;  // Cfg itself unless it has deep stages
-  if (!kmajor) return launch_main<T, Shallow, false, false>(a, p, h, w, stream);
+  if (!kmajor) return launch_main<T, Shallow, false, false, SPLIT>(a, p, h, w, stream);
   const bool vec = is[1] == 1 && p.in_per_group % V == 0 && ptr_aligned(p.input, 16) &&
                    stride_multiple(is[0], p.batch, V) && stride_multiple(is[2], p.in_h, V) &&
                    stride_multiple(is[3], p.in_w, V);
-  if (!vec) return launch_main<T, Shallow, true, false>(a, p, h, w, stream);
+  if (!vec) return launch_main<T, Shallow, true, false, SPLIT>(a, p, h, w, stream);
   if constexpr (Cfg::kSub > 1 && sizeof(T) == 2) {
     int device = 0, optin = 0;
     if (cudaGetDevice(&device) == cudaSuccess &&
         cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) ==
             cudaSuccess &&
         optin >= Smem<T, Cfg, true>::kTotalBytes) {
-      return launch_main<T, Cfg, true, true>(a, p, h, w, stream);
+      return launch_main<T, Cfg, true, true, SPLIT>(a, p, h, w, stream);
     }
   }
-  return launch_main<T, Shallow, true, true>(a, p, h, w, stream);
+  return launch_main<T, Shallow, true, true, SPLIT>(a, p, h, w, stream);
 }
 
-template <typename T>
+template <typename T, bool SPLIT>
 cudaError_t launch_typed(const ConvTranspose2dParams& p, const void* packed, int config,
                          cudaStream_t stream) {
-  constexpr int V = 16 / (int)sizeof(T);
   const AxisPlan h = plan_axis(p.ph_h, p.out_h);
   const AxisPlan w = plan_axis(p.ph_w, p.out_w);
   const PackGeometry geo = pack_geometry(p);
   PhaseArgs a{};
-  a.in = p.input;
-  a.packed = packed;
-  a.bias = p.bias;
-  a.out = p.output;
-  a.epi = p.epi;
-  a.batch = (int)p.batch;
-  a.in_h = (int)p.in_h;
-  a.in_w = (int)p.in_w;
-  a.cin_g = (int)p.in_per_group;
-  a.cout_g = (int)p.out_per_group;
-  a.cin_pad = (int)geo.cin_pad;
+  fill_shared_args<T>(a, p, packed, h, w, geo.cin_pad);
   a.n_pad = (int)geo.n_pad;
-  a.kw = p.ph_w.kernel;
-  a.khkw = p.ph_h.kernel * p.ph_w.kernel;
-  a.sh = p.ph_h.stride;
-  a.sw = p.ph_w.stride;
-  a.in_step_h = h.in_step;
-  a.in_step_w = w.in_step;
-  a.is_n = (int)p.in_stride[0];
   a.is_c = (int)p.in_stride[1];
-  a.is_h = (int)p.in_stride[2];
-  a.is_w = (int)p.in_stride[3];
-  a.os_n = (int)p.out_stride[0];
-  a.os_c = (int)p.out_stride[1];
-  a.os_h = (int)p.out_stride[2];
-  a.os_w = (int)p.out_stride[3];
-  const int64_t* os = p.out_stride;
-  a.out_along_n = os[1] < os[3];
-  a.out_vec = a.out_along_n && os[1] == 1 && p.out_per_group % V == 0 &&
-              ptr_aligned(p.output, 16) && stride_multiple(os[0], p.batch, V) &&
-              stride_multiple(os[2], p.out_h, V) && stride_multiple(os[3], p.out_w, V);
-  for (int r = 0; r < kMaxStride; ++r) {
-    a.ph_h[r] = h.ph[r];
-    a.ph_w[r] = w.ph[r];
-  }
   if (config < 0) config = pick_config(p, h, w);
   switch (config) {
-    case 0: return dispatch_a<T, Config128x128>(a, p, h, w, stream);
-    case 1: return dispatch_a<T, Config128x64>(a, p, h, w, stream);
-    case 2: return dispatch_a<T, Config64x64>(a, p, h, w, stream);
-    case 3: return dispatch_a<T, Config128x32>(a, p, h, w, stream);
-    case 4: return dispatch_a<T, Config128x128x64>(a, p, h, w, stream);
+    case 0: return dispatch_a<T, Config128x128, SPLIT>(a, p, h, w, stream);
+    case 1: return dispatch_a<T, Config128x64, SPLIT>(a, p, h, w, stream);
+    case 2: return dispatch_a<T, Config64x64, SPLIT>(a, p, h, w, stream);
+    case 3: return dispatch_a<T, Config128x32, SPLIT>(a, p, h, w, stream);
+    case 4: return dispatch_a<T, Config128x128x64, SPLIT>(a, p, h, w, stream);
   }
   return cudaErrorInvalidValue;
 }
@@ -873,26 +812,10 @@ cudaError_t launch_pack(const ConvTranspose2dParams& p, bool round_tf32, void* p
                         cudaStream_t stream) {
   const PackGeometry geo = pack_geometry(p);
   PackArgs a{};
-  a.w = p.weight;
-  a.packed = packed;
-  for (int i = 0; i < 4; ++i) a.ws[i] = p.w_stride[i];
-  a.cin_g = (int)p.in_per_group;
-  a.cout_g = (int)p.out_per_group;
-  a.cin_pad = (int)geo.cin_pad;
+  fill_shared_pack_args(a, p, packed, geo.cin_pad, geo.elements);
   a.n_pad = (int)geo.n_pad;
-  a.kh = p.ph_h.kernel;
-  a.kw = p.ph_w.kernel;
-  a.pad_h = p.ph_h.pad;
-  a.pad_w = p.ph_w.pad;
-  a.dil_h = p.ph_h.dil;
-  a.dil_w = p.ph_w.dil;
   a.round_tf32 = round_tf32;
-  a.total = geo.elements;
-  a.h = plan_axis(p.ph_h, p.out_h);
-  a.w_axis = plan_axis(p.ph_w, p.out_w);
-  const int64_t blocks = (a.total + 255) / 256;
-  const unsigned grid = (unsigned)(blocks < 65536 ? blocks : 65536);
-  gemm_phase_pack_weight_kernel<T><<<grid, 256, 0, stream>>>(a);
+  gemm_phase_pack_weight_kernel<T><<<pack_grid(a.total), 256, 0, stream>>>(a);
   return cudaGetLastError();
 }
 
@@ -902,17 +825,10 @@ bool gemm_phase_supports(const ConvTranspose2dParams& p, ScalarKind kind, bool a
   switch (kind) {
     case ScalarKind::kFloat16:
     case ScalarKind::kBFloat16: break;
-    case ScalarKind::kFloat32:
-      if (!allow_tf32) return false;  // exact fp32 needs 3xTF32 (not here)
-      break;
+    case ScalarKind::kFloat32: break;  // TF32, or 3xTF32 without allow_tf32
     default: return false;
   }
-  // Tap offsets and phase indices stay far from int overflow.
-  auto axis_ok = [](const AxisPhase& a) {
-    return a.stride >= 1 && a.stride <= kMaxStride && a.dil >= 1 && a.pad >= 0 && a.kernel >= 1 &&
-           (int64_t)a.dil * a.kernel + a.pad < (1 << 24);
-  };
-  if (!axis_ok(p.ph_h) || !axis_ok(p.ph_w)) return false;
+  if (!axis_supported(p.ph_h) || !axis_supported(p.ph_w)) return false;
   if (p.groups < 1 || p.groups > 65535 || p.batch < 0 || p.in_h < 0 || p.in_w < 0) return false;
   if (p.out_h < 0 || p.out_w < 0 || p.in_h >= (1 << 30) || p.in_w >= (1 << 30)) return false;
   if (p.in_per_group < 0 || p.out_per_group < 0) return false;
@@ -922,17 +838,9 @@ bool gemm_phase_supports(const ConvTranspose2dParams& p, ScalarKind kind, bool a
     if (p.in_stride[i] < 0 || p.w_stride[i] < 0 || p.out_stride[i] < 0) return false;
   // 32-bit element offsets everywhere (and GEMM rows / tile counts of a phase).
   const int64_t KH = p.ph_h.kernel, KW = p.ph_w.kernel;
-  if (max_offset(p.in_stride, p.batch, p.in_channels, p.in_h, p.in_w) >= kIndexLimit) return false;
   if (max_offset(p.w_stride, p.in_channels, p.out_per_group, KH, KW) >= kIndexLimit) return false;
-  if (max_offset(p.out_stride, p.batch, p.out_channels, p.out_h, p.out_w) >= kIndexLimit)
-    return false;
   if (pack_geometry(p).elements >= kIndexLimit) return false;
-  const int64_t pixels = p.batch * p.out_h * p.out_w;
-  if (pixels >= kIndexLimit - 256) return false;
-  // Grid: every config has BM >= 64 and BN >= 32; at most kMaxPhases partial m tiles.
-  if ((pixels / 64 + kMaxPhases) * ((p.out_per_group + 31) / 32) >= kIndexLimit) return false;
-  if (p.output == nullptr && pixels * p.out_channels > 0) return false;
-  return true;
+  return io_fits_index_limit(p);
 }
 
 int gemm_phase_num_configs() { return kNumConfigs; }
@@ -962,9 +870,12 @@ cudaError_t launch_conv_transpose2d_gemm_phase(const ConvTranspose2dParams& p, S
   if (p.batch * p.out_channels * p.out_h * p.out_w == 0) return cudaSuccess;
   if (packed == nullptr && pack_geometry(p).elements > 0) return cudaErrorInvalidValue;
   switch (kind) {
-    case ScalarKind::kFloat32: return launch_typed<float>(p, packed, config, stream);
-    case ScalarKind::kFloat16: return launch_typed<__half>(p, packed, config, stream);
-    case ScalarKind::kBFloat16: return launch_typed<__nv_bfloat16>(p, packed, config, stream);
+    case ScalarKind::kFloat32:
+      return allow_tf32 ? launch_typed<float, false>(p, packed, config, stream)
+                        : launch_typed<float, true>(p, packed, config, stream);
+    case ScalarKind::kFloat16: return launch_typed<__half, false>(p, packed, config, stream);
+    case ScalarKind::kBFloat16:
+      return launch_typed<__nv_bfloat16, false>(p, packed, config, stream);
   }
   return cudaErrorInvalidValue;
 }

@@ -113,6 +113,13 @@ __device__ __forceinline__ uint32_t to_tf32(float x) {
   return r;
 }
 
+// 3xTF32 operand split: x = hi + lo exactly up to lo's own rounding, hi = tf32(x) and
+// lo = tf32(x - hi) (the difference is exact in fp32: hi keeps x's top 11 significant bits).
+__device__ __forceinline__ void tf32_hi_lo(float x, uint32_t& hi, uint32_t& lo) {
+  hi = to_tf32(x);
+  lo = to_tf32(x - __uint_as_float(hi));
+}
+
 // One chunk of V consecutive elements global -> shared, zero-filling past `valid` elements.
 // 16-bit elements one at a time cannot use cp.async (4 bytes minimum): plain load + store.
 template <typename T, int V>

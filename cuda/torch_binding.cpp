@@ -8,6 +8,8 @@
 
 #include "conv_transpose2d_gemm_kxs.h"
 #include "conv_transpose2d_gemm_phase.h"
+#include "conv_transpose2d_gemm_phase_sm90.h"
+#include "conv_transpose2d_grouped.h"
 #include "conv_transpose2d_params.h"
 
 namespace deconv_patch {
@@ -56,29 +58,38 @@ void fill_weight_params(ConvTranspose2dParams& p, const at::Tensor& weight, at::
 
 }  // namespace
 
-// The weight re-laid-out for `variant` (only "gemm_phase" packs). Depends on the weight and the
-// hyperparameters only; deconv_patch/packed_weights.py caches it per weight version.
+// The weight re-laid-out for `variant`: "gemm_phase" and "gemm_phase_sm90" pack into their
+// tile layouts; "gemm_kxs" (its tap-major config) takes [Cin, KH*KW, Cout/g]. Depends on the
+// weight and the hyperparameters only; deconv_patch/packed_weights.py caches it per version.
 at::Tensor pack_weight(const std::string& variant, const at::Tensor& weight,
                        at::IntArrayRef stride, at::IntArrayRef padding,
                        at::IntArrayRef output_padding, at::IntArrayRef dilation, int64_t groups,
                        bool allow_tf32) {
-  TORCH_CHECK(variant == "gemm_phase", "deconv_patch: variant ", variant, " reads no packed weight");
-  TORCH_CHECK(weight.is_cuda(), "deconv_patch: weight must be a CUDA tensor");
+  TORCH_CHECK(variant == "gemm_phase" || variant == "gemm_phase_sm90" || variant == "gemm_kxs",
+              "deconv_patch: variant ", variant, " reads no packed weight");
+  TORCH_CHECK(weight.is_cuda() && weight.dim() == 4, "deconv_patch: weight must be a 4-D CUDA tensor");
   (void)output_padding;
   const ScalarKind kind = scalar_kind(weight);
   const c10::cuda::CUDAGuard guard(weight.device());
+  if (variant == "gemm_kxs") return weight.flatten(2).transpose(1, 2).contiguous();
   ConvTranspose2dParams p;
   fill_weight_params(p, weight, stride, padding, dilation, groups);
-  const int64_t bytes = gemm_phase_packed_weight_bytes(p, kind);
+  const bool sm90 = variant == "gemm_phase_sm90";
+  const int64_t bytes = sm90 ? gemm_phase_sm90_packed_weight_bytes(p, kind)
+                             : gemm_phase_packed_weight_bytes(p, kind);
   at::Tensor packed = at::empty({bytes}, weight.options().dtype(at::kByte));
-  const cudaError_t err = launch_gemm_phase_pack_weight(
-      p, kind, allow_tf32, packed.data_ptr(), c10::cuda::getCurrentCUDAStream().stream());
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream().stream();
+  const cudaError_t err =
+      sm90 ? launch_gemm_phase_sm90_pack_weight(p, kind, allow_tf32, packed.data_ptr(), stream)
+           : launch_gemm_phase_pack_weight(p, kind, allow_tf32, packed.data_ptr(), stream);
   TORCH_CHECK(err == cudaSuccess, "deconv_patch: weight packing failed: ", cudaGetErrorString(err));
   return packed;
 }
 
-// Runs one kernel variant ("direct", "gemm_kxs" or "gemm_phase") with the fused epilogue in
-// (scale, shift, activation); the planner (Python) has chosen the variant.
+// Runs one kernel variant ("direct", "grouped", "gemm_kxs", "gemm_phase" or "gemm_phase_sm90")
+// with the fused epilogue in (scale, shift, activation); the planner (Python) has chosen it.
+// config: gemm_phase's tile config (-1: the kernel's choice); for gemm_kxs 1 selects tap-major
+// columns, whose weight comes from pack_weight("gemm_kxs", ...) in `packed`.
 at::Tensor conv_transpose2d_forward(const std::string& variant, const at::Tensor& input,
                                     const at::Tensor& weight,
                                     const c10::optional<at::Tensor>& bias, at::IntArrayRef stride,
@@ -138,9 +149,9 @@ at::Tensor conv_transpose2d_forward(const std::string& variant, const at::Tensor
   ConvTranspose2dParams p;
   // gemm_phase gathers its A operand 16 bytes at a time only from channels_last input; for
   // 16-bit NCHW input one re-layout pass (input is the smallest tensor of an up-sampling layer)
-  // is cheaper than 2-byte gathers inside the GEMM.
+  // is cheaper than 2-byte gathers inside the GEMM. gemm_phase_sm90 reads only such input.
   at::Tensor x = input;
-  if (variant == "gemm_phase" && kind != ScalarKind::kFloat32 &&
+  if ((variant == "gemm_phase" || variant == "gemm_phase_sm90") && kind != ScalarKind::kFloat32 &&
       !input.is_contiguous(at::MemoryFormat::ChannelsLast) && (input.size(1) / groups) % 8 == 0) {
     x = input.contiguous(at::MemoryFormat::ChannelsLast);
   }
@@ -173,19 +184,44 @@ at::Tensor conv_transpose2d_forward(const std::string& variant, const at::Tensor
 
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream().stream();
   cudaError_t err;
+  // A packed weight of the right size, dtype and device (pack_weight's output for this call).
+  auto check_packed = [&](int64_t bytes) {
+    TORCH_CHECK(packed.has_value() && packed->defined() && packed->is_cuda() &&
+                    packed->device() == input.device() && packed->is_contiguous() &&
+                    packed->numel() * packed->element_size() == bytes,
+                "deconv_patch: ", variant, " needs the packed weight from pack_weight()");
+  };
   if (variant == "direct") {
     err = launch_conv_transpose2d_direct(p, kind, stream);
+  } else if (variant == "grouped") {
+    TORCH_CHECK(grouped_supports(p, kind),
+                "deconv_patch: the grouped kernel does not support this call");
+    err = launch_conv_transpose2d_grouped(p, kind, stream);
   } else if (variant == "gemm_kxs") {
-    TORCH_CHECK(gemm_kxs_supports(p, kind, allow_tf32),
+    TORCH_CHECK(config >= -1 && config <= 1, "deconv_patch: gemm_kxs has no config ", config);
+    const bool tap_major = config == 1;
+    TORCH_CHECK(gemm_kxs_supports(p, kind, tap_major),
                 "deconv_patch: the gemm_kxs kernel does not support this call");
-    err = launch_conv_transpose2d_gemm_kxs(p, kind, allow_tf32, stream);
+    const void* tap_major_weight = nullptr;
+    if (tap_major) {
+      check_packed(weight.numel() * weight.element_size());
+      TORCH_CHECK(packed->scalar_type() == weight.scalar_type(),
+                  "deconv_patch: gemm_kxs's tap-major weight has the weight's dtype");
+      tap_major_weight = packed->data_ptr();
+    }
+    err = launch_conv_transpose2d_gemm_kxs(p, kind, allow_tf32, tap_major_weight, stream);
+  } else if (variant == "gemm_phase_sm90") {
+    TORCH_CHECK(gemm_phase_sm90_supports(p, kind, allow_tf32),
+                "deconv_patch: the gemm_phase_sm90 kernel does not support this call");
+    check_packed(gemm_phase_sm90_packed_weight_bytes(p, kind));
+    TORCH_CHECK(config >= -1 && config < gemm_phase_sm90_num_configs(),
+                "deconv_patch: gemm_phase_sm90 has no tile config ", config);
+    err = launch_conv_transpose2d_gemm_phase_sm90(p, kind, allow_tf32, packed->data_ptr(), stream,
+                                                  (int)config);
   } else if (variant == "gemm_phase") {
     TORCH_CHECK(gemm_phase_supports(p, kind, allow_tf32),
                 "deconv_patch: the gemm_phase kernel does not support this call");
-    TORCH_CHECK(packed.has_value() && packed->defined() && packed->is_cuda() &&
-                    packed->device() == input.device() &&
-                    packed->numel() == gemm_phase_packed_weight_bytes(p, kind),
-                "deconv_patch: gemm_phase needs the packed weight from pack_weight()");
+    check_packed(gemm_phase_packed_weight_bytes(p, kind));
     TORCH_CHECK(config >= -1 && config < gemm_phase_num_configs(),
                 "deconv_patch: gemm_phase has no tile config ", config);
     err = launch_conv_transpose2d_gemm_phase(p, kind, allow_tf32, packed->data_ptr(), (int)config,
@@ -212,6 +248,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("config") = -1);
   m.def("gemm_phase_num_configs", &deconv_patch::gemm_phase_num_configs,
         "Number of gemm_phase tile configs");
+  m.def("gemm_phase_sm90_num_configs", &deconv_patch::gemm_phase_sm90_num_configs,
+        "Number of gemm_phase_sm90 tile configs");
   m.def("pack_weight", &deconv_patch::pack_weight,
         "The weight in a variant's packed layout", py::arg("variant"), py::arg("weight"),
         py::arg("stride"), py::arg("padding"), py::arg("output_padding"), py::arg("dilation"),

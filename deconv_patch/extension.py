@@ -48,11 +48,20 @@ def _capabilities() -> List[tuple]:
 
 
 def gencode_flags(capabilities: Sequence[tuple]) -> List[str]:
-    """-gencode flags: machine code for each GPU present, PTX of the newest for later chips."""
-    flags = [f"-gencode=arch=compute_{a}{b},code=sm_{a}{b}" for a, b in capabilities]
+    """-gencode flags: machine code for each GPU present, PTX of the newest for later chips.
+
+    Hopper (9.0) gets sm_90a machine code, the architecture-specific target that has wgmma, and
+    DECONV_PATCH_SM90A tells the kernels it is there (gemm_phase_sm90 refuses calls without it).
+    """
+    flags = []
+    for a, b in capabilities:
+        arch = f"{a}{b}a" if (a, b) == (9, 0) else f"{a}{b}"
+        flags.append(f"-gencode=arch=compute_{arch},code=sm_{arch}")
     if capabilities:
         a, b = capabilities[-1]
         flags.append(f"-gencode=arch=compute_{a}{b},code=compute_{a}{b}")
+    if (9, 0) in capabilities:
+        flags.append("-DDECONV_PATCH_SM90A")
     return flags
 
 

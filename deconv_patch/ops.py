@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import math
 import warnings
-from typing import Optional, Sequence, Tuple
+from dataclasses import dataclass
+from typing import Callable, Dict, Optional, Sequence, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -27,7 +28,7 @@ from .arguments import ConvTransposeArgs, find_problem
 from .epilogue import DEFAULT_NEGATIVE_SLOPE, IDENTITY, Epilogue, check_activation
 from .extension import load_extension
 from .layout import cuda_output_channels_last
-from .packed_weights import packed_weight
+from .packed_weights import LayoutKey, packed_weight
 
 QUALNAME = "deconv_patch::conv_transpose2d"
 SCHEMA = (
@@ -100,7 +101,6 @@ def _conv_transpose2d_fake(input, weight, bias=None, stride=(1, 1), padding=(0, 
     return restrided if out.dim() == 4 else restrided.squeeze(0)
 
 
-@torch.library.register_kernel(QUALNAME, "cuda")
 def _conv_transpose2d_cuda(
     input: torch.Tensor,
     weight: torch.Tensor,
@@ -111,27 +111,127 @@ def _conv_transpose2d_cuda(
     groups: int = 1,
     dilation: Sequence[int] = (1, 1),
 ) -> torch.Tensor:
-    args = ConvTransposeArgs.from_values(stride, padding, output_padding, groups, dilation)
-    return _cuda(input, weight, bias, args, IDENTITY)
+    key = op_call_key(input, weight, bias, (stride, padding, output_padding, groups, dilation),
+                      IDENTITY)
+    entry = _OP_PLANS.get(key)
+    if entry is None:
+        args = ConvTransposeArgs.from_values(stride, padding, output_padding, groups, dilation)
+        entry = _OP_PLANS.plan(key, input, weight, bias, args)
+    return _run_entry(entry, input, weight, bias, IDENTITY)
 
 
-def _cuda(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
-          args: ConvTransposeArgs, epilogue: Epilogue) -> torch.Tensor:
-    """Both ops on CUDA: plan (and autotune), then run a kernel of ours or PyTorch."""
+torch.library.register_kernel(QUALNAME, "cuda", _conv_transpose2d_cuda)
+
+
+@dataclass
+class OpPlan:
+    """One call geometry of the op's CUDA kernel: the plan, its arguments and, once used, the
+    prepared kernel call (kernel_call)."""
+
+    plan: planner.Plan
+    args: ConvTransposeArgs
+    call: Optional[Callable[..., torch.Tensor]] = None
+
+
+class OpPlanCache:
+    """The op's plans per call geometry (see op_call_key): an explicit, bounded cache, so a
+    repeated call (every layer of a compiled graph or an exported program, every step) skips
+    argument checks, planning and call preparation - tens of microseconds of Python each."""
+
+    def __init__(self, limit: int = 1024) -> None:
+        self.limit = limit
+        self.entries: Dict[tuple, OpPlan] = {}
+        self.misses = 0  # tests read it
+
+    def get(self, key: Optional[tuple]) -> Optional[OpPlan]:
+        return self.entries.get(key) if key is not None else None
+
+    def plan(self, key: Optional[tuple], input: torch.Tensor, weight: torch.Tensor,
+             bias: Optional[torch.Tensor], args: ConvTransposeArgs) -> OpPlan:
+        """Plans (and autotunes) a call; remembers it under `key` unless key is None or a CUDA
+        graph is being captured (autotune cannot time then, so the plan may not be final)."""
+        self.misses += 1
+        entry = OpPlan(_plan_call(input, weight, bias, args), args)
+        if key is not None and not (input.is_cuda and torch.cuda.is_current_stream_capturing()):
+            if len(self.entries) >= self.limit:
+                self.entries.clear()
+            self.entries[key] = entry
+        return entry
+
+    def clear(self) -> None:
+        self.entries.clear()
+        self.misses = 0
+
+
+_OP_PLANS = OpPlanCache()
+
+
+def op_plans() -> OpPlanCache:
+    """The process's OpPlanCache."""
+    return _OP_PLANS
+
+
+def _hashable(v):
+    return v if isinstance(v, (int, float, str)) or v is None else tuple(v)
+
+
+def op_call_key(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
+                hyper: tuple, epilogue: Epilogue) -> Optional[tuple]:
+    """Everything a plan and a prepared call depend on: shapes, strides, dtypes and devices of
+    the tensors, the hyperparameters as passed, the backend flags (read through torch._C's
+    getters, ~10x cheaper than torch.backends.cudnn's properties), a forced variant and the
+    epilogue. None (not cacheable) when the epilogue carries scale/shift tensors: a prepared
+    call holds their fp32 copies, which an in-place update would leave stale."""
+    if epilogue.scale is not None or epilogue.shift is not None:
+        return None
+    return (input.shape, input.stride(), input.dtype, input.device, weight.shape,
+            weight.stride(), weight.dtype, weight.device,
+            None if bias is None else (bias.shape, bias.stride(), bias.dtype, bias.device),
+            tuple(_hashable(v) for v in hyper), torch._C._get_cudnn_enabled(),
+            torch._C._get_cudnn_allow_tf32(), torch._C._get_cudnn_benchmark(),
+            planner.forced_variant(), epilogue.activation, epilogue.negative_slope)
+
+
+def _plan_call(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
+               args: ConvTransposeArgs) -> planner.Plan:
+    """The plan of one op call on CUDA (autotuned when cudnn.benchmark is on)."""
     if find_problem(input, weight, bias, args) is not None or (
             input.dim() == 4 and input.shape[0] == 0):
         # Invalid: PyTorch raises its own error (or, where it accepts the call, computes it).
         # Empty batch: nothing to compute; ATen allocates the result with its own strides.
-        return epilogue.apply(_aten_with(input, weight, bias, args))
+        return planner.Plan(planner.ATEN, "invalid call or empty batch: PyTorch")
     choice = planner.plan(input, weight, args)
     if len(choice.candidates) > 1 and autotune.enabled():
         key = autotune.call_key(input, weight, bias is not None, args)
         best = autotune.pick(key, choice.candidates,
                              _candidate_runner(input, weight, bias, args))
         choice = planner.Plan(best, "autotuned", candidates=choice.candidates)
-    if choice.fallback:  # our kernels cannot run here (not a choice made for speed)
-        warnings.warn(f"deconv_patch: {choice.reason}", FallbackWarning, stacklevel=3)
-    return run_variant(choice.variant, input, weight, bias, args, epilogue=epilogue)
+    return choice
+
+
+def _run_entry(entry: OpPlan, input: torch.Tensor, weight: torch.Tensor,
+               bias: Optional[torch.Tensor], epilogue: Epilogue) -> torch.Tensor:
+    """Runs a planned call: PyTorch, or the prepared kernel call (made on first use)."""
+    plan = entry.plan
+    if plan.fallback:  # our kernels cannot run here (not a choice made for speed): every call
+        warnings.warn(f"deconv_patch: {plan.reason}", FallbackWarning, stacklevel=4)
+    if plan.variant == planner.ATEN:
+        return epilogue.apply(_aten_with(input, weight, bias, entry.args))
+    if entry.call is None:
+        entry.call = kernel_call(plan.variant, input, weight, entry.args, epilogue)
+    return entry.call(input, weight, bias)
+
+
+def _cuda(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
+          args: ConvTransposeArgs, epilogue: Epilogue) -> torch.Tensor:
+    """Both ops on CUDA: plan (and autotune; cached per call geometry), then run a kernel of
+    ours or PyTorch."""
+    key = op_call_key(input, weight, bias, (args.stride, args.padding, args.output_padding,
+                                            args.groups, args.dilation), epilogue)
+    entry = _OP_PLANS.get(key)
+    if entry is None:  # (never cached for key None: its call is prepared for this call only)
+        entry = _OP_PLANS.plan(key, input, weight, bias, args)
+    return _run_entry(entry, input, weight, bias, epilogue)
 
 
 def _candidate_runner(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
@@ -192,7 +292,8 @@ def kernel_call(variant: str, input: torch.Tensor, weight: torch.Tensor,
     stride, padding, output_padding, dilation, groups = (
         list(args.stride), list(args.padding), list(args.output_padding), list(args.dilation),
         args.groups)
-    packs = kernel in planner.PACKED_VARIANTS
+    packs = planner.reads_packed_weight(variant)
+    layout_key = LayoutKey(kernel, args, allow_tf32) if packs else None
 
     def call(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
              out: Optional[torch.Tensor] = None) -> torch.Tensor:
@@ -200,7 +301,7 @@ def kernel_call(variant: str, input: torch.Tensor, weight: torch.Tensor,
         x = input.unsqueeze(0) if unbatched else input
         if out is not None and unbatched:
             out = out.unsqueeze(0)
-        packed = packed_weight(kernel, weight, args, allow_tf32) if packs else None
+        packed = packed_weight(kernel, weight, args, allow_tf32, layout_key) if packs else None
         result = forward(kernel, x, weight, bias, stride, padding, output_padding, dilation,
                          groups, channels_last, allow_tf32, out, scale, shift, activation, slope,
                          packed, config)

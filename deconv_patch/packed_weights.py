@@ -19,6 +19,24 @@ from .extension import load_extension
 _MAX_ENTRIES = 1024
 
 
+class LayoutKey:
+    """(variant, hyperparameters, TF32 flag) hashed once: what a packed layout depends on
+    besides the weight. Made once per prepared call (ops.kernel_call), so the per-call lookup
+    does not re-hash the hyperparameters."""
+
+    __slots__ = ("value", "_hash")
+
+    def __init__(self, variant: str, args: ConvTransposeArgs, allow_tf32: bool) -> None:
+        self.value = (variant, args, allow_tf32)
+        self._hash = hash(self.value)
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        return self is other or (isinstance(other, LayoutKey) and self.value == other.value)
+
+
 class PackedWeightCache:
     """Packed weights keyed by (weight tensor identity, variant, hyperparameters, TF32)."""
 
@@ -28,9 +46,13 @@ class PackedWeightCache:
         self.packs = 0  # how many times a weight was (re)packed: tests read it
 
     def get(self, variant: str, weight: torch.Tensor, args: ConvTransposeArgs,
-            allow_tf32: bool) -> torch.Tensor:
-        key = (id(weight), weight.data_ptr(), variant, weight.dtype, tuple(weight.shape),
-               weight.stride(), args, allow_tf32)
+            allow_tf32: bool, layout_key: Optional[LayoutKey] = None) -> torch.Tensor:
+        """`layout_key`: LayoutKey(variant, args, allow_tf32), made once by a caller that asks
+        on every call (ops.kernel_call)."""
+        if layout_key is None:
+            layout_key = LayoutKey(variant, args, allow_tf32)
+        key = (id(weight), weight.data_ptr(), weight.dtype, weight.shape, weight.stride(),
+               layout_key)
         version = weight._version
         found = self._entries.get(key)
         if found is not None and found[0]() is weight and found[1] == version:
@@ -65,7 +87,7 @@ def cache() -> PackedWeightCache:
 
 
 def packed_weight(variant: str, weight: torch.Tensor, args: ConvTransposeArgs,
-                  allow_tf32: bool) -> torch.Tensor:
+                  allow_tf32: bool, layout_key: Optional[LayoutKey] = None) -> torch.Tensor:
     """`weight` in `variant`'s layout (cached; see the module doc). The layout depends on the
     weight and the hyperparameters only, not on the input's size."""
-    return cache().get(variant, weight, args, allow_tf32)
+    return cache().get(variant, weight, args, allow_tf32, layout_key)

@@ -12,6 +12,16 @@ Variants today:
   * ``direct``   - our CUDA gather kernel: any hyperparameters, fp32/fp16/bf16, any layout;
   * ``aten``     - PyTorch's own implementation (cuDNN on CUDA where PyTorch can use it).
 
+Written but not yet run on a GPU, so the planner never picks them; `use_variant` forces them
+(the GPU tests and `benchmarks/layers.py --variant` do) until a device run proves and times them
+(EXPERIMENTAL below):
+  * ``gemm_kxs:tap_major`` - gemm_kxs with its columns ordered (tap, channel) from a packed
+    weight, so channels_last output is stored 16 bytes at a time;
+  * ``grouped`` - a register-tiled direct kernel for few channels per group (depthwise);
+  * ``gemm_phase_sm90`` - gemm_phase on Hopper's warpgroup MMA (wgmma), sm_90a builds only.
+fp32 without TF32 on gemm_kxs / gemm_phase runs 3xTF32 (fp32-accurate split precision) when
+forced; the planner keeps such calls on cuDNN until that mode is measured.
+
 Policy: a variant of ours runs where it is faster than PyTorch; elsewhere PyTorch runs and the
 plan says why. Measured on the H100 (docs/perf-notes.md), the direct kernel loses to cuDNN on
 every layer of the benchmark suite, so it runs by default only where PyTorch cannot use cuDNN
@@ -37,15 +47,24 @@ from .layout import is_channels_last
 KERNEL_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 GEMM_KXS = "gemm_kxs"
 GEMM_PHASE = "gemm_phase"
+GEMM_PHASE_SM90 = "gemm_phase_sm90"
+GROUPED = "grouped"
 DIRECT = "direct"
 ATEN = "aten"
-VARIANTS = (GEMM_KXS, GEMM_PHASE, DIRECT, ATEN)
-PACKED_VARIANTS = (GEMM_PHASE,)  # variants that read a pre-packed weight (packed_weights.py)
+VARIANTS = (GEMM_KXS, GEMM_PHASE, DIRECT, ATEN, GROUPED, GEMM_PHASE_SM90)
 # gemm_phase's tile configurations, in the kernel's order (launch_conv_transpose2d_gemm_phase's
 # `config`). "gemm_phase" alone lets the kernel pick; "gemm_phase:64x64" forces one (autotune
 # times them all).
 PHASE_TILES = ("128x128", "128x64", "64x64", "128x32", "128x128x64")
 PHASE_CONFIGS = tuple(f"{GEMM_PHASE}:{t}" for t in PHASE_TILES)
+# gemm_kxs's configs after the default (config -1 / 0, columns (channel, tap), weight read as is):
+# config 1 orders columns (tap, channel) and reads the weight packed that way.
+KXS_TAP_MAJOR = f"{GEMM_KXS}:tap_major"
+# gemm_phase_sm90's configs, in the kernel's order: block tile m x n, pipeline stages.
+SM90_CONFIGS = tuple(f"{GEMM_PHASE_SM90}:{t}" for t in ("128x128s3", "128x128s4", "128x64s4"))
+# Forced-only until a GPU run has checked and timed them (see the module doc).
+EXPERIMENTAL = (KXS_TAP_MAJOR, GROUPED, GEMM_PHASE_SM90, *SM90_CONFIGS)
+NAMED_VARIANTS = VARIANTS + PHASE_CONFIGS + (KXS_TAP_MAJOR,) + SM90_CONFIGS
 _GEMM_TILE = 128
 _MIN_PHASE_CHANNELS = 16  # per group, in and out: below this tensor-core tiles are mostly padding
 _MIN_GEMM_OUTPUT_BYTES = 4 * 2**20
@@ -75,7 +94,7 @@ def use_variant(variant: str) -> Iterator[None]:
     """Force `variant` for every deconv_patch CUDA call made inside the block."""
     if not is_variant(variant):
         raise ValueError(f"unknown deconv_patch variant {variant!r}; choose from "
-                         f"{VARIANTS + PHASE_CONFIGS}")
+                         f"{NAMED_VARIANTS}")
     token = _forced_variant.set(variant)
     try:
         yield
@@ -84,14 +103,24 @@ def use_variant(variant: str) -> Iterator[None]:
 
 
 def is_variant(variant: str) -> bool:
-    return variant in VARIANTS or variant in PHASE_CONFIGS
+    return variant in NAMED_VARIANTS
 
 
 def split_variant(variant: str) -> Tuple[str, int]:
     """(kernel variant, tile config) of a variant name; config -1 means the kernel's choice."""
     if variant in PHASE_CONFIGS:
         return GEMM_PHASE, PHASE_CONFIGS.index(variant)
+    if variant in SM90_CONFIGS:
+        return GEMM_PHASE_SM90, SM90_CONFIGS.index(variant)
+    if variant == KXS_TAP_MAJOR:
+        return GEMM_KXS, 1
     return variant, -1
+
+
+def reads_packed_weight(variant: str) -> bool:
+    """Whether a variant reads a pre-packed weight (packed_weights.py) instead of the weight."""
+    kernel, config = split_variant(variant)
+    return kernel in (GEMM_PHASE, GEMM_PHASE_SM90) or variant == KXS_TAP_MAJOR
 
 
 @functools.lru_cache(maxsize=None)

@@ -21,8 +21,10 @@ def test_sources_are_found_and_kernel_files_have_no_torch_headers():
 
 def test_gencode_flags_cover_each_gpu_and_ptx_for_the_newest():
     flags = extension.gencode_flags([(8, 0), (9, 0)])
-    assert flags == ["-gencode=arch=compute_80,code=sm_80", "-gencode=arch=compute_90,code=sm_90",
-                     "-gencode=arch=compute_90,code=compute_90"]
+    assert flags == ["-gencode=arch=compute_80,code=sm_80", "-gencode=arch=compute_90a,code=sm_90a",
+                     "-gencode=arch=compute_90,code=compute_90", "-DDECONV_PATCH_SM90A"]
+    assert extension.gencode_flags([(8, 6)]) == ["-gencode=arch=compute_86,code=sm_86",
+                                                 "-gencode=arch=compute_86,code=compute_86"]
     assert extension.gencode_flags([]) == []
 
 

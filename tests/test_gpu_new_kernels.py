@@ -1,0 +1,205 @@
+"""GPU correctness of the kernel paths the planner does not pick yet (planner.EXPERIMENTAL and the
+3xTF32 fp32-strict mode): each forced on NaN-poisoned random sweeps against a float64 reference,
+with the bound of tests/test_gpu_kernels.py (2x PyTorch's own error + 1 ulp of the output).
+A device run that passes these is what lets the planner use them."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from deconv_patch import packed_weights, planner
+from deconv_patch.arguments import ConvTransposeArgs
+from deconv_patch.ops import run_variant
+from deconv_patch.reference import conv_transpose2d_float64, tf32_round
+from tests.cases import Case, random_case, random_kxs_case, random_phase_case
+from tests.test_gpu_epilogue import check_epilogue
+from tests.test_gpu_kernels import allowed_error, check_variant, max_error
+
+pytestmark = pytest.mark.cuda
+
+
+def _fp32_strict(make_case):
+    """make_case with every case in fp32, TF32 not allowed (the 3xTF32 mode's domain)."""
+    def make(seed: int) -> Case:
+        return dataclasses.replace(make_case(seed), dtype=torch.float32, tf32=False)
+    return make
+
+
+def _channels_last_out(make_case):
+    """make_case with channels_last input (so PyTorch's output, and ours, is channels_last)."""
+    def make(seed: int) -> Case:
+        return dataclasses.replace(make_case(seed), channels_last=True, non_contiguous=False,
+                                   unbatched=False)
+    return make
+
+
+# ---- gemm_kxs with tap-major columns (packed weight, 16-byte channels_last stores) ----------
+
+@pytest.mark.parametrize("seed", range(300))
+def test_gemm_kxs_tap_major_sweep(seed):
+    check_variant(planner.KXS_TAP_MAJOR, seed + 70_000, random_kxs_case)
+
+
+@pytest.mark.parametrize("seed", range(200))
+def test_gemm_kxs_tap_major_channels_last_sweep(seed):
+    """Mostly the 16-byte store path (channels_last output, Cout/g a multiple of 8 or 4)."""
+    check_variant(planner.KXS_TAP_MAJOR, seed + 71_000, _channels_last_out(random_kxs_case))
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_gemm_kxs_tap_major_epilogue_sweep(seed):
+    """Fused epilogues on the tap-major store paths (fp32 staging when an activation is on)."""
+    case = _channels_last_out(random_kxs_case)(seed + 72_000)
+    if case.dtype == torch.float32:
+        case = dataclasses.replace(case, tf32=True)
+    check_epilogue(planner.KXS_TAP_MAJOR, case, seed)
+
+
+def test_gemm_kxs_tap_major_repacks_after_an_in_place_weight_update():
+    x = torch.randn(2, 32, 9, 7, device="cuda", dtype=torch.bfloat16
+                    ).contiguous(memory_format=torch.channels_last)
+    w = torch.randn(32, 16, 2, 2, device="cuda", dtype=torch.bfloat16)
+    args = ConvTransposeArgs.from_values(stride=2)
+    first = run_variant(planner.KXS_TAP_MAJOR, x, w, None, args)
+    packs = packed_weights.cache().packs
+    with torch.no_grad():
+        w.mul_(-2.0)
+    second = run_variant(planner.KXS_TAP_MAJOR, x, w, None, args)
+    assert packed_weights.cache().packs == packs + 1
+    torch.testing.assert_close(second, first * -2.0, rtol=0, atol=0)  # exact: power-of-2 scale
+
+
+# ---- fp32 without TF32: 3xTF32 on gemm_kxs and gemm_phase -----------------------------------
+
+@pytest.mark.parametrize("seed", range(200))
+def test_gemm_kxs_3xtf32_sweep(seed):
+    with torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
+        check_variant(planner.GEMM_KXS, seed + 73_000, _fp32_strict(random_kxs_case))
+
+
+@pytest.mark.parametrize("seed", range(100))
+def test_gemm_kxs_tap_major_3xtf32_sweep(seed):
+    with torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
+        check_variant(planner.KXS_TAP_MAJOR, seed + 74_000, _fp32_strict(random_kxs_case))
+
+
+@pytest.mark.parametrize("seed", range(200))
+def test_gemm_phase_3xtf32_sweep(seed):
+    with torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
+        check_variant(planner.GEMM_PHASE, seed + 75_000, _fp32_strict(random_phase_case))
+
+
+@pytest.mark.parametrize("variant,stride,kernel", [(planner.GEMM_KXS, 2, 2),
+                                                   (planner.GEMM_PHASE, 2, 4)])
+def test_3xtf32_is_much_more_accurate_than_tf32(variant, stride, kernel):
+    """The split must really be there: on a deep reduction (K = 1024 channels x taps), 3xTF32's
+    error is a small fraction of the error TF32 operands alone would give."""
+    gen = torch.Generator().manual_seed(5)
+    x = torch.randn(2, 1024, 12, 10, generator=gen).cuda()
+    w = (torch.randn(1024, 64, kernel, kernel, generator=gen) / 32).cuda()
+    args = ConvTransposeArgs.from_values(stride=stride, padding=(kernel - stride) // 2)
+    ref = conv_transpose2d_float64(x, w, None, args)
+    tf32_err = max_error(conv_transpose2d_float64(tf32_round(x), tf32_round(w), None, args), ref)
+    with torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
+        got = run_variant(variant, x, w, None, args)
+        cudnn = F.conv_transpose2d(x, w, None, stride, (kernel - stride) // 2)
+    err, cudnn_err = max_error(got, ref), max_error(cudnn, ref)
+    assert err < 0.05 * tf32_err, f"3xTF32 error {err:.3e} vs TF32 operands {tf32_err:.3e}"
+    assert err <= 8 * cudnn_err + 1e-7 * ref.abs().max().item(), (
+        f"3xTF32 error {err:.3e} vs cuDNN fp32 {cudnn_err:.3e}")
+
+
+def test_planner_keeps_fp32_strict_off_the_split_kernels():
+    """Until a device run has timed 3xTF32, fp32 without TF32 is planned as before."""
+    x = torch.randn(8, 128, 160, 128, device="cuda")
+    w = torch.randn(128, 64, 2, 2, device="cuda")
+    with torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
+        chosen = planner.plan(x, w, ConvTransposeArgs.from_values(stride=2))
+    assert chosen.variant == planner.ATEN
+
+
+
+# ---- gemm_phase_sm90: wgmma (Hopper, sm_90a builds) -----------------------------------------
+
+def _sm90_case(seed: int) -> Case:
+    """random_phase_case in fp16/bf16 with Cin/groups a multiple of 8 (the kernel's domain; the
+    binding re-lays other input layouts to channels_last)."""
+    case = random_phase_case(seed)
+    groups = case.args.groups
+    cin_g = case.in_channels // groups
+    if cin_g % 8:
+        cin_g = 8 * (1 + cin_g // 8)
+    dtype = (torch.bfloat16, torch.float16)[seed % 2]
+    return dataclasses.replace(case, in_channels=cin_g * groups, dtype=dtype, tf32=False)
+
+
+def _needs_sm90():
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("gemm_phase_sm90 runs on compute capability 9.0 only")
+
+
+@pytest.mark.parametrize("variant", (planner.GEMM_PHASE_SM90, *planner.SM90_CONFIGS))
+@pytest.mark.parametrize("seed", range(150))
+def test_gemm_phase_sm90_sweep(variant, seed):
+    _needs_sm90()
+    check_variant(variant, seed + 76_000, _sm90_case)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_gemm_phase_sm90_epilogue_sweep(seed):
+    _needs_sm90()
+    check_epilogue(planner.GEMM_PHASE_SM90, _sm90_case(seed + 77_000), seed)
+
+
+def test_gemm_phase_sm90_configs_match_the_extension():
+    from deconv_patch.extension import load_extension
+    assert load_extension().gemm_phase_sm90_num_configs() == len(planner.SM90_CONFIGS)
+
+
+# ---- grouped: register-tiled direct kernel for few channels per group ------------------------
+
+def _grouped_case(seed: int) -> Case:
+    """random_case (depthwise, grouped and small dense layers, every hyperparameter) with the
+    channels per group kept small enough for the kernel's staged tile."""
+    case = random_case(seed + 78_000)
+    g = case.args.groups
+    cin_g, cout_g = case.in_channels // g, case.out_channels // g
+    kh, kw = case.kernel
+    while cin_g > 1 and cin_g * min(cout_g, 16) * kh * kw > 1024:
+        cin_g //= 2
+    return dataclasses.replace(case, in_channels=cin_g * g, out_channels=cout_g * g)
+
+
+@pytest.mark.parametrize("seed", range(600))
+def test_grouped_kernel_sweep(seed):
+    try:
+        check_variant(planner.GROUPED, seed, _grouped_case)
+    except RuntimeError as exc:
+        if "does not support" in str(exc):
+            pytest.skip(f"{_grouped_case(seed)}: outside the kernel's domain")
+        raise
+
+
+@pytest.mark.parametrize("layer", [
+    # (batch, channels, hw, kernel, stride, padding, output_padding, groups): benchmark layers
+    (16, 64, 64, 4, 2, 1, 0, 64),    # depthwise.up 64 k4s2 g64
+    (16, 128, 32, 3, 2, 1, 1, 8),    # grouped 128 g8 k3s2op1 (16 channels per group)
+    (4, 21, 64, 16, 8, 4, 0, 21),    # FCN-style bilinear up-sampling, depthwise k16 s8
+])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_grouped_kernel_runs_the_benchmark_layers(layer, dtype):
+    n, c, hw, k, s, p, op, g = layer
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randn(n, c, hw, hw, generator=gen).cuda().to(dtype)
+    w = torch.randn(c, c // g, k, k, generator=gen).cuda().to(dtype)
+    args = ConvTransposeArgs.from_values(s, p, op, g)
+    ref = conv_transpose2d_float64(x, w, None, args)
+    with torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
+        expected = F.conv_transpose2d(x, w, None, s, p, op, g)
+        got = run_variant(planner.GROUPED, x, w, None, args,
+                          out=torch.full_like(expected, float("nan")))
+    assert max_error(got, ref) <= allowed_error(max_error(expected, ref), ref, dtype)

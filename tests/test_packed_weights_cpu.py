@@ -1,0 +1,51 @@
+"""PackedWeightCache semantics on the CPU (the extension's pack_weight replaced by a recorder):
+one pack per weight, layout and TF32 flag; a re-pack after an in-place update; none otherwise."""
+
+from __future__ import annotations
+
+import torch
+
+from deconv_patch import packed_weights
+from deconv_patch.arguments import ConvTransposeArgs
+from deconv_patch.packed_weights import LayoutKey, PackedWeightCache
+
+
+class _Recorder:
+    def __init__(self) -> None:
+        self.calls = []
+
+    def pack_weight(self, variant, weight, stride, padding, output_padding, dilation, groups,
+                    allow_tf32):
+        self.calls.append((variant, tuple(stride), allow_tf32))
+        return weight.flip(0).clone()  # any re-layout: a copy that differs from the weight
+
+
+def test_layout_key_compares_by_value_and_hashes_once():
+    args = ConvTransposeArgs.from_values(2, 1, 0, 1, 1)
+    same = LayoutKey("gemm_phase", ConvTransposeArgs.from_values(2, 1, 0, 1, 1), True)
+    assert LayoutKey("gemm_phase", args, True) == same
+    assert hash(LayoutKey("gemm_phase", args, True)) == hash(same)
+    assert LayoutKey("gemm_phase", args, False) != same
+    assert LayoutKey("gemm_kxs", args, True) != same
+
+
+def test_one_pack_per_weight_version_and_layout(monkeypatch):
+    recorder = _Recorder()
+    monkeypatch.setattr(packed_weights, "load_extension", lambda: recorder)
+    cache = PackedWeightCache()
+    w = torch.randn(4, 3, 2, 2)
+    args = ConvTransposeArgs.from_values(2, 0, 0, 1, 1)
+    key = LayoutKey("gemm_kxs", args, True)
+    first = cache.get("gemm_kxs", w, args, True, key)
+    assert cache.get("gemm_kxs", w, args, True, key) is first  # hit: no re-pack
+    assert cache.get("gemm_kxs", w, args, True) is first        # same layout, key made here
+    assert len(recorder.calls) == 1
+    cache.get("gemm_kxs", w, args, False)                       # other TF32 flag: own pack
+    assert len(recorder.calls) == 2
+    with torch.no_grad():
+        w.mul_(2.0)                                             # in place: version bump
+    again = cache.get("gemm_kxs", w, args, True, key)
+    assert len(recorder.calls) == 3 and torch.equal(again, w.flip(0))
+    other = torch.randn(4, 3, 2, 2)                             # another weight tensor
+    cache.get("gemm_kxs", other, args, True, key)
+    assert len(recorder.calls) == 4 and cache.packs == 4
