@@ -103,6 +103,14 @@ def _missing_requirements() -> Optional[str]:
             f"matching torch.version.cuda={torch.version.cuda} (its nvcc) and set CUDA_HOME, "
             "e.g. CUDA_HOME=/usr/local/cuda."
         )
+    if not (Path(CUDA_HOME) / "include" / "cuda_runtime_api.h").exists():
+        # torch derives CUDA_HOME from `which nvcc`; a wrapper script outside the toolkit
+        # (e.g. /usr/local/bin/nvcc) gives a root without the CUDA headers.
+        return (
+            f"CUDA_HOME={CUDA_HOME} has no include/cuda_runtime_api.h (nvcc there may be a "
+            "wrapper outside the toolkit). Set CUDA_HOME to the toolkit root, e.g. "
+            "CUDA_HOME=/usr/local/cuda."
+        )
     if shutil.which("ninja") is None:
         try:
             import ninja  # noqa: F401

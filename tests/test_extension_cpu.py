@@ -43,3 +43,22 @@ def test_clear_error_without_cuda():
         extension.load_extension()
     assert "install" in str(err.value).lower() or "visible" in str(err.value)
     assert not extension.extension_available()
+
+
+def test_clear_error_when_cuda_home_has_no_headers(monkeypatch, tmp_path):
+    """torch takes CUDA_HOME from `which nvcc`; a wrapper script outside the toolkit gives a
+    root with bin/nvcc but no headers: say so instead of failing inside the compiler."""
+    from torch.utils import cpp_extension
+
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "nvcc").write_text("#!/bin/sh\n")
+    monkeypatch.setattr(torch.version, "cuda", "13.0")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(extension, "_capabilities", lambda: [(9, 0)])
+    monkeypatch.setattr(cpp_extension, "CUDA_HOME", str(tmp_path))
+    problem = extension._missing_requirements()
+    assert problem is not None and "cuda_runtime_api.h" in problem and str(tmp_path) in problem
+    (tmp_path / "include").mkdir()
+    (tmp_path / "include" / "cuda_runtime_api.h").write_text("")
+    problem = extension._missing_requirements()
+    assert problem is None or "cuda_runtime_api.h" not in problem  # (ninja may still be missing)
