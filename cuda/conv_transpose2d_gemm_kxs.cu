@@ -321,95 +321,93 @@ __global__ void __launch_bounds__(kThreads, SPLIT ? 1 : 2)
 #pragma unroll
           for (int nt = 0; nt < kNT; ++nt) mma_16816<T>(acc[mt][nt], af[mt], bfr[nt]);
       }
-    } else if constexpr (SPLIT) {
-      // 3xTF32: x = hi + lo with hi = tf32(x) and lo = tf32(x - hi) (x - hi is exact in fp32),
-      // a*b ~ a_lo*b_hi + a_hi*b_lo + a_hi*b_hi: only a_lo*b_lo (~2^-22 relative) and lo's own
-      // rounding are lost. Small terms go first so they are not absorbed by the large one.
-      // B is split once per k-step for the warp's n range, A once per m16 tile.
-      // The k-tile's products go into a fresh accumulator, added to the running sum with fp32
-      // (round-to-nearest) adds at the end: tensor cores are reported to truncate their fp32
-      // sums, which over a long reduction grows to many times fp32's error; truncation confined
-      // to one 32-deep k-tile stays below it. The split fragments and this second accumulator
-      // are why the mode runs one block per SM (see the launch bounds).
-      float part[kMT][kNT][4];
-#pragma unroll
-      for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-        for (int nt = 0; nt < kNT; ++nt)
-#pragma unroll
-          for (int i = 0; i < 4; ++i) part[mt][nt][i] = 0.f;
-#pragma unroll
-      for (int ks = 0; ks < kBK / 8; ++ks) {
-        uint32_t b_hi[kNT][2], b_lo[kNT][2];
-        const int k = ks * 8 + ft;
-#pragma unroll
-        for (int nt = 0; nt < kNT; ++nt) {
-          const int c = warp_n * kWarpN + nt * 8 + fg;
-          tf32_hi_lo(to_float(Bs[k * S::kLdB + c]), b_hi[nt][0], b_lo[nt][0]);
-          tf32_hi_lo(to_float(Bs[(k + 4) * S::kLdB + c]), b_hi[nt][1], b_lo[nt][1]);
+    } else {
+      // fp32 fragment elements (mma.m16n8k8.tf32 layout above), for both fp32 modes, each
+      // passed through `cvt` as it is read: A at rows r, r+8 and k-columns k, k+4 of the
+      // stage; B at (k, c) and (k+4, c).
+      auto a_frag = [&](int r, int k, auto cvt, auto (&av)[4]) {
+        if constexpr (A_KMAJOR) {
+          av[0] = cvt(to_float(As[r * S::kLdA + k]));
+          av[1] = cvt(to_float(As[(r + 8) * S::kLdA + k]));
+          av[2] = cvt(to_float(As[r * S::kLdA + k + 4]));
+          av[3] = cvt(to_float(As[(r + 8) * S::kLdA + k + 4]));
+        } else {
+          av[0] = cvt(to_float(As[k * S::kLdA + r]));
+          av[1] = cvt(to_float(As[k * S::kLdA + r + 8]));
+          av[2] = cvt(to_float(As[(k + 4) * S::kLdA + r]));
+          av[3] = cvt(to_float(As[(k + 4) * S::kLdA + r + 8]));
         }
+      };
+      auto b_frag = [&](int k, int c, auto cvt, auto (&bv)[2]) {
+        bv[0] = cvt(to_float(Bs[k * S::kLdB + c]));
+        bv[1] = cvt(to_float(Bs[(k + 4) * S::kLdB + c]));
+      };
+      auto as_float = [](float x) { return x; };
+      if constexpr (SPLIT) {
+        // 3xTF32: x = hi + lo with hi = tf32(x) and lo = tf32(x - hi) (x - hi is exact in
+        // fp32), a*b ~ a_lo*b_hi + a_hi*b_lo + a_hi*b_hi: only a_lo*b_lo (~2^-22 relative) and
+        // lo's own rounding are lost. Small terms go first so they are not absorbed by the
+        // large one. B is split once per k-step for the warp's n range, A once per m16 tile.
+        // The k-tile's products go into a fresh accumulator, added to the running sum with fp32
+        // (round-to-nearest) adds at the end: tensor cores are reported to truncate their fp32
+        // sums, which over a long reduction grows to many times fp32's error; truncation
+        // confined to one 32-deep k-tile stays below it. The split fragments and this second
+        // accumulator are why the mode runs one block per SM (see the launch bounds).
+        float part[kMT][kNT][4];
 #pragma unroll
-        for (int mt = 0; mt < kMT; ++mt) {
-          const int r = warp_m * kWarpM + mt * 16 + fg;
-          float av[4];
-          if constexpr (A_KMAJOR) {
-            av[0] = to_float(As[r * S::kLdA + k]);
-            av[1] = to_float(As[(r + 8) * S::kLdA + k]);
-            av[2] = to_float(As[r * S::kLdA + k + 4]);
-            av[3] = to_float(As[(r + 8) * S::kLdA + k + 4]);
-          } else {
-            av[0] = to_float(As[k * S::kLdA + r]);
-            av[1] = to_float(As[k * S::kLdA + r + 8]);
-            av[2] = to_float(As[(k + 4) * S::kLdA + r]);
-            av[3] = to_float(As[(k + 4) * S::kLdA + r + 8]);
-          }
-          uint32_t a_hi[4], a_lo[4];
+        for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
-          for (int i = 0; i < 4; ++i) tf32_hi_lo(av[i], a_hi[i], a_lo[i]);
+          for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) part[mt][nt][i] = 0.f;
+#pragma unroll
+        for (int ks = 0; ks < kBK / 8; ++ks) {
+          uint32_t b_hi[kNT][2], b_lo[kNT][2];
+          const int k = ks * 8 + ft;
 #pragma unroll
           for (int nt = 0; nt < kNT; ++nt) {
-            mma_1688_tf32(part[mt][nt], a_lo, b_hi[nt]);
-            mma_1688_tf32(part[mt][nt], a_hi, b_lo[nt]);
-            mma_1688_tf32(part[mt][nt], a_hi, b_hi[nt]);
+            float bv[2];
+            b_frag(k, warp_n * kWarpN + nt * 8 + fg, as_float, bv);
+            tf32_hi_lo(bv[0], b_hi[nt][0], b_lo[nt][0]);
+            tf32_hi_lo(bv[1], b_hi[nt][1], b_lo[nt][1]);
           }
-        }
-      }
 #pragma unroll
-      for (int mt = 0; mt < kMT; ++mt)
+          for (int mt = 0; mt < kMT; ++mt) {
+            float av[4];
+            a_frag(warp_m * kWarpM + mt * 16 + fg, k, as_float, av);
+            uint32_t a_hi[4], a_lo[4];
 #pragma unroll
-        for (int nt = 0; nt < kNT; ++nt)
+            for (int i = 0; i < 4; ++i) tf32_hi_lo(av[i], a_hi[i], a_lo[i]);
 #pragma unroll
-          for (int i = 0; i < 4; ++i) acc[mt][nt][i] += part[mt][nt][i];
-    } else {
-#pragma unroll
-      for (int ks = 0; ks < kBK / 8; ++ks) {
-        uint32_t af[kMT][4], bfr[kNT][2];
-        const int k = ks * 8 + ft;
-#pragma unroll
-        for (int mt = 0; mt < kMT; ++mt) {
-          const int r = warp_m * kWarpM + mt * 16 + fg;
-          if constexpr (A_KMAJOR) {
-            af[mt][0] = to_tf32(to_float(As[r * S::kLdA + k]));
-            af[mt][1] = to_tf32(to_float(As[(r + 8) * S::kLdA + k]));
-            af[mt][2] = to_tf32(to_float(As[r * S::kLdA + k + 4]));
-            af[mt][3] = to_tf32(to_float(As[(r + 8) * S::kLdA + k + 4]));
-          } else {
-            af[mt][0] = to_tf32(to_float(As[k * S::kLdA + r]));
-            af[mt][1] = to_tf32(to_float(As[k * S::kLdA + r + 8]));
-            af[mt][2] = to_tf32(to_float(As[(k + 4) * S::kLdA + r]));
-            af[mt][3] = to_tf32(to_float(As[(k + 4) * S::kLdA + r + 8]));
+            for (int nt = 0; nt < kNT; ++nt) {
+              mma_1688_tf32(part[mt][nt], a_lo, b_hi[nt]);
+              mma_1688_tf32(part[mt][nt], a_hi, b_lo[nt]);
+              mma_1688_tf32(part[mt][nt], a_hi, b_hi[nt]);
+            }
           }
-        }
-#pragma unroll
-        for (int nt = 0; nt < kNT; ++nt) {
-          const int c = warp_n * kWarpN + nt * 8 + fg;
-          bfr[nt][0] = to_tf32(to_float(Bs[k * S::kLdB + c]));
-          bfr[nt][1] = to_tf32(to_float(Bs[(k + 4) * S::kLdB + c]));
         }
 #pragma unroll
         for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
-          for (int nt = 0; nt < kNT; ++nt) mma_1688_tf32(acc[mt][nt], af[mt], bfr[nt]);
+          for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) acc[mt][nt][i] += part[mt][nt][i];
+      } else {
+#pragma unroll
+        for (int ks = 0; ks < kBK / 8; ++ks) {
+          uint32_t af[kMT][4], bfr[kNT][2];
+          const int k = ks * 8 + ft;
+#pragma unroll
+          for (int mt = 0; mt < kMT; ++mt)
+            a_frag(warp_m * kWarpM + mt * 16 + fg, k, to_tf32, af[mt]);
+#pragma unroll
+          for (int nt = 0; nt < kNT; ++nt)
+            b_frag(k, warp_n * kWarpN + nt * 8 + fg, to_tf32, bfr[nt]);
+#pragma unroll
+          for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+            for (int nt = 0; nt < kNT; ++nt) mma_1688_tf32(acc[mt][nt], af[mt], bfr[nt]);
+        }
       }
     }
   };

@@ -113,10 +113,8 @@ def _conv_transpose2d_cuda(
 ) -> torch.Tensor:
     key = op_call_key(input, weight, bias, (stride, padding, output_padding, groups, dilation),
                       IDENTITY)
-    entry = _OP_PLANS.get(key)
-    if entry is None:
-        args = ConvTransposeArgs.from_values(stride, padding, output_padding, groups, dilation)
-        entry = _OP_PLANS.plan(key, input, weight, bias, args)
+    entry = _OP_PLANS.lookup(key, input, weight, bias, lambda: ConvTransposeArgs.from_values(
+        stride, padding, output_padding, groups, dilation))
     return _run_entry(entry, input, weight, bias, IDENTITY)
 
 
@@ -143,8 +141,12 @@ class OpPlanCache:
         self.entries: Dict[tuple, OpPlan] = {}
         self.misses = 0  # tests read it
 
-    def get(self, key: Optional[tuple]) -> Optional[OpPlan]:
-        return self.entries.get(key) if key is not None else None
+    def lookup(self, key: Optional[tuple], input: torch.Tensor, weight: torch.Tensor,
+               bias: Optional[torch.Tensor], make_args: Callable[[], ConvTransposeArgs]) -> OpPlan:
+        """The cached plan for `key`, else a new one (see plan). `make_args` builds the call's
+        ConvTransposeArgs, only on a miss: a hit needs none."""
+        found = self.entries.get(key) if key is not None else None
+        return found if found is not None else self.plan(key, input, weight, bias, make_args())
 
     def plan(self, key: Optional[tuple], input: torch.Tensor, weight: torch.Tensor,
              bias: Optional[torch.Tensor], args: ConvTransposeArgs) -> OpPlan:
@@ -172,7 +174,8 @@ def op_plans() -> OpPlanCache:
 
 
 def _hashable(v):
-    return v if isinstance(v, (int, float, str)) or v is None else tuple(v)
+    """A hyperparameter as passed (an int, or a list from the dispatcher) as a dict-key part."""
+    return v if isinstance(v, int) else tuple(v)
 
 
 def op_call_key(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
@@ -228,9 +231,8 @@ def _cuda(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor
     ours or PyTorch."""
     key = op_call_key(input, weight, bias, (args.stride, args.padding, args.output_padding,
                                             args.groups, args.dilation), epilogue)
-    entry = _OP_PLANS.get(key)
-    if entry is None:  # (never cached for key None: its call is prepared for this call only)
-        entry = _OP_PLANS.plan(key, input, weight, bias, args)
+    # (never cached for key None: its call is prepared for this call only)
+    entry = _OP_PLANS.lookup(key, input, weight, bias, lambda: args)
     return _run_entry(entry, input, weight, bias, epilogue)
 
 

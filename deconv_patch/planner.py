@@ -119,8 +119,7 @@ def split_variant(variant: str) -> Tuple[str, int]:
 
 def reads_packed_weight(variant: str) -> bool:
     """Whether a variant reads a pre-packed weight (packed_weights.py) instead of the weight."""
-    kernel, config = split_variant(variant)
-    return kernel in (GEMM_PHASE, GEMM_PHASE_SM90) or variant == KXS_TAP_MAJOR
+    return split_variant(variant)[0] in (GEMM_PHASE, GEMM_PHASE_SM90) or variant == KXS_TAP_MAJOR
 
 
 @functools.lru_cache(maxsize=None)
