@@ -4,19 +4,23 @@
 #   bash benchmarks/device_run.sh            # everything
 #   QUICK=1 bash benchmarks/device_run.sh    # tests + quick layer benchmark only
 #   MODELS=0                                 # skip the end-to-end model benchmark
-#   PART=1 / PART=2                          # first half (build, tests, forced-variant
-#                                            # benchmarks) / second half (the rest), each
-#                                            # within one 10-minute device call
-#   PART=new                                 # build + forced benchmarks of the variants the
-#                                            # planner does not pick yet (no tests)
+#   PART=1 / PART=2                          # first half (build, 3xTF32 error scan, all GPU
+#                                            # tests, optional sanitizer) / second half (the
+#                                            # benchmarks and reports), each within one
+#                                            # 10-minute device call
+#   PART=newtests                            # build, error scan, session-4 kernel tests only
+#   PART=new                                 # build + the session-4 variants forced on the
+#                                            # layers they cover (no tests)
+#   LAYERS_ONLY=1                            # with PART=2: the layer benchmark only
 #   SANITIZE=1                               # with PART=1: compute-sanitizer memcheck on a
-#                                            # few configs of each new kernel
+#                                            # few configs of each session-4 kernel sweep
 set -uo pipefail
 OUT=${OUT:-/tmp/deconv_patch_out}
 mkdir -p "$OUT/logs"
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 export DECONV_PATCH_CACHE=${DECONV_PATCH_CACHE:-/tmp/deconv_patch_cache}
 L=$OUT/logs
+START=$(date +%s)
 step() { echo "== $1 ($(date +%T))"; }
 
 step env
@@ -27,35 +31,39 @@ step env
 step build
 python3 -m deconv_patch.cli build 2>&1 | tee "$L/build.log" | tail -3
 
+# Seconds left of the call's budget (570 s from the start of this script), for `timeout`.
+left() { echo $(( START + 570 - $(date +%s) )); }
+gpu_tests() {  # gpu_tests NAME SECONDS PYTEST-ARGS...: a -v log, summarised per test function
+  local name=$1 limit=$2; shift 2
+  step "GPU tests: $name"
+  timeout "$limit" python3 -m pytest -v --tb=line -m cuda -p no:cacheprovider "$@" \
+    > "$L/gpu-tests-$name.log" 2>&1; echo "exit $? (124 = timed out)"
+  python3 benchmarks/pytest_summary.py "$L/gpu-tests-$name.log" | grep -vE "^\S+ +passed=[0-9]+$"
+  tail -1 "$L/gpu-tests-$name.log"
+}
+
+if [ "${PART:-1}" = 1 ] || [ "${PART:-}" = newtests ]; then
+step "fp32-strict (3xTF32) error by reduction depth"
+timeout 120 python3 benchmarks/strict_error_scan.py --cases 400 2>&1 | tee "$L/strict-scan.log"
+# The session-4 kernels first (wgmma alone: a hung kernel must not eat the call), then the rest.
+gpu_tests new $(( $(left) - 300 )) -k "not sm90" tests/test_gpu_new_kernels.py
+gpu_tests wgmma 120 -k "sm90" tests/test_gpu_new_kernels.py
+fi
 if [ "${PART:-1}" = 1 ]; then
-step "GPU tests"
-# tests/test_gpu_new_kernels.py first: the paths no device run has checked yet, each under a
-# time limit (a hung kernel must not eat the call), the wgmma kernel last and on its own.
-python3 -m pytest -q -m cuda -p no:cacheprovider -rf -k "not sm90" tests/test_gpu_new_kernels.py \
-  > "$L/gpu-tests-new.log" 2>&1 & wait_for=$!
-( sleep 300; kill $wait_for 2>/dev/null && echo "TIMEOUT after 300 s" >> "$L/gpu-tests-new.log" ) &
-wait $wait_for; grep -E "^FAILED|^ERROR|TIMEOUT" "$L/gpu-tests-new.log" | head -30
-tail -1 "$L/gpu-tests-new.log"
-timeout 180 python3 -m pytest -q -m cuda -p no:cacheprovider -rf -k "sm90" tests/test_gpu_new_kernels.py \
-  > "$L/gpu-tests-sm90.log" 2>&1 || echo "sm90 tests: exit $? (124 = timed out)"
-grep -E "^FAILED|^ERROR" "$L/gpu-tests-sm90.log" | head -30; tail -1 "$L/gpu-tests-sm90.log"
-if [ -n "${SANITIZE:-}" ]; then
+gpu_tests suite $(( $(left) - 20 )) tests --ignore=tests/test_gpu_new_kernels.py
+if [ -n "${SANITIZE:-}" ] && [ "$(left)" -gt 60 ]; then
   step "compute-sanitizer (memcheck) on a few configs of each new kernel"
   ids=$(python3 -m pytest -q --co -p no:cacheprovider tests/test_gpu_new_kernels.py 2>/dev/null \
-        | grep "sweep\[" | awk -F'[' '{ if (n[$1]++ < 3) print }')
-  timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 python3 -m pytest -q -m cuda \
-    -p no:cacheprovider $ids > "$L/sanitizer.log" 2>&1; echo "sanitizer exit $?"
-  grep -E "ERROR SUMMARY|Invalid|out of bounds" "$L/sanitizer.log" | head -10
+        | grep "sweep\[" | awk -F'[' '{ if (n[$1]++ < 2) print }')
+  timeout $(( $(left) - 10 )) compute-sanitizer --tool memcheck --error-exitcode 9 python3 -m pytest \
+    -q -m cuda -p no:cacheprovider $ids > "$L/sanitizer.log" 2>&1; echo "sanitizer exit $?"
+  grep -E "ERROR SUMMARY|Invalid|out of bounds|passed|failed" "$L/sanitizer.log" | head -10
 fi
-python3 -m pytest -q -m cuda -p no:cacheprovider -rf tests --ignore=tests/test_gpu_new_kernels.py \
-  2>&1 > "$L/gpu-tests.log"
-grep -E "^FAILED|^ERROR" "$L/gpu-tests.log" | head -30; tail -1 "$L/gpu-tests.log"
-
 fi
 
-if [ "${PART:-new}" = new ] || [ "${PART:-1}" = 1 ]; then
-# The variants the planner does not pick yet (planner.EXPERIMENTAL) and the 3xTF32 fp32-strict
-# mode, each forced on the layers it covers: the numbers that decide whether the planner may.
+if [ "${PART:-}" = new ]; then
+# The session-4 variants and the 3xTF32 fp32-strict mode, each forced on the layers it covers:
+# the numbers behind the planner's rules for them.
 forced() {  # forced VARIANT MODES FORMATS [ONLY]
   local tag="${1/:/_}_${2//,/-}_${3//,/-}"
   step "layer benchmark ($1 forced; $2; $3)"
@@ -72,13 +80,17 @@ forced grouped tf32,bf16 nchw,nhwc "depthwise,grouped,fcn8s"
 forced gemm_phase_sm90 bf16,fp16 nchw,nhwc "dcgan,pix2pix,simplebl,vae,cyclegan,dilated,asym"
 fi
 
+if [ "${PART:-}" = 2 ]; then  # (PART=1 ran them all) the planner's rules, against this build
+gpu_tests planner 90 -k "planner" tests
+fi
 if [ "${PART:-2}" = 2 ]; then
 step "layer benchmark (planner's choice)"
-python3 benchmarks/layers.py ${QUICK:+--quick} --json "$OUT/layers.json" > "$L/layers.log" 2>&1
+timeout $(( $(left) - 15 )) python3 benchmarks/layers.py ${QUICK:+--quick} --json "$OUT/layers.json" \
+  > "$L/layers.log" 2>&1 || echo "layers.py exit $? (124 = timed out)"
 tail -12 "$L/layers.log"
 fi
 
-if [ -z "${QUICK:-}" ] && [ "${PART:-2}" = 2 ]; then
+if [ -z "${QUICK:-}" ] && [ -z "${LAYERS_ONLY:-}" ] && [ "${PART:-2}" = 2 ]; then
   if [ "${MODELS:-1}" = 1 ]; then
     step "model benchmark"
     python3 benchmarks/models.py --out "$OUT/models.json" > "$L/models.log" 2>&1
@@ -95,9 +107,7 @@ if [ -z "${QUICK:-}" ] && [ "${PART:-2}" = 2 ]; then
   mkdir -p "$OUT/reports" && cp /tmp/cli_session/*report* "$OUT/reports/" 2>/dev/null
 fi
 step summary
-[ -f "$L/gpu-tests-new.log" ] && echo "GPU tests (new kernels): $(tail -1 "$L/gpu-tests-new.log")"
-[ -f "$L/gpu-tests-sm90.log" ] && echo "GPU tests (wgmma): $(tail -1 "$L/gpu-tests-sm90.log")"
-[ -f "$L/gpu-tests.log" ] && echo "GPU tests: $(tail -1 "$L/gpu-tests.log")"
+for f in "$L"/gpu-tests-*.log; do [ -f "$f" ] && echo "$(basename "$f" .log): $(tail -1 "$f")"; done
 [ -f "$L/layers.log" ] && grep -E "geomean|slowest" "$L/layers.log"
 tar -czf "$OUT/logs.tgz" -C "$OUT" logs $( [ -d "$OUT/reports" ] && echo reports ) && rm -rf "$L"
 [ -d "$OUT/reports" ] && rm -rf "$OUT/reports"

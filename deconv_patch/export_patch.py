@@ -95,7 +95,9 @@ def may_use_kernel(program: torch.export.ExportedProgram, layer: ExportedLayer) 
         return True
     args = ConvTransposeArgs(layer.stride, layer.padding, layer.output_padding,  # type: ignore[arg-type]
                              layer.dilation, layer.groups)  # type: ignore[arg-type]
-    return planner.may_use_kernel(torch.device("cuda"), val.dtype, layer.weight_shape[2:], args)
+    channels = (layer.weight_shape[0] // layer.groups, layer.weight_shape[1])
+    return planner.may_use_kernel(torch.device("cuda"), val.dtype, layer.weight_shape[2:], args,
+                                  channels)
 
 
 def patch_program(program: torch.export.ExportedProgram, all_layers: bool = False

@@ -26,7 +26,8 @@ from torch import nn
 from . import autotune, planner
 from .arguments import ConvTransposeArgs, find_problem
 from .epilogue import DEFAULT_NEGATIVE_SLOPE, Epilogue, activate, check_activation
-from .ops import FallbackWarning, conv_transpose2d, conv_transpose2d_fused, kernel_call
+from .ops import (FallbackWarning, conv_transpose2d, conv_transpose2d_fused, first_call,
+                  kernel_call, refused_plan)
 
 
 _PLAN_CACHE_SIZE = 256
@@ -117,8 +118,9 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
         if torch.compiler.is_compiling():
             # Graph time: layers no kernel of ours covers stay aten convolutions, which Inductor
             # schedules itself; the rest become our op (which still plans per call).
-            use_op = planner.may_use_kernel(input.device, input.dtype, self.kernel_size,
-                                            self._args(output_padding))
+            use_op = planner.may_use_kernel(
+                input.device, input.dtype, self.kernel_size, self._args(output_padding),
+                (self.in_channels // self.groups, self.out_channels // self.groups))
         else:
             entry = self._entry_for(input, output_padding, weight, bias)
             use_op = entry.plan.uses_kernel or entry.tune
@@ -126,10 +128,16 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
                     torch.is_grad_enabled() and (
                         input.requires_grad or weight.requires_grad
                         or (bias is not None and bias.requires_grad))):
-                if entry.call is None:
-                    entry.call = kernel_call(entry.plan.variant, input, weight,
-                                             self._args(output_padding), self._epilogue())
-                return entry.call(input, weight, bias)
+                if entry.call is not None:
+                    return entry.call(input, weight, bias)
+                call = kernel_call(entry.plan.variant, input, weight,
+                                   self._args(output_padding), self._epilogue())
+                out = first_call(call, input, weight, bias)
+                if out is not None:
+                    entry.call = call
+                    return out
+                entry.plan = refused_plan(entry.plan)  # the kernel refused: PyTorch from now on
+                use_op = False
         if not use_op:
             # Where the planner runs PyTorch anyway, call it directly and skip the custom op's
             # dispatch overhead (tens of microseconds per call).

@@ -27,7 +27,7 @@ from . import autotune, planner
 from .arguments import ConvTransposeArgs, find_problem
 from .epilogue import DEFAULT_NEGATIVE_SLOPE, IDENTITY, Epilogue, check_activation
 from .extension import load_extension
-from .layout import cuda_output_channels_last
+from .layout import cuda_output_channels_last, empty_batch_output
 from .packed_weights import LayoutKey, packed_weight
 
 QUALNAME = "deconv_patch::conv_transpose2d"
@@ -95,6 +95,8 @@ def _conv_transpose2d_fake(input, weight, bias=None, stride=(1, 1), padding=(0, 
     args = ConvTransposeArgs.from_values(stride, padding, output_padding, groups, dilation)
     batched = out if out.dim() == 4 else out.unsqueeze(0)
     x = input if input.dim() == 4 else input.unsqueeze(0)
+    if x.shape[0] == 0:  # (an unbatched input always has one sample)
+        return empty_batch_output(x, weight, batched.shape)
     channels_last = cuda_output_channels_last(x, weight, args, math.prod(batched.shape[1:]))
     fmt = torch.channels_last if channels_last else torch.contiguous_format
     restrided = torch.empty(batched.shape, dtype=out.dtype, device=out.device, memory_format=fmt)
@@ -221,8 +223,34 @@ def _run_entry(entry: OpPlan, input: torch.Tensor, weight: torch.Tensor,
     if plan.variant == planner.ATEN:
         return epilogue.apply(_aten_with(input, weight, bias, entry.args))
     if entry.call is None:
-        entry.call = kernel_call(plan.variant, input, weight, entry.args, epilogue)
+        call = kernel_call(plan.variant, input, weight, entry.args, epilogue)
+        out = first_call(call, input, weight, bias)
+        if out is None:  # the kernel refused this geometry: PyTorch from now on
+            entry.plan = refused_plan(plan)
+            return epilogue.apply(_aten_with(input, weight, bias, entry.args))
+        entry.call = call
+        return out
     return entry.call(input, weight, bias)
+
+
+def first_call(call: Callable[..., torch.Tensor], input: torch.Tensor, weight: torch.Tensor,
+               bias: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
+    """The first run of a prepared kernel call, or None when the kernel refuses the call. A
+    kernel's binding checks limits the planner does not model (the grouped kernel's shared
+    memory per tile, for one) and refuses with "does not support"; the caller then plans
+    PyTorch for that geometry. Any other error, or a refusal of a variant forced by
+    use_variant, propagates."""
+    try:
+        return call(input, weight, bias)
+    except RuntimeError as e:
+        if "does not support" not in str(e) or planner.forced_variant() is not None:
+            raise
+        return None
+
+
+def refused_plan(plan: planner.Plan) -> planner.Plan:
+    return planner.Plan(planner.ATEN, f"{plan.variant} does not support this call; PyTorch",
+                        candidates=plan.candidates)
 
 
 def _cuda(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
@@ -289,6 +317,12 @@ def kernel_call(variant: str, input: torch.Tensor, weight: torch.Tensor,
     channels_last = cuda_output_channels_last(
         x, weight, args, weight.shape[1] * args.groups * out_hw[0] * out_hw[1])
     allow_tf32 = bool(torch.backends.cudnn.allow_tf32)
+    if kernel in (planner.GEMM_KXS, planner.GEMM_PHASE) and input.dtype == torch.float32 \
+            and not allow_tf32 and planner.reduction_depth(
+                weight.shape[0] // args.groups, weight.shape[-2:], args) < planner.MIN_3XTF32_DEPTH:
+        raise RuntimeError(  # (see planner.MIN_3XTF32_DEPTH)
+            f"deconv_patch: {kernel} does not support fp32 without TF32 in sums of fewer than "
+            f"{planner.MIN_3XTF32_DEPTH} products (3xTF32 would exceed fp32's error bound)")
     scale, shift, activation, slope = epilogue.kernel_args(input.device)
     forward = load_extension().conv_transpose2d_forward
     stride, padding, output_padding, dilation, groups = (

@@ -12,15 +12,16 @@ Variants today:
   * ``direct``   - our CUDA gather kernel: any hyperparameters, fp32/fp16/bf16, any layout;
   * ``aten``     - PyTorch's own implementation (cuDNN on CUDA where PyTorch can use it).
 
-Written but not yet run on a GPU, so the planner never picks them; `use_variant` forces them
-(the GPU tests and `benchmarks/layers.py --variant` do) until a device run proves and times them
-(EXPERIMENTAL below):
   * ``gemm_kxs:tap_major`` - gemm_kxs with its columns ordered (tap, channel) from a packed
-    weight, so channels_last output is stored 16 bytes at a time;
-  * ``grouped`` - a register-tiled direct kernel for few channels per group (depthwise);
-  * ``gemm_phase_sm90`` - gemm_phase on Hopper's warpgroup MMA (wgmma), sm_90a builds only.
-fp32 without TF32 on gemm_kxs / gemm_phase runs 3xTF32 (fp32-accurate split precision) when
-forced; the planner keeps such calls on cuDNN until that mode is measured.
+    weight, so channels_last output is stored 16 bytes at a time: the choice for channels_last
+    output;
+  * ``grouped`` - a register-tiled direct kernel (FFMA) for few channels per group (depthwise,
+    grouped): the choice for grouped layers with <= 32 channels per group in and out;
+  * ``gemm_phase_sm90`` - gemm_phase on Hopper's warpgroup MMA (wgmma), sm_90a builds on
+    compute capability 9.0 only: an autotune candidate for 16-bit layers.
+fp32 without TF32 runs 3xTF32 on gemm_kxs (x = hi + lo, three TF32 products per multiply):
+fp32-accurate where each output sums at least MIN_3XTF32_DEPTH products, so shallower sums stay
+on cuDNN. gemm_phase has the same mode (forced only: its error reached 1.11x the bound).
 
 Policy: a variant of ours runs where it is faster than PyTorch; elsewhere PyTorch runs and the
 plan says why. Measured on the H100 (docs/perf-notes.md), the direct kernel loses to cuDNN on
@@ -42,7 +43,7 @@ from typing import Iterator, Optional, Sequence, Tuple
 import torch
 
 from .arguments import ConvTransposeArgs, fits_int32
-from .layout import is_channels_last
+from .layout import cuda_output_channels_last, is_channels_last
 
 KERNEL_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 GEMM_KXS = "gemm_kxs"
@@ -62,12 +63,19 @@ PHASE_CONFIGS = tuple(f"{GEMM_PHASE}:{t}" for t in PHASE_TILES)
 KXS_TAP_MAJOR = f"{GEMM_KXS}:tap_major"
 # gemm_phase_sm90's configs, in the kernel's order: block tile m x n, pipeline stages.
 SM90_CONFIGS = tuple(f"{GEMM_PHASE_SM90}:{t}" for t in ("128x128s3", "128x128s4", "128x64s4"))
-# Forced-only until a GPU run has checked and timed them (see the module doc).
-EXPERIMENTAL = (KXS_TAP_MAJOR, GROUPED, GEMM_PHASE_SM90, *SM90_CONFIGS)
 NAMED_VARIANTS = VARIANTS + PHASE_CONFIGS + (KXS_TAP_MAJOR,) + SM90_CONFIGS
 _GEMM_TILE = 128
 _MIN_PHASE_CHANNELS = 16  # per group, in and out: below this tensor-core tiles are mostly padding
 _MIN_GEMM_OUTPUT_BYTES = 4 * 2**20
+_MAX_GROUPED_CHANNELS = 32  # per group, in and out: the grouped kernel's home ground (measured)
+# 3xTF32 carries each fp32 operand as two TF32 numbers (22 of fp32's 24 significant bits) and
+# tensor-core sums truncate, so each product is a few fp32 ulps off where FFMA is half an ulp
+# off. fp32's own rounding hides that once an output sums enough products; below this depth
+# the result can exceed the GPU tests' bound (2x PyTorch's error + 1 ulp), so cuDNN keeps those
+# calls. Measured on the H100 (benchmarks/strict_error_scan.py, worst error / bound over 400
+# random gemm_kxs layers): depth 1: 1.84, 16-31: 1.13, 32-63: 0.81, >= 64: 0.58, falling about
+# as 1/sqrt(depth); 64 keeps a 1.7x margin and every layer of the benchmark suite (>= 128).
+MIN_3XTF32_DEPTH = 64
 
 # The variant forced by `use_variant` in this context (thread/task-local, not process-global).
 _forced_variant: contextvars.ContextVar[Optional[str]] = contextvars.ContextVar(
@@ -150,8 +158,9 @@ def plan_layer(device: torch.device, dtype: torch.dtype, kernel_hw: Sequence[int
     """The variant for a layer's hyperparameters on a device/dtype (input-size independent).
 
     `channels` = (in, out) channels per group; when given, gemm_phase is ruled out below
-    16 of either (its tensor-core tiles would be mostly padding)."""
-    chosen = _plan_layer(device, dtype, kernel_hw, args)
+    16 of either (its tensor-core tiles would be mostly padding), grouped layers with few
+    channels per group get the grouped kernel, and fp32 without TF32 may use 3xTF32."""
+    chosen = _plan_layer(device, dtype, kernel_hw, args, channels)
     if channels is None or min(channels) >= _MIN_PHASE_CHANNELS or \
             PHASE_CONFIGS[0] not in chosen.candidates or _forced_variant.get() is not None:
         return chosen
@@ -160,9 +169,9 @@ def plan_layer(device: torch.device, dtype: torch.dtype, kernel_hw: Sequence[int
 
 
 def _without_phase(chosen: Plan, why: str) -> Plan:
-    """`chosen` with gemm_phase ruled out: gone from the candidates and, if it was the choice,
+    """`chosen` with gemm_phase (and gemm_phase_sm90) ruled out: gone from the candidates and, if it was the choice,
     replaced by direct where that is a candidate (PyTorch cannot use cuDNN) else PyTorch."""
-    rest = tuple(v for v in chosen.candidates if v not in PHASE_CONFIGS)
+    rest = tuple(v for v in chosen.candidates if v not in PHASE_CONFIGS + SM90_CONFIGS)
     if chosen.variant != GEMM_PHASE:
         return Plan(chosen.variant, chosen.reason, candidates=rest)
     fallback = DIRECT if DIRECT in rest else ATEN
@@ -170,17 +179,33 @@ def _without_phase(chosen: Plan, why: str) -> Plan:
 
 
 def _plan_layer(device: torch.device, dtype: torch.dtype, kernel_hw: Sequence[int],
-                args: ConvTransposeArgs) -> Plan:
+                args: ConvTransposeArgs, channels: Optional[Tuple[int, int]]) -> Plan:
     reason = device_support(device, dtype)
     if reason is not None:
         return Plan(ATEN, reason, fallback=True)
     forced = _forced_variant.get()
     if forced is not None:
         return Plan(forced, "forced by deconv_patch.use_variant")
-    if gemm_kxs_problem(dtype, kernel_hw, args) is None:
-        return Plan(GEMM_KXS, "kernel == stride: tensor-core GEMM with scatter epilogue",
-                    candidates=(GEMM_KXS, ATEN))
+    depth = None if channels is None else reduction_depth(channels[0], kernel_hw, args)
+    if channels is not None and args.groups > 1 and max(channels) <= _MAX_GROUPED_CHANNELS:
+        # Measured on the H100 (docs/perf-notes.md): 1.4-10x cuDNN on the suite's depthwise and
+        # grouped layers; FFMA, so fp32 without TF32 stays exact. The exception: FCN's x8
+        # up-sampling (k16 s8, 64 phases), 0.4-1.3x, so cuDNN there unless autotune disagrees.
+        why = f"{channels[0]} in / {channels[1]} out channels per group"
+        if args.stride[0] * args.stride[1] > 16:
+            return Plan(ATEN, f"{why}, stride area > 16: cuDNN unless autotune times the "
+                        "grouped kernel faster", candidates=(GROUPED, ATEN))
+        return Plan(GROUPED, f"{why}: register-tiled grouped kernel", candidates=(GROUPED, ATEN))
+    split = dtype == torch.float32 and not torch.backends.cudnn.allow_tf32
+    if gemm_kxs_problem(dtype, kernel_hw, args, depth) is None:
+        how = "3xTF32 " if split else ""
+        return Plan(GEMM_KXS, f"kernel == stride: {how}tensor-core GEMM with scatter epilogue",
+                    candidates=(GEMM_KXS, KXS_TAP_MAJOR, ATEN))
+    # gemm_phase keeps fp32 without TF32 off 3xTF32 (depth None): on deep sums its error still
+    # reached 1.11x the tests' bound in benchmarks/strict_error_scan.py (gemm_kxs: 0.58x).
     tensor_cores = tensor_core_problem(dtype) is None
+    phase = (*PHASE_CONFIGS, *(SM90_CONFIGS if _is_sm90(device) and dtype != torch.float32
+                               else ()))
     no_cudnn = ("cuDNN cannot run output_padding >= stride"
                 if any(op >= s for op, s in zip(args.output_padding, args.stride))
                 else "cuDNN is disabled" if not torch.backends.cudnn.enabled else None)
@@ -189,26 +214,44 @@ def _plan_layer(device: torch.device, dtype: torch.dtype, kernel_hw: Sequence[in
         # ~2x slower than direct on the H100 (docs/perf-notes.md).
         if tensor_cores:
             return Plan(GEMM_PHASE, f"{no_cudnn}; stride-phase implicit GEMM",
-                        candidates=(*PHASE_CONFIGS, DIRECT, ATEN))
+                        candidates=(*phase, DIRECT, ATEN))
         return Plan(DIRECT, f"{no_cudnn}; direct kernel", candidates=(DIRECT, ATEN))
     if tensor_cores:
         # Measured on the H100 (docs/perf-notes.md): gemm_phase ranges 0.4-1.5x of cuDNN's sm90
         # wgmma kernels across the suite with no size rule separating wins from losses, so it
         # runs where autotune (torch.backends.cudnn.benchmark) timed it faster.
         return Plan(ATEN, "cuDNN unless autotune times gemm_phase faster (cudnn.benchmark)",
-                    candidates=(*PHASE_CONFIGS, ATEN))
-    return Plan(ATEN, "fp32 without TF32: cuDNN is faster than the direct kernel here")
+                    candidates=(*phase, ATEN))
+    return Plan(ATEN, f"fp32 without TF32: cuDNN (3xTF32 only on k == stride layers whose "
+                f"outputs sum >= {MIN_3XTF32_DEPTH} products)")
 
 
-def tensor_core_problem(dtype: torch.dtype) -> Optional[str]:
-    """Why the tensor-core variants cannot run a dtype, or None when they can."""
-    if dtype == torch.float32 and not torch.backends.cudnn.allow_tf32:
-        return "fp32 without TF32 (torch.backends.cudnn.allow_tf32 is False)"
+def _is_sm90(device: torch.device) -> bool:
+    """Compute capability 9.0 (Hopper): where the sm_90a build's wgmma kernels can run."""
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    return _capability(index) == (9, 0)
+
+
+def reduction_depth(in_per_group: int, kernel_hw: Sequence[int], args: ConvTransposeArgs) -> int:
+    """About how many products each output element sums: input channels per group x the taps
+    of a stride phase (kernel area / stride area, at least 1)."""
+    taps = (kernel_hw[0] * kernel_hw[1]) // (args.stride[0] * args.stride[1])
+    return in_per_group * max(1, taps)
+
+
+def tensor_core_problem(dtype: torch.dtype, depth: Optional[int] = None) -> Optional[str]:
+    """Why the tensor-core variants cannot run a dtype, or None when they can. fp32 without TF32
+    runs 3xTF32 when each output sums at least MIN_3XTF32_DEPTH products (`depth`, unknown =
+    not)."""
+    if dtype == torch.float32 and not torch.backends.cudnn.allow_tf32 and (
+            depth is None or depth < MIN_3XTF32_DEPTH):
+        return ("fp32 without TF32 (torch.backends.cudnn.allow_tf32 is False) in a sum of fewer "
+                f"than {MIN_3XTF32_DEPTH} products")
     return None
 
 
 def gemm_kxs_problem(dtype: torch.dtype, kernel_hw: Sequence[int],
-                     args: ConvTransposeArgs) -> Optional[str]:
+                     args: ConvTransposeArgs, depth: Optional[int] = None) -> Optional[str]:
     """Why the k == stride GEMM kernel does not apply to a layer, or None when it does."""
     if tuple(kernel_hw) != tuple(args.stride):
         return "kernel != stride"
@@ -216,16 +259,20 @@ def gemm_kxs_problem(dtype: torch.dtype, kernel_hw: Sequence[int],
         return "padding or dilation"
     if kernel_hw[0] * kernel_hw[1] > 256 or args.groups > 65535:
         return "kernel area > 256 or groups > 65535"
-    return tensor_core_problem(dtype)
+    return tensor_core_problem(dtype, depth)
 
 
 def may_use_kernel(device: torch.device, dtype: torch.dtype, kernel_hw: Sequence[int],
-                   args: ConvTransposeArgs) -> bool:
+                   args: ConvTransposeArgs, channels: Optional[Tuple[int, int]] = None) -> bool:
     """Whether any kernel of ours could run this layer: plan_layer's rules without the
-    context-variable and per-GPU lookups, so torch.compile can trace it (graph-time decision)."""
+    context-variable and per-GPU lookups, so torch.compile can trace it (graph-time decision).
+    `channels` = (in, out) channels per group, when known."""
     if device.type != "cuda" or dtype not in KERNEL_DTYPES:
         return False
-    return (gemm_kxs_problem(dtype, kernel_hw, args) is None
+    depth = None if channels is None else reduction_depth(channels[0], kernel_hw, args)
+    return (gemm_kxs_problem(dtype, kernel_hw, args, depth) is None
+            or (channels is not None and args.groups > 1
+                and max(channels) <= _MAX_GROUPED_CHANNELS)
             or any(op >= s for op, s in zip(args.output_padding, args.stride))
             or not torch.backends.cudnn.enabled)
 
@@ -237,6 +284,14 @@ def plan(input: torch.Tensor, weight: torch.Tensor, args: ConvTransposeArgs) -> 
     chosen = plan_layer(input.device, input.dtype, weight.shape[-2:], args,
                         (weight.shape[0] // args.groups, weight.shape[1]))
     if chosen.variant == GEMM_KXS and _forced_variant.get() is None:
+        x = input if input.dim() == 4 else input.unsqueeze(0)
+        out_hw = args.output_hw(x.shape[-2:], weight.shape[-2:])
+        if cuda_output_channels_last(x, weight, args,
+                                     weight.shape[1] * args.groups * out_hw[0] * out_hw[1]):
+            # channels_last output: tap-major columns store 16 bytes of channels at a time
+            # (H100: U-Net up4 bf16 NHWC 1.9x -> 2.8x cuDNN, Mask R-CNN 1.2x -> 1.6x).
+            chosen = Plan(KXS_TAP_MAJOR, chosen.reason + "; tap-major for channels_last output",
+                          candidates=chosen.candidates)
         kh, kw = weight.shape[-2:]
         rows = input.numel() // max(1, input.shape[-3])
         cols = weight.shape[1] * kh * kw
@@ -245,7 +300,8 @@ def plan(input: torch.Tensor, weight: torch.Tensor, args: ConvTransposeArgs) -> 
             return Plan(ATEN, "gemm_kxs needs a contiguous weight and < 2^31 tiles; cuDNN")
         k = input.shape[-3] // args.groups
         out_bytes = rows * cols * args.groups * input.element_size()
-        if is_channels_last(input) and k > 512:
+        split = input.dtype == torch.float32 and not torch.backends.cudnn.allow_tf32
+        if is_channels_last(input) and k > 512 and not split:
             # Measured on H100: cuDNN's NHWC kernel ties or beats gemm_kxs at large K on
             # channels_last input (U-Net up1, K=1024: 1.00x); autotune re-checks.
             return Plan(ATEN, "cuDNN's NHWC kernel is as fast at this K (heuristic)",

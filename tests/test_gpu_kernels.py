@@ -105,9 +105,15 @@ def test_planner_picks_gemm_kxs_for_kernel_equal_stride():
     assert planner.plan(x, w, ConvTransposeArgs.from_values(stride=2)).variant == "gemm_kxs"
     small = planner.plan(x[:1, :, :16, :16], w, ConvTransposeArgs.from_values(stride=2))
     assert small.variant == "aten" and "gemm_kxs" in small.candidates  # overhead would dominate
+    nhwc = planner.plan(x.contiguous(memory_format=torch.channels_last), w,
+                        ConvTransposeArgs.from_values(stride=2))
+    assert nhwc.variant == planner.KXS_TAP_MAJOR  # channels_last output: 16-byte stores
     with torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
         strict = planner.plan(x.float(), w.float(), ConvTransposeArgs.from_values(stride=2))
-    assert strict.variant != "gemm_kxs"  # fp32 without TF32 stays full precision
+        shallow = planner.plan(x[:, :8].float(), w[:8].float(),
+                               ConvTransposeArgs.from_values(stride=2))
+    assert strict.variant == "gemm_kxs" and "3xTF32" in strict.reason  # 128-deep sums
+    assert shallow.variant == planner.ATEN  # 8-deep sums: 3xTF32 would miss fp32's bound
 
 
 def test_planner_where_cudnn_cannot_run():

@@ -1,7 +1,7 @@
-"""GPU correctness of the kernel paths the planner does not pick yet (planner.EXPERIMENTAL and the
-3xTF32 fp32-strict mode): each forced on NaN-poisoned random sweeps against a float64 reference,
-with the bound of tests/test_gpu_kernels.py (2x PyTorch's own error + 1 ulp of the output).
-A device run that passes these is what lets the planner use them."""
+"""GPU correctness of the session-4 kernel paths (gemm_kxs tap-major, 3xTF32 fp32-strict, the
+grouped kernel, gemm_phase_sm90): each forced on NaN-poisoned random sweeps against a float64
+reference, with the bound of tests/test_gpu_kernels.py (2x PyTorch's own error + 1 ulp of the
+output), plus the planner's rules for them."""
 
 from __future__ import annotations
 
@@ -75,22 +75,35 @@ def test_gemm_kxs_tap_major_repacks_after_an_in_place_weight_update():
 
 # ---- fp32 without TF32: 3xTF32 on gemm_kxs and gemm_phase -----------------------------------
 
+def _check_strict(variant: str, seed: int, make_case) -> None:
+    """check_variant in fp32 without TF32; sums shallower than planner.MIN_3XTF32_DEPTH are
+    refused by the kernel call (3xTF32 would miss the bound there) and skip."""
+    with torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
+        try:
+            check_variant(variant, seed, _fp32_strict(make_case))
+        except RuntimeError as exc:
+            if "does not support fp32 without TF32" not in str(exc):
+                raise
+            case = _fp32_strict(make_case)(seed)
+            depth = planner.reduction_depth(case.in_channels // case.args.groups, case.kernel,
+                                            case.args)
+            assert depth < planner.MIN_3XTF32_DEPTH, f"{case}: refused at depth {depth}"
+            pytest.skip(f"{case}: {depth}-deep sums stay off 3xTF32")
+
+
 @pytest.mark.parametrize("seed", range(200))
 def test_gemm_kxs_3xtf32_sweep(seed):
-    with torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
-        check_variant(planner.GEMM_KXS, seed + 73_000, _fp32_strict(random_kxs_case))
+    _check_strict(planner.GEMM_KXS, seed + 73_000, random_kxs_case)
 
 
 @pytest.mark.parametrize("seed", range(100))
 def test_gemm_kxs_tap_major_3xtf32_sweep(seed):
-    with torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
-        check_variant(planner.KXS_TAP_MAJOR, seed + 74_000, _fp32_strict(random_kxs_case))
+    _check_strict(planner.KXS_TAP_MAJOR, seed + 74_000, random_kxs_case)
 
 
 @pytest.mark.parametrize("seed", range(200))
 def test_gemm_phase_3xtf32_sweep(seed):
-    with torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
-        check_variant(planner.GEMM_PHASE, seed + 75_000, _fp32_strict(random_phase_case))
+    _check_strict(planner.GEMM_PHASE, seed + 75_000, random_phase_case)
 
 
 @pytest.mark.parametrize("variant,stride,kernel", [(planner.GEMM_KXS, 2, 2),
@@ -113,14 +126,30 @@ def test_3xtf32_is_much_more_accurate_than_tf32(variant, stride, kernel):
         f"3xTF32 error {err:.3e} vs cuDNN fp32 {cudnn_err:.3e}")
 
 
-def test_planner_keeps_fp32_strict_off_the_split_kernels():
-    """Until a device run has timed 3xTF32, fp32 without TF32 is planned as before."""
+def test_planner_rules_for_the_new_kernels():
+    """3xTF32 for deep fp32-strict k == stride sums, cuDNN for shallow ones and for the phase
+    kernel (its 3xTF32 is forced-only); the grouped
+    kernel for few channels per group; wgmma configs among the 16-bit autotune candidates."""
+    kxs = ConvTransposeArgs.from_values(stride=2)
     x = torch.randn(8, 128, 160, 128, device="cuda")
     w = torch.randn(128, 64, 2, 2, device="cuda")
+    phase = ConvTransposeArgs.from_values(stride=2, padding=1)
+    w4 = torch.randn(128, 64, 4, 4, device="cuda")
     with torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
-        chosen = planner.plan(x, w, ConvTransposeArgs.from_values(stride=2))
-    assert chosen.variant == planner.ATEN
-
+        assert planner.plan(x, w, kxs).variant == planner.GEMM_KXS
+        cl = planner.plan(x.contiguous(memory_format=torch.channels_last), w, kxs)
+        assert cl.variant == planner.KXS_TAP_MAJOR
+        assert planner.plan(x[:, :4], w[:4], kxs).variant == planner.ATEN
+        strict_phase = planner.plan(x[:2, :, :32, :32], w4, phase)  # (see MIN_3XTF32_DEPTH)
+        assert strict_phase.variant == planner.ATEN
+        assert planner.PHASE_CONFIGS[0] not in strict_phase.candidates
+    dw = planner.plan(torch.randn(4, 64, 32, 32, device="cuda", dtype=torch.bfloat16),
+                      torch.randn(64, 1, 4, 4, device="cuda", dtype=torch.bfloat16),
+                      ConvTransposeArgs.from_values(stride=2, padding=1, groups=64))
+    assert dw.variant == planner.GROUPED and planner.ATEN in dw.candidates
+    bf = planner.plan(x[:2, :, :32, :32].bfloat16(), w4.bfloat16(), phase)
+    assert (set(planner.SM90_CONFIGS) <= set(bf.candidates)) == (
+        torch.cuda.get_device_capability() == (9, 0))
 
 
 # ---- gemm_phase_sm90: wgmma (Hopper, sm_90a builds) -----------------------------------------

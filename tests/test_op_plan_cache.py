@@ -98,3 +98,27 @@ def test_cache_is_bounded():
     for i in range(5):
         cache.plan(("geometry", i), x, w, None, args)
     assert len(cache.entries) <= 3 and cache.misses == 5
+
+
+def test_first_call_turns_a_kernel_refusal_into_a_pytorch_plan():
+    """A kernel's own limits (checked in its binding) refuse with "does not support": the first
+    call then returns None so the caller plans PyTorch, unless use_variant forced the kernel;
+    any other error propagates."""
+    from deconv_patch import planner
+    from deconv_patch.ops import first_call, refused_plan
+
+    def refusing(*_):
+        raise RuntimeError("deconv_patch: the grouped kernel does not support this call")
+
+    def failing(*_):
+        raise RuntimeError("deconv_patch: grouped kernel launch failed: out of memory")
+
+    x = torch.randn(1, 2, 3, 3)
+    assert first_call(refusing, x, x, None) is None
+    with pytest.raises(RuntimeError, match="launch failed"):
+        first_call(failing, x, x, None)
+    with planner.use_variant(planner.GROUPED), pytest.raises(RuntimeError, match="support"):
+        first_call(refusing, x, x, None)
+    assert torch.equal(first_call(lambda a, b, c: a + 1, x, x, None), x + 1)
+    plan = refused_plan(planner.Plan(planner.GROUPED, "few channels", candidates=("grouped",)))
+    assert plan.variant == planner.ATEN and "grouped does not support" in plan.reason
