@@ -1,0 +1,102 @@
+"""The planner's layer-level rules (planner.plan_layer / may_use_kernel) without a GPU: the
+device's compute capability is stubbed, so CI checks which variant each kind of layer gets and
+why. The GPU tests check the same rules through planner.plan on real CUDA tensors."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from deconv_patch import planner
+from deconv_patch.arguments import ConvTransposeArgs
+
+CUDA0 = torch.device("cuda", 0)
+
+
+@pytest.fixture(params=[(9, 0), (8, 0)], ids=["sm90", "sm80"])
+def capability(request, monkeypatch):
+    monkeypatch.setattr(planner, "_capability", lambda index: request.param)
+    return request.param
+
+
+def _plan(dtype, kernel, args, channels, tf32=True):
+    with torch.backends.cudnn.flags(enabled=True, allow_tf32=tf32):
+        return planner.plan_layer(CUDA0, dtype, kernel, args, channels)
+
+
+def test_k_equal_stride_layers_get_gemm_kxs_and_its_tap_major_candidate(capability):
+    args = ConvTransposeArgs.from_values(stride=2)
+    for dtype in (torch.bfloat16, torch.float16, torch.float32):
+        chosen = _plan(dtype, (2, 2), args, (128, 64))
+        assert chosen.variant == planner.GEMM_KXS
+        assert set(chosen.candidates) == {planner.GEMM_KXS, planner.KXS_TAP_MAJOR, planner.ATEN}
+
+
+@pytest.mark.parametrize("cin_g,expected", [(planner.MIN_3XTF32_DEPTH, planner.GEMM_KXS),
+                                            (planner.MIN_3XTF32_DEPTH - 1, planner.ATEN)])
+def test_fp32_strict_runs_3xtf32_only_on_deep_k_equal_stride_sums(capability, cin_g, expected):
+    args = ConvTransposeArgs.from_values(stride=2)
+    chosen = _plan(torch.float32, (2, 2), args, (cin_g, 64), tf32=False)
+    assert chosen.variant == expected, chosen.reason
+    if expected == planner.GEMM_KXS:
+        assert "3xTF32" in chosen.reason
+
+
+def test_fp32_strict_phase_layers_stay_on_cudnn(capability):
+    """gemm_phase's 3xTF32 missed the bound on deep sums too (strict_error_scan.py)."""
+    args = ConvTransposeArgs.from_values(stride=2, padding=1)
+    chosen = _plan(torch.float32, (4, 4), args, (512, 256), tf32=False)
+    assert chosen.variant == planner.ATEN
+    assert not set(chosen.candidates) & set(planner.PHASE_CONFIGS + planner.SM90_CONFIGS)
+
+
+def test_reduction_depth_counts_channels_times_taps_per_phase():
+    k4s2 = ConvTransposeArgs.from_values(stride=2, padding=1)
+    assert planner.reduction_depth(16, (4, 4), k4s2) == 64
+    assert planner.reduction_depth(16, (2, 2), ConvTransposeArgs.from_values(stride=2)) == 16
+    assert planner.reduction_depth(3, (1, 1), ConvTransposeArgs.from_values(stride=3)) == 3
+
+
+@pytest.mark.parametrize("channels,stride,expected", [
+    ((1, 1), 2, planner.GROUPED),       # depthwise k4 s2
+    ((16, 16), 2, planner.GROUPED),     # grouped g8 of 128
+    ((32, 32), 2, planner.GROUPED),
+    ((48, 48), 2, planner.ATEN),        # above 32 per group: cuDNN unless autotune (phase)
+    ((1, 1), 8, planner.ATEN),          # FCN x8: stride area 64 > 16
+])
+def test_grouped_layers(capability, channels, stride, expected):
+    args = ConvTransposeArgs.from_values(stride=stride, padding=1, groups=8)
+    chosen = _plan(torch.bfloat16, (2 * stride, 2 * stride), args, channels)
+    assert chosen.variant == expected, chosen.reason
+    if max(channels) <= 32:
+        assert planner.GROUPED in chosen.candidates and planner.ATEN in chosen.candidates
+
+
+def test_wgmma_configs_are_16_bit_autotune_candidates_on_sm90_only(capability):
+    args = ConvTransposeArgs.from_values(stride=2, padding=1)
+    for dtype in (torch.bfloat16, torch.float16, torch.float32):
+        chosen = _plan(dtype, (4, 4), args, (256, 128))
+        assert chosen.variant == planner.ATEN and planner.PHASE_CONFIGS[0] in chosen.candidates
+        has_sm90 = set(planner.SM90_CONFIGS) <= set(chosen.candidates)
+        assert has_sm90 == (capability == (9, 0) and dtype != torch.float32)
+
+
+def test_few_channels_rule_out_every_phase_config(capability):
+    """Below 16 channels per group gemm_phase (and its wgmma twin) would be mostly padding."""
+    args = ConvTransposeArgs.from_values(stride=1, output_padding=1, dilation=2)
+    chosen = _plan(torch.bfloat16, (3, 3), args, (8, 4))
+    assert chosen.variant == planner.DIRECT
+    assert not set(chosen.candidates) & set(planner.PHASE_CONFIGS + planner.SM90_CONFIGS)
+
+
+def test_may_use_kernel_follows_the_grouped_and_3xtf32_rules():
+    kxs = ConvTransposeArgs.from_values(stride=2)
+    with torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
+        assert planner.may_use_kernel(CUDA0, torch.float32, (2, 2), kxs, (128, 64))
+        assert not planner.may_use_kernel(CUDA0, torch.float32, (2, 2), kxs, (8, 64))
+    grouped = ConvTransposeArgs.from_values(stride=2, padding=1, groups=64)
+    assert planner.may_use_kernel(CUDA0, torch.bfloat16, (4, 4), grouped, (1, 1))
+    assert not planner.may_use_kernel(CUDA0, torch.bfloat16, (4, 4),
+                                      ConvTransposeArgs.from_values(stride=2, padding=1),
+                                      (256, 128))
+    assert not planner.may_use_kernel(torch.device("cpu"), torch.bfloat16, (2, 2), kxs)
