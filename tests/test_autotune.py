@@ -38,6 +38,42 @@ def test_autotune_is_off_unless_cudnn_benchmark():
         assert not autotune.enabled()
 
 
+@pytest.mark.parametrize("head_to_head,expected", [((1.00, 1.10), "gemm_kxs"),
+                                                     ((1.00, 1.01), "aten"),
+                                                     ((1.20, 1.00), "aten")])
+def test_pick_confirms_a_kernel_head_to_head_before_it_replaces_pytorch(
+        tmp_path, monkeypatch, head_to_head, expected):
+    """The first, all-candidate round says gemm_kxs is 20% faster; the head-to-head re-timing
+    decides (a kernel must still win by the 3% margin there)."""
+    monkeypatch.setattr(autotune, "_CACHE", AutotuneCache(tmp_path / "a.json"))
+    rounds = []
+
+    def fake_timing(fns, warmup, reps):
+        rounds.append(len(fns))
+        if len(rounds) == 1:  # gemm_kxs, gemm_phase:64x64, aten
+            return [[1.0] * reps, [1.1] * reps, [1.2] * reps]
+        return [[head_to_head[0]] * reps, [head_to_head[1]] * reps]
+
+    monkeypatch.setattr(autotune, "time_interleaved", fake_timing)
+    calls = []
+    best = autotune.pick("key", ("gemm_kxs", "gemm_phase:64x64", "aten"), calls.append)
+    assert best == expected and rounds == [3, 2]
+    assert autotune.cache().choices["key"] == expected
+
+
+def test_pick_keeps_pytorch_without_a_confirmation_round_when_it_wins(tmp_path, monkeypatch):
+    monkeypatch.setattr(autotune, "_CACHE", AutotuneCache(tmp_path / "a.json"))
+    rounds = []
+
+    def fake_timing(fns, warmup, reps):
+        rounds.append(len(fns))
+        return [[1.0] * reps, [0.9] * reps]
+
+    monkeypatch.setattr(autotune, "time_interleaved", fake_timing)
+    assert autotune.pick("key", ("gemm_kxs", "aten"), lambda v: None) == "aten"
+    assert rounds == [2]
+
+
 @pytest.mark.cuda
 def test_autotune_times_candidates_once_and_result_is_correct(tmp_path, monkeypatch):
     monkeypatch.setattr(autotune, "_CACHE", AutotuneCache(tmp_path / "a.json"))
