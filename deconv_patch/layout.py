@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Sequence, Tuple
 
 import torch
-from torch._prims_common import suggest_memory_format
+from torch._prims_common import make_contiguous_strides_for, suggest_memory_format
 
 from .arguments import INT32_MAX, ConvTransposeArgs
 
@@ -80,7 +80,7 @@ def _elementwise_strides(shape: Tuple[int, ...], stride: Tuple[int, ...]) -> Tup
             elif cmp < 0:
                 break
     if perm == list(range(ndim - 1, -1, -1)):
-        return tuple(torch.empty(0).new_empty(shape, device="meta").stride())
+        return tuple(make_contiguous_strides_for(shape))
     out = [0] * ndim
     running = 1
     for d in perm:

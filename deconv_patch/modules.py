@@ -26,8 +26,8 @@ from torch import nn
 from . import autotune, planner
 from .arguments import ConvTransposeArgs, find_problem
 from .epilogue import DEFAULT_NEGATIVE_SLOPE, Epilogue, activate, check_activation
-from .ops import (FallbackWarning, conv_transpose2d, conv_transpose2d_fused, first_call,
-                  kernel_call, refused_plan)
+from .ops import (FallbackWarning, conv_transpose2d, conv_transpose2d_fused, first_run,
+                  kernel_call)
 
 
 _PLAN_CACHE_SIZE = 256
@@ -130,14 +130,12 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
                         or (bias is not None and bias.requires_grad))):
                 if entry.call is not None:
                     return entry.call(input, weight, bias)
-                call = kernel_call(entry.plan.variant, input, weight,
-                                   self._args(output_padding), self._epilogue())
-                out = first_call(call, input, weight, bias)
+                out = first_run(entry, kernel_call(entry.plan.variant, input, weight,
+                                                   self._args(output_padding), self._epilogue()),
+                                input, weight, bias)
                 if out is not None:
-                    entry.call = call
                     return out
-                entry.plan = refused_plan(entry.plan)  # the kernel refused: PyTorch from now on
-                use_op = False
+                use_op = False  # the kernel refused: its plan is PyTorch from now on
         if not use_op:
             # Where the planner runs PyTorch anyway, call it directly and skip the custom op's
             # dispatch overhead (tens of microseconds per call).

@@ -222,35 +222,31 @@ def _run_entry(entry: OpPlan, input: torch.Tensor, weight: torch.Tensor,
         warnings.warn(f"deconv_patch: {plan.reason}", FallbackWarning, stacklevel=4)
     if plan.variant == planner.ATEN:
         return epilogue.apply(_aten_with(input, weight, bias, entry.args))
-    if entry.call is None:
-        call = kernel_call(plan.variant, input, weight, entry.args, epilogue)
-        out = first_call(call, input, weight, bias)
-        if out is None:  # the kernel refused this geometry: PyTorch from now on
-            entry.plan = refused_plan(plan)
-            return epilogue.apply(_aten_with(input, weight, bias, entry.args))
-        entry.call = call
-        return out
-    return entry.call(input, weight, bias)
+    if entry.call is not None:
+        return entry.call(input, weight, bias)
+    out = first_run(entry, kernel_call(plan.variant, input, weight, entry.args, epilogue),
+                    input, weight, bias)
+    return out if out is not None else epilogue.apply(_aten_with(input, weight, bias, entry.args))
 
 
-def first_call(call: Callable[..., torch.Tensor], input: torch.Tensor, weight: torch.Tensor,
-               bias: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
-    """The first run of a prepared kernel call, or None when the kernel refuses the call. A
-    kernel's binding checks limits the planner does not model (the grouped kernel's shared
-    memory per tile, for one) and refuses with "does not support"; the caller then plans
-    PyTorch for that geometry. Any other error, or a refusal of a variant forced by
+def first_run(entry, call: Callable[..., torch.Tensor], input: torch.Tensor,
+              weight: torch.Tensor, bias: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
+    """The first run of a cached entry's (OpPlan's, or the module's) freshly prepared kernel
+    call: on success the entry keeps the call; when the kernel refuses, the entry's plan turns
+    to PyTorch and this returns None (the caller then runs PyTorch). A kernel's binding checks
+    limits the planner does not model (the grouped kernel's shared memory per tile, for one)
+    and refuses with "does not support". Any other error, or a refusal of a variant forced by
     use_variant, propagates."""
     try:
-        return call(input, weight, bias)
+        out = call(input, weight, bias)
     except RuntimeError as e:
         if "does not support" not in str(e) or planner.forced_variant() is not None:
             raise
+        entry.plan = planner.Plan(planner.ATEN, f"{entry.plan.variant} does not support this "
+                                  "call; PyTorch", candidates=entry.plan.candidates)
         return None
-
-
-def refused_plan(plan: planner.Plan) -> planner.Plan:
-    return planner.Plan(planner.ATEN, f"{plan.variant} does not support this call; PyTorch",
-                        candidates=plan.candidates)
+    entry.call = call
+    return out
 
 
 def _cuda(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
@@ -317,12 +313,12 @@ def kernel_call(variant: str, input: torch.Tensor, weight: torch.Tensor,
     channels_last = cuda_output_channels_last(
         x, weight, args, weight.shape[1] * args.groups * out_hw[0] * out_hw[1])
     allow_tf32 = bool(torch.backends.cudnn.allow_tf32)
-    if kernel in (planner.GEMM_KXS, planner.GEMM_PHASE) and input.dtype == torch.float32 \
-            and not allow_tf32 and planner.reduction_depth(
-                weight.shape[0] // args.groups, weight.shape[-2:], args) < planner.MIN_3XTF32_DEPTH:
-        raise RuntimeError(  # (see planner.MIN_3XTF32_DEPTH)
-            f"deconv_patch: {kernel} does not support fp32 without TF32 in sums of fewer than "
-            f"{planner.MIN_3XTF32_DEPTH} products (3xTF32 would exceed fp32's error bound)")
+    if kernel in (planner.GEMM_KXS, planner.GEMM_PHASE):  # the planner's rule, for forced calls
+        problem = planner.tensor_core_problem(input.dtype, planner.reduction_depth(
+            weight.shape[0] // args.groups, weight.shape[-2:], args))
+        if problem is not None:
+            raise RuntimeError(f"deconv_patch: {kernel} does not support {problem} (3xTF32 "
+                               "would exceed fp32's error bound; see planner.MIN_3XTF32_DEPTH)")
     scale, shift, activation, slope = epilogue.kernel_args(input.device)
     forward = load_extension().conv_transpose2d_forward
     stride, padding, output_padding, dilation, groups = (

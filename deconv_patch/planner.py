@@ -136,6 +136,17 @@ def _capability(index: int) -> tuple:
     return torch.cuda.get_device_capability(index)
 
 
+def _device_capability(device: torch.device) -> tuple:
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    return _capability(index)
+
+
+def fp32_strict(dtype: torch.dtype) -> bool:
+    """fp32 with TF32 not allowed (torch.backends.cudnn.allow_tf32 False): the tensor-core
+    variants run 3xTF32 there."""
+    return dtype == torch.float32 and not torch.backends.cudnn.allow_tf32
+
+
 def forced_variant() -> Optional[str]:
     """The variant `use_variant` forces in this context, if any."""
     return _forced_variant.get()
@@ -147,8 +158,7 @@ def device_support(device: torch.device, dtype: torch.dtype) -> Optional[str]:
         return f"{device.type} tensors run on PyTorch (deconv_patch kernels are CUDA-only)"
     if dtype not in KERNEL_DTYPES:
         return f"{dtype} runs on PyTorch (kernels cover float32, float16, bfloat16)"
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    if _capability(index) < (8, 0):
+    if _device_capability(device) < (8, 0):
         return "GPU older than compute capability 8.0 runs on PyTorch"
     return None
 
@@ -196,9 +206,8 @@ def _plan_layer(device: torch.device, dtype: torch.dtype, kernel_hw: Sequence[in
             return Plan(ATEN, f"{why}, stride area > 16: cuDNN unless autotune times the "
                         "grouped kernel faster", candidates=(GROUPED, ATEN))
         return Plan(GROUPED, f"{why}: register-tiled grouped kernel", candidates=(GROUPED, ATEN))
-    split = dtype == torch.float32 and not torch.backends.cudnn.allow_tf32
     if gemm_kxs_problem(dtype, kernel_hw, args, depth) is None:
-        how = "3xTF32 " if split else ""
+        how = "3xTF32 " if fp32_strict(dtype) else ""
         return Plan(GEMM_KXS, f"kernel == stride: {how}tensor-core GEMM with scatter epilogue",
                     candidates=(GEMM_KXS, KXS_TAP_MAJOR, ATEN))
     # gemm_phase keeps fp32 without TF32 off 3xTF32 (depth None): on deep sums its error still
@@ -228,8 +237,7 @@ def _plan_layer(device: torch.device, dtype: torch.dtype, kernel_hw: Sequence[in
 
 def _is_sm90(device: torch.device) -> bool:
     """Compute capability 9.0 (Hopper): where the sm_90a build's wgmma kernels can run."""
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    return _capability(index) == (9, 0)
+    return _device_capability(device) == (9, 0)
 
 
 def reduction_depth(in_per_group: int, kernel_hw: Sequence[int], args: ConvTransposeArgs) -> int:
@@ -243,8 +251,7 @@ def tensor_core_problem(dtype: torch.dtype, depth: Optional[int] = None) -> Opti
     """Why the tensor-core variants cannot run a dtype, or None when they can. fp32 without TF32
     runs 3xTF32 when each output sums at least MIN_3XTF32_DEPTH products (`depth`, unknown =
     not)."""
-    if dtype == torch.float32 and not torch.backends.cudnn.allow_tf32 and (
-            depth is None or depth < MIN_3XTF32_DEPTH):
+    if fp32_strict(dtype) and (depth is None or depth < MIN_3XTF32_DEPTH):
         return ("fp32 without TF32 (torch.backends.cudnn.allow_tf32 is False) in a sum of fewer "
                 f"than {MIN_3XTF32_DEPTH} products")
     return None
@@ -300,8 +307,7 @@ def plan(input: torch.Tensor, weight: torch.Tensor, args: ConvTransposeArgs) -> 
             return Plan(ATEN, "gemm_kxs needs a contiguous weight and < 2^31 tiles; cuDNN")
         k = input.shape[-3] // args.groups
         out_bytes = rows * cols * args.groups * input.element_size()
-        split = input.dtype == torch.float32 and not torch.backends.cudnn.allow_tf32
-        if is_channels_last(input) and k > 512 and not split:
+        if is_channels_last(input) and k > 512 and not fp32_strict(input.dtype):
             # Measured on H100: cuDNN's NHWC kernel ties or beats gemm_kxs at large K on
             # channels_last input (U-Net up1, K=1024: 1.00x); autotune re-checks.
             return Plan(ATEN, "cuDNN's NHWC kernel is as fast at this K (heuristic)",

@@ -100,12 +100,11 @@ def test_cache_is_bounded():
     assert len(cache.entries) <= 3 and cache.misses == 5
 
 
-def test_first_call_turns_a_kernel_refusal_into_a_pytorch_plan():
+def test_first_run_turns_a_kernel_refusal_into_a_pytorch_plan():
     """A kernel's own limits (checked in its binding) refuse with "does not support": the first
-    call then returns None so the caller plans PyTorch, unless use_variant forced the kernel;
-    any other error propagates."""
-    from deconv_patch import planner
-    from deconv_patch.ops import first_call, refused_plan
+    run then returns None and turns the entry's plan to PyTorch, unless use_variant forced the
+    kernel; any other error propagates; a success keeps the call on the entry."""
+    OpPlan, first_run = ops.OpPlan, ops.first_run
 
     def refusing(*_):
         raise RuntimeError("deconv_patch: the grouped kernel does not support this call")
@@ -113,12 +112,23 @@ def test_first_call_turns_a_kernel_refusal_into_a_pytorch_plan():
     def failing(*_):
         raise RuntimeError("deconv_patch: grouped kernel launch failed: out of memory")
 
+    def entry() -> OpPlan:
+        return OpPlan(planner.Plan(planner.GROUPED, "few channels", candidates=("grouped",)),
+                      ops.ConvTransposeArgs.from_values())
+
     x = torch.randn(1, 2, 3, 3)
-    assert first_call(refusing, x, x, None) is None
+    refused = entry()
+    assert first_run(refused, refusing, x, x, None) is None and refused.call is None
+    assert refused.plan.variant == planner.ATEN and "grouped does not support" in refused.plan.reason
+    assert refused.plan.candidates == ("grouped",)
     with pytest.raises(RuntimeError, match="launch failed"):
-        first_call(failing, x, x, None)
+        first_run(entry(), failing, x, x, None)
     with planner.use_variant(planner.GROUPED), pytest.raises(RuntimeError, match="support"):
-        first_call(refusing, x, x, None)
-    assert torch.equal(first_call(lambda a, b, c: a + 1, x, x, None), x + 1)
-    plan = refused_plan(planner.Plan(planner.GROUPED, "few channels", candidates=("grouped",)))
-    assert plan.variant == planner.ATEN and "grouped does not support" in plan.reason
+        first_run(entry(), refusing, x, x, None)
+    ran = entry()
+
+    def add_one(a, b, c):
+        return a + 1
+
+    assert torch.equal(first_run(ran, add_one, x, x, None), x + 1)
+    assert ran.call is add_one and ran.plan.variant == planner.GROUPED
