@@ -2,10 +2,12 @@
 // return, fills ConvTranspose2dParams and launches on the current stream. Argument validation
 // with PyTorch's own error wording happens one layer up (deconv_patch/arguments.py); the checks
 // here are a safety net that keeps a bad call from reaching a kernel.
+#include <ATen/autocast_mode.h>
 #include <c10/cuda/CUDAStream.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/extension.h>
 
+#include "torch_binding.hpp"
 #include "conv_transpose2d_gemm_kxs.h"
 #include "conv_transpose2d_gemm_phase.h"
 #include "conv_transpose2d_gemm_phase_sm90.h"
@@ -234,6 +236,13 @@ at::Tensor conv_transpose2d_forward(const std::string& variant, const at::Tensor
   return output;
 }
 
+// `t` as ATen's CUDA autocast hands it to a lower-precision op, through ATen's per-region cast
+// cache: a weight is cast once per autocast region, not once per call (and so stays one tensor,
+// whose packed copy is then reused).
+at::Tensor autocast_cast(const at::Tensor& t, at::ScalarType dtype) {
+  return at::autocast::cached_cast(dtype, t, at::kCUDA);
+}
+
 }  // namespace deconv_patch
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
@@ -246,6 +255,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("scale") = py::none(), py::arg("shift") = py::none(), py::arg("activation") = 0,
         py::arg("negative_slope") = 0.01, py::arg("packed") = py::none(),
         py::arg("config") = -1);
+  deconv_patch::bind_prepared_call(m);
+  m.def("autocast_cast", &deconv_patch::autocast_cast,
+        "A tensor cast as CUDA autocast casts it (with autocast's cast cache)", py::arg("tensor"),
+        py::arg("dtype"));
   m.def("gemm_phase_num_configs", &deconv_patch::gemm_phase_num_configs,
         "Number of gemm_phase tile configs");
   m.def("gemm_phase_sm90_num_configs", &deconv_patch::gemm_phase_sm90_num_configs,

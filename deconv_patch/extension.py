@@ -39,7 +39,7 @@ def cuda_source_dir() -> Path:
 
 def source_files() -> List[Path]:
     src = cuda_source_dir()
-    return [src / "torch_binding.cpp", *sorted(src.glob("*.cu"))]
+    return [*sorted(src.glob("*.cpp")), *sorted(src.glob("*.cu"))]
 
 
 def _capabilities() -> List[tuple]:
@@ -164,6 +164,12 @@ def load_extension() -> ModuleType:
             f"deconv_patch: building the CUDA extension in {build_dir} failed: {exc}. "
             "Set DECONV_PATCH_VERBOSE_BUILD=1 to see the compiler output."
         ) from exc
+
+
+def loaded_extension() -> Optional[ModuleType]:
+    """The extension if this process has already loaded it, else None (never builds): for
+    optional speed-ups that must not trigger a first-use compile."""
+    return load_extension() if load_extension.cache_info().currsize else None
 
 
 def build() -> BuildInfo:

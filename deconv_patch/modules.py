@@ -7,10 +7,15 @@ ConvTranspose2d keeps working. It may also carry an activation that optimize() f
 torch function the original activation module called.
 
 Per input geometry the module caches its plan and, when a kernel of ours runs, a prepared call
-(ops.kernel_call): inference calls then go straight to the extension, one Python -> C++ hop
-instead of the dispatcher's round trip through a Python op kernel (tens of microseconds).
+(ops.kernel_call, a C++ PreparedCall): inference calls then go straight to the extension instead
+of the dispatcher's round trip through a Python op kernel (tens of microseconds). The last
+call's geometry is also armed in C++ (ModuleFastPath, cuda/prepared_call.cpp): an identical
+next call is checked and run there, PyTorch's convolution included where that is the plan, so a
+repeated call costs about what nn.ConvTranspose2d's does or less (measured on the H100 host:
+the Python plan lookup and closure cost 12-23 us per call before).
 Calls that need autograd, run under torch.compile, a dispatch mode or a functorch transform use
-the registered op, which those systems understand.
+the registered op, which those systems understand. Under CUDA autocast the arguments are cast as
+ATen's autocast casts them.
 """
 
 from __future__ import annotations
@@ -26,8 +31,9 @@ from torch import nn
 from . import autotune, planner
 from .arguments import ConvTransposeArgs, find_problem
 from .epilogue import DEFAULT_NEGATIVE_SLOPE, Epilogue, activate, check_activation
-from .ops import (FallbackWarning, conv_transpose2d, conv_transpose2d_fused, first_run,
-                  kernel_call)
+from .extension import loaded_extension
+from .ops import (FallbackWarning, autocast_args, conv_transpose2d, conv_transpose2d_fused,
+                  first_run, kernel_call)
 
 
 _PLAN_CACHE_SIZE = 256
@@ -102,6 +108,17 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
     def forward(self, input: torch.Tensor, output_size: Optional[List[int]] = None) -> torch.Tensor:
         # Hot path: runs on every call of every patched layer, so attribute lookups are kept
         # to plain dict reads (nn.Module.__getattr__ costs ~0.5 us per parameter).
+        params = self._parameters  # (weight norm / parametrizations move "weight" out of it)
+        weight = params["weight"] if "weight" in params else self.weight
+        bias = params["bias"] if "bias" in params else self.bias
+        fast = self.__dict__.get("_fast_path")
+        if fast is not None and output_size is None and not torch.compiler.is_compiling() \
+                and planner.forced_variant() is None:
+            # The last call's geometry, checked and run in C++ (cuda/prepared_call.cpp); None
+            # when this call differs in any way the plan depends on.
+            out = fast(input, weight, bias)
+            if out is not None:
+                return out
         if self.padding_mode != "zeros":
             raise ValueError("Only `zeros` padding mode is supported for ConvTranspose2d")
         if output_size is None:
@@ -111,11 +128,14 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
                 input, output_size, self.stride, self.padding, self.kernel_size,  # type: ignore[arg-type]
                 2, self.dilation,  # type: ignore[arg-type]
             )
-        params = self._parameters  # (weight norm / parametrizations move "weight" out of it)
-        weight = params["weight"] if "weight" in params else self.weight
-        bias = params["bias"] if "bias" in params else self.bias
         fused = self.activation != "none"
-        if torch.compiler.is_compiling():
+        entry: Optional[_Entry] = None
+        compiling = torch.compiler.is_compiling()
+        if input.is_cuda and not compiling and torch.is_autocast_enabled("cuda"):
+            # What ATen's autocast does to conv_transpose2d's arguments (our kernel path below
+            # bypasses the dispatcher, so it would otherwise run, and return, fp32).
+            input, weight, bias = autocast_args(input, weight, bias)
+        if compiling:
             # Graph time: layers no kernel of ours covers stay aten convolutions, which Inductor
             # schedules itself; the rest become our op (which still plans per call).
             use_op = planner.may_use_kernel(
@@ -129,11 +149,14 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
                         input.requires_grad or weight.requires_grad
                         or (bias is not None and bias.requires_grad))):
                 if entry.call is not None:
-                    return entry.call(input, weight, bias)
-                out = first_run(entry, kernel_call(entry.plan.variant, input, weight,
-                                                   self._args(output_padding), self._epilogue()),
-                                input, weight, bias)
+                    out = entry.call(input, weight, bias)
+                else:
+                    out = first_run(entry, kernel_call(entry.plan.variant, input, weight,
+                                                       self._args(output_padding),
+                                                       self._epilogue()),
+                                    input, weight, bias)
                 if out is not None:
+                    self._arm_fast_path(entry, input, weight, bias, output_size)
                     return out
                 use_op = False  # the kernel refused: its plan is PyTorch from now on
         if not use_op:
@@ -141,13 +164,40 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
             # dispatch overhead (tens of microseconds per call).
             y = F.conv_transpose2d(input, weight, bias, self.stride, self.padding,
                                    output_padding, self.groups, self.dilation)
-            return activate(y, self.activation, self.negative_slope) if fused else y
+            if fused:
+                return activate(y, self.activation, self.negative_slope)
+            if entry is not None and not entry.plan.uses_kernel:  # (after PyTorch accepted it)
+                self._arm_fast_path(entry, input, weight, bias, output_size)
+            return y
         if fused:
             return conv_transpose2d_fused(
                 input, weight, bias, self.stride, self.padding, output_padding, self.groups,
                 self.dilation, None, None, self.activation, self.negative_slope)
         return conv_transpose2d(input, weight, bias, self.stride, self.padding, output_padding,
                                 self.groups, self.dilation)
+
+    def _arm_fast_path(self, entry: _Entry, input: torch.Tensor, weight: torch.Tensor,
+                       bias: Optional[torch.Tensor], output_size: Optional[List[int]]) -> None:
+        """Lets the next call with this geometry skip the Python above: a C++ ModuleFastPath for
+        the entry's prepared kernel call, or for PyTorch's convolution when that is the plan
+        (CUDA inputs only, and only once the extension is loaded: never a reason to build it).
+        Not for output_size= calls, forced variants or plans autotune has yet to time."""
+        if output_size is not None or entry.tune or planner.forced_variant() is not None or \
+                not input.is_cuda or (entry.plan.uses_kernel and entry.call is None):
+            return
+        ext = loaded_extension()
+        if ext is None:
+            return
+        self.__dict__["_fast_path"] = ext.ModuleFastPath(
+            entry.call if entry.plan.uses_kernel else None, input, weight, bias,
+            list(self.stride), list(self.padding), list(self.output_padding),
+            list(self.dilation), self.groups)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        # Any attribute change (hyperparameters, activation, parameters, device moves) disarms
+        # the fast path; the next call re-plans through Python and re-arms it.
+        self.__dict__.pop("_fast_path", None)
+        super().__setattr__(name, value)
 
     def _args(self, output_padding: Sequence[int]) -> ConvTransposeArgs:
         return ConvTransposeArgs(self.stride, self.padding, tuple(output_padding),  # type: ignore[arg-type]
@@ -201,6 +251,7 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
         # deep-copied; the copy re-plans on its first call.
         state = self.__dict__.copy()
         state.pop("_plan_cache", None)
+        state.pop("_fast_path", None)
         return state
 
     def extra_repr(self) -> str:

@@ -9,7 +9,9 @@ with the epilogue applied to the fp32 accumulator before one rounding (deconv_pa
   * every other device / dtype: ATen (CompositeExplicitAutograd kernel);
   * Meta / fake tensors: ATen's own shape and stride rules, so torch.compile and torch.export
     see exactly what eager produces;
-  * autograd: ATen's convolution_backward (input, weight and bias gradients).
+  * autograd: ATen's convolution_backward (input, weight and bias gradients);
+  * CUDA autocast: floating-point CUDA tensors cast to the autocast dtype first, exactly as
+    ATen's autocast casts conv_transpose2d's arguments (scale/shift stay fp32).
 Invalid calls are handed to ATen so users get PyTorch's own error messages.
 """
 
@@ -26,7 +28,7 @@ import torch.nn.functional as F
 from . import autotune, planner
 from .arguments import ConvTransposeArgs, find_problem
 from .epilogue import DEFAULT_NEGATIVE_SLOPE, IDENTITY, Epilogue, check_activation
-from .extension import load_extension
+from .extension import load_extension, loaded_extension
 from .layout import cuda_output_channels_last, empty_batch_output
 from .packed_weights import LayoutKey, packed_weight
 
@@ -301,10 +303,12 @@ def run_variant(
 
 def kernel_call(variant: str, input: torch.Tensor, weight: torch.Tensor,
                 args: ConvTransposeArgs, epilogue: Epilogue = IDENTITY):
-    """A function (input, weight, bias, out=None) -> output that launches `variant` for calls
+    """A callable (input, weight, bias, out=None) -> output that launches `variant` for calls
     shaped like this one, with everything that does not change between such calls (output
-    layout, TF32 flag, epilogue tensors, extension handle) worked out once. FastConvTranspose2d
-    keeps one per input geometry so a patched layer's call is one Python -> C++ hop."""
+    layout, TF32 flag, epilogue tensors, hyperparameters) worked out once: a C++ PreparedCall,
+    which also keeps the packed weight it last used (re-asked from packed_weights when the weight
+    changes). FastConvTranspose2d and the op keep one per call geometry, so a repeated call is one
+    Python -> C++ hop with three tensor arguments."""
     kernel, config = planner.split_variant(variant)
     if not planner.is_variant(variant) or kernel == planner.ATEN:
         raise ValueError(f"unknown deconv_patch kernel variant {variant!r}")
@@ -320,26 +324,20 @@ def kernel_call(variant: str, input: torch.Tensor, weight: torch.Tensor,
             raise RuntimeError(f"deconv_patch: {kernel} does not support {problem} (3xTF32 "
                                "would exceed fp32's error bound; see planner.MIN_3XTF32_DEPTH)")
     scale, shift, activation, slope = epilogue.kernel_args(input.device)
-    forward = load_extension().conv_transpose2d_forward
-    stride, padding, output_padding, dilation, groups = (
-        list(args.stride), list(args.padding), list(args.output_padding), list(args.dilation),
-        args.groups)
-    packs = planner.reads_packed_weight(variant)
-    layout_key = LayoutKey(kernel, args, allow_tf32) if packs else None
+    repack: Optional[Callable[[torch.Tensor], torch.Tensor]] = None
+    if planner.reads_packed_weight(variant):
+        layout_key = LayoutKey(kernel, args, allow_tf32)
 
-    def call(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
-             out: Optional[torch.Tensor] = None) -> torch.Tensor:
-        unbatched = input.dim() == 3
-        x = input.unsqueeze(0) if unbatched else input
-        if out is not None and unbatched:
-            out = out.unsqueeze(0)
-        packed = packed_weight(kernel, weight, args, allow_tf32, layout_key) if packs else None
-        result = forward(kernel, x, weight, bias, stride, padding, output_padding, dilation,
-                         groups, channels_last, allow_tf32, out, scale, shift, activation, slope,
-                         packed, config)
-        return result.squeeze(0) if unbatched else result
+        def repack_weight(weight: torch.Tensor) -> torch.Tensor:
+            return packed_weight(kernel, weight, args, allow_tf32, layout_key)
 
-    return call
+        repack = repack_weight
+
+    # C++ (cuda/prepared_call.cpp): everything above fixed, so a call converts three tensors.
+    return load_extension().PreparedCall(
+        kernel, config, list(args.stride), list(args.padding), list(args.output_padding),
+        list(args.dilation), args.groups, channels_last, allow_tf32, scale, shift, activation,
+        slope, repack)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -463,6 +461,53 @@ def _fused_backward(ctx, grad_output: torch.Tensor):
 
 torch.library.register_autograd(FUSED_QUALNAME, _fused_backward,
                                 setup_context=_fused_setup_context)
+
+
+# ---------------------------------------------------------------------------------------------
+# CUDA autocast: conv_transpose2d is on ATen's lower-precision list, so under torch.autocast its
+# floating-point CUDA arguments arrive cast to the autocast dtype. Custom ops get no such rule by
+# default (they would run, and return, fp32), and torch.library.register_autocast casts to one
+# fixed dtype, so both ops get this kernel: cast, then run the op with autocast excluded.
+
+
+def autocast_cast(t: Optional[torch.Tensor], dtype: torch.dtype) -> Optional[torch.Tensor]:
+    """`t` as CUDA autocast would pass it to conv_transpose2d: floating-point CUDA tensors other
+    than float64 cast to `dtype`. Plain tensors go through ATen's autocast cast cache (the
+    extension's autocast_cast), so a weight is cast once per autocast region, not per call."""
+    if t is None or not t.is_cuda or not t.is_floating_point() or t.dtype in (dtype,
+                                                                             torch.float64):
+        return t
+    ext = loaded_extension()
+    if ext is not None and type(t) in (torch.Tensor, torch.nn.Parameter):
+        return ext.autocast_cast(t, dtype)
+    return t.to(dtype)  # fake / functional tensors (tracing), or no extension loaded yet
+
+
+def autocast_args(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor]
+                  ) -> Tuple[torch.Tensor, torch.Tensor, Optional[torch.Tensor]]:
+    """(input, weight, bias) as CUDA autocast hands them to conv_transpose2d."""
+    dtype = torch.get_autocast_dtype("cuda")
+    return autocast_cast(input, dtype), autocast_cast(weight, dtype), autocast_cast(bias, dtype)
+
+
+_AUTOCAST_LIB = torch.library.Library("deconv_patch", "IMPL")
+_NO_AUTOCAST = torch._C.DispatchKeySet(torch._C.DispatchKey.AutocastCUDA)
+
+
+def _autocast_conv(keyset, input, weight, bias=None, *rest):
+    input, weight, bias = autocast_args(input, weight, bias)
+    with torch._C._ExcludeDispatchKeyGuard(_NO_AUTOCAST):
+        return torch.ops.deconv_patch.conv_transpose2d(input, weight, bias, *rest)
+
+
+def _autocast_fused(keyset, input, weight, bias=None, *rest):
+    input, weight, bias = autocast_args(input, weight, bias)
+    with torch._C._ExcludeDispatchKeyGuard(_NO_AUTOCAST):
+        return torch.ops.deconv_patch.conv_transpose2d_fused(input, weight, bias, *rest)
+
+
+_AUTOCAST_LIB.impl("conv_transpose2d", _autocast_conv, "AutocastCUDA", with_keyset=True)
+_AUTOCAST_LIB.impl("conv_transpose2d_fused", _autocast_fused, "AutocastCUDA", with_keyset=True)
 
 
 def conv_transpose2d_fused(

@@ -3,7 +3,8 @@
 Packing reads the whole weight, so it happens once per weight and hyperparameters, not per call:
 the packed copy is cached against the weight tensor and its version counter, which PyTorch bumps
 on every in-place change (optimizer steps, `load_state_dict`, `copy_`), so a changed weight is
-re-packed on its next use and a stale copy is never read.
+re-packed on its next use and a stale copy is never read. Inference tensors (made under
+torch.inference_mode) have no version counter, so theirs are packed afresh on every call.
 """
 
 from __future__ import annotations
@@ -51,6 +52,10 @@ class PackedWeightCache:
         on every call (ops.kernel_call)."""
         if layout_key is None:
             layout_key = LayoutKey(variant, args, allow_tf32)
+        if weight.is_inference():
+            # No version counter to notice in-place changes by: packed afresh on every call.
+            self.packs += 1
+            return self._pack(variant, weight, args, allow_tf32)
         key = (id(weight), weight.data_ptr(), weight.dtype, weight.shape, weight.stride(),
                layout_key)
         version = weight._version
@@ -61,12 +66,17 @@ class PackedWeightCache:
             self._entries = {k: e for k, e in self._entries.items() if e[0]() is not None}
             if len(self._entries) >= _MAX_ENTRIES:
                 self._entries.clear()
-        packed = load_extension().pack_weight(
-            variant, weight.detach(), list(args.stride), list(args.padding),
-            list(args.output_padding), list(args.dilation), args.groups, allow_tf32)
+        packed = self._pack(variant, weight, args, allow_tf32)
         self._entries[key] = (weakref.ref(weight), version, packed)
         self.packs += 1
         return packed
+
+    @staticmethod
+    def _pack(variant: str, weight: torch.Tensor, args: ConvTransposeArgs,
+              allow_tf32: bool) -> torch.Tensor:
+        return load_extension().pack_weight(
+            variant, weight.detach(), list(args.stride), list(args.padding),
+            list(args.output_padding), list(args.dilation), args.groups, allow_tf32)
 
     def clear(self) -> None:
         self._entries.clear()

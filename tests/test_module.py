@@ -152,3 +152,54 @@ def test_weight_norm_and_parametrizations_still_work():
         fast.load_state_dict(ref.state_dict())
         with torch.no_grad():
             assert torch.equal(fast(x), ref(x))
+
+
+def test_fast_path_is_consulted_first_and_only_where_it_may_answer():
+    """The armed C++ fast path (a stand-in here: it needs the CUDA extension) answers plain
+    calls; output_size= calls, forced variants and a None answer go through Python."""
+    from deconv_patch import planner
+
+    fast = FastConvTranspose2d(4, 6, 3, stride=2)
+    x = torch.randn(1, 4, 5, 5)
+    seen = []
+    sentinel = torch.full((1,), 7.0)
+
+    def answer(input, weight, bias):
+        seen.append((input, weight, bias))
+        return sentinel
+
+    fast.__dict__["_fast_path"] = answer
+    assert fast(x) is sentinel and seen[-1] == (x, fast.weight, fast.bias)
+    with torch.no_grad():
+        want = nn.functional.conv_transpose2d(x, fast.weight, fast.bias, 2)
+        assert torch.equal(fast(x, output_size=[11, 11]), want)
+        with planner.use_variant(planner.ATEN):
+            assert torch.equal(fast(x), want)
+        assert len(seen) == 1
+        fast.__dict__["_fast_path"] = lambda *a: None  # not the armed geometry
+        assert torch.equal(fast(x), want)
+
+
+def test_attribute_changes_disarm_the_fast_path_and_copies_drop_it():
+    import copy as copy_
+    import pickle as pickle_
+
+    fast = FastConvTranspose2d(4, 6, 3, stride=2)
+    for change in (lambda m: setattr(m, "padding", (1, 1)),
+                   lambda m: setattr(m, "weight", nn.Parameter(m.weight.detach().clone())),
+                   lambda m: setattr(m, "activation", "relu"), lambda m: m.train(False)):
+        fast.__dict__["_fast_path"] = object()
+        change(fast)
+        assert "_fast_path" not in fast.__dict__
+    fast.__dict__["_fast_path"] = object()
+    for clone in (pickle_.loads(pickle_.dumps(fast)), copy_.deepcopy(fast)):
+        assert "_fast_path" not in clone.__dict__
+    assert "_fast_path" in fast.__dict__
+
+
+def test_fast_path_never_armed_for_cpu_calls():
+    fast = FastConvTranspose2d(4, 6, 3, stride=2)
+    with torch.no_grad():
+        for _ in range(2):
+            fast(torch.randn(1, 4, 5, 5))
+    assert "_fast_path" not in fast.__dict__

@@ -1,0 +1,185 @@
+"""Where the time of a small layer goes: host (Python + C++ + launch) versus GPU.
+
+The layer benchmark records a CUDA event pair around each call, so a layer whose GPU work is
+shorter than the host's per-call work measures the host. This separates the two, per layer:
+  * host us/call  - wall time of N back-to-back calls with no synchronisation (the host's issue
+                    rate; the GPU queue absorbs the kernels as long as it keeps up),
+  * gpu us/call   - the same call captured 20 times into a CUDA graph and replayed (no host
+                    work at all), CUDA events,
+for PyTorch (F.conv_transpose2d and nn.ConvTranspose2d) and FastConvTranspose2d with each of
+its variants forced, plus the pieces of our call path (plan-cache lookup, prepared call).
+
+    python benchmarks/host_overhead.py [--only dcgan.g2,simplebl.d2] [--modes bf16,tf32]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Callable, Dict, List, Optional
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from layers import MODES, SUITE, Layer  # noqa: E402
+
+import deconv_patch  # noqa: E402
+from deconv_patch import ops, packed_weights, planner  # noqa: E402
+from deconv_patch.extension import load_extension  # noqa: E402
+
+DEFAULT_ONLY = "dcgan.g2,dcgan.g4,pix2pix.u6,simplebl.d2,vae.dec,maskrcnn"
+
+
+def host_us(fn: Callable[[], object], calls: int = 400) -> float:
+    """Wall microseconds per call over `calls` unsynchronised calls (after a warm-up)."""
+    for _ in range(20):
+        fn()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    t1 = time.perf_counter()
+    torch.cuda.synchronize()
+    return (t1 - t0) / calls * 1e6
+
+
+def gpu_us(fn: Callable[[], object], per_graph: int = 20) -> Optional[float]:
+    """GPU microseconds per call: `per_graph` calls captured into one CUDA graph, replayed."""
+    try:
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            for _ in range(3):
+                fn()
+        torch.cuda.current_stream().wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for _ in range(per_graph):
+                fn()
+    except Exception as e:  # noqa: BLE001 - a path that cannot be captured is reported, not fatal
+        print(f"    (graph capture failed: {type(e).__name__}: {str(e)[:80]})")
+        return None
+    for _ in range(3):
+        graph.replay()
+    times = []
+    for _ in range(15):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end) * 1e3 / per_graph)
+    return sorted(times)[len(times) // 2]
+
+
+def event_us(fn: Callable[[], object], reps: int = 200) -> float:
+    """What benchmarks/layers.py measures: median of one event pair per call, no sync between."""
+    for _ in range(10):
+        fn()
+    pairs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+             for _ in range(reps)]
+    for s, e in pairs:
+        s.record()
+        fn()
+        e.record()
+    torch.cuda.synchronize()
+    times = sorted(s.elapsed_time(e) * 1e3 for s, e in pairs)
+    return times[len(times) // 2]
+
+
+def measure(layer: Layer, mode: str, layout: str, variants: List[str]) -> None:
+    dtype, tf32 = MODES[mode]
+    torch.backends.cudnn.allow_tf32 = tf32
+    fmt = torch.channels_last if layout == "nhwc" else torch.contiguous_format
+    x = torch.randn(layer.batch, layer.cin, *layer.hw, device="cuda", dtype=dtype
+                    ).contiguous(memory_format=fmt)
+    reference = torch.nn.ConvTranspose2d(
+        layer.cin, layer.cout, layer.kernel, layer.stride, layer.padding,  # type: ignore[arg-type]
+        layer.output_padding, layer.groups, layer.bias, layer.dilation,  # type: ignore[arg-type]
+        device="cuda", dtype=dtype)
+    fast = deconv_patch.FastConvTranspose2d.from_module(reference)
+    w, b, a = reference.weight, reference.bias, layer.args
+    fns: Dict[str, Callable[[], object]] = {
+        "F.conv_transpose2d": lambda: F.conv_transpose2d(x, w, b, a.stride, a.padding,
+                                                         a.output_padding, a.groups, a.dilation),
+        "nn.ConvTranspose2d": lambda: reference(x),
+        "empty_like(out)": None,  # filled below
+        "Fast (planner)": lambda: fast(x),
+    }
+    out = reference(x)
+    fns["empty_like(out)"] = lambda: torch.empty_like(out)
+    for v in variants:
+        def run(v=v):
+            with planner.use_variant(v):
+                return fast(x)
+        try:
+            with torch.no_grad():
+                y = run()
+            err = (y.float() - out.float()).abs().max().item()
+            if not math.isfinite(err) or err > 0.1:
+                print(f"    {v}: wrong result (max err {err:.3g}); skipped")
+                continue
+        except RuntimeError as e:
+            print(f"    {v}: {str(e)[:90]}")
+            continue
+        fns[f"Fast forced {v}"] = run
+    print(f"\n{layer.name} {mode} {layout}  (planner: {fast.plan_for(x).variant})")
+    print(f"  {'path':34s} {'host us':>8s} {'gpu us':>8s} {'event us':>9s}")
+    with torch.no_grad():
+        for name, fn in fns.items():
+            g = gpu_us(fn) if name != "empty_like(out)" else None
+            h = host_us(fn)
+            e = event_us(fn)
+            print(f"  {name:34s} {h:8.1f} {'-' if g is None else f'{g:8.1f}':>8s} {e:9.1f}",
+                  flush=True)
+        # The pieces of our kernel path (cache hit).
+        pieces: Dict[str, Callable[[], object]] = {
+            "piece: module plan-cache lookup": lambda: fast._entry_for(x, None, w, b),
+            "piece: torch.empty": lambda: torch.empty(out.shape, device="cuda", dtype=dtype),
+        }
+        if len(variants) and f"Fast forced {variants[0]}" in fns:
+            call = ops.kernel_call(variants[0], x, w, a)
+            pieces[f"piece: prepared call {variants[0]}"] = lambda: call(x, w, b)
+            kernel, config = planner.split_variant(variants[0])
+            packed = (packed_weights.packed_weight(kernel, w, a, tf32)
+                      if planner.reads_packed_weight(variants[0]) else None)
+            forward = load_extension().conv_transpose2d_forward
+            cl = out.is_contiguous(memory_format=torch.channels_last) and not out.is_contiguous()
+            ext_args = (kernel, x, w, b, list(a.stride), list(a.padding), list(a.output_padding),
+                        list(a.dilation), a.groups, cl, tf32, None, None, None, 0, 0.01, packed,
+                        config)
+            pieces["piece: extension forward only"] = lambda: forward(*ext_args)
+        armed = fast.__dict__.get("_fast_path")
+        if armed is not None:
+            pieces["piece: armed C++ fast path"] = lambda: armed(x, w, b)
+        for name, fn in pieces.items():
+            print(f"  {name:34s} {host_us(fn):8.1f}")
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--only", default=DEFAULT_ONLY)
+    p.add_argument("--modes", default="bf16,tf32")
+    p.add_argument("--formats", default="nhwc,nchw")
+    p.add_argument("--variants", default="gemm_phase,gemm_phase_sm90:128x64s4,direct,gemm_kxs")
+    args = p.parse_args(argv)
+    torch.backends.cudnn.benchmark = True
+    print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}")
+    wanted = args.only.split(",")
+    for layer in SUITE:
+        if not any(layer.name.startswith(o) for o in wanted):
+            continue
+        for mode in args.modes.split(","):
+            for layout in args.formats.split(","):
+                variants = [v for v in args.variants.split(",")
+                            if not (v.startswith("gemm_phase_sm90") and mode == "tf32")]
+                measure(layer, mode, layout, variants)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

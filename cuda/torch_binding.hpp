@@ -1,0 +1,27 @@
+// The torch-facing entry points of the extension, shared by torch_binding.cpp (which defines
+// them and the Python module) and prepared_call.cpp (which calls them without Python in between).
+#pragma once
+
+#include <string>
+
+#include <torch/extension.h>
+
+namespace deconv_patch {
+
+// Runs one kernel variant ("direct", "grouped", "gemm_kxs", "gemm_phase", "gemm_phase_sm90");
+// see torch_binding.cpp.
+at::Tensor conv_transpose2d_forward(const std::string& variant, const at::Tensor& input,
+                                    const at::Tensor& weight,
+                                    const c10::optional<at::Tensor>& bias, at::IntArrayRef stride,
+                                    at::IntArrayRef padding, at::IntArrayRef output_padding,
+                                    at::IntArrayRef dilation, int64_t groups, bool channels_last,
+                                    bool allow_tf32, const c10::optional<at::Tensor>& out,
+                                    const c10::optional<at::Tensor>& scale,
+                                    const c10::optional<at::Tensor>& shift, int64_t activation,
+                                    double negative_slope,
+                                    const c10::optional<at::Tensor>& packed, int64_t config);
+
+// Adds PreparedCall and ModuleFastPath (prepared_call.cpp) to the Python module.
+void bind_prepared_call(pybind11::module& m);
+
+}  // namespace deconv_patch

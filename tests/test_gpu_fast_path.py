@@ -1,0 +1,198 @@
+"""The module's C++ fast path (cuda/prepared_call.cpp: ModuleFastPath + PreparedCall).
+
+After one call, a FastConvTranspose2d answers an identical call from C++; every change the plan
+depends on (geometry, strides, dtype, backend flags, autograd, modes, autocast, weights) must
+either be honoured or send the call back through Python. Each test compares every element with
+PyTorch on fresh random data, and checks which path ran where that is the point.
+"""
+
+from __future__ import annotations
+
+import copy
+import pickle
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from deconv_patch import FastConvTranspose2d, packed_weights, planner
+from deconv_patch.ops import kernel_call
+from deconv_patch.arguments import ConvTransposeArgs
+
+pytestmark = pytest.mark.cuda
+
+
+def _layer(cin=64, cout=64, k=2, s=2, p=0, dtype=torch.bfloat16, bias=True) -> FastConvTranspose2d:
+    ref = torch.nn.ConvTranspose2d(cin, cout, k, s, p, bias=bias, device="cuda", dtype=dtype)
+    return FastConvTranspose2d.from_module(ref)
+
+
+def _input(n=4, c=64, hw=64, dtype=torch.bfloat16, channels_last=True) -> torch.Tensor:
+    x = torch.randn(n, c, hw, hw, device="cuda", dtype=dtype)
+    return x.contiguous(memory_format=torch.channels_last) if channels_last else x
+
+
+def _expected(m: FastConvTranspose2d, x: torch.Tensor) -> torch.Tensor:
+    return F.conv_transpose2d(x, m.weight, m.bias, m.stride, m.padding, m.output_padding,
+                              m.groups, m.dilation)
+
+
+def _close(got: torch.Tensor, want: torch.Tensor) -> None:
+    assert got.shape == want.shape and got.dtype == want.dtype and got.stride() == want.stride()
+    tol = 2e-2 if want.dtype != torch.float32 else 2e-3
+    torch.testing.assert_close(got.float(), want.float(), rtol=tol, atol=tol)
+
+
+@pytest.fixture(autouse=True)
+def _no_autotune():
+    # The planner's heuristics alone (autotune would time variants on first calls).
+    with torch.backends.cudnn.flags(enabled=True, benchmark=False, allow_tf32=True):
+        yield
+
+
+def test_armed_after_first_call_and_matches_pytorch_on_repeats():
+    m = _layer()  # k == stride, channels_last, 8 MiB output: gemm_kxs:tap_major (packed weight)
+    with torch.no_grad():
+        assert m.plan_for(_input()).variant == planner.KXS_TAP_MAJOR
+        assert "_fast_path" not in m.__dict__
+        for _ in range(3):
+            x = _input()
+            _close(m(x), _expected(m, x))
+            assert "_fast_path" in m.__dict__
+
+
+def test_new_geometry_layout_and_dtype_go_back_through_python():
+    m = _layer()
+    with torch.no_grad():
+        for x in (_input(), _input(hw=48), _input(channels_last=False), _input(n=1),
+                  _input()[:, :, 1:, 1:], _input()[0]):  # sizes, layout, batch, view, unbatched
+            _close(m(x), _expected(m, x))
+        m.float()
+        x = _input(dtype=torch.float32)
+        _close(m(x), _expected(m, x))
+
+
+def test_weight_changes_in_place_and_by_replacement_are_seen():
+    m = _layer()
+    x = _input()
+    with torch.no_grad():
+        m(x)
+        packs = packed_weights.cache().packs
+        m.weight.mul_(-0.5)  # version bump: the prepared call re-asks for its packed weight
+        _close(m(x), _expected(m, x))
+        assert packed_weights.cache().packs == packs + 1
+        m.weight = torch.nn.Parameter(torch.randn_like(m.weight))  # a new tensor
+        _close(m(x), _expected(m, x))
+        m.bias = None
+        _close(m(x), _expected(m, x))
+
+
+def test_backend_flag_changes_are_seen():
+    m = _layer(dtype=torch.float32)
+    x = _input(dtype=torch.float32)
+    with torch.no_grad():
+        _close(m(x), _expected(m, x))
+        with torch.backends.cudnn.flags(enabled=True, benchmark=False, allow_tf32=False):
+            want = _expected(m, x)
+            got = m(x)  # fp32 strict: 3xTF32 or cuDNN, never the TF32 prepared call
+            torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+        _close(m(x), _expected(m, x))
+
+
+def test_autograd_needs_the_registered_op():
+    m = _layer()
+    x = _input()
+    with torch.no_grad():
+        m(x)  # armed, no grad
+    xg = x.clone().requires_grad_()
+    y = m(xg)
+    assert y.grad_fn is not None
+    y.float().square().sum().backward()
+    xr = x.clone().requires_grad_()
+    _expected(m, xr).float().square().sum().backward()
+    torch.testing.assert_close(xg.grad.float(), xr.grad.float(), rtol=5e-2, atol=5e-2)
+
+
+def test_pytorch_plan_armed_too_and_keeps_autograd():
+    m = _layer(cin=64, cout=32, k=4, s=2, p=1, dtype=torch.float32)  # cuDNN by plan
+    x = _input(c=64, hw=16, dtype=torch.float32, channels_last=False)
+    assert m.plan_for(x).variant == planner.ATEN
+    m(x)
+    assert "_fast_path" in m.__dict__
+    xg = x.clone().requires_grad_()
+    y = m(xg)  # armed path: PyTorch's convolution records its backward
+    _close(y.detach(), _expected(m, x))
+    y.sum().backward()
+    assert xg.grad is not None and m.weight.grad is not None
+
+
+class _Recorder(TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.ops = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops.append(str(func))
+        return func(*args, **(kwargs or {}))
+
+
+def test_dispatch_modes_autocast_and_compile_see_the_call():
+    m = _layer(dtype=torch.float32)
+    x = _input(dtype=torch.float32)
+    with torch.no_grad():
+        m(x)
+        with _Recorder() as rec:
+            y = m(x)
+        assert any("deconv_patch" in op or "convolution" in op for op in rec.ops), rec.ops
+        _close(y, _expected(m, x))
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            got = m(x)
+            want = _expected(m, x)
+        assert got.dtype == want.dtype == torch.bfloat16
+        _close(got, want)
+
+
+def test_forced_variant_is_not_bypassed():
+    m = _layer()
+    x = _input()
+    with torch.no_grad():
+        m(x)  # armed with tap-major
+        with planner.use_variant(planner.DIRECT):
+            assert m.plan_for(x).variant == planner.DIRECT
+            _close(m(x), _expected(m, x))
+
+
+def test_attribute_changes_disarm_and_copies_do_not_carry_it():
+    m = _layer()
+    x = _input()
+    with torch.no_grad():
+        m(x)
+        assert "_fast_path" in m.__dict__
+        m.activation = "relu"  # (what optimize()'s fusion sets)
+        assert "_fast_path" not in m.__dict__
+        _close(m(x), torch.relu(_expected(m, x)))
+        for clone in (copy.deepcopy(m), pickle.loads(pickle.dumps(m))):
+            assert "_fast_path" not in clone.__dict__
+            _close(clone(x), torch.relu(_expected(clone, x)))
+
+
+def test_weights_made_under_inference_mode():
+    with torch.inference_mode():
+        m = _layer()
+        x = _input()
+        for _ in range(2):
+            _close(m(x), _expected(m, x))
+
+
+@pytest.mark.parametrize("variant", [planner.GEMM_PHASE, planner.KXS_TAP_MAJOR, planner.DIRECT])
+def test_prepared_call_refreshes_its_packed_weight(variant):
+    k, s, p = (4, 2, 1) if variant == planner.GEMM_PHASE else (2, 2, 0)
+    w = torch.randn(32, 16, k, k, device="cuda", dtype=torch.float16)
+    x = _input(c=32, hw=12, dtype=torch.float16)
+    args = ConvTransposeArgs((s, s), (p, p), (0, 0), (1, 1), 1)
+    call = kernel_call(variant, x, w, args)
+    for _ in range(2):
+        want = F.conv_transpose2d(x, w, None, s, p)
+        _close(call(x, w, None), want)
+        w.add_(torch.randn_like(w))  # in place: the next call must not read a stale pack
