@@ -11,6 +11,9 @@
 #   PART=newtests                            # build, error scan, session-4 kernel tests only
 #   PART=new                                 # build + the session-4 variants forced on the
 #                                            # layers they cover (no tests)
+#   PART=kxs_sm90                            # build + gemm_kxs_sm90's tests (a hung config
+#                                            # cannot eat the call) + its configs forced on
+#                                            # the k == stride layers
 #   LAYERS_ONLY=1                            # with PART=2: the layer benchmark only
 #   SANITIZE=1                               # with PART=1: compute-sanitizer memcheck on a
 #                                            # few configs of each session-4 kernel sweep
@@ -78,6 +81,21 @@ forced gemm_kxs:tap_major fp32 nhwc "$kxs_layers"
 forced gemm_phase fp32 nchw,nhwc "dcgan.g2,dcgan.g3,pix2pix,simplebl,vae,cyclegan"
 forced grouped tf32,bf16 nchw,nhwc "depthwise,grouped,fcn8s"
 forced gemm_phase_sm90 bf16,fp16 nchw,nhwc "dcgan,pix2pix,simplebl,vae,cyclegan,dilated,asym"
+fi
+
+if [ "${PART:-}" = kxs_sm90 ]; then
+# Config 1 first (no setmaxnreg), each config's sweep under its own limit, then the rest.
+gpu_tests kxs_sm90-128x128s6 90 -x -k "128x128s6 and not 128x128s6pp" tests/test_gpu_kxs_sm90.py
+gpu_tests kxs_sm90-128x256s4 90 -x -k "128x256s4" tests/test_gpu_kxs_sm90.py
+gpu_tests kxs_sm90-128x128s6pp 90 -x -k "128x128s6pp" tests/test_gpu_kxs_sm90.py
+gpu_tests kxs_sm90-default 120 -k "not 128x" tests/test_gpu_kxs_sm90.py
+for cfg in 128x128s6 128x256s4 128x128s6pp; do
+  step "layer benchmark (gemm_kxs_sm90:$cfg forced; bf16,fp16; nhwc,nchw)"
+  timeout 100 python3 benchmarks/layers.py --variant "gemm_kxs_sm90:$cfg" --modes bf16,fp16 \
+    --formats nhwc,nchw --only "unet.up1,unet.up4,maskrcnn,yolov8seg" \
+    --json "$OUT/forced_kxs_sm90_$cfg.json" > "$L/forced_kxs_sm90_$cfg.log" 2>&1
+  grep -vE "skipped|^layer |TFLOP/s" "$L/forced_kxs_sm90_$cfg.log" | grep -v geomean
+done
 fi
 
 if [ "${PART:-}" = 2 ]; then  # (PART=1 ran them all) the planner's rules, against this build

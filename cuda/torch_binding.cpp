@@ -9,6 +9,7 @@
 
 #include "torch_binding.hpp"
 #include "conv_transpose2d_gemm_kxs.h"
+#include "conv_transpose2d_gemm_kxs_sm90.h"
 #include "conv_transpose2d_gemm_phase.h"
 #include "conv_transpose2d_gemm_phase_sm90.h"
 #include "conv_transpose2d_grouped.h"
@@ -67,7 +68,8 @@ at::Tensor pack_weight(const std::string& variant, const at::Tensor& weight,
                        at::IntArrayRef stride, at::IntArrayRef padding,
                        at::IntArrayRef output_padding, at::IntArrayRef dilation, int64_t groups,
                        bool allow_tf32) {
-  TORCH_CHECK(variant == "gemm_phase" || variant == "gemm_phase_sm90" || variant == "gemm_kxs",
+  TORCH_CHECK(variant == "gemm_phase" || variant == "gemm_phase_sm90" || variant == "gemm_kxs" ||
+                  variant == "gemm_kxs_sm90",
               "deconv_patch: variant ", variant, " reads no packed weight");
   TORCH_CHECK(weight.is_cuda() && weight.dim() == 4, "deconv_patch: weight must be a 4-D CUDA tensor");
   (void)output_padding;
@@ -76,6 +78,16 @@ at::Tensor pack_weight(const std::string& variant, const at::Tensor& weight,
   if (variant == "gemm_kxs") return weight.flatten(2).transpose(1, 2).contiguous();
   ConvTranspose2dParams p;
   fill_weight_params(p, weight, stride, padding, dilation, groups);
+  if (variant == "gemm_kxs_sm90") {
+    const int64_t bytes = gemm_kxs_sm90_packed_weight_bytes(p, kind);
+    TORCH_CHECK(bytes > 0, "deconv_patch: gemm_kxs_sm90 does not support this weight");
+    at::Tensor packed = at::empty({bytes}, weight.options().dtype(at::kByte));
+    const cudaError_t err = launch_gemm_kxs_sm90_pack_weight(
+        p, kind, packed.data_ptr(), c10::cuda::getCurrentCUDAStream().stream());
+    TORCH_CHECK(err == cudaSuccess, "deconv_patch: weight packing failed: ",
+                cudaGetErrorString(err));
+    return packed;
+  }
   const bool sm90 = variant == "gemm_phase_sm90";
   const int64_t bytes = sm90 ? gemm_phase_sm90_packed_weight_bytes(p, kind)
                              : gemm_phase_packed_weight_bytes(p, kind);
@@ -88,7 +100,8 @@ at::Tensor pack_weight(const std::string& variant, const at::Tensor& weight,
   return packed;
 }
 
-// Runs one kernel variant ("direct", "grouped", "gemm_kxs", "gemm_phase" or "gemm_phase_sm90")
+// Runs one kernel variant ("direct", "grouped", "gemm_kxs", "gemm_kxs_sm90", "gemm_phase" or
+// "gemm_phase_sm90")
 // with the fused epilogue in (scale, shift, activation); the planner (Python) has chosen it.
 // config: gemm_phase's tile config (-1: the kernel's choice); for gemm_kxs 1 selects tap-major
 // columns, whose weight comes from pack_weight("gemm_kxs", ...) in `packed`.
@@ -152,9 +165,11 @@ at::Tensor conv_transpose2d_forward(const std::string& variant, const at::Tensor
   // gemm_phase gathers its A operand 16 bytes at a time only from channels_last input; for
   // 16-bit NCHW input one re-layout pass (input is the smallest tensor of an up-sampling layer)
   // is cheaper than 2-byte gathers inside the GEMM. gemm_phase_sm90 reads only such input.
+  // gemm_kxs_sm90 loads its A operand with TMA from dense channels_last input only.
   at::Tensor x = input;
-  if ((variant == "gemm_phase" || variant == "gemm_phase_sm90") && kind != ScalarKind::kFloat32 &&
-      !input.is_contiguous(at::MemoryFormat::ChannelsLast) && (input.size(1) / groups) % 8 == 0) {
+  if ((variant == "gemm_phase" || variant == "gemm_phase_sm90" || variant == "gemm_kxs_sm90") &&
+      kind != ScalarKind::kFloat32 && !input.is_contiguous(at::MemoryFormat::ChannelsLast) &&
+      (input.size(1) / groups) % 8 == 0) {
     x = input.contiguous(at::MemoryFormat::ChannelsLast);
   }
   p.input = x.data_ptr();
@@ -212,6 +227,13 @@ at::Tensor conv_transpose2d_forward(const std::string& variant, const at::Tensor
       tap_major_weight = packed->data_ptr();
     }
     err = launch_conv_transpose2d_gemm_kxs(p, kind, allow_tf32, tap_major_weight, stream);
+  } else if (variant == "gemm_kxs_sm90") {
+    TORCH_CHECK(gemm_kxs_sm90_supports(p, kind),
+                "deconv_patch: the gemm_kxs_sm90 kernel does not support this call");
+    check_packed(gemm_kxs_sm90_packed_weight_bytes(p, kind));
+    TORCH_CHECK(config >= -1 && config < gemm_kxs_sm90_num_configs(),
+                "deconv_patch: gemm_kxs_sm90 has no tile config ", config);
+    err = launch_conv_transpose2d_gemm_kxs_sm90(p, kind, packed->data_ptr(), stream, (int)config);
   } else if (variant == "gemm_phase_sm90") {
     TORCH_CHECK(gemm_phase_sm90_supports(p, kind, allow_tf32),
                 "deconv_patch: the gemm_phase_sm90 kernel does not support this call");
@@ -261,6 +283,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("dtype"));
   m.def("gemm_phase_num_configs", &deconv_patch::gemm_phase_num_configs,
         "Number of gemm_phase tile configs");
+  m.def("gemm_kxs_sm90_num_configs", &deconv_patch::gemm_kxs_sm90_num_configs,
+        "Number of gemm_kxs_sm90 tile configs");
   m.def("gemm_phase_sm90_num_configs", &deconv_patch::gemm_phase_sm90_num_configs,
         "Number of gemm_phase_sm90 tile configs");
   m.def("pack_weight", &deconv_patch::pack_weight,

@@ -49,10 +49,11 @@ KERNEL_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 GEMM_KXS = "gemm_kxs"
 GEMM_PHASE = "gemm_phase"
 GEMM_PHASE_SM90 = "gemm_phase_sm90"
+GEMM_KXS_SM90 = "gemm_kxs_sm90"
 GROUPED = "grouped"
 DIRECT = "direct"
 ATEN = "aten"
-VARIANTS = (GEMM_KXS, GEMM_PHASE, DIRECT, ATEN, GROUPED, GEMM_PHASE_SM90)
+VARIANTS = (GEMM_KXS, GEMM_PHASE, DIRECT, ATEN, GROUPED, GEMM_PHASE_SM90, GEMM_KXS_SM90)
 # gemm_phase's tile configurations, in the kernel's order (launch_conv_transpose2d_gemm_phase's
 # `config`). "gemm_phase" alone lets the kernel pick; "gemm_phase:64x64" forces one (autotune
 # times them all).
@@ -63,11 +64,16 @@ PHASE_CONFIGS = tuple(f"{GEMM_PHASE}:{t}" for t in PHASE_TILES)
 KXS_TAP_MAJOR = f"{GEMM_KXS}:tap_major"
 # gemm_phase_sm90's configs, in the kernel's order: block tile m x n, pipeline stages.
 SM90_CONFIGS = tuple(f"{GEMM_PHASE_SM90}:{t}" for t in ("128x128s3", "128x128s4", "128x64s4"))
-NAMED_VARIANTS = VARIANTS + PHASE_CONFIGS + (KXS_TAP_MAJOR,) + SM90_CONFIGS
+# gemm_kxs_sm90's configs, in the kernel's order: tile m x n, pipeline stages, "pp" = ping-pong
+# consumer warpgroups.
+KXS_SM90_CONFIGS = tuple(f"{GEMM_KXS_SM90}:{t}" for t in ("128x256s4", "128x128s6",
+                                                           "128x128s6pp"))
+NAMED_VARIANTS = VARIANTS + PHASE_CONFIGS + (KXS_TAP_MAJOR,) + SM90_CONFIGS + KXS_SM90_CONFIGS
 _GEMM_TILE = 128
 _MIN_PHASE_CHANNELS = 16  # per group, in and out: below this tensor-core tiles are mostly padding
 _MIN_GEMM_OUTPUT_BYTES = 4 * 2**20
 _MAX_GROUPED_CHANNELS = 32  # per group, in and out: the grouped kernel's home ground (measured)
+_MAX_GROUPED_CANDIDATE = 64  # per group, in and out: the grouped kernel's limit; autotune times it
 # 3xTF32 carries each fp32 operand as two TF32 numbers (22 of fp32's 24 significant bits) and
 # tensor-core sums truncate, so each product is a few fp32 ulps off where FFMA is half an ulp
 # off. fp32's own rounding hides that once an output sums enough products; below this depth
@@ -120,6 +126,8 @@ def split_variant(variant: str) -> Tuple[str, int]:
         return GEMM_PHASE, PHASE_CONFIGS.index(variant)
     if variant in SM90_CONFIGS:
         return GEMM_PHASE_SM90, SM90_CONFIGS.index(variant)
+    if variant in KXS_SM90_CONFIGS:
+        return GEMM_KXS_SM90, KXS_SM90_CONFIGS.index(variant)
     if variant == KXS_TAP_MAJOR:
         return GEMM_KXS, 1
     return variant, -1
@@ -127,7 +135,8 @@ def split_variant(variant: str) -> Tuple[str, int]:
 
 def reads_packed_weight(variant: str) -> bool:
     """Whether a variant reads a pre-packed weight (packed_weights.py) instead of the weight."""
-    return split_variant(variant)[0] in (GEMM_PHASE, GEMM_PHASE_SM90) or variant == KXS_TAP_MAJOR
+    return split_variant(variant)[0] in (GEMM_PHASE, GEMM_PHASE_SM90, GEMM_KXS_SM90) or \
+        variant == KXS_TAP_MAJOR
 
 
 @functools.lru_cache(maxsize=None)
@@ -206,10 +215,16 @@ def _plan_layer(device: torch.device, dtype: torch.dtype, kernel_hw: Sequence[in
             return Plan(ATEN, f"{why}, stride area > 16: cuDNN unless autotune times the "
                         "grouped kernel faster", candidates=(GROUPED, ATEN))
         return Plan(GROUPED, f"{why}: register-tiled grouped kernel", candidates=(GROUPED, ATEN))
+    # The grouped kernel (plain fp32 FFMA, so exact in every mode) also covers dense layers with
+    # few channels (DCGAN's 64 > 3 output layer, FSRCNN's 56 > 1): an autotune candidate there.
+    grouped = (GROUPED,) if channels is not None and \
+        max(channels) <= _MAX_GROUPED_CANDIDATE else ()
     if gemm_kxs_problem(dtype, kernel_hw, args, depth) is None:
         how = "3xTF32 " if fp32_strict(dtype) else ""
+        wgmma = KXS_SM90_CONFIGS if _is_sm90(device) and dtype != torch.float32 and \
+            args.groups == 1 and not any(args.output_padding) else ()
         return Plan(GEMM_KXS, f"kernel == stride: {how}tensor-core GEMM with scatter epilogue",
-                    candidates=(GEMM_KXS, KXS_TAP_MAJOR, ATEN))
+                    candidates=(GEMM_KXS, KXS_TAP_MAJOR, *wgmma, *grouped, ATEN))
     # gemm_phase keeps fp32 without TF32 off 3xTF32 (depth None): on deep sums its error still
     # reached 1.11x the tests' bound in benchmarks/strict_error_scan.py (gemm_kxs: 0.58x).
     tensor_cores = tensor_core_problem(dtype) is None
@@ -223,16 +238,17 @@ def _plan_layer(device: torch.device, dtype: torch.dtype, kernel_hw: Sequence[in
         # ~2x slower than direct on the H100 (docs/perf-notes.md).
         if tensor_cores:
             return Plan(GEMM_PHASE, f"{no_cudnn}; stride-phase implicit GEMM",
-                        candidates=(*phase, DIRECT, ATEN))
-        return Plan(DIRECT, f"{no_cudnn}; direct kernel", candidates=(DIRECT, ATEN))
+                        candidates=(*phase, DIRECT, *grouped, ATEN))
+        return Plan(DIRECT, f"{no_cudnn}; direct kernel", candidates=(DIRECT, *grouped, ATEN))
     if tensor_cores:
         # Measured on the H100 (docs/perf-notes.md): gemm_phase ranges 0.4-1.5x of cuDNN's sm90
         # wgmma kernels across the suite with no size rule separating wins from losses, so it
         # runs where autotune (torch.backends.cudnn.benchmark) timed it faster.
         return Plan(ATEN, "cuDNN unless autotune times gemm_phase faster (cudnn.benchmark)",
-                    candidates=(*phase, ATEN))
+                    candidates=(*phase, *grouped, ATEN))
     return Plan(ATEN, f"fp32 without TF32: cuDNN (3xTF32 only on k == stride layers whose "
-                f"outputs sum >= {MIN_3XTF32_DEPTH} products)")
+                f"outputs sum >= {MIN_3XTF32_DEPTH} products)",
+                candidates=(*grouped, ATEN) if grouped else ())
 
 
 def _is_sm90(device: torch.device) -> bool:

@@ -29,7 +29,10 @@ def test_k_equal_stride_layers_get_gemm_kxs_and_its_tap_major_candidate(capabili
     for dtype in (torch.bfloat16, torch.float16, torch.float32):
         chosen = _plan(dtype, (2, 2), args, (128, 64))
         assert chosen.variant == planner.GEMM_KXS
-        assert set(chosen.candidates) == {planner.GEMM_KXS, planner.KXS_TAP_MAJOR, planner.ATEN}
+        wgmma = set(planner.KXS_SM90_CONFIGS) if capability == (9, 0) and \
+            dtype != torch.float32 else set()
+        assert set(chosen.candidates) == {planner.GEMM_KXS, planner.KXS_TAP_MAJOR,
+                                          planner.ATEN} | wgmma
 
 
 @pytest.mark.parametrize("cin_g,expected", [(planner.MIN_3XTF32_DEPTH, planner.GEMM_KXS),
@@ -100,3 +103,16 @@ def test_may_use_kernel_follows_the_grouped_and_3xtf32_rules():
                                       ConvTransposeArgs.from_values(stride=2, padding=1),
                                       (256, 128))
     assert not planner.may_use_kernel(torch.device("cpu"), torch.bfloat16, (2, 2), kxs)
+
+
+@pytest.mark.parametrize("tf32", [True, False])
+def test_grouped_kernel_is_an_autotune_candidate_for_dense_layers_with_few_channels(capability, tf32):
+    """DCGAN's 64 > 3 output layer, FSRCNN's 56 > 1: the grouped kernel (FFMA, exact in every
+    mode, fp32 strict included) is timed against cuDNN; wider layers never list it."""
+    k4s2 = ConvTransposeArgs.from_values(stride=2, padding=1)
+    for dtype in (torch.bfloat16, torch.float32):
+        few = _plan(dtype, (4, 4), k4s2, (64, 3), tf32=tf32)
+        assert few.variant == planner.ATEN and planner.GROUPED in few.candidates, few
+        assert planner.ATEN in few.candidates
+        wide = _plan(dtype, (4, 4), k4s2, (128, 64), tf32=tf32)
+        assert planner.GROUPED not in wide.candidates

@@ -1,0 +1,888 @@
+// Transposed convolution with kernel == stride (padding 0, dilation 1, output_padding 0,
+// groups 1), 16-bit, channels_last input, as one persistent warp-specialised GEMM on Hopper
+// (TMA + wgmma.mma_async). sm_90a only; see the header for the supported subset.
+//
+// Index math (the only place it is spelled out). Taps never overlap when kernel == stride, so
+// output pixel (ih*SH + kh, iw*SW + kw) receives exactly one input pixel:
+//     m = (n*H + ih)*W + iw     in [0, M),  M = N*H*W                      (GEMM row)
+//     k = input channel         in [0, K),  K = Cin                        (reduction)
+//     j = tap*Cout + co         in [0, NC), NC = KH*KW*Cout, tap = kh*KW + kw ("tap-major")
+//     A[m, k] = input[m*Cin + k]             (dense channels_last: the input is A, row-major)
+//     B[k, j] = weight[k, co, kh, kw]
+//     out[n*os_n + (ih*SH + kh)*os_h + (iw*SW + kw)*os_w + co*os_c] = epilogue_co(sum_k A*B)
+// The output offset splits into a row part and a column part (kxs_row_offset, kxs_col_offset):
+//     row(m) = n*os_n + ih*(SH*os_h) + iw*(SW*os_w),   col(j) = kh*os_h + kw*os_w + co*os_c.
+// For one (m, tap) the Cout channels are consecutive j, and contiguous when os_c == 1.
+//
+// Packed weight (launch_gemm_kxs_sm90_pack_weight): K-major, [NC_pad][Cin] with
+// NC_pad = round_up(NC, 32):  packed[pos*Cin + k] = B[k, kxs_logical_col(pos)] (0 when that
+// column is >= NC). Physical GEMM column pos (the wgmma N index) holds logical column j =
+// kxs_logical_col(pos), a permutation inside each aligned group of 32 that swaps bit fields
+// [1:2] and [3:4] of pos:
+//     pos = 32g + 8i + 2q + e   <->   j = 32g + 8q + 2i + e.
+// Why: the wgmma accumulator fragment gives lane l (q = l%4) the physical columns 8c + 2q + e
+// (c = 4g + i); after the permutation those are the logical columns 32g + 8q + 0..7, eight
+// consecutive output channels of one tap (Cout % 8 == 0), which the thread stores as one
+// 16-byte vector straight from its registers: no shuffles, no shared-memory staging.
+// The A and B tiles are loaded by TMA with OOB zero fill, so M, NC and K tails need no padding
+// (K = Cin is a multiple of 8, so each row is a multiple of 16 bytes as TMA requires).
+//
+// Tile 128 (m) x BN (j) x 64 (k); 384 threads = warpgroup 0 (producer: one thread issues TMA) +
+// warpgroups 1, 2 (consumers). Persistent: grid = min(#SMs, tiles), CTA b takes tiles
+// b, b + grid, ...; tile t = (m tile t / n_tiles, n tile t % n_tiles), so the CTAs running at one
+// time share A rows and all of B in L2. Cooperative configs: both consumers work on every tile
+// (consumer w: rows 64w..64w+63, one m64nBN accumulator). Ping-pong config: consumer w takes
+// every other tile of its CTA (all 128 rows: two m64nBN accumulators), so one consumer's
+// epilogue overlaps the other's MMAs.
+//
+// Shared memory (1024-byte aligned): STAGES x [A 128 rows | B BN rows], each row 128 bytes
+// (64 k) in the TMA/wgmma 128-byte swizzle (16-byte chunk q of row r stored at q ^ (r % 8));
+// per consumer two epilogue tables (double-buffered by tile parity); full/empty mbarriers.
+// Ring protocol, k block counter c (per CTA, running over its tiles in order; the producer sees
+// every tile, a consumer computes c = (CTA-local tile index)*KB + kb), stage s = c % STAGES,
+// round r = c / STAGES:
+//     producer: wait empty[s] parity (r & 1) ^ 1   (round 0: passes on the fresh barrier)
+//               arrive.expect_tx(full[s], A box + B box bytes); TMA A, TMA B -> full[s]
+//     consumer: wait full[s] parity r & 1; wgmma (4 k16 steps); commit; wgmma.wait_group(1)
+//               -> the previous k block's wgmmas are done: each warp's lane 0 arrives on
+//               empty[prev s] (count = consumer warps reading a stage: 8 cooperative, 4
+//               ping-pong). After the last k block: wait_group(0), arrive.
+// Ping-pong adds an order barrier: a consumer starts a tile's main loop only after the other
+// one has issued the main loop of the previous tile (see the kernel for why the ring needs it).
+// TMA counts the full box in complete_tx even where it zero-fills out of bounds, so expect_tx is
+// always kStageBytes. The producer runs ahead into the next tile while consumers run the
+// epilogue. Consumer per tile: epilogue table values loaded into registers (global loads in
+// flight during the MMAs), MMAs, table stored to shared, named barrier (its 128 threads),
+// epilogue from registers to global.
+//
+// wgmma m64nNk16 accumulator fragment (warp v of the warpgroup, lane l): register
+// d[4*c + 2*h + e] holds row 16v + l/4 + 8h, physical column 8c + 2*(l%4) + e.
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <atomic>
+#include <cstdint>
+#include <type_traits>
+
+#include "conv_transpose2d_gemm_kxs_sm90.h"
+#include "epilogue.cuh"
+#include "scalar_convert.cuh"
+#include "tensor_core_ptx.cuh"
+
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define DECONV_PATCH_KXS_SM90A_DEVICE 1
+#endif
+
+namespace deconv_patch {
+namespace {
+
+using namespace tc;
+
+constexpr int kBM = 128;         // GEMM rows per tile
+constexpr int kBK = 64;          // k per stage: one 128-byte swizzle row of 16-bit elements
+constexpr int kRowBytes = 128;
+constexpr int kThreads = 384;    // producer warpgroup + 2 consumer warpgroups
+constexpr int kProducerRegs = 40;   // setmaxnreg: 128*40 + 256*232 <= 64K registers
+constexpr int kConsumerRegs = 232;
+constexpr int kColGroup = 32;    // period of the column permutation (packed rows padded to it)
+constexpr int64_t kMaxTiles = (int64_t)1 << 30;
+constexpr int64_t kInt32Limit = (int64_t)1 << 31;
+// Named barriers (0 is __syncthreads): consumer w's table barrier kTableBarrier + w (its 128
+// threads); ping-pong "your main loop may start" barrier kOrderBarrier + w (256 threads: the
+// other consumer arrives, w syncs).
+constexpr int kTableBarrier = 1;
+constexpr int kOrderBarrier = 3;
+static_assert(kTableBarrier + 2 <= kOrderBarrier && kOrderBarrier + 2 <= 16, "barrier ids");
+static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= 65536, "register file split");
+static_assert(kProducerRegs % 8 == 0 && kConsumerRegs % 8 == 0 && kConsumerRegs <= 256,
+              "setmaxnreg takes multiples of 8 in 24..256");
+
+// BN: tile columns (wgmma N). STAGES: ring depth. PINGPONG: consumers alternate tiles.
+template <int BN, int STAGES, bool PINGPONG>
+struct KxsConfig {
+  static constexpr int kBN = BN;
+  static constexpr int kStages = STAGES;
+  static constexpr bool kPingPong = PINGPONG;
+  static constexpr int kMI = PINGPONG ? 2 : 1;  // m64 accumulators per consumer thread
+  static constexpr int kAcc = BN / 2;           // fp32 registers per m64 accumulator
+  static constexpr bool kSetMaxNreg = kMI * kAcc > 64;
+  static constexpr int kReleaseCount = PINGPONG ? 4 : 8;  // consumer warps reading a stage
+  static constexpr int kABytes = kBM * kRowBytes;  // = TMA box {64, 128} of 16-bit
+  static constexpr int kBBytes = BN * kRowBytes;   // = TMA box {64, BN}
+  static constexpr int kStageBytes = kABytes + kBBytes;
+  static constexpr int kPipeBytes = STAGES * kStageBytes;
+  // Epilogue table of one tile: col offset (int64), mul, add (float) per tile column.
+  static constexpr int kTableBytes = BN * 16;
+  static constexpr int kTableOffset = kPipeBytes;
+  static constexpr int kBarOffset = kTableOffset + 2 * 2 * kTableBytes;  // 2 consumers x 2 bufs
+  static constexpr int kTotalBytes = kBarOffset + 2 * STAGES * 8 + 1024;  // + alignment slack
+  static_assert(BN == 128 || BN == 256, "wgmma wrappers exist for n128 and n256");
+  static_assert(BN % kColGroup == 0, "tiles hold whole permutation groups");
+  static_assert(kStageBytes % 1024 == 0, "stages keep the 1024-byte swizzle-atom alignment");
+  static_assert(kMI * kAcc <= 128, "accumulators fit the consumer register budget");
+  static_assert(kSetMaxNreg || kMI * kAcc <= 64, "more than 64 accumulators need setmaxnreg");
+  static_assert(kStages >= 2 && kReleaseCount == 4 * (kPingPong ? 1 : 2), "ring geometry");
+};
+using KxsCfg0 = KxsConfig<256, 4, false>;  // 128x256s4   (209 KB)
+using KxsCfg1 = KxsConfig<128, 6, false>;  // 128x128s6   (201 KB)
+using KxsCfg2 = KxsConfig<128, 6, true>;   // 128x128s6pp (201 KB)
+constexpr int kNumConfigs = 3;
+
+struct KxsArgs {
+  const void* bias;
+  void* out;
+  EpilogueParams epi;
+  int m;          // GEMM rows N*H*W
+  int hw, w;      // H*W, W
+  int cout, kw;   // Cout, KW
+  int nc;         // logical GEMM columns KH*KW*Cout
+  int n_tiles;    // column tiles
+  int tiles;      // all tiles
+  int kb;         // k blocks: ceil(Cin / 64)
+  int64_t os_n, os_c, os_h, os_w;  // output strides
+  int64_t row_h, row_w;            // SH*os_h, SW*os_w
+  bool out_vec;   // 16-byte stores: os_c == 1, Cout % 8 == 0, aligned (launcher checked)
+};
+
+// ---------------------------------------------------------------------------------------------
+// Index functions (host and device, so a host emulation can check them).
+
+// Logical column of physical packed row / GEMM column `pos` (an involution, see the top).
+__host__ __device__ __forceinline__ int kxs_logical_col(int pos) {
+  return (pos & ~31) | (((pos >> 3) & 3) << 1) | (((pos >> 1) & 3) << 3) | (pos & 1);
+}
+// Accumulator register (of one m64 accumulator) that holds logical column 32g + 8q + k of row
+// half h for lane q: physical column 32g + 8(k/2) + 2q + k%2, i.e. c = 4g + k/2, e = k%2.
+[[maybe_unused]] __host__ __device__ __forceinline__ int kxs_acc_index(int g, int h, int k) {
+  return 16 * g + 4 * (k >> 1) + 2 * h + (k & 1);
+}
+// Row / column parts of the output offset (see the top). m < 2^31 (supports).
+[[maybe_unused]] __host__ __device__ __forceinline__ int64_t kxs_row_offset(const KxsArgs& p,
+                                                                            int m) {
+  const unsigned n = (unsigned)m / (unsigned)p.hw;
+  const unsigned rem = (unsigned)m - n * (unsigned)p.hw;
+  const unsigned ih = rem / (unsigned)p.w;
+  const unsigned iw = rem - ih * (unsigned)p.w;
+  return (int64_t)n * p.os_n + (int64_t)ih * p.row_h + (int64_t)iw * p.row_w;
+}
+[[maybe_unused]] __host__ __device__ __forceinline__ int64_t kxs_col_offset(const KxsArgs& p,
+                                                                            int j) {
+  const int tap = j / p.cout;
+  const int co = j - tap * p.cout;
+  const int kh = tap / p.kw;
+  const int kw = tap - kh * p.kw;
+  return (int64_t)kh * p.os_h + (int64_t)kw * p.os_w + (int64_t)co * p.os_c;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Hopper PTX wrappers (sm_90a only).
+#if defined(DECONV_PATCH_KXS_SM90A_DEVICE)
+
+__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+// Makes the initialised barriers visible to the async proxy (TMA complete_tx) and other threads
+// (with the __syncthreads that follows).
+__device__ __forceinline__ void fence_mbar_init() {
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
+               : "memory");
+}
+// Returns once the phase of parity `parity` has completed.
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+  uint32_t done;
+  do {
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+        "selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+  } while (done == 0);
+}
+// 2-D tiled TMA load of the box at (c0 = k, c1 = row) into shared `dst`, completing on `bar`.
+__device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map, uint32_t bar,
+                                            int c0, int c1) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%3, %4}], [%2];\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "r"(c0), "r"(c1)
+      : "memory");
+}
+__device__ __forceinline__ void prefetch_tensormap(const CUtensorMap* map) {
+  asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
+}
+template <int N>
+__device__ __forceinline__ void setmaxnreg_inc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+template <int N>
+__device__ __forceinline__ void setmaxnreg_dec() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+// Matrix descriptor of a K-major, 128-byte-swizzled tile at shared address `addr` (1024-byte
+// aligned swizzle atoms of 8 rows x 128 bytes, stacked 1024 bytes apart along m/n): start
+// address >> 4 (bits 0-13), leading byte offset 1 (unused when swizzled K-major, bits 16-29),
+// stride byte offset 1024 >> 4 (bits 32-45), base offset 0, layout 1 = 128B swizzle (bits 62-63).
+// This is the layout TMA's CU_TENSOR_MAP_SWIZZLE_128B writes for a {64, rows} 16-bit box.
+__device__ __forceinline__ uint64_t kxs_smem_desc(uint32_t addr) {
+  return (uint64_t)((addr >> 4) & 0x3FFFu) | ((uint64_t)1 << 16) | ((uint64_t)(1024 >> 4) << 32) |
+         ((uint64_t)1 << 62);
+}
+__device__ __forceinline__ void wgmma_fence() {
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void wgmma_commit() {
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+// Keeps the compiler from moving accumulator accesses across wgmma issue / wait points.
+template <int N>
+__device__ __forceinline__ void fence_acc(float (&d)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+// D(64 x N, fp32) += A(64 x 16) * B(16 x N), both K-major in shared memory (descriptors),
+// scale-d 1 (accumulate), imm-scale-a/b 1, no transpose.
+template <typename T, int N>
+struct KxsWgmma;
+
+#define KXS_F8(i)                                                                           \
+  "+f"(d[(i) + 0]), "+f"(d[(i) + 1]), "+f"(d[(i) + 2]), "+f"(d[(i) + 3]), "+f"(d[(i) + 4]), \
+      "+f"(d[(i) + 5]), "+f"(d[(i) + 6]), "+f"(d[(i) + 7])
+#define KXS_F32(i) KXS_F8(i), KXS_F8((i) + 8), KXS_F8((i) + 16), KXS_F8((i) + 24)
+#define KXS_F64 KXS_F32(0), KXS_F32(32)
+#define KXS_F128 KXS_F32(0), KXS_F32(32), KXS_F32(64), KXS_F32(96)
+#define KXS_R64                                                                             \
+  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                  \
+  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "        \
+  "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "        \
+  "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+#define KXS_R128                                                                            \
+  KXS_R64 ", "                                                                              \
+  "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "        \
+  "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "        \
+  "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, "  \
+  "%111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, "    \
+  "%125, %126, %127"
+// N accumulators are operands 0..N/2-1; then A descriptor, B descriptor, scale-d.
+#define KXS_DEFINE_WGMMA(TYPE, PTX_TYPE, N, REGS, ACCS, DA, DB, SD)                           \
+  template <>                                                                                \
+  struct KxsWgmma<TYPE, N> {                                                                 \
+    static __device__ __forceinline__ void run(float (&d)[N / 2], uint64_t da, uint64_t db) { \
+      asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " SD ", 0;\n"                          \
+                   "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." PTX_TYPE "." PTX_TYPE   \
+                   " {" REGS "}, " DA ", " DB ", p, 1, 1, 0, 0;\n}\n"                          \
+                   : ACCS                                                                    \
+                   : "l"(da), "l"(db), "r"(1));                                              \
+    }                                                                                        \
+  };
+KXS_DEFINE_WGMMA(__nv_bfloat16, "bf16", 128, KXS_R64, KXS_F64, "%64", "%65", "%66")
+KXS_DEFINE_WGMMA(__half, "f16", 128, KXS_R64, KXS_F64, "%64", "%65", "%66")
+KXS_DEFINE_WGMMA(__nv_bfloat16, "bf16", 256, KXS_R128, KXS_F128, "%128", "%129", "%130")
+KXS_DEFINE_WGMMA(__half, "f16", 256, KXS_R128, KXS_F128, "%128", "%129", "%130")
+#undef KXS_DEFINE_WGMMA
+#undef KXS_R128
+#undef KXS_R64
+#undef KXS_F128
+#undef KXS_F64
+#undef KXS_F32
+#undef KXS_F8
+
+// Two fp32 values rounded to nearest even (as from_float) and packed, `lo` at the lower address.
+template <typename T>
+__device__ __forceinline__ uint32_t kxs_pack2(float lo, float hi);
+template <>
+__device__ __forceinline__ uint32_t kxs_pack2<__nv_bfloat16>(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+template <>
+__device__ __forceinline__ uint32_t kxs_pack2<__half>(float lo, float hi) {
+  const __half2 v = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+#endif  // DECONV_PATCH_KXS_SM90A_DEVICE
+
+// ---------------------------------------------------------------------------------------------
+// Main kernel (body only on sm_90a; an empty kernel elsewhere).
+template <typename T, class Cfg>
+__global__ void __launch_bounds__(kThreads, 1)
+    conv_transpose2d_gemm_kxs_sm90_kernel(const __grid_constant__ CUtensorMap tma_a,
+                                          const __grid_constant__ CUtensorMap tma_b,
+                                          const __grid_constant__ KxsArgs p) {
+#if defined(DECONV_PATCH_KXS_SM90A_DEVICE)
+  static_assert(sizeof(T) == 2, "16-bit operands only");
+  constexpr int BN = Cfg::kBN;
+  constexpr int S = Cfg::kStages;
+  constexpr int MI = Cfg::kMI;
+  constexpr int kAcc = Cfg::kAcc;
+
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  const uint32_t raw_addr = smem_u32(smem_raw);
+  unsigned char* smem = smem_raw + (((raw_addr + 1023u) & ~1023u) - raw_addr);
+  const uint32_t base = smem_u32(smem);
+  const uint32_t full_bar = base + Cfg::kBarOffset;  // full[s] = full_bar + 8s
+  const uint32_t empty_bar = full_bar + 8 * S;       // empty[s] = empty_bar + 8s
+
+  const int tid = threadIdx.x;
+  const int wg = tid >> 7;
+
+  if (tid == 0) {
+    for (int s = 0; s < S; ++s) {
+      mbar_init(full_bar + 8 * s, 1);  // the producer's arrive.expect_tx (+ TMA bytes)
+      mbar_init(empty_bar + 8 * s, Cfg::kReleaseCount);
+    }
+    fence_mbar_init();
+  }
+  __syncthreads();
+
+  if (wg == 0) {
+    // ---- Producer warpgroup: one thread issues every TMA load of this CTA's tiles. ----
+    if constexpr (Cfg::kSetMaxNreg) setmaxnreg_dec<kProducerRegs>();
+    if (tid == 0) {
+      prefetch_tensormap(&tma_a);
+      prefetch_tensormap(&tma_b);
+      uint32_t c = 0;  // k block counter (see the ring protocol at the top)
+      for (int t = blockIdx.x; t < p.tiles; t += gridDim.x) {
+        const int mt = t / p.n_tiles;
+        const int m0 = mt * kBM;
+        const int n0 = (t - mt * p.n_tiles) * BN;
+        for (int kb = 0; kb < p.kb; ++kb, ++c) {
+          const uint32_t s = c % S;
+          const uint32_t bar = full_bar + 8 * s;
+          mbar_wait(empty_bar + 8 * s, ((c / S) & 1) ^ 1);
+          mbar_arrive_expect_tx(bar, Cfg::kStageBytes);
+          const uint32_t sa = base + s * Cfg::kStageBytes;
+          tma_load_2d(sa, &tma_a, bar, kb * kBK, m0);
+          tma_load_2d(sa + Cfg::kABytes, &tma_b, bar, kb * kBK, n0);
+        }
+      }
+    }
+    return;
+  }
+
+  // ---- Consumer warpgroups. ----
+  if constexpr (Cfg::kSetMaxNreg) setmaxnreg_inc<kConsumerRegs>();
+  const int cw = wg - 1;        // consumer 0 / 1
+  const int ct = tid & 127;     // thread within the consumer warpgroup
+  const int wv = ct >> 5;       // warp within it: fragment rows 16wv..
+  const int lane = tid & 31;
+  const int q = lane & 3;       // fragment column pair
+  const int rq = lane >> 2;     // fragment row
+  const T* __restrict__ bias = static_cast<const T*>(p.bias);
+  T* __restrict__ out = static_cast<T*>(p.out);
+  unsigned char* my_tables = smem + Cfg::kTableOffset + cw * 2 * Cfg::kTableBytes;
+
+  // Cooperative: consumer cw reads A rows 64cw..; ping-pong: both m64 halves (mi * 64 rows).
+  const uint64_t a_desc0 =
+      kxs_smem_desc(base + (uint32_t)((Cfg::kPingPong ? 0 : cw) * 64 * kRowBytes));
+  const uint64_t b_desc0 = kxs_smem_desc(base + Cfg::kABytes);
+  constexpr uint64_t kStageDesc = Cfg::kStageBytes >> 4;  // descriptor units of 16 bytes
+  constexpr uint64_t kHalfDesc = (64 * kRowBytes) >> 4;   // next 64 rows of A
+
+  constexpr int kTE = BN / 128;  // epilogue table entries this thread fills per tile
+  float acc[MI][kAcc];
+  int local = 0;  // tiles done by this consumer: table buffer parity
+  for (int i = Cfg::kPingPong ? cw : 0;; i += Cfg::kPingPong ? 2 : 1, ++local) {
+    const int64_t t64 = (int64_t)blockIdx.x + (int64_t)i * gridDim.x;
+    if (t64 >= p.tiles) break;
+    const int t = (int)t64;
+    const int mt = t / p.n_tiles;
+    const int m0 = mt * kBM;
+    const int n0 = (t - mt * p.n_tiles) * BN;
+
+    // Epilogue table inputs of this tile's columns: loaded here, used after the MMAs, so the
+    // loads are in flight during the main loop (columns >= NC are never read back).
+    T te_bias[kTE];
+    float te_scale[kTE], te_shift[kTE];
+    int64_t te_off[kTE];
+#pragma unroll
+    for (int e = 0; e < kTE; ++e) {
+      const int j = n0 + ct + 128 * e;
+      te_bias[e] = from_float<T>(0.f);
+      te_scale[e] = 1.f;
+      te_shift[e] = 0.f;
+      te_off[e] = 0;
+      if (j < p.nc) {
+        const int co = j % p.cout;
+        if (bias != nullptr) te_bias[e] = bias[co];
+        if (p.epi.scale != nullptr) te_scale[e] = p.epi.scale[co];
+        if (p.epi.shift != nullptr) te_shift[e] = p.epi.shift[co];
+        te_off[e] = kxs_col_offset(p, j);
+      }
+    }
+
+    // ---- Main loop over k blocks. ----
+    // Ping-pong: start only after the other consumer has issued its whole main loop of the
+    // previous tile (it arrives below). Besides ordering the tensor-core use, this is what makes
+    // the shared ring safe: the other consumer has then observed every earlier phase of the
+    // full barriers, so this consumer's parity wait on round r of a stage never meets a
+    // barrier still in round r-1 (where parity r&1 would pass at once).
+    if (Cfg::kPingPong && i > 0) named_barrier_sync(kOrderBarrier + cw, 256);
+#pragma unroll
+    for (int mi = 0; mi < MI; ++mi) {
+#pragma unroll
+      for (int r = 0; r < kAcc; ++r) acc[mi][r] = 0.f;
+    }
+    uint32_t c = (uint32_t)i * (uint32_t)p.kb;
+    uint32_t prev = 0;
+    for (int kb = 0; kb < p.kb; ++kb, ++c) {
+      const uint32_t s = c % S;
+      mbar_wait(full_bar + 8 * s, (c / S) & 1);
+#pragma unroll
+      for (int mi = 0; mi < MI; ++mi) fence_acc(acc[mi]);
+      wgmma_fence();
+      const uint64_t so = (uint64_t)s * kStageDesc;
+#pragma unroll
+      for (int ks = 0; ks < 4; ++ks) {
+#pragma unroll
+        for (int mi = 0; mi < MI; ++mi) {
+          // k16 step: 32 bytes further along every 128-byte row (2 descriptor units).
+          KxsWgmma<T, BN>::run(acc[mi], a_desc0 + so + mi * kHalfDesc + 2 * ks,
+                               b_desc0 + so + 2 * ks);
+        }
+      }
+      wgmma_commit();
+      if (kb > 0) {
+        wgmma_wait<1>();  // this warp's wgmmas of k block kb-1 are done: release its stage
+#pragma unroll
+        for (int mi = 0; mi < MI; ++mi) fence_acc(acc[mi]);
+        if (lane == 0) mbar_arrive(empty_bar + 8 * prev);
+      }
+      prev = s;
+    }
+    // Ping-pong: let the other consumer start its next tile (if this CTA has one; it then
+    // syncs on this barrier exactly once per arrival).
+    if (Cfg::kPingPong && t64 + gridDim.x < p.tiles) {
+      named_barrier_arrive(kOrderBarrier + 1 - cw, 256);
+    }
+    wgmma_wait<0>();
+#pragma unroll
+    for (int mi = 0; mi < MI; ++mi) fence_acc(acc[mi]);
+    if (lane == 0) mbar_arrive(empty_bar + 8 * prev);
+
+    // ---- Epilogue table -> shared (buffer local & 1), then the stores. ----
+    int64_t* t_off = reinterpret_cast<int64_t*>(my_tables + (local & 1) * Cfg::kTableBytes);
+    float* t_mul = reinterpret_cast<float*>(t_off + BN);
+    float* t_add = t_mul + BN;
+#pragma unroll
+    for (int e = 0; e < kTE; ++e) {
+      // channel_affine on the values loaded above: the same EpilogueParams with scale / shift
+      // pointing at this column's loaded entry (index 0), so (mul, add) are exactly its result.
+      const float col_scale = te_scale[e], col_shift = te_shift[e];
+      EpilogueParams col_epi = p.epi;
+      if (col_epi.scale != nullptr) col_epi.scale = &col_scale;
+      if (col_epi.shift != nullptr) col_epi.shift = &col_shift;
+      const ChannelAffine a =
+          channel_affine(col_epi, bias != nullptr ? to_float(te_bias[e]) : 0.f, 0);
+      t_off[ct + 128 * e] = te_off[e];
+      t_mul[ct + 128 * e] = a.mul;
+      t_add[ct + 128 * e] = a.add;
+    }
+    // Table visible to the warpgroup. The other buffer was last read in the epilogue of the
+    // previous tile, which every thread finished before arriving here: no second barrier.
+    named_barrier_sync(kTableBarrier + cw, 128);
+
+    int64_t row_off[MI][2];
+    bool row_ok[MI][2];
+#pragma unroll
+    for (int mi = 0; mi < MI; ++mi) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int m = m0 + (Cfg::kPingPong ? 64 * mi : 64 * cw) + 16 * wv + rq + 8 * h;
+        row_ok[mi][h] = m < p.m;
+        row_off[mi][h] = row_ok[mi][h] ? kxs_row_offset(p, m) : 0;
+      }
+    }
+
+    // kNone: fmaf(acc, mul, add) is exactly apply_epilogue's result (without scale, mul == 1
+    // and fmaf(acc, 1, add) rounds acc + add once, as the unfused sum does).
+    auto store_tile = [&](auto no_act) {
+      constexpr bool kNoAct = decltype(no_act)::value;
+#pragma unroll
+      for (int g = 0; g < BN / kColGroup; ++g) {
+        const int lc = kColGroup * g + 8 * q;  // this lane's 8 logical columns lc..lc+7
+        if (n0 + lc >= p.nc) continue;
+        float mul[8], add[8];
+        *reinterpret_cast<float4*>(mul) = *reinterpret_cast<const float4*>(t_mul + lc);
+        *reinterpret_cast<float4*>(mul + 4) = *reinterpret_cast<const float4*>(t_mul + lc + 4);
+        *reinterpret_cast<float4*>(add) = *reinterpret_cast<const float4*>(t_add + lc);
+        *reinterpret_cast<float4*>(add + 4) = *reinterpret_cast<const float4*>(t_add + lc + 4);
+#pragma unroll
+        for (int mi = 0; mi < MI; ++mi) {
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            if (!row_ok[mi][h]) continue;
+            float v[8];
+#pragma unroll
+            for (int k = 0; k < 8; ++k) {
+              const float a = acc[mi][kxs_acc_index(g, h, k)];
+              if constexpr (kNoAct) {
+                v[k] = fmaf(a, mul[k], add[k]);
+              } else {
+                v[k] = apply_epilogue(a, ChannelAffine{mul[k], add[k]}, p.epi);
+              }
+            }
+            if (p.out_vec) {
+              // os_c == 1, Cout % 8 == 0: the 8 columns are consecutive channels of one tap,
+              // 16-byte aligned (nc % 8 == 0, so lc < nc - n0 covers all 8).
+              uint4 pk;
+              pk.x = kxs_pack2<T>(v[0], v[1]);
+              pk.y = kxs_pack2<T>(v[2], v[3]);
+              pk.z = kxs_pack2<T>(v[4], v[5]);
+              pk.w = kxs_pack2<T>(v[6], v[7]);
+              *reinterpret_cast<uint4*>(out + row_off[mi][h] + t_off[lc]) = pk;
+            } else {
+#pragma unroll
+              for (int k = 0; k < 8; ++k) {
+                if (n0 + lc + k < p.nc) out[row_off[mi][h] + t_off[lc + k]] = from_float<T>(v[k]);
+              }
+            }
+          }
+        }
+      }
+    };
+    if (p.epi.activation == Activation::kNone) {
+      store_tile(std::true_type{});
+    } else {
+      store_tile(std::false_type{});
+    }
+  }
+#endif  // DECONV_PATCH_KXS_SM90A_DEVICE
+}
+
+// ---------------------------------------------------------------------------------------------
+// Weight packing: one thread per packed element, k fastest (coalesced writes), any weight
+// strides: packed[pos*Cin + k] = weight[k, co, kh, kw] for j = kxs_logical_col(pos) < NC
+// (j = (kh*KW + kw)*Cout + co), else 0. Plain CUDA: runs on any architecture.
+struct KxsPackArgs {
+  const void* w;
+  void* packed;
+  int64_t ws[4];  // weight strides: cin, cout, kh, kw
+  int cin, cout, kw, nc;
+  int64_t total;  // NC_pad * Cin
+};
+
+// Weight element offset that packed element `idx` copies, or -1 for a zero (padding column).
+__host__ __device__ __forceinline__ int64_t kxs_pack_source(const KxsPackArgs& a, int64_t idx) {
+  const int k = (int)(idx % a.cin);
+  const int pos = (int)(idx / a.cin);
+  const int j = kxs_logical_col(pos);
+  if (j >= a.nc) return -1;
+  const int tap = j / a.cout;
+  const int co = j - tap * a.cout;
+  const int kh = tap / a.kw;
+  const int kw = tap - kh * a.kw;
+  return k * a.ws[0] + co * a.ws[1] + kh * a.ws[2] + kw * a.ws[3];
+}
+
+template <typename T>
+__global__ void __launch_bounds__(256)
+    gemm_kxs_sm90_pack_weight_kernel(const __grid_constant__ KxsPackArgs a) {
+  const T* __restrict__ w = static_cast<const T*>(a.w);
+  T* __restrict__ packed = static_cast<T*>(a.packed);
+  for (int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; idx < a.total;
+       idx += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t src = kxs_pack_source(a, idx);
+    packed[idx] = src >= 0 ? w[src] : from_float<T>(0.f);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Host side.
+int64_t round_up64(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+int64_t logical_cols(const ConvTranspose2dParams& p) {
+  return (int64_t)p.ph_h.kernel * p.ph_w.kernel * p.out_channels;
+}
+int64_t packed_rows(const ConvTranspose2dParams& p) {
+  return round_up64(logical_cols(p), kColGroup);
+}
+bool aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
+
+// What packing depends on (and the kernel's weight-side limits).
+bool weight_side_ok(const ConvTranspose2dParams& p, ScalarKind kind) {
+  if (kind != ScalarKind::kFloat16 && kind != ScalarKind::kBFloat16) return false;
+  if (p.groups != 1 || p.in_per_group != p.in_channels || p.out_per_group != p.out_channels)
+    return false;
+  if (p.in_channels < 8 || p.in_channels % 8 != 0 || p.in_channels >= (1 << 24)) return false;
+  if (p.out_channels < 1) return false;
+  if (p.ph_h.kernel < 1 || p.ph_h.kernel > 16 || p.ph_w.kernel < 1 || p.ph_w.kernel > 16)
+    return false;
+  for (int i = 0; i < 4; ++i)
+    if (p.w_stride[i] < 0) return false;
+  return packed_rows(p) < kInt32Limit - 1024;  // int32 TMA row coordinates and pack indices
+}
+
+// Compute capability 9.0 (H100/H200), where the sm_90a cubin runs.
+[[maybe_unused]] bool device_is_sm90() {
+  int device = 0, major = 0, minor = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return false;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess)
+    return false;
+  return major == 9 && minor == 0;
+}
+
+// cuTensorMapEncodeTiled from the driver at run time (nothing links libcuda), looked up once.
+PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
+  static const PFN_cuTensorMapEncodeTiled_v12000 fn = []() -> PFN_cuTensorMapEncodeTiled_v12000 {
+    void* ptr = nullptr;
+    cudaDriverEntryPointQueryResult status{};
+#if CUDART_VERSION >= 12050
+    const cudaError_t err = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &ptr, 12000,
+                                                             cudaEnableDefault, &status);
+#else
+    const cudaError_t err =
+        cudaGetDriverEntryPoint("cuTensorMapEncodeTiled", &ptr, cudaEnableDefault, &status);
+#endif
+    if (err != cudaSuccess || status != cudaDriverEntryPointSuccess || ptr == nullptr) {
+      (void)cudaGetLastError();  // do not leave the failed lookup as the launch's error
+      return nullptr;
+    }
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(ptr);
+  }();
+  return fn;
+}
+
+// Multiprocessor count per device, queried once.
+int sm_count(int device) {
+  constexpr int kMaxDevices = 64;
+  static std::atomic<int> cache[kMaxDevices];  // zero-initialised (static storage)
+  const bool cached = device >= 0 && device < kMaxDevices;
+  if (cached) {
+    const int v = cache[device].load(std::memory_order_relaxed);
+    if (v > 0) return v;
+  }
+  int v = 0;
+  if (cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, device) != cudaSuccess || v <= 0)
+    return 0;
+  if (cached) cache[device].store(v, std::memory_order_relaxed);
+  return v;
+}
+
+// K-major 2-D map of a [rows][k] 16-bit matrix (row stride k elements), box {64, box_rows},
+// 128-byte swizzle (matches kxs_smem_desc), out-of-bounds elements read as zero.
+bool encode_kmajor(CUtensorMap* map, ScalarKind kind, const void* ptr, int64_t k, int64_t rows,
+                   int box_rows) {
+  const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
+  if (encode == nullptr) return false;
+  const cuuint64_t dims[2] = {(cuuint64_t)k, (cuuint64_t)rows};
+  const cuuint64_t strides[1] = {(cuuint64_t)k * 2};  // bytes, dimension 1
+  const cuuint32_t box[2] = {(cuuint32_t)kBK, (cuuint32_t)box_rows};
+  const cuuint32_t elem_strides[2] = {1, 1};
+  const CUtensorMapDataType dt = kind == ScalarKind::kBFloat16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                                               : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+  return encode(map, dt, 2, const_cast<void*>(ptr), dims, strides, box, elem_strides,
+                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+// Config 0 (128x256) or 1 (128x128) by waves of persistent tiles: a 128x256 tile does twice
+// the MMAs of a 128x128 one for 1.5x its loads, so count it as 1.8 of them; the larger tile wins
+// unless its last wave is much emptier. (Not measured yet: autotune should time all configs.)
+int pick_config(int64_t m, int64_t nc, int sms) {
+  if (nc <= 128 || sms <= 0) return 1;
+  const int64_t m_tiles = (m + kBM - 1) / kBM;
+  const int64_t waves256 = (m_tiles * ((nc + 255) / 256) + sms - 1) / sms;
+  const int64_t waves128 = (m_tiles * ((nc + 127) / 128) + sms - 1) / sms;
+  return waves256 * 18 <= waves128 * 10 ? 0 : 1;
+}
+
+// Kernel arguments for tiles of BN columns (tensor maps aside).
+KxsArgs make_kxs_args(const ConvTranspose2dParams& p, int bn) {
+  const int64_t M = p.batch * p.in_h * p.in_w;
+  const int64_t nc = logical_cols(p);
+  const int64_t n_tiles = (nc + bn - 1) / bn;
+  KxsArgs a{};
+  a.bias = p.bias;
+  a.out = p.output;
+  a.epi = p.epi;
+  a.m = (int)M;
+  a.hw = (int)(p.in_h * p.in_w);
+  a.w = (int)p.in_w;
+  a.cout = (int)p.out_channels;
+  a.kw = (int)p.ph_w.kernel;
+  a.nc = (int)nc;
+  a.n_tiles = (int)n_tiles;
+  a.tiles = (int)((M + kBM - 1) / kBM * n_tiles);
+  a.kb = (int)((p.in_channels + kBK - 1) / kBK);
+  a.os_n = p.out_stride[0];
+  a.os_c = p.out_stride[1];
+  a.os_h = p.out_stride[2];
+  a.os_w = p.out_stride[3];
+  a.row_h = p.ph_h.stride * p.out_stride[2];
+  a.row_w = p.ph_w.stride * p.out_stride[3];
+  auto mult8 = [](int64_t stride, int64_t size) { return size <= 1 || stride % 8 == 0; };
+  a.out_vec = p.out_stride[1] == 1 && p.out_channels % 8 == 0 && aligned16(p.output) &&
+              mult8(p.out_stride[0], p.batch) && mult8(p.out_stride[2], p.out_h) &&
+              mult8(p.out_stride[3], p.out_w);
+  return a;
+}
+
+KxsPackArgs make_pack_args(const ConvTranspose2dParams& p, void* packed) {
+  KxsPackArgs a{};
+  a.w = p.weight;
+  a.packed = packed;
+  for (int i = 0; i < 4; ++i) a.ws[i] = p.w_stride[i];
+  a.cin = (int)p.in_channels;
+  a.cout = (int)p.out_channels;
+  a.kw = (int)p.ph_w.kernel;
+  a.nc = (int)logical_cols(p);
+  a.total = packed_rows(p) * p.in_channels;
+  return a;
+}
+
+template <typename T, class Cfg>
+cudaError_t launch_cfg(const ConvTranspose2dParams& p, ScalarKind kind, const void* packed,
+                       cudaStream_t stream) {
+  const KxsArgs a = make_kxs_args(p, Cfg::kBN);
+  int device = 0, optin = 0;
+  cudaError_t err = cudaGetDevice(&device);
+  if (err != cudaSuccess) return err;
+  err = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+  if (err != cudaSuccess) return err;
+  if (optin < Cfg::kTotalBytes) return cudaErrorInvalidConfiguration;
+  const int sms = sm_count(device);
+  if (sms <= 0) return cudaErrorInvalidValue;
+
+  CUtensorMap map_a, map_b;
+  if (!encode_kmajor(&map_a, kind, p.input, p.in_channels, a.m, kBM) ||
+      !encode_kmajor(&map_b, kind, packed, p.in_channels, packed_rows(p), Cfg::kBN))
+    return cudaErrorInvalidValue;
+
+  auto kernel = conv_transpose2d_gemm_kxs_sm90_kernel<T, Cfg>;
+  err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             Cfg::kTotalBytes);
+  if (err != cudaSuccess) return err;
+  const unsigned grid = (unsigned)(a.tiles < sms ? a.tiles : sms);
+  kernel<<<grid, kThreads, Cfg::kTotalBytes, stream>>>(map_a, map_b, a);
+  return cudaGetLastError();
+}
+
+template <typename T>
+cudaError_t launch_typed(const ConvTranspose2dParams& p, ScalarKind kind, const void* packed,
+                         int config, cudaStream_t stream) {
+  if (config < 0) {
+    int device = 0;
+    if (cudaGetDevice(&device) != cudaSuccess) return cudaErrorInvalidValue;
+    config = pick_config(p.batch * p.in_h * p.in_w, logical_cols(p), sm_count(device));
+  }
+  switch (config) {
+    case 0: return launch_cfg<T, KxsCfg0>(p, kind, packed, stream);
+    case 1: return launch_cfg<T, KxsCfg1>(p, kind, packed, stream);
+    case 2: return launch_cfg<T, KxsCfg2>(p, kind, packed, stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
+template <typename T>
+cudaError_t launch_pack(const ConvTranspose2dParams& p, void* packed, cudaStream_t stream) {
+  const KxsPackArgs a = make_pack_args(p, packed);
+  const int64_t blocks = (a.total + 255) / 256;
+  const unsigned grid = (unsigned)(blocks < 65536 ? blocks : 65536);
+  gemm_kxs_sm90_pack_weight_kernel<T><<<grid, 256, 0, stream>>>(a);
+  return cudaGetLastError();
+}
+
+// Everything supports() checks except the build, the driver and the device.
+[[maybe_unused]] bool geometry_ok(const ConvTranspose2dParams& p, ScalarKind kind) {
+  if (!weight_side_ok(p, kind)) return false;
+  const int act = (int)p.epi.activation;
+  if (act < (int)Activation::kNone || act > (int)Activation::kHardswish) return false;
+  auto axis_ok = [](const AxisPhase& a, int64_t in, int64_t out) {
+    return a.kernel == a.stride && a.pad == 0 && a.dil == 1 && in >= 0 && out == in * a.kernel;
+  };
+  if (!axis_ok(p.ph_h, p.in_h, p.out_h) || !axis_ok(p.ph_w, p.in_w, p.out_w)) return false;
+  if (p.batch < 0) return false;
+  for (int i = 0; i < 4; ++i)
+    if (p.in_stride[i] < 0 || p.out_stride[i] < 0) return false;
+  // A is the input itself: dense channels_last, rows of Cin elements (TMA needs 16-byte rows
+  // and a 16-byte aligned base; Cin % 8 == 0 above).
+  const int64_t cin = p.in_channels;
+  auto stride_is = [](int64_t stride, int64_t size, int64_t want) {
+    return size <= 1 || stride == want;
+  };
+  if (p.in_stride[1] != 1 || !stride_is(p.in_stride[3], p.in_w, cin) ||
+      !stride_is(p.in_stride[2], p.in_h, p.in_w * cin) ||
+      !stride_is(p.in_stride[0], p.batch, p.in_h * p.in_w * cin))
+    return false;
+  if (!aligned16(p.input)) return false;
+  // int32 rows / tile indices / k block counters.
+  const int64_t M = p.batch * p.in_h * p.in_w;
+  if (M >= kInt32Limit - kBM) return false;
+  const int64_t tiles = (M + kBM - 1) / kBM * ((logical_cols(p) + 127) / 128);  // most: BN 128
+  if (tiles >= kMaxTiles || tiles * ((cin + kBK - 1) / kBK) >= kInt32Limit) return false;
+  if (M > 0 && p.input == nullptr) return false;
+  if (p.output == nullptr && p.batch * p.out_channels * p.out_h * p.out_w > 0) return false;
+  return true;
+}
+
+}  // namespace
+
+bool gemm_kxs_sm90_supports(const ConvTranspose2dParams& p, ScalarKind kind) {
+#if !defined(DECONV_PATCH_SM90A)
+  (void)p;
+  (void)kind;
+  return false;
+#else
+  return geometry_ok(p, kind) && tensor_map_encoder() != nullptr && device_is_sm90();
+#endif
+}
+
+int gemm_kxs_sm90_num_configs() { return kNumConfigs; }
+
+int64_t gemm_kxs_sm90_packed_weight_bytes(const ConvTranspose2dParams& p, ScalarKind kind) {
+  if (!weight_side_ok(p, kind)) return 0;
+  return packed_rows(p) * p.in_channels * 2;
+}
+
+cudaError_t launch_gemm_kxs_sm90_pack_weight(const ConvTranspose2dParams& p, ScalarKind kind,
+                                             void* packed, cudaStream_t stream) {
+  if (!weight_side_ok(p, kind)) return cudaErrorInvalidValue;
+  if (packed == nullptr || p.weight == nullptr) return cudaErrorInvalidValue;
+  switch (kind) {
+    case ScalarKind::kFloat16: return launch_pack<__half>(p, packed, stream);
+    case ScalarKind::kBFloat16: return launch_pack<__nv_bfloat16>(p, packed, stream);
+    default: break;
+  }
+  return cudaErrorInvalidValue;
+}
+
+cudaError_t launch_conv_transpose2d_gemm_kxs_sm90(const ConvTranspose2dParams& p,
+                                                  ScalarKind kind, const void* packed,
+                                                  cudaStream_t stream, int config) {
+  if (!gemm_kxs_sm90_supports(p, kind)) return cudaErrorInvalidValue;
+  if (config < -1 || config >= kNumConfigs) return cudaErrorInvalidValue;
+  if (p.batch * p.out_channels * p.out_h * p.out_w == 0) return cudaSuccess;
+  if (packed == nullptr || !aligned16(packed)) return cudaErrorInvalidValue;
+  switch (kind) {
+    case ScalarKind::kFloat16: return launch_typed<__half>(p, kind, packed, config, stream);
+    case ScalarKind::kBFloat16:
+      return launch_typed<__nv_bfloat16>(p, kind, packed, config, stream);
+    default: break;
+  }
+  return cudaErrorInvalidValue;
+}
+
+}  // namespace deconv_patch

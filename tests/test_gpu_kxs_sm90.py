@@ -1,0 +1,105 @@
+"""GPU correctness of gemm_kxs_sm90 (persistent, warp-specialised TMA + wgmma GEMM for 16-bit
+kernel == stride layers; cuda/conv_transpose2d_gemm_kxs_sm90.cu): every config forced on
+NaN-poisoned random sweeps against a float64 reference with the bound of
+tests/test_gpu_kernels.py (2x PyTorch's own error + 1 ulp of the output), the fused epilogue,
+the benchmark's layers at full size (many tiles per CTA: the persistent loop and the barrier
+ring's phases wrap many times), and the planner's use of it."""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from deconv_patch import planner
+from deconv_patch.arguments import ConvTransposeArgs
+from deconv_patch.ops import run_variant
+from deconv_patch.reference import conv_transpose2d_float64
+from tests.cases import Case, random_kxs_case
+from tests.test_gpu_epilogue import check_epilogue
+from tests.test_gpu_kernels import allowed_error, check_variant, max_error
+
+pytestmark = pytest.mark.cuda
+VARIANTS = (planner.GEMM_KXS_SM90, *planner.KXS_SM90_CONFIGS)
+
+
+def _needs_sm90():
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("gemm_kxs_sm90 runs on compute capability 9.0 only")
+
+
+def _case(seed: int) -> Case:
+    """random_kxs_case in the kernel's domain: fp16/bf16, groups 1, no output_padding, Cin a
+    multiple of 8 (other input layouts are re-laid to channels_last by the binding); one case in
+    four is large (up to ~40 k GEMM rows, up to 1000 columns: more tiles than SMs)."""
+    case = random_kxs_case(seed)
+    rng = random.Random(seed)
+    cin = 8 * rng.randint(1, 40)
+    cout = case.out_channels // case.args.groups
+    hw, batch = case.hw, case.batch
+    if rng.random() < 0.25:
+        hw = (rng.randint(8, 48), rng.randint(8, 48))
+        batch = rng.randint(2, 16)
+        cout = rng.choice((8, 64, 96, 128, 250, 256))
+    args = ConvTransposeArgs(case.args.stride, (0, 0), (0, 0), (1, 1), 1)
+    return dataclasses.replace(case, in_channels=cin, out_channels=cout, hw=hw, batch=batch,
+                               args=args, dtype=(torch.bfloat16, torch.float16)[seed % 2],
+                               tf32=False, unbatched=case.unbatched and batch == 1)
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("seed", range(120))
+def test_gemm_kxs_sm90_sweep(variant, seed):
+    _needs_sm90()
+    check_variant(variant, seed + 91_000, _case)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_gemm_kxs_sm90_epilogue_sweep(seed):
+    _needs_sm90()
+    check_epilogue(planner.GEMM_KXS_SM90, _case(seed + 92_000), seed)
+
+
+def test_gemm_kxs_sm90_configs_match_the_extension():
+    from deconv_patch.extension import load_extension
+    assert load_extension().gemm_kxs_sm90_num_configs() == len(planner.KXS_SM90_CONFIGS)
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("layer", [
+    # (batch, cin, cout, hw, k): the benchmark's k == stride layers
+    (100, 256, 256, 14, 2),   # Mask R-CNN mask head
+    (8, 1024, 512, 28, 2),    # U-Net up1
+    (8, 256, 256, 80, 2),     # YOLOv8-seg proto
+    (8, 128, 64, 196, 2),     # U-Net up4
+])
+@pytest.mark.parametrize("channels_last", [True, False])
+def test_gemm_kxs_sm90_runs_the_benchmark_layers(variant, layer, channels_last):
+    _needs_sm90()
+    n, cin, cout, hw, k = layer
+    gen = torch.Generator().manual_seed(cin + hw)
+    x = torch.randn(n, cin, hw, hw, generator=gen).cuda().bfloat16()
+    if channels_last:
+        x = x.contiguous(memory_format=torch.channels_last)
+    w = (torch.randn(cin, cout, k, k, generator=gen) / cin ** 0.5).cuda().bfloat16()
+    b = torch.randn(cout, generator=gen).cuda().bfloat16()
+    args = ConvTransposeArgs.from_values(k)
+    expected = F.conv_transpose2d(x, w, b, k)
+    ref = conv_transpose2d_float64(x, w, b, args)
+    got = run_variant(variant, x, w, b, args, out=torch.full_like(expected, float("nan")))
+    assert not torch.isnan(got).any()
+    assert max_error(got, ref) <= allowed_error(max_error(expected, ref), ref, torch.bfloat16)
+
+
+def test_planner_lists_it_for_16_bit_k_equal_stride_layers_on_sm90():
+    x = torch.randn(8, 128, 64, 64, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(128, 64, 2, 2, device="cuda", dtype=torch.bfloat16)
+    chosen = planner.plan(x, w, ConvTransposeArgs.from_values(2))
+    on_sm90 = torch.cuda.get_device_capability() == (9, 0)
+    assert (set(planner.KXS_SM90_CONFIGS) <= set(chosen.candidates)) == on_sm90
+    with torch.backends.cudnn.flags(enabled=True, allow_tf32=True):
+        fp32 = planner.plan(x.float(), w.float(), ConvTransposeArgs.from_values(2))
+    assert not set(planner.KXS_SM90_CONFIGS) & set(fp32.candidates)
