@@ -18,7 +18,10 @@ Variants today:
   * ``grouped`` - a register-tiled direct kernel (FFMA) for few channels per group (depthwise,
     grouped): the choice for grouped layers with <= 32 channels per group in and out;
   * ``gemm_phase_sm90`` - gemm_phase on Hopper's warpgroup MMA (wgmma), sm_90a builds on
-    compute capability 9.0 only: an autotune candidate for 16-bit layers.
+    compute capability 9.0 only: an autotune candidate for 16-bit layers;
+  * ``gemm_kxs_sm90`` - gemm_kxs as a persistent, warp-specialised TMA + wgmma GEMM (sm_90a,
+    compute capability 9.0, 16-bit, groups 1, no output_padding): the choice for channels_last
+    input there (config 128x128s6pp), an autotune candidate otherwise.
 fp32 without TF32 runs 3xTF32 on gemm_kxs (x = hi + lo, three TF32 products per multiply):
 fp32-accurate where each output sums at least MIN_3XTF32_DEPTH products, so shallower sums stay
 on cuDNN. gemm_phase has the same mode (forced only: its error reached 1.11x the bound).
@@ -68,6 +71,8 @@ SM90_CONFIGS = tuple(f"{GEMM_PHASE_SM90}:{t}" for t in ("128x128s3", "128x128s4"
 # consumer warpgroups.
 KXS_SM90_CONFIGS = tuple(f"{GEMM_KXS_SM90}:{t}" for t in ("128x256s4", "128x128s6",
                                                            "128x128s6pp"))
+# The config the planner runs by default (fastest forced on every suite layer, H100).
+KXS_SM90_WINNER = KXS_SM90_CONFIGS[2]
 NAMED_VARIANTS = VARIANTS + PHASE_CONFIGS + (KXS_TAP_MAJOR,) + SM90_CONFIGS + KXS_SM90_CONFIGS
 _GEMM_TILE = 128
 _MIN_PHASE_CHANNELS = 16  # per group, in and out: below this tensor-core tiles are mostly padding
@@ -308,6 +313,13 @@ def plan(input: torch.Tensor, weight: torch.Tensor, args: ConvTransposeArgs) -> 
                         (weight.shape[0] // args.groups, weight.shape[1]))
     if chosen.variant == GEMM_KXS and _forced_variant.get() is None:
         x = input if input.dim() == 4 else input.unsqueeze(0)
+        if KXS_SM90_WINNER in chosen.candidates and is_channels_last(x) and \
+                x.shape[1] % 8 == 0 and x.shape[0] > 0:
+            # Measured on the H100 (docs/perf-notes.md, forced): 2.1-4.4x cuDNN on the suite's
+            # channels_last 16-bit k == stride layers (tap-major mma.sync: 1.6-2.8x), at every
+            # size and K; its weight is packed, so any weight layout.
+            return Plan(KXS_SM90_WINNER, chosen.reason + "; Hopper TMA + wgmma kernel for "
+                        "channels_last input", candidates=chosen.candidates)
         out_hw = args.output_hw(x.shape[-2:], weight.shape[-2:])
         if cuda_output_channels_last(x, weight, args,
                                      weight.shape[1] * args.groups * out_hw[0] * out_hw[1]):
