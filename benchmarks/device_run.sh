@@ -90,8 +90,8 @@ gpu_tests kxs_sm90-128x256s4 90 -x -k "128x256s4" tests/test_gpu_kxs_sm90.py
 gpu_tests kxs_sm90-128x128s6pp 90 -x -k "128x128s6pp" tests/test_gpu_kxs_sm90.py
 gpu_tests kxs_sm90-default 120 -k "not 128x" tests/test_gpu_kxs_sm90.py
 for cfg in 128x128s6 128x256s4 128x128s6pp; do
-  step "layer benchmark (gemm_kxs_sm90:$cfg forced; bf16,fp16; nhwc,nchw)"
-  timeout 100 python3 benchmarks/layers.py --variant "gemm_kxs_sm90:$cfg" --modes bf16,fp16 \
+  step "layer benchmark (gemm_kxs_sm90:$cfg forced; bf16,fp16,tf32; nhwc,nchw)"
+  timeout 100 python3 benchmarks/layers.py --variant "gemm_kxs_sm90:$cfg" --modes bf16,fp16,tf32 \
     --formats nhwc,nchw --only "unet.up1,unet.up4,maskrcnn,yolov8seg" \
     --json "$OUT/forced_kxs_sm90_$cfg.json" > "$L/forced_kxs_sm90_$cfg.log" 2>&1
   grep -vE "skipped|^layer |TFLOP/s" "$L/forced_kxs_sm90_$cfg.log" | grep -v geomean

@@ -1,6 +1,7 @@
 // Transposed convolution with kernel == stride (padding 0, dilation 1, output_padding 0,
-// groups 1), 16-bit, channels_last input, as one persistent warp-specialised GEMM on Hopper
-// (TMA + wgmma.mma_async). sm_90a only; see the header for the supported subset.
+// groups 1), 16-bit or fp32 with TF32 allowed, channels_last input, as one persistent
+// warp-specialised GEMM on Hopper (TMA + wgmma.mma_async). sm_90a only; see the header for the
+// supported subset.
 //
 // Index math (the only place it is spelled out). Taps never overlap when kernel == stride, so
 // output pixel (ih*SH + kh, iw*SW + kw) receives exactly one input pixel:
@@ -14,36 +15,40 @@
 //     row(m) = n*os_n + ih*(SH*os_h) + iw*(SW*os_w),   col(j) = kh*os_h + kw*os_w + co*os_c.
 // For one (m, tap) the Cout channels are consecutive j, and contiguous when os_c == 1.
 //
-// Packed weight (launch_gemm_kxs_sm90_pack_weight): K-major, [NC_pad][Cin] with
-// NC_pad = round_up(NC, 32):  packed[pos*Cin + k] = B[k, kxs_logical_col(pos)] (0 when that
-// column is >= NC). Physical GEMM column pos (the wgmma N index) holds logical column j =
-// kxs_logical_col(pos), a permutation inside each aligned group of 32 that swaps bit fields
-// [1:2] and [3:4] of pos:
+// Packed weight (launch_gemm_kxs_sm90_pack_weight): K-major, [NC_pad][Cin] of the input's
+// element type with NC_pad = round_up(NC, 32):  packed[pos*Cin + k] = B[k, kxs_logical_col(pos)]
+// (0 when that column is >= NC); fp32 values are stored rounded to TF32 (kxs_round_tf32, the
+// same rounding as cvt.rna.tf32.f32: exact TF32 values in fp32 containers). Physical GEMM
+// column pos (the wgmma N index) holds logical column j = kxs_logical_col(pos), a permutation
+// inside each aligned group of 32 that swaps bit fields [1:2] and [3:4] of pos:
 //     pos = 32g + 8i + 2q + e   <->   j = 32g + 8q + 2i + e.
 // Why: the wgmma accumulator fragment gives lane l (q = l%4) the physical columns 8c + 2q + e
 // (c = 4g + i); after the permutation those are the logical columns 32g + 8q + 0..7, eight
 // consecutive output channels of one tap (Cout % 8 == 0), which the thread stores as one
-// 16-byte vector straight from its registers: no shuffles, no shared-memory staging.
+// 16-byte vector straight from its registers: no shuffles, no shared-memory staging. fp32 stores
+// them as two 16-byte vectors of 4 channels each (Cout % 4 == 0 suffices: 4-aligned groups of 4
+// logical columns are 4 consecutive channels of one tap).
 // The A and B tiles are loaded by TMA with OOB zero fill, so M, NC and K tails need no padding
-// (K = Cin is a multiple of 8, so each row is a multiple of 16 bytes as TMA requires).
+// (Cin * element size is a multiple of 16 bytes, as TMA requires of the row stride).
 //
-// Tile 128 (m) x BN (j) x 64 (k); 384 threads = warpgroup 0 (producer: one thread issues TMA) +
-// warpgroups 1, 2 (consumers). Persistent: grid = min(#SMs, tiles), CTA b takes tiles
-// b, b + grid, ...; tile t = (m tile t / n_tiles, n tile t % n_tiles), so the CTAs running at one
-// time share A rows and all of B in L2. Cooperative configs: both consumers work on every tile
-// (consumer w: rows 64w..64w+63, one m64nBN accumulator). Ping-pong config: consumer w takes
-// every other tile of its CTA (all 128 rows: two m64nBN accumulators), so one consumer's
-// epilogue overlaps the other's MMAs.
+// Tile 128 (m) x BN (j) x BK (k), BK = 128 bytes of k = 64 16-bit or 32 fp32 elements; 384
+// threads = warpgroup 0 (producer: one thread issues TMA) + warpgroups 1, 2 (consumers).
+// Persistent: grid = min(#SMs, tiles), CTA b takes tiles b, b + grid, ...; tile t = (m tile
+// t / n_tiles, n tile t % n_tiles), so the CTAs running at one time share A rows and all of B in
+// L2. Cooperative configs: both consumers work on every tile (consumer w: rows 64w..64w+63, one
+// m64nBN accumulator). Ping-pong config: consumer w takes every other tile of its CTA (all 128
+// rows: two m64nBN accumulators), so one consumer's epilogue overlaps the other's MMAs.
 //
 // Shared memory (1024-byte aligned): STAGES x [A 128 rows | B BN rows], each row 128 bytes
-// (64 k) in the TMA/wgmma 128-byte swizzle (16-byte chunk q of row r stored at q ^ (r % 8));
+// (BK k) in the TMA/wgmma 128-byte swizzle (16-byte chunk q of row r stored at q ^ (r % 8));
 // per consumer two epilogue tables (double-buffered by tile parity); full/empty mbarriers.
 // Ring protocol, k block counter c (per CTA, running over its tiles in order; the producer sees
 // every tile, a consumer computes c = (CTA-local tile index)*KB + kb), stage s = c % STAGES,
 // round r = c / STAGES:
 //     producer: wait empty[s] parity (r & 1) ^ 1   (round 0: passes on the fresh barrier)
 //               arrive.expect_tx(full[s], A box + B box bytes); TMA A, TMA B -> full[s]
-//     consumer: wait full[s] parity r & 1; wgmma (4 k16 steps); commit; wgmma.wait_group(1)
+//     consumer: wait full[s] parity r & 1; [fp32: round its A rows of stage s to TF32, below];
+//               wgmma (4 k steps of 32 bytes); commit; wgmma.wait_group(1)
 //               -> the previous k block's wgmmas are done: each warp's lane 0 arrives on
 //               empty[prev s] (count = consumer warps reading a stage: 8 cooperative, 4
 //               ping-pong). After the last k block: wait_group(0), arrive.
@@ -55,8 +60,20 @@
 // flight during the MMAs), MMAs, table stored to shared, named barrier (its 128 threads),
 // epilogue from registers to global.
 //
-// wgmma m64nNk16 accumulator fragment (warp v of the warpgroup, lane l): register
-// d[4*c + 2*h + e] holds row 16v + l/4 + 8h, physical column 8c + 2*(l%4) + e.
+// wgmma m64nNk16 (16-bit) / m64nNk8 (tf32) accumulator fragment, the same for both (warp v of
+// the warpgroup, lane l): register d[4*c + 2*h + e] holds row 16v + l/4 + 8h, physical column
+// 8c + 2*(l%4) + e.
+//
+// fp32 (TF32 allowed). Tensor cores read only the top 19 bits of a tf32 operand (truncation), so
+// both operands are rounded to TF32 by round-to-nearest, ties away (cvt.rna) first: B once, by the
+// packing kernel; A (raw fp32 input, loaded by TMA) in shared memory, by the consumer warpgroup
+// that reads those rows, after the full-barrier wait and before its wgmmas: each of its 128
+// threads rounds its share in place (16-byte ld/st.shared), then fence.proxy.async.shared::cta
+// (generic-proxy writes later read by the async proxy) and a named barrier over the warpgroup
+// (kRoundBarrier + w). A warpgroup's wgmmas read only the A rows it rounded itself (cooperative:
+// rows 64w..64w+63; ping-pong: all 128 rows of its own tiles' stages), so no other warpgroup
+// takes part. The stage is released as before, after the wgmmas that read it completed. TMA
+// writes the stage again only after that release, so rounding never races a load.
 #include <cuda.h>
 #include <cudaTypedefs.h>
 #include <cuda_bf16.h>
@@ -81,8 +98,9 @@ namespace {
 using namespace tc;
 
 constexpr int kBM = 128;         // GEMM rows per tile
-constexpr int kBK = 64;          // k per stage: one 128-byte swizzle row of 16-bit elements
-constexpr int kRowBytes = 128;
+constexpr int kRowBytes = 128;   // bytes of k per tile row and stage: one 128-byte swizzle row
+template <typename T>
+constexpr int kBK = kRowBytes / (int)sizeof(T);  // 64 (16-bit) or 32 (fp32) k per stage
 constexpr int kThreads = 384;    // producer warpgroup + 2 consumer warpgroups
 constexpr int kProducerRegs = 40;   // setmaxnreg: 128*40 + 256*232 <= 64K registers
 constexpr int kConsumerRegs = 232;
@@ -91,10 +109,14 @@ constexpr int64_t kMaxTiles = (int64_t)1 << 30;
 constexpr int64_t kInt32Limit = (int64_t)1 << 31;
 // Named barriers (0 is __syncthreads): consumer w's table barrier kTableBarrier + w (its 128
 // threads); ping-pong "your main loop may start" barrier kOrderBarrier + w (256 threads: the
-// other consumer arrives, w syncs).
+// other consumer arrives, w syncs); fp32: consumer w's "A stage rounded" barrier
+// kRoundBarrier + w (its 128 threads).
 constexpr int kTableBarrier = 1;
 constexpr int kOrderBarrier = 3;
-static_assert(kTableBarrier + 2 <= kOrderBarrier && kOrderBarrier + 2 <= 16, "barrier ids");
+constexpr int kRoundBarrier = 5;
+static_assert(kTableBarrier + 2 <= kOrderBarrier && kOrderBarrier + 2 <= kRoundBarrier &&
+                  kRoundBarrier + 2 <= 16,
+              "barrier ids");
 static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= 65536, "register file split");
 static_assert(kProducerRegs % 8 == 0 && kConsumerRegs % 8 == 0 && kConsumerRegs <= 256,
               "setmaxnreg takes multiples of 8 in 24..256");
@@ -109,8 +131,8 @@ struct KxsConfig {
   static constexpr int kAcc = BN / 2;           // fp32 registers per m64 accumulator
   static constexpr bool kSetMaxNreg = kMI * kAcc > 64;
   static constexpr int kReleaseCount = PINGPONG ? 4 : 8;  // consumer warps reading a stage
-  static constexpr int kABytes = kBM * kRowBytes;  // = TMA box {64, 128} of 16-bit
-  static constexpr int kBBytes = BN * kRowBytes;   // = TMA box {64, BN}
+  static constexpr int kABytes = kBM * kRowBytes;  // = TMA box {BK, 128}
+  static constexpr int kBBytes = BN * kRowBytes;   // = TMA box {BK, BN}
   static constexpr int kStageBytes = kABytes + kBBytes;
   static constexpr int kPipeBytes = STAGES * kStageBytes;
   // Epilogue table of one tile: col offset (int64), mul, add (float) per tile column.
@@ -125,6 +147,8 @@ struct KxsConfig {
   static_assert(kSetMaxNreg || kMI * kAcc <= 64, "more than 64 accumulators need setmaxnreg");
   static_assert(kStages >= 2 && kReleaseCount == 4 * (kPingPong ? 1 : 2), "ring geometry");
 };
+// A stage is 128-byte rows whatever the element type (fp32: 32 k per stage instead of 64), so the
+// same stage counts fit for every dtype: the configs are shared.
 using KxsCfg0 = KxsConfig<256, 4, false>;  // 128x256s4   (209 KB)
 using KxsCfg1 = KxsConfig<128, 6, false>;  // 128x128s6   (201 KB)
 using KxsCfg2 = KxsConfig<128, 6, true>;   // 128x128s6pp (201 KB)
@@ -140,10 +164,11 @@ struct KxsArgs {
   int nc;         // logical GEMM columns KH*KW*Cout
   int n_tiles;    // column tiles
   int tiles;      // all tiles
-  int kb;         // k blocks: ceil(Cin / 64)
+  int kb;         // k blocks: ceil(Cin / BK)
   int64_t os_n, os_c, os_h, os_w;  // output strides
   int64_t row_h, row_w;            // SH*os_h, SW*os_w
-  bool out_vec;   // 16-byte stores: os_c == 1, Cout % 8 == 0, aligned (launcher checked)
+  bool out_vec;   // 16-byte stores: os_c == 1, Cout % (16 / element size) == 0, aligned
+                  // (launcher checked)
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -174,6 +199,15 @@ __host__ __device__ __forceinline__ int kxs_logical_col(int pos) {
   const int kh = tap / p.kw;
   const int kw = tap - kh * p.kw;
   return (int64_t)kh * p.os_h + (int64_t)kw * p.os_w + (int64_t)co * p.os_c;
+}
+// fp32 bits rounded to TF32 (10 explicit mantissa bits) by round-to-nearest, ties away from zero,
+// exactly as cvt.rna.tf32.f32 does on sm_90 (its SASS: add half an ulp of TF32 to the bits unless
+// |x| is Inf or NaN, then clear the 13 low bits): finite values whose rounding overflows become
+// Inf, subnormals round like normals. Integer-only, so the packing kernel runs anywhere and the
+// host emulation checks the same function.
+__host__ __device__ __forceinline__ uint32_t kxs_round_tf32(uint32_t bits) {
+  if ((bits & 0x7FFFFFFFu) < 0x7F800000u) bits += 0x1000u;
+  return bits & 0xFFFFE000u;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -238,7 +272,8 @@ __device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
 // aligned swizzle atoms of 8 rows x 128 bytes, stacked 1024 bytes apart along m/n): start
 // address >> 4 (bits 0-13), leading byte offset 1 (unused when swizzled K-major, bits 16-29),
 // stride byte offset 1024 >> 4 (bits 32-45), base offset 0, layout 1 = 128B swizzle (bits 62-63).
-// This is the layout TMA's CU_TENSOR_MAP_SWIZZLE_128B writes for a {64, rows} 16-bit box.
+// This is the layout TMA's CU_TENSOR_MAP_SWIZZLE_128B writes for a {BK, rows} box of 128-byte
+// rows, whatever the element size (16-bit k16 and tf32 k8 steps are both 32 bytes).
 __device__ __forceinline__ uint64_t kxs_smem_desc(uint32_t addr) {
   return (uint64_t)((addr >> 4) & 0x3FFFu) | ((uint64_t)1 << 16) | ((uint64_t)(1024 >> 4) << 32) |
          ((uint64_t)1 << 62);
@@ -260,8 +295,9 @@ __device__ __forceinline__ void fence_acc(float (&d)[N]) {
   for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 
-// D(64 x N, fp32) += A(64 x 16) * B(16 x N), both K-major in shared memory (descriptors),
-// scale-d 1 (accumulate), imm-scale-a/b 1, no transpose.
+// D(64 x N, fp32) += A(64 x K) * B(K x N), both K-major in shared memory (descriptors), K = 32
+// bytes of elements (k16 for 16-bit, k8 for tf32), scale-d 1 (accumulate), imm-scale-a/b 1, no
+// transpose (16-bit: imm-trans-a/b 0; tf32 has no transpose operands, K-major only).
 template <typename T, int N>
 struct KxsWgmma;
 
@@ -283,22 +319,30 @@ struct KxsWgmma;
   "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, "  \
   "%111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, "    \
   "%125, %126, %127"
-// N accumulators are operands 0..N/2-1; then A descriptor, B descriptor, scale-d.
-#define KXS_DEFINE_WGMMA(TYPE, PTX_TYPE, N, REGS, ACCS, DA, DB, SD)                           \
+// N accumulators are operands 0..N/2-1; then A descriptor, B descriptor, scale-d. TAIL: the
+// immediates after scale-d.
+#define KXS_DEFINE_WGMMA(TYPE, PTX_TYPE, K, TAIL, N, REGS, ACCS, DA, DB, SD)                 \
   template <>                                                                                \
   struct KxsWgmma<TYPE, N> {                                                                 \
     static __device__ __forceinline__ void run(float (&d)[N / 2], uint64_t da, uint64_t db) { \
       asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " SD ", 0;\n"                          \
-                   "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." PTX_TYPE "." PTX_TYPE   \
-                   " {" REGS "}, " DA ", " DB ", p, 1, 1, 0, 0;\n}\n"                          \
+                   "wgmma.mma_async.sync.aligned.m64n" #N K ".f32." PTX_TYPE "." PTX_TYPE    \
+                   " {" REGS "}, " DA ", " DB ", p, " TAIL ";\n}\n"                           \
                    : ACCS                                                                    \
                    : "l"(da), "l"(db), "r"(1));                                              \
     }                                                                                        \
   };
-KXS_DEFINE_WGMMA(__nv_bfloat16, "bf16", 128, KXS_R64, KXS_F64, "%64", "%65", "%66")
-KXS_DEFINE_WGMMA(__half, "f16", 128, KXS_R64, KXS_F64, "%64", "%65", "%66")
-KXS_DEFINE_WGMMA(__nv_bfloat16, "bf16", 256, KXS_R128, KXS_F128, "%128", "%129", "%130")
-KXS_DEFINE_WGMMA(__half, "f16", 256, KXS_R128, KXS_F128, "%128", "%129", "%130")
+#define KXS_T16 "1, 1, 0, 0"  // imm-scale-a, imm-scale-b, imm-trans-a, imm-trans-b
+#define KXS_T32 "1, 1"        // imm-scale-a, imm-scale-b
+KXS_DEFINE_WGMMA(__nv_bfloat16, "bf16", "k16", KXS_T16, 128, KXS_R64, KXS_F64, "%64", "%65", "%66")
+KXS_DEFINE_WGMMA(__half, "f16", "k16", KXS_T16, 128, KXS_R64, KXS_F64, "%64", "%65", "%66")
+KXS_DEFINE_WGMMA(float, "tf32", "k8", KXS_T32, 128, KXS_R64, KXS_F64, "%64", "%65", "%66")
+KXS_DEFINE_WGMMA(__nv_bfloat16, "bf16", "k16", KXS_T16, 256, KXS_R128, KXS_F128, "%128", "%129",
+                 "%130")
+KXS_DEFINE_WGMMA(__half, "f16", "k16", KXS_T16, 256, KXS_R128, KXS_F128, "%128", "%129", "%130")
+KXS_DEFINE_WGMMA(float, "tf32", "k8", KXS_T32, 256, KXS_R128, KXS_F128, "%128", "%129", "%130")
+#undef KXS_T32
+#undef KXS_T16
 #undef KXS_DEFINE_WGMMA
 #undef KXS_R128
 #undef KXS_R64
@@ -321,6 +365,31 @@ __device__ __forceinline__ uint32_t kxs_pack2<__half>(float lo, float hi) {
   return *reinterpret_cast<const uint32_t*>(&v);
 }
 
+__device__ __forceinline__ void fence_proxy_async_smem() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+// Rounds CHUNKS 16-byte chunks of fp32 in shared memory to TF32 in place (cvt.rna): chunk i at
+// addr + i * stride_bytes. All loads first, then converts and stores.
+template <int CHUNKS>
+__device__ __forceinline__ void kxs_round_tf32_smem(uint32_t addr, uint32_t stride_bytes) {
+  uint32_t v[CHUNKS][4];
+#pragma unroll
+  for (int i = 0; i < CHUNKS; ++i) {
+    asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(v[i][0]), "=r"(v[i][1]), "=r"(v[i][2]), "=r"(v[i][3])
+                 : "r"(addr + i * stride_bytes)
+                 : "memory");
+  }
+#pragma unroll
+  for (int i = 0; i < CHUNKS; ++i) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) v[i][e] = to_tf32(__uint_as_float(v[i][e]));
+    asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr + i * stride_bytes),
+                 "r"(v[i][0]), "r"(v[i][1]), "r"(v[i][2]), "r"(v[i][3])
+                 : "memory");
+  }
+}
+
 #endif  // DECONV_PATCH_KXS_SM90A_DEVICE
 
 // ---------------------------------------------------------------------------------------------
@@ -331,7 +400,8 @@ __global__ void __launch_bounds__(kThreads, 1)
                                           const __grid_constant__ CUtensorMap tma_b,
                                           const __grid_constant__ KxsArgs p) {
 #if defined(DECONV_PATCH_KXS_SM90A_DEVICE)
-  static_assert(sizeof(T) == 2, "16-bit operands only");
+  constexpr bool kTf32 = std::is_same<T, float>::value;
+  static_assert(sizeof(T) == 2 || kTf32, "16-bit or fp32 (TF32) operands");
   constexpr int BN = Cfg::kBN;
   constexpr int S = Cfg::kStages;
   constexpr int MI = Cfg::kMI;
@@ -373,8 +443,8 @@ __global__ void __launch_bounds__(kThreads, 1)
           mbar_wait(empty_bar + 8 * s, ((c / S) & 1) ^ 1);
           mbar_arrive_expect_tx(bar, Cfg::kStageBytes);
           const uint32_t sa = base + s * Cfg::kStageBytes;
-          tma_load_2d(sa, &tma_a, bar, kb * kBK, m0);
-          tma_load_2d(sa + Cfg::kABytes, &tma_b, bar, kb * kBK, n0);
+          tma_load_2d(sa, &tma_a, bar, kb * kBK<T>, m0);
+          tma_load_2d(sa + Cfg::kABytes, &tma_b, bar, kb * kBK<T>, n0);
         }
       }
     }
@@ -449,6 +519,17 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int kb = 0; kb < p.kb; ++kb, ++c) {
       const uint32_t s = c % S;
       mbar_wait(full_bar + 8 * s, (c / S) & 1);
+      if constexpr (kTf32) {
+        // Round the A rows this warpgroup's wgmmas read (MI x 64 rows of 128 bytes from
+        // a_desc0's rows, 4 * MI chunks of 16 bytes per thread; the swizzle does not matter for
+        // an elementwise op) to TF32 in place, make the writes visible to the async proxy, and
+        // wait for the whole warpgroup before any of its wgmmas reads them.
+        const uint32_t rows = base + s * (uint32_t)Cfg::kStageBytes +
+                              (uint32_t)((Cfg::kPingPong ? 0 : cw) * 64 * kRowBytes);
+        kxs_round_tf32_smem<MI * 64 * kRowBytes / 16 / 128>(rows + 16u * (uint32_t)ct, 16u * 128u);
+        fence_proxy_async_smem();
+        named_barrier_sync(kRoundBarrier + cw, 128);
+      }
 #pragma unroll
       for (int mi = 0; mi < MI; ++mi) fence_acc(acc[mi]);
       wgmma_fence();
@@ -457,7 +538,9 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int ks = 0; ks < 4; ++ks) {
 #pragma unroll
         for (int mi = 0; mi < MI; ++mi) {
-          // k16 step: 32 bytes further along every 128-byte row (2 descriptor units).
+          // k step (k16 16-bit, k8 tf32): 32 bytes further along every 128-byte row (2
+          // descriptor units); in-atom K offsets of a 128B-swizzled K-major tile go into the
+          // start address, the hardware applies the swizzle to the full address.
           KxsWgmma<T, BN>::run(acc[mi], a_desc0 + so + mi * kHalfDesc + 2 * ks,
                                b_desc0 + so + 2 * ks);
         }
@@ -544,14 +627,27 @@ __global__ void __launch_bounds__(kThreads, 1)
               }
             }
             if (p.out_vec) {
-              // os_c == 1, Cout % 8 == 0: the 8 columns are consecutive channels of one tap,
-              // 16-byte aligned (nc % 8 == 0, so lc < nc - n0 covers all 8).
-              uint4 pk;
-              pk.x = kxs_pack2<T>(v[0], v[1]);
-              pk.y = kxs_pack2<T>(v[2], v[3]);
-              pk.z = kxs_pack2<T>(v[4], v[5]);
-              pk.w = kxs_pack2<T>(v[6], v[7]);
-              *reinterpret_cast<uint4*>(out + row_off[mi][h] + t_off[lc]) = pk;
+              if constexpr (kTf32) {
+                // os_c == 1, Cout % 4 == 0: columns lc..lc+3 and lc+4..lc+7 are each 4
+                // consecutive channels of one tap (not necessarily the same tap), 16-byte
+                // aligned; nc % 4 == 0, so lc < nc - n0 covers the first 4, and the second 4
+                // exist iff lc + 4 < nc - n0.
+                *reinterpret_cast<float4*>(out + row_off[mi][h] + t_off[lc]) =
+                    make_float4(v[0], v[1], v[2], v[3]);
+                if (n0 + lc + 4 < p.nc) {
+                  *reinterpret_cast<float4*>(out + row_off[mi][h] + t_off[lc + 4]) =
+                      make_float4(v[4], v[5], v[6], v[7]);
+                }
+              } else {
+                // os_c == 1, Cout % 8 == 0: the 8 columns are consecutive channels of one tap,
+                // 16-byte aligned (nc % 8 == 0, so lc < nc - n0 covers all 8).
+                uint4 pk;
+                pk.x = kxs_pack2<T>(v[0], v[1]);
+                pk.y = kxs_pack2<T>(v[2], v[3]);
+                pk.z = kxs_pack2<T>(v[4], v[5]);
+                pk.w = kxs_pack2<T>(v[6], v[7]);
+                *reinterpret_cast<uint4*>(out + row_off[mi][h] + t_off[lc]) = pk;
+              }
             } else {
 #pragma unroll
               for (int k = 0; k < 8; ++k) {
@@ -574,7 +670,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 // ---------------------------------------------------------------------------------------------
 // Weight packing: one thread per packed element, k fastest (coalesced writes), any weight
 // strides: packed[pos*Cin + k] = weight[k, co, kh, kw] for j = kxs_logical_col(pos) < NC
-// (j = (kh*KW + kw)*Cout + co), else 0. Plain CUDA: runs on any architecture.
+// (j = (kh*KW + kw)*Cout + co), else 0; fp32 rounded to TF32 (kxs_round_tf32). Plain CUDA: runs
+// on any architecture.
 struct KxsPackArgs {
   const void* w;
   void* packed;
@@ -604,7 +701,11 @@ __global__ void __launch_bounds__(256)
   for (int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; idx < a.total;
        idx += (int64_t)gridDim.x * blockDim.x) {
     const int64_t src = kxs_pack_source(a, idx);
-    packed[idx] = src >= 0 ? w[src] : from_float<T>(0.f);
+    if constexpr (std::is_same<T, float>::value) {
+      packed[idx] = src >= 0 ? __uint_as_float(kxs_round_tf32(__float_as_uint(w[src]))) : 0.f;
+    } else {
+      packed[idx] = src >= 0 ? w[src] : from_float<T>(0.f);
+    }
   }
 }
 
@@ -618,13 +719,23 @@ int64_t packed_rows(const ConvTranspose2dParams& p) {
   return round_up64(logical_cols(p), kColGroup);
 }
 bool aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
+// Bytes of one element of `kind` (4 for fp32, 2 for the 16-bit kinds).
+int64_t elem_bytes(ScalarKind kind) { return kind == ScalarKind::kFloat32 ? 4 : 2; }
+// k per stage: 128 bytes of elements.
+int64_t stage_k(ScalarKind kind) { return kRowBytes / elem_bytes(kind); }
 
-// What packing depends on (and the kernel's weight-side limits).
+// What packing depends on (and the kernel's weight-side limits). fp32 here means TF32 allowed
+// (the callers check allow_tf32).
 bool weight_side_ok(const ConvTranspose2dParams& p, ScalarKind kind) {
-  if (kind != ScalarKind::kFloat16 && kind != ScalarKind::kBFloat16) return false;
+  if (kind != ScalarKind::kFloat16 && kind != ScalarKind::kBFloat16 &&
+      kind != ScalarKind::kFloat32)
+    return false;
   if (p.groups != 1 || p.in_per_group != p.in_channels || p.out_per_group != p.out_channels)
     return false;
-  if (p.in_channels < 8 || p.in_channels % 8 != 0 || p.in_channels >= (1 << 24)) return false;
+  // TMA: row stride Cin * element size a multiple of 16 bytes.
+  const int64_t cin_mult = 16 / elem_bytes(kind);
+  if (p.in_channels < cin_mult || p.in_channels % cin_mult != 0 || p.in_channels >= (1 << 24))
+    return false;
   if (p.out_channels < 1) return false;
   if (p.ph_h.kernel < 1 || p.ph_h.kernel > 16 || p.ph_w.kernel < 1 || p.ph_w.kernel > 16)
     return false;
@@ -680,18 +791,20 @@ int sm_count(int device) {
   return v;
 }
 
-// K-major 2-D map of a [rows][k] 16-bit matrix (row stride k elements), box {64, box_rows},
-// 128-byte swizzle (matches kxs_smem_desc), out-of-bounds elements read as zero.
+// K-major 2-D map of a [rows][k] matrix of `kind` (row stride k elements), box {BK, box_rows}
+// (128 bytes x box_rows), 128-byte swizzle (matches kxs_smem_desc), out-of-bounds elements read
+// as zero. fp32 is plain FLOAT32 (a byte copy: the kernel rounds A to TF32 itself).
 bool encode_kmajor(CUtensorMap* map, ScalarKind kind, const void* ptr, int64_t k, int64_t rows,
                    int box_rows) {
   const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
   if (encode == nullptr) return false;
   const cuuint64_t dims[2] = {(cuuint64_t)k, (cuuint64_t)rows};
-  const cuuint64_t strides[1] = {(cuuint64_t)k * 2};  // bytes, dimension 1
-  const cuuint32_t box[2] = {(cuuint32_t)kBK, (cuuint32_t)box_rows};
+  const cuuint64_t strides[1] = {(cuuint64_t)(k * elem_bytes(kind))};  // bytes, dimension 1
+  const cuuint32_t box[2] = {(cuuint32_t)stage_k(kind), (cuuint32_t)box_rows};
   const cuuint32_t elem_strides[2] = {1, 1};
-  const CUtensorMapDataType dt = kind == ScalarKind::kBFloat16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
-                                                               : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+  const CUtensorMapDataType dt = kind == ScalarKind::kFloat32    ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32
+                                 : kind == ScalarKind::kBFloat16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                                                 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
   return encode(map, dt, 2, const_cast<void*>(ptr), dims, strides, box, elem_strides,
                 CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                 CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
@@ -710,7 +823,7 @@ int pick_config(int64_t m, int64_t nc, int sms) {
 }
 
 // Kernel arguments for tiles of BN columns (tensor maps aside).
-KxsArgs make_kxs_args(const ConvTranspose2dParams& p, int bn) {
+KxsArgs make_kxs_args(const ConvTranspose2dParams& p, ScalarKind kind, int bn) {
   const int64_t M = p.batch * p.in_h * p.in_w;
   const int64_t nc = logical_cols(p);
   const int64_t n_tiles = (nc + bn - 1) / bn;
@@ -726,17 +839,19 @@ KxsArgs make_kxs_args(const ConvTranspose2dParams& p, int bn) {
   a.nc = (int)nc;
   a.n_tiles = (int)n_tiles;
   a.tiles = (int)((M + kBM - 1) / kBM * n_tiles);
-  a.kb = (int)((p.in_channels + kBK - 1) / kBK);
+  a.kb = (int)((p.in_channels + stage_k(kind) - 1) / stage_k(kind));
   a.os_n = p.out_stride[0];
   a.os_c = p.out_stride[1];
   a.os_h = p.out_stride[2];
   a.os_w = p.out_stride[3];
   a.row_h = p.ph_h.stride * p.out_stride[2];
   a.row_w = p.ph_w.stride * p.out_stride[3];
-  auto mult8 = [](int64_t stride, int64_t size) { return size <= 1 || stride % 8 == 0; };
-  a.out_vec = p.out_stride[1] == 1 && p.out_channels % 8 == 0 && aligned16(p.output) &&
-              mult8(p.out_stride[0], p.batch) && mult8(p.out_stride[2], p.out_h) &&
-              mult8(p.out_stride[3], p.out_w);
+  // 16-byte vectors of V = 16 / element size channels: 8 (16-bit) or 4 (fp32).
+  const int64_t vec = 16 / elem_bytes(kind);
+  auto mult = [vec](int64_t stride, int64_t size) { return size <= 1 || stride % vec == 0; };
+  a.out_vec = p.out_stride[1] == 1 && p.out_channels % vec == 0 && aligned16(p.output) &&
+              mult(p.out_stride[0], p.batch) && mult(p.out_stride[2], p.out_h) &&
+              mult(p.out_stride[3], p.out_w);
   return a;
 }
 
@@ -756,7 +871,7 @@ KxsPackArgs make_pack_args(const ConvTranspose2dParams& p, void* packed) {
 template <typename T, class Cfg>
 cudaError_t launch_cfg(const ConvTranspose2dParams& p, ScalarKind kind, const void* packed,
                        cudaStream_t stream) {
-  const KxsArgs a = make_kxs_args(p, Cfg::kBN);
+  const KxsArgs a = make_kxs_args(p, kind, Cfg::kBN);
   int device = 0, optin = 0;
   cudaError_t err = cudaGetDevice(&device);
   if (err != cudaSuccess) return err;
@@ -818,7 +933,7 @@ cudaError_t launch_pack(const ConvTranspose2dParams& p, void* packed, cudaStream
   for (int i = 0; i < 4; ++i)
     if (p.in_stride[i] < 0 || p.out_stride[i] < 0) return false;
   // A is the input itself: dense channels_last, rows of Cin elements (TMA needs 16-byte rows
-  // and a 16-byte aligned base; Cin % 8 == 0 above).
+  // and a 16-byte aligned base; Cin * element size % 16 == 0 above).
   const int64_t cin = p.in_channels;
   auto stride_is = [](int64_t stride, int64_t size, int64_t want) {
     return size <= 1 || stride == want;
@@ -832,7 +947,8 @@ cudaError_t launch_pack(const ConvTranspose2dParams& p, void* packed, cudaStream
   const int64_t M = p.batch * p.in_h * p.in_w;
   if (M >= kInt32Limit - kBM) return false;
   const int64_t tiles = (M + kBM - 1) / kBM * ((logical_cols(p) + 127) / 128);  // most: BN 128
-  if (tiles >= kMaxTiles || tiles * ((cin + kBK - 1) / kBK) >= kInt32Limit) return false;
+  if (tiles >= kMaxTiles || tiles * ((cin + stage_k(kind) - 1) / stage_k(kind)) >= kInt32Limit)
+    return false;
   if (M > 0 && p.input == nullptr) return false;
   if (p.output == nullptr && p.batch * p.out_channels * p.out_h * p.out_w > 0) return false;
   return true;
@@ -840,12 +956,14 @@ cudaError_t launch_pack(const ConvTranspose2dParams& p, void* packed, cudaStream
 
 }  // namespace
 
-bool gemm_kxs_sm90_supports(const ConvTranspose2dParams& p, ScalarKind kind) {
+bool gemm_kxs_sm90_supports(const ConvTranspose2dParams& p, ScalarKind kind, bool allow_tf32) {
 #if !defined(DECONV_PATCH_SM90A)
   (void)p;
   (void)kind;
+  (void)allow_tf32;
   return false;
 #else
+  if (kind == ScalarKind::kFloat32 && !allow_tf32) return false;
   return geometry_ok(p, kind) && tensor_map_encoder() != nullptr && device_is_sm90();
 #endif
 }
@@ -854,25 +972,28 @@ int gemm_kxs_sm90_num_configs() { return kNumConfigs; }
 
 int64_t gemm_kxs_sm90_packed_weight_bytes(const ConvTranspose2dParams& p, ScalarKind kind) {
   if (!weight_side_ok(p, kind)) return 0;
-  return packed_rows(p) * p.in_channels * 2;
+  return packed_rows(p) * p.in_channels * elem_bytes(kind);
 }
 
 cudaError_t launch_gemm_kxs_sm90_pack_weight(const ConvTranspose2dParams& p, ScalarKind kind,
-                                             void* packed, cudaStream_t stream) {
+                                             bool allow_tf32, void* packed,
+                                             cudaStream_t stream) {
+  if (kind == ScalarKind::kFloat32 && !allow_tf32) return cudaErrorInvalidValue;
   if (!weight_side_ok(p, kind)) return cudaErrorInvalidValue;
   if (packed == nullptr || p.weight == nullptr) return cudaErrorInvalidValue;
   switch (kind) {
     case ScalarKind::kFloat16: return launch_pack<__half>(p, packed, stream);
     case ScalarKind::kBFloat16: return launch_pack<__nv_bfloat16>(p, packed, stream);
-    default: break;
+    case ScalarKind::kFloat32: return launch_pack<float>(p, packed, stream);
   }
   return cudaErrorInvalidValue;
 }
 
 cudaError_t launch_conv_transpose2d_gemm_kxs_sm90(const ConvTranspose2dParams& p,
-                                                  ScalarKind kind, const void* packed,
-                                                  cudaStream_t stream, int config) {
-  if (!gemm_kxs_sm90_supports(p, kind)) return cudaErrorInvalidValue;
+                                                  ScalarKind kind, bool allow_tf32,
+                                                  const void* packed, cudaStream_t stream,
+                                                  int config) {
+  if (!gemm_kxs_sm90_supports(p, kind, allow_tf32)) return cudaErrorInvalidValue;
   if (config < -1 || config >= kNumConfigs) return cudaErrorInvalidValue;
   if (p.batch * p.out_channels * p.out_h * p.out_w == 0) return cudaSuccess;
   if (packed == nullptr || !aligned16(packed)) return cudaErrorInvalidValue;
@@ -880,7 +1001,7 @@ cudaError_t launch_conv_transpose2d_gemm_kxs_sm90(const ConvTranspose2dParams& p
     case ScalarKind::kFloat16: return launch_typed<__half>(p, kind, packed, config, stream);
     case ScalarKind::kBFloat16:
       return launch_typed<__nv_bfloat16>(p, kind, packed, config, stream);
-    default: break;
+    case ScalarKind::kFloat32: return launch_typed<float>(p, kind, packed, config, stream);
   }
   return cudaErrorInvalidValue;
 }

@@ -83,7 +83,7 @@ at::Tensor pack_weight(const std::string& variant, const at::Tensor& weight,
     TORCH_CHECK(bytes > 0, "deconv_patch: gemm_kxs_sm90 does not support this weight");
     at::Tensor packed = at::empty({bytes}, weight.options().dtype(at::kByte));
     const cudaError_t err = launch_gemm_kxs_sm90_pack_weight(
-        p, kind, packed.data_ptr(), c10::cuda::getCurrentCUDAStream().stream());
+        p, kind, allow_tf32, packed.data_ptr(), c10::cuda::getCurrentCUDAStream().stream());
     TORCH_CHECK(err == cudaSuccess, "deconv_patch: weight packing failed: ",
                 cudaGetErrorString(err));
     return packed;
@@ -165,11 +165,15 @@ at::Tensor conv_transpose2d_forward(const std::string& variant, const at::Tensor
   // gemm_phase gathers its A operand 16 bytes at a time only from channels_last input; for
   // 16-bit NCHW input one re-layout pass (input is the smallest tensor of an up-sampling layer)
   // is cheaper than 2-byte gathers inside the GEMM. gemm_phase_sm90 reads only such input.
-  // gemm_kxs_sm90 loads its A operand with TMA from dense channels_last input only.
+  // gemm_kxs_sm90 loads its A operand with TMA (16-byte rows) from dense channels_last input
+  // only, fp32 (TF32) included.
   at::Tensor x = input;
-  if ((variant == "gemm_phase" || variant == "gemm_phase_sm90" || variant == "gemm_kxs_sm90") &&
-      kind != ScalarKind::kFloat32 && !input.is_contiguous(at::MemoryFormat::ChannelsLast) &&
-      (input.size(1) / groups) % 8 == 0) {
+  const bool tma_input = variant == "gemm_kxs_sm90" && kind == ScalarKind::kFloat32 &&
+                         (input.size(1) / groups) % 4 == 0;
+  if ((((variant == "gemm_phase" || variant == "gemm_phase_sm90" || variant == "gemm_kxs_sm90") &&
+        kind != ScalarKind::kFloat32 && (input.size(1) / groups) % 8 == 0) ||
+       tma_input) &&
+      !input.is_contiguous(at::MemoryFormat::ChannelsLast)) {
     x = input.contiguous(at::MemoryFormat::ChannelsLast);
   }
   p.input = x.data_ptr();
@@ -228,12 +232,13 @@ at::Tensor conv_transpose2d_forward(const std::string& variant, const at::Tensor
     }
     err = launch_conv_transpose2d_gemm_kxs(p, kind, allow_tf32, tap_major_weight, stream);
   } else if (variant == "gemm_kxs_sm90") {
-    TORCH_CHECK(gemm_kxs_sm90_supports(p, kind),
+    TORCH_CHECK(gemm_kxs_sm90_supports(p, kind, allow_tf32),
                 "deconv_patch: the gemm_kxs_sm90 kernel does not support this call");
     check_packed(gemm_kxs_sm90_packed_weight_bytes(p, kind));
     TORCH_CHECK(config >= -1 && config < gemm_kxs_sm90_num_configs(),
                 "deconv_patch: gemm_kxs_sm90 has no tile config ", config);
-    err = launch_conv_transpose2d_gemm_kxs_sm90(p, kind, packed->data_ptr(), stream, (int)config);
+    err = launch_conv_transpose2d_gemm_kxs_sm90(p, kind, allow_tf32, packed->data_ptr(), stream,
+                                                (int)config);
   } else if (variant == "gemm_phase_sm90") {
     TORCH_CHECK(gemm_phase_sm90_supports(p, kind, allow_tf32),
                 "deconv_patch: the gemm_phase_sm90 kernel does not support this call");

@@ -20,8 +20,8 @@ Variants today:
   * ``gemm_phase_sm90`` - gemm_phase on Hopper's warpgroup MMA (wgmma), sm_90a builds on
     compute capability 9.0 only: an autotune candidate for 16-bit layers;
   * ``gemm_kxs_sm90`` - gemm_kxs as a persistent, warp-specialised TMA + wgmma GEMM (sm_90a,
-    compute capability 9.0, 16-bit, groups 1, no output_padding): the choice for channels_last
-    input there (config 128x128s6pp), an autotune candidate otherwise.
+    compute capability 9.0, 16-bit or TF32, groups 1, no output_padding): the choice for
+    channels_last input there (config 128x128s6pp), an autotune candidate otherwise.
 fp32 without TF32 runs 3xTF32 on gemm_kxs (x = hi + lo, three TF32 products per multiply):
 fp32-accurate where each output sums at least MIN_3XTF32_DEPTH products, so shallower sums stay
 on cuDNN. gemm_phase has the same mode (forced only: its error reached 1.11x the bound).
@@ -226,7 +226,7 @@ def _plan_layer(device: torch.device, dtype: torch.dtype, kernel_hw: Sequence[in
         max(channels) <= _MAX_GROUPED_CANDIDATE else ()
     if gemm_kxs_problem(dtype, kernel_hw, args, depth) is None:
         how = "3xTF32 " if fp32_strict(dtype) else ""
-        wgmma = KXS_SM90_CONFIGS if _is_sm90(device) and dtype != torch.float32 and \
+        wgmma = KXS_SM90_CONFIGS if _is_sm90(device) and not fp32_strict(dtype) and \
             args.groups == 1 and not any(args.output_padding) else ()
         return Plan(GEMM_KXS, f"kernel == stride: {how}tensor-core GEMM with scatter epilogue",
                     candidates=(GEMM_KXS, KXS_TAP_MAJOR, *wgmma, *grouped, ATEN))
@@ -314,7 +314,7 @@ def plan(input: torch.Tensor, weight: torch.Tensor, args: ConvTransposeArgs) -> 
     if chosen.variant == GEMM_KXS and _forced_variant.get() is None:
         x = input if input.dim() == 4 else input.unsqueeze(0)
         if KXS_SM90_WINNER in chosen.candidates and is_channels_last(x) and \
-                x.shape[1] % 8 == 0 and x.shape[0] > 0:
+                x.shape[1] % (4 if x.dtype == torch.float32 else 8) == 0 and x.shape[0] > 0:
             # Measured on the H100 (docs/perf-notes.md, forced): 2.1-4.4x cuDNN on the suite's
             # channels_last 16-bit k == stride layers (tap-major mma.sync: 1.6-2.8x), at every
             # size and K; its weight is packed, so any weight layout.

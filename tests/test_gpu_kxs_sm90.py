@@ -1,5 +1,5 @@
-"""GPU correctness of gemm_kxs_sm90 (persistent, warp-specialised TMA + wgmma GEMM for 16-bit
-kernel == stride layers; cuda/conv_transpose2d_gemm_kxs_sm90.cu): every config forced on
+"""GPU correctness of gemm_kxs_sm90 (persistent, warp-specialised TMA + wgmma GEMM for 16-bit and
+TF32 kernel == stride layers; cuda/conv_transpose2d_gemm_kxs_sm90.cu): every config forced on
 NaN-poisoned random sweeps against a float64 reference with the bound of
 tests/test_gpu_kernels.py (2x PyTorch's own error + 1 ulp of the output), the fused epilogue,
 the benchmark's layers at full size (many tiles per CTA: the persistent loop and the barrier
@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from deconv_patch import planner
 from deconv_patch.arguments import ConvTransposeArgs
 from deconv_patch.ops import run_variant
-from deconv_patch.reference import conv_transpose2d_float64
+from deconv_patch.reference import conv_transpose2d_float64, tf32_round
 from tests.cases import Case, random_kxs_case
 from tests.test_gpu_epilogue import check_epilogue
 from tests.test_gpu_kernels import allowed_error, check_variant, max_error
@@ -45,9 +45,12 @@ def _case(seed: int) -> Case:
         batch = rng.randint(2, 16)
         cout = rng.choice((8, 64, 96, 128, 250, 256))
     args = ConvTransposeArgs(case.args.stride, (0, 0), (0, 0), (1, 1), 1)
+    dtype = (torch.bfloat16, torch.float16, torch.float32)[seed % 3]
+    if dtype == torch.float32 and rng.random() < 0.5:
+        cin = 4 * rng.randint(1, 80)  # fp32's TMA rows need Cin % 4 == 0 only
     return dataclasses.replace(case, in_channels=cin, out_channels=cout, hw=hw, batch=batch,
-                               args=args, dtype=(torch.bfloat16, torch.float16)[seed % 2],
-                               tf32=False, unbatched=case.unbatched and batch == 1)
+                               args=args, dtype=dtype, tf32=dtype == torch.float32,
+                               unbatched=case.unbatched and batch == 1)
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
@@ -77,29 +80,41 @@ def test_gemm_kxs_sm90_configs_match_the_extension():
     (8, 128, 64, 196, 2),     # U-Net up4
 ])
 @pytest.mark.parametrize("channels_last", [True, False])
-def test_gemm_kxs_sm90_runs_the_benchmark_layers(variant, layer, channels_last):
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_gemm_kxs_sm90_runs_the_benchmark_layers(variant, layer, channels_last, dtype):
     _needs_sm90()
     n, cin, cout, hw, k = layer
     gen = torch.Generator().manual_seed(cin + hw)
-    x = torch.randn(n, cin, hw, hw, generator=gen).cuda().bfloat16()
+    x = torch.randn(n, cin, hw, hw, generator=gen).cuda().to(dtype)
     if channels_last:
         x = x.contiguous(memory_format=torch.channels_last)
-    w = (torch.randn(cin, cout, k, k, generator=gen) / cin ** 0.5).cuda().bfloat16()
-    b = torch.randn(cout, generator=gen).cuda().bfloat16()
+    w = (torch.randn(cin, cout, k, k, generator=gen) / cin ** 0.5).cuda().to(dtype)
+    b = torch.randn(cout, generator=gen).cuda().to(dtype)
     args = ConvTransposeArgs.from_values(k)
-    expected = F.conv_transpose2d(x, w, b, k)
     ref = conv_transpose2d_float64(x, w, b, args)
-    got = run_variant(variant, x, w, b, args, out=torch.full_like(expected, float("nan")))
+    with torch.backends.cudnn.flags(enabled=True, allow_tf32=True):
+        expected = F.conv_transpose2d(x, w, b, k)
+        got = run_variant(variant, x, w, b, args, out=torch.full_like(expected, float("nan")))
     assert not torch.isnan(got).any()
-    assert max_error(got, ref) <= allowed_error(max_error(expected, ref), ref, torch.bfloat16)
+    torch_err = max_error(expected, ref)
+    if dtype == torch.float32:  # TF32: the bar is the error inherent to TF32 operands
+        torch_err = max(torch_err, max_error(
+            conv_transpose2d_float64(tf32_round(x), tf32_round(w), b, args), ref))
+    assert max_error(got, ref) <= allowed_error(torch_err, ref, dtype)
 
 
-def test_planner_lists_it_for_16_bit_k_equal_stride_layers_on_sm90():
+def test_planner_lists_it_for_16_bit_and_tf32_k_equal_stride_layers_on_sm90():
     x = torch.randn(8, 128, 64, 64, device="cuda", dtype=torch.bfloat16)
     w = torch.randn(128, 64, 2, 2, device="cuda", dtype=torch.bfloat16)
     chosen = planner.plan(x, w, ConvTransposeArgs.from_values(2))
     on_sm90 = torch.cuda.get_device_capability() == (9, 0)
     assert (set(planner.KXS_SM90_CONFIGS) <= set(chosen.candidates)) == on_sm90
     with torch.backends.cudnn.flags(enabled=True, allow_tf32=True):
-        fp32 = planner.plan(x.float(), w.float(), ConvTransposeArgs.from_values(2))
-    assert not set(planner.KXS_SM90_CONFIGS) & set(fp32.candidates)
+        tf32 = planner.plan(x.float(), w.float(), ConvTransposeArgs.from_values(2))
+    assert (set(planner.KXS_SM90_CONFIGS) <= set(tf32.candidates)) == on_sm90
+    with torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
+        strict = planner.plan(x.float(), w.float(), ConvTransposeArgs.from_values(2))
+        assert not set(planner.KXS_SM90_CONFIGS) & set(strict.candidates)
+        with pytest.raises(RuntimeError, match="does not support"):
+            run_variant(planner.GEMM_KXS_SM90, x.float(), w.float(), None,
+                        ConvTransposeArgs.from_values(2))

@@ -29,8 +29,7 @@ def test_k_equal_stride_layers_get_gemm_kxs_and_its_tap_major_candidate(capabili
     for dtype in (torch.bfloat16, torch.float16, torch.float32):
         chosen = _plan(dtype, (2, 2), args, (128, 64))
         assert chosen.variant == planner.GEMM_KXS
-        wgmma = set(planner.KXS_SM90_CONFIGS) if capability == (9, 0) and \
-            dtype != torch.float32 else set()
+        wgmma = set(planner.KXS_SM90_CONFIGS) if capability == (9, 0) else set()
         assert set(chosen.candidates) == {planner.GEMM_KXS, planner.KXS_TAP_MAJOR,
                                           planner.ATEN} | wgmma
 
