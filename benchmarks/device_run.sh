@@ -46,8 +46,10 @@ gpu_tests() {  # gpu_tests NAME SECONDS PYTEST-ARGS...: a -v log, summarised per
 }
 
 if [ "${PART:-1}" = 1 ] || [ "${PART:-}" = newtests ]; then
+if [ "${SCAN:-1}" = 1 ]; then
 step "fp32-strict (3xTF32) error by reduction depth"
 timeout 120 python3 benchmarks/strict_error_scan.py --cases 400 2>&1 | tee "$L/strict-scan.log"
+fi
 # The session-4 kernels first (wgmma alone: a hung kernel must not eat the call), then the rest.
 gpu_tests new $(( $(left) - 300 )) -k "not sm90" tests/test_gpu_new_kernels.py
 gpu_tests wgmma 120 -k "sm90" tests/test_gpu_new_kernels.py
@@ -56,8 +58,8 @@ if [ "${PART:-1}" = 1 ]; then
 gpu_tests suite $(( $(left) - 20 )) tests --ignore=tests/test_gpu_new_kernels.py
 if [ -n "${SANITIZE:-}" ] && [ "$(left)" -gt 60 ]; then
   step "compute-sanitizer (memcheck) on a few configs of each new kernel"
-  ids=$(python3 -m pytest -q --co -p no:cacheprovider tests/test_gpu_new_kernels.py 2>/dev/null \
-        | grep "sweep\[" | awk -F'[' '{ if (n[$1]++ < 2) print }')
+  ids=$(python3 -m pytest -q --co -p no:cacheprovider tests/test_gpu_new_kernels.py \
+        tests/test_gpu_kxs_sm90.py 2>/dev/null | grep "sweep\[" | awk -F'[' '{ if (n[$1]++ < 2) print }')
   timeout $(( $(left) - 10 )) compute-sanitizer --tool memcheck --error-exitcode 9 python3 -m pytest \
     -q -m cuda -p no:cacheprovider $ids > "$L/sanitizer.log" 2>&1; echo "sanitizer exit $?"
   grep -E "ERROR SUMMARY|Invalid|out of bounds|passed|failed" "$L/sanitizer.log" | head -10
