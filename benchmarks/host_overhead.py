@@ -30,6 +30,7 @@ from layers import MODES, SUITE, Layer  # noqa: E402
 import deconv_patch  # noqa: E402
 from deconv_patch import ops, packed_weights, planner  # noqa: E402
 from deconv_patch.extension import load_extension  # noqa: E402
+from deconv_patch.timing import capture_graph  # noqa: E402
 
 DEFAULT_ONLY = "dcgan.g2,dcgan.g4,pix2pix.u6,simplebl.d2,vae.dec,maskrcnn"
 
@@ -50,26 +51,17 @@ def host_us(fn: Callable[[], object], calls: int = 400) -> float:
 def gpu_us(fn: Callable[[], object], per_graph: int = 20) -> Optional[float]:
     """GPU microseconds per call: `per_graph` calls captured into one CUDA graph, replayed."""
     try:
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
-            for _ in range(3):
-                fn()
-        torch.cuda.current_stream().wait_stream(stream)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            for _ in range(per_graph):
-                fn()
+        replay, _graph = capture_graph(lambda: [fn() for _ in range(per_graph)])
     except Exception as e:  # noqa: BLE001 - a path that cannot be captured is reported, not fatal
         print(f"    (graph capture failed: {type(e).__name__}: {str(e)[:80]})")
         return None
     for _ in range(3):
-        graph.replay()
+        replay()
     times = []
     for _ in range(15):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
-        graph.replay()
+        replay()
         end.record()
         torch.cuda.synchronize()
         times.append(start.elapsed_time(end) * 1e3 / per_graph)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
-from typing import Any, Callable, List, Sequence
+from typing import Any, Callable, List, Sequence, Tuple
 
 import torch
 
@@ -43,3 +43,17 @@ def time_cuda(fn: Callable[[], object], warmup: int = 10, reps: int = 50) -> Tim
     """Times `fn` on the current CUDA stream, one event pair per call."""
     times = time_interleaved([fn], warmup, reps)[0]
     return Timing(statistics.median(times), min(times), max(times), reps)
+
+
+def capture_graph(fn: Callable[[], Any]) -> Tuple[Callable[[], Any], Any]:
+    """fn captured into a CUDA graph: (replay, graph). Warm-up runs on a side stream first."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return graph.replay, graph

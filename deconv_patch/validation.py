@@ -30,7 +30,7 @@ from .reference import tf32_round
 from .modules import FastConvTranspose2d
 from .ops import FallbackWarning
 from .planner import ATEN
-from .timing import time_interleaved
+from .timing import capture_graph, time_interleaved
 from .report import (
     Environment,
     LayerResult,
@@ -464,27 +464,13 @@ def _differs(a: Any, b: Any) -> bool:
 # ---------------------------------------------------------------------------- timing
 
 
-def _graphed(fn: Callable[[], Any]) -> Tuple[Callable[[], Any], Any]:
-    """fn captured into a CUDA graph: (replay, graph). Warm-up runs on a side stream first."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
-    return graph.replay, graph
-
-
 def _compare_speed(fn_o: Optional[Callable[[], Any]], fn_p: Callable[[], Any], warmup: int,
                    reps: int, cuda_graphs: bool) -> SpeedComparison:
     fns = [f for f in (fn_o, fn_p) if f is not None]
     mode, note, keep = "eager", "", []
     if cuda_graphs:
         try:
-            graphed = [_graphed(f) for f in fns]
+            graphed = [capture_graph(f) for f in fns]
             keep = [g for _, g in graphed]
             fns = [replay for replay, _ in graphed]
             mode = "cuda_graph"
