@@ -111,14 +111,14 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
         params = self._parameters  # (weight norm / parametrizations move "weight" out of it)
         weight = params["weight"] if "weight" in params else self.weight
         bias = params["bias"] if "bias" in params else self.bias
-        fast = self.__dict__.get("_fast_path")
-        if fast is not None and output_size is None and not torch.compiler.is_compiling() \
-                and planner.forced_variant() is None:
-            # The last call's geometry, checked and run in C++ (cuda/prepared_call.cpp); None
-            # when this call differs in any way the plan depends on.
-            out = fast(input, weight, bias)
-            if out is not None:
-                return out
+        if not torch.compiler.is_compiling():  # (graph capture never sees the C++ object)
+            fast = self.__dict__.get("_fast_path")
+            if fast is not None and output_size is None and planner.forced_variant() is None:
+                # The last call's geometry, checked and run in C++ (cuda/prepared_call.cpp);
+                # None when this call differs in any way the plan depends on.
+                out = fast(input, weight, bias)
+                if out is not None:
+                    return out
         if self.padding_mode != "zeros":
             raise ValueError("Only `zeros` padding mode is supported for ConvTranspose2d")
         if output_size is None:
