@@ -141,3 +141,15 @@ def test_double_backward_gradgradcheck():
         return OP(x, w, b, 2, 1, 1, 2, 1)
 
     assert torch.autograd.gradgradcheck(fn, (x, w, b), eps=1e-6, atol=1e-5)
+
+
+def test_both_ops_have_a_cuda_autocast_rule_that_leaves_other_tensors_alone():
+    """Under torch.autocast("cuda") the ops cast like ATen's conv_transpose2d (GPU tests check
+    the dtypes end to end); tensors autocast would not touch come back as they are."""
+    from deconv_patch.ops import autocast_cast
+
+    key = torch._C.DispatchKey.AutocastCUDA
+    assert torch.ops.deconv_patch.conv_transpose2d.default.has_kernel_for_dispatch_key(key)
+    assert torch.ops.deconv_patch.conv_transpose2d_fused.default.has_kernel_for_dispatch_key(key)
+    for t in (torch.randn(3), torch.randn(3, dtype=torch.float64), torch.arange(3), None):
+        assert autocast_cast(t, torch.bfloat16) is t
