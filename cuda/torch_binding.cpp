@@ -168,11 +168,11 @@ at::Tensor conv_transpose2d_forward(const std::string& variant, const at::Tensor
   // gemm_kxs_sm90 loads its A operand with TMA (16-byte rows) from dense channels_last input
   // only, fp32 (TF32) included.
   at::Tensor x = input;
-  const bool tma_input = variant == "gemm_kxs_sm90" && kind == ScalarKind::kFloat32 &&
-                         (input.size(1) / groups) % 4 == 0;
-  if ((((variant == "gemm_phase" || variant == "gemm_phase_sm90" || variant == "gemm_kxs_sm90") &&
-        kind != ScalarKind::kFloat32 && (input.size(1) / groups) % 8 == 0) ||
-       tma_input) &&
+  const bool reads_rows = variant == "gemm_kxs_sm90" ||
+                          ((variant == "gemm_phase" || variant == "gemm_phase_sm90") &&
+                           kind != ScalarKind::kFloat32);
+  const int64_t per_16_bytes = 16 / input.element_size();  // channels in one 16-byte row chunk
+  if (reads_rows && (input.size(1) / groups) % per_16_bytes == 0 &&
       !input.is_contiguous(at::MemoryFormat::ChannelsLast)) {
     x = input.contiguous(at::MemoryFormat::ChannelsLast);
   }

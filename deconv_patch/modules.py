@@ -111,7 +111,8 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
         params = self._parameters  # (weight norm / parametrizations move "weight" out of it)
         weight = params["weight"] if "weight" in params else self.weight
         bias = params["bias"] if "bias" in params else self.bias
-        if not torch.compiler.is_compiling():  # (graph capture never sees the C++ object)
+        compiling = torch.compiler.is_compiling()
+        if not compiling:  # (graph capture never sees the C++ object)
             fast = self.__dict__.get("_fast_path")
             if fast is not None and output_size is None and planner.forced_variant() is None:
                 # The last call's geometry, checked and run in C++ (cuda/prepared_call.cpp);
@@ -130,7 +131,6 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
             )
         fused = self.activation != "none"
         entry: Optional[_Entry] = None
-        compiling = torch.compiler.is_compiling()
         if input.is_cuda and not compiling and torch.is_autocast_enabled("cuda"):
             # What ATen's autocast does to conv_transpose2d's arguments (our kernel path below
             # bypasses the dispatcher, so it would otherwise run, and return, fp32).

@@ -496,20 +496,18 @@ _AUTOCAST_LIB = torch.library.Library("deconv_patch", "IMPL")
 _NO_AUTOCAST = torch._C.DispatchKeySet(torch._C.DispatchKey.AutocastCUDA)
 
 
-def _autocast_conv(keyset, input, weight, bias=None, *rest):
-    input, weight, bias = autocast_args(input, weight, bias)
-    with torch._C._ExcludeDispatchKeyGuard(_NO_AUTOCAST):
-        return torch.ops.deconv_patch.conv_transpose2d(input, weight, bias, *rest)
+def _autocast_rule(op):
+    """op's AutocastCUDA kernel: cast input, weight and bias, then run op without autocast."""
+    def kernel(keyset, input, weight, bias=None, *rest):
+        input, weight, bias = autocast_args(input, weight, bias)
+        with torch._C._ExcludeDispatchKeyGuard(_NO_AUTOCAST):
+            return op(input, weight, bias, *rest)
+    return kernel
 
 
-def _autocast_fused(keyset, input, weight, bias=None, *rest):
-    input, weight, bias = autocast_args(input, weight, bias)
-    with torch._C._ExcludeDispatchKeyGuard(_NO_AUTOCAST):
-        return torch.ops.deconv_patch.conv_transpose2d_fused(input, weight, bias, *rest)
-
-
-_AUTOCAST_LIB.impl("conv_transpose2d", _autocast_conv, "AutocastCUDA", with_keyset=True)
-_AUTOCAST_LIB.impl("conv_transpose2d_fused", _autocast_fused, "AutocastCUDA", with_keyset=True)
+for _name in ("conv_transpose2d", "conv_transpose2d_fused"):
+    _AUTOCAST_LIB.impl(_name, _autocast_rule(getattr(torch.ops.deconv_patch, _name)),
+                       "AutocastCUDA", with_keyset=True)
 
 
 def conv_transpose2d_fused(

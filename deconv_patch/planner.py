@@ -193,8 +193,9 @@ def plan_layer(device: torch.device, dtype: torch.dtype, kernel_hw: Sequence[int
 
 
 def _without_phase(chosen: Plan, why: str) -> Plan:
-    """`chosen` with gemm_phase (and gemm_phase_sm90) ruled out: gone from the candidates and, if it was the choice,
-    replaced by direct where that is a candidate (PyTorch cannot use cuDNN) else PyTorch."""
+    """`chosen` with gemm_phase (and gemm_phase_sm90) ruled out: gone from the candidates and,
+    if it was the choice, replaced by direct where that is a candidate (PyTorch cannot use
+    cuDNN) else PyTorch."""
     rest = tuple(v for v in chosen.candidates if v not in PHASE_CONFIGS + SM90_CONFIGS)
     if chosen.variant != GEMM_PHASE:
         return Plan(chosen.variant, chosen.reason, candidates=rest)
