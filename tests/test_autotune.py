@@ -74,6 +74,26 @@ def test_pick_keeps_pytorch_without_a_confirmation_round_when_it_wins(tmp_path, 
     assert rounds == [2]
 
 
+def test_pick_times_bursts_of_back_to_back_calls_of_one_candidate(tmp_path, monkeypatch):
+    """A timed sample is _BURST calls of the same variant in a row (throughput, as inside a
+    model), after the warm-up calls."""
+    monkeypatch.setattr(autotune, "_CACHE", AutotuneCache(tmp_path / "a.json"))
+    calls = []
+
+    def fake_timing(fns, warmup, reps):
+        before = len(calls)
+        fns[1]()
+        sample = calls[before:]
+        assert sample == ["aten"] * autotune._BURST
+        return [[1.0] * reps, [0.9] * reps]
+
+    monkeypatch.setattr(autotune, "time_interleaved", fake_timing)
+    assert autotune.pick("key", ("gemm_kxs", "aten"), calls.append) == "aten"
+    assert calls[:2 * autotune._WARMUP] == ["gemm_kxs"] * autotune._WARMUP + \
+        ["aten"] * autotune._WARMUP
+    assert autotune._BURST > 1
+
+
 @pytest.mark.cuda
 def test_autotune_times_candidates_once_and_result_is_correct(tmp_path, monkeypatch):
     monkeypatch.setattr(autotune, "_CACHE", AutotuneCache(tmp_path / "a.json"))
