@@ -14,6 +14,9 @@
 #   PART=kxs_sm90                            # build + gemm_kxs_sm90's tests (a hung config
 #                                            # cannot eat the call) + its configs forced on
 #                                            # the k == stride layers
+#   PART=phase_tma                           # build + gemm_phase_tma's tests per config, then
+#                                            # gemm_kxs_sm90's, then each gemm_phase_tma
+#                                            # config forced on the k != stride layers
 #   LAYERS_ONLY=1                            # with PART=2: the layer benchmark only
 #   SANITIZE=1                               # with PART=1: compute-sanitizer memcheck on a
 #                                            # few configs of each session-4 kernel sweep
@@ -38,6 +41,8 @@ python3 -m deconv_patch.cli build 2>&1 | tee "$L/build.log" | tail -3
 left() { echo $(( START + 570 - $(date +%s) )); }
 gpu_tests() {  # gpu_tests NAME SECONDS PYTEST-ARGS...: a -v log, summarised per test function
   local name=$1 limit=$2; shift 2
+  [ "$limit" -gt $(( $(left) - 10 )) ] && limit=$(( $(left) - 10 ))
+  [ "$limit" -lt 5 ] && { echo "skipped $name: no time left"; return; }
   step "GPU tests: $name"
   timeout "$limit" python3 -m pytest -v --tb=line -m cuda -p no:cacheprovider "$@" \
     > "$L/gpu-tests-$name.log" 2>&1; echo "exit $? (124 = timed out)"
@@ -59,7 +64,7 @@ gpu_tests suite $(( $(left) - 20 )) tests --ignore=tests/test_gpu_new_kernels.py
 if [ -n "${SANITIZE:-}" ] && [ "$(left)" -gt 60 ]; then
   step "compute-sanitizer (memcheck) on a few configs of each new kernel"
   ids=$(python3 -m pytest -q --co -p no:cacheprovider tests/test_gpu_new_kernels.py \
-        tests/test_gpu_kxs_sm90.py 2>/dev/null | grep "sweep\[" | awk -F'[' '{ if (n[$1]++ < 2) print }')
+        tests/test_gpu_kxs_sm90.py tests/test_gpu_phase_tma.py 2>/dev/null | grep "sweep\[" | awk -F'[' '{ if (n[$1]++ < 2) print }')
   timeout $(( $(left) - 10 )) compute-sanitizer --tool memcheck --error-exitcode 9 python3 -m pytest \
     -q -m cuda -p no:cacheprovider $ids > "$L/sanitizer.log" 2>&1; echo "sanitizer exit $?"
   grep -E "ERROR SUMMARY|Invalid|out of bounds|passed|failed" "$L/sanitizer.log" | head -10
@@ -97,6 +102,24 @@ for cfg in 128x128s6 128x256s4 128x128s6pp; do
     --formats nhwc,nchw --only "unet.up1,unet.up4,maskrcnn,yolov8seg" \
     --json "$OUT/forced_kxs_sm90_$cfg.json" > "$L/forced_kxs_sm90_$cfg.log" 2>&1
   grep -vE "skipped|^layer |TFLOP/s" "$L/forced_kxs_sm90_$cfg.log" | grep -v geomean
+done
+fi
+
+if [ "${PART:-}" = phase_tma ]; then
+# Config 0 first, each config's sweep under its own limit (a hung config cannot eat the call),
+# then the layers with each config forced, then gemm_kxs_sm90's tests (its NCHW paths).
+for cfg in $(python3 -c "from deconv_patch import planner; print(' '.join(c.split(':')[1] for c in planner.PHASE_TMA_CONFIGS))"); do
+  gpu_tests "phase_tma-$cfg" 75 -x -k "$cfg and not ${cfg}pp" tests/test_gpu_phase_tma.py
+done
+gpu_tests phase_tma-default 90 -k "not 128x" tests/test_gpu_phase_tma.py
+gpu_tests kxs_sm90 120 tests/test_gpu_kxs_sm90.py
+for cfg in $(python3 -c "from deconv_patch import planner; print(' '.join(c.split(':')[1] for c in planner.PHASE_TMA_CONFIGS))"); do
+  [ "$(left)" -lt 70 ] && { echo "skipped forced $cfg: no time left"; continue; }
+  step "layer benchmark (gemm_phase_tma:$cfg forced; bf16,tf32; nhwc,nchw)"
+  timeout 60 python3 benchmarks/layers.py --variant "gemm_phase_tma:$cfg" --modes bf16,tf32 \
+    --formats nhwc,nchw --only "dcgan.g2,dcgan.g3,pix2pix.u2,cyclegan,simplebl,keypoint,vae,dilated,asym" \
+    --json "$OUT/forced_phase_tma_$cfg.json" > "$L/forced_phase_tma_$cfg.log" 2>&1
+  grep -vE "skipped|^layer |TFLOP/s" "$L/forced_phase_tma_$cfg.log" | grep -v geomean
 done
 fi
 

@@ -1,7 +1,7 @@
 // Transposed convolution with kernel == stride (padding 0, dilation 1, output_padding 0,
-// groups 1), 16-bit or fp32 with TF32 allowed, channels_last input, as one persistent
-// warp-specialised GEMM on Hopper (TMA + wgmma.mma_async). sm_90a only; see the header for the
-// supported subset.
+// groups 1), 16-bit or fp32 with TF32 allowed, channels_last input (or, 16-bit only, NCHW input
+// read in place: "NCHW paths" below), as one persistent warp-specialised GEMM on Hopper (TMA +
+// wgmma.mma_async). sm_90a only; see the header for the supported subset.
 //
 // Index math (the only place it is spelled out). Taps never overlap when kernel == stride, so
 // output pixel (ih*SH + kh, iw*SW + kw) receives exactly one input pixel:
@@ -55,10 +55,10 @@
 // Ping-pong adds an order barrier: a consumer starts a tile's main loop only after the other
 // one has issued the main loop of the previous tile (see the kernel for why the ring needs it).
 // TMA counts the full box in complete_tx even where it zero-fills out of bounds, so expect_tx is
-// always kStageBytes. The producer runs ahead into the next tile while consumers run the
-// epilogue. Consumer per tile: epilogue table values loaded into registers (global loads in
-// flight during the MMAs), MMAs, table stored to shared, named barrier (its 128 threads),
-// epilogue from registers to global.
+// always kStageBytes (NCHW input: less a box not loaded, below). The producer runs ahead into
+// the next tile while consumers run the epilogue. Consumer per tile: epilogue table values
+// loaded into registers (global loads in flight during the MMAs), MMAs, table stored to shared,
+// named barrier (its 128 threads), epilogue from registers to global (or via staging, below).
 //
 // wgmma m64nNk16 (16-bit) / m64nNk8 (tf32) accumulator fragment, the same for both (warp v of
 // the warpgroup, lane l): register d[4*c + 2*h + e] holds row 16v + l/4 + 8h, physical column
@@ -74,6 +74,38 @@
 // rows 64w..64w+63; ping-pong: all 128 rows of its own tiles' stages), so no other warpgroup
 // takes part. The stage is released as before, after the wgmmas that read it completed. TMA
 // writes the stage again only after that release, so rounding never races a load.
+//
+// NCHW paths (PyTorch's default layout). Two independent parts, chosen by template flags:
+// * Staged store (STAGED: output channel stride os_c != 1, and every NCHW-input launch). The
+//   register path above would store a lane's 8 consecutive channels to 8 different planes. Instead
+//   each consumer warpgroup passes its post-epilogue values (same arithmetic and rounding as the
+//   register path) through a shared staging buffer, chunk by chunk: a chunk is 64 rows (its m64
+//   half) x 64 bytes of logical columns (32 16-bit / 16 fp32 columns: one permutation group, or
+//   half of one). Write: thread (q, rq) puts its logical columns 32g + 8q.. (kxs_acc_index, so the
+//   weight's column permutation is undone here) of rows 16wv + rq + 8h as 16-byte units; read:
+//   warp wv takes staging rows 32(wv&1) + lane and 16-byte units (wv>>1), (wv>>1) + 2, and stores
+//   them column by column, so one warp store writes 32 consecutive GEMM rows m (consecutive iw:
+//   output columns iw*SW + kw of one channel plane, every SW-th element; L2 merges the other kw,
+//   which another column tile writes at about the same time). Staging row r, 16-byte unit u lives
+//   at r*64 + 16*(u ^ ((r>>1)&3)): conflict-free for both the 16-byte writes and reads. Two chunk
+//   buffers per consumer (4 KB each, 16 KB in all, after the barriers: every config still fits
+//   the 227 KB opt-in, so no config needs fewer stages; the ring cannot host them, the producer
+//   refills it during the epilogue) alternate, so one named barrier (kStageBarrier + w) per chunk
+//   suffices: a thread writes chunk c + 2 only after the barrier of chunk c + 1, which every
+//   thread reaches after reading chunk c. Across tiles the table barrier orders the last reads of
+//   one tile before the first writes of the next.
+// * NCHW input (NCHW_IN, 16-bit only). Within one image, A[m, k] = input[n, k, ih, iw] is
+//   MN-major: for each channel k, the H*W pixels are contiguous. Tiles never straddle images:
+//       t = (n*PT + pt)*n_tiles + nt,  PT = ceil(H*W / 128),  pixel = pt*128 + row (< H*W),
+//       m = n*H*W + pixel (so the output index math above is unchanged).
+//   TMA reads a 3-D view {H*W, Cin, N} (strides H*W and Cin*H*W elements; H*W % 8 == 0 for the
+//   16-byte stride rule) in boxes {64 pixels, 64 channels, 1} with 128-byte swizzle: box row k is
+//   channel kb*64 + k, holding 64 consecutive pixels, chunk c of row k at c ^ (k % 8). Two boxes
+//   per A stage (rows 0..63 at +0, 64..127 at +8 KB, the same halves as the K-major A); a box
+//   wholly past H*W is not loaded (expect_tx shrinks; its stale rows only feed masked rows).
+//   That is wgmma's canonical MN-major 128B-swizzle layout (kxs_smem_desc_mn; imm-trans-a = 1;
+//   TF32 has no transposed operands, so fp32 NCHW input is re-laid out by the caller); a k16 step
+//   advances 16 channel rows = 2048 bytes. B and the epilogue are unchanged.
 #include <cuda.h>
 #include <cudaTypedefs.h>
 #include <cuda_bf16.h>
@@ -110,13 +142,21 @@ constexpr int64_t kInt32Limit = (int64_t)1 << 31;
 // Named barriers (0 is __syncthreads): consumer w's table barrier kTableBarrier + w (its 128
 // threads); ping-pong "your main loop may start" barrier kOrderBarrier + w (256 threads: the
 // other consumer arrives, w syncs); fp32: consumer w's "A stage rounded" barrier
-// kRoundBarrier + w (its 128 threads).
+// kRoundBarrier + w (its 128 threads); staged store: consumer w's "chunk staged" barrier
+// kStageBarrier + w (its 128 threads).
 constexpr int kTableBarrier = 1;
 constexpr int kOrderBarrier = 3;
 constexpr int kRoundBarrier = 5;
+constexpr int kStageBarrier = 7;
 static_assert(kTableBarrier + 2 <= kOrderBarrier && kOrderBarrier + 2 <= kRoundBarrier &&
-                  kRoundBarrier + 2 <= 16,
+                  kRoundBarrier + 2 <= kStageBarrier && kStageBarrier + 2 <= 16,
               "barrier ids");
+// Staged store (see the top): a chunk is 64 rows x 64 bytes; two chunk buffers per consumer.
+constexpr int kStageRowBytes = 64;
+constexpr int kStageChunkBytes = 64 * kStageRowBytes;     // 4 KB
+constexpr int kStagingBytes = 2 * 2 * kStageChunkBytes;   // 2 consumers x 2 buffers: 16 KB
+// NCHW input: an A stage is two TMA boxes of 64 pixels (128 bytes) x BK channels.
+constexpr int kPixBox = 64;
 static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= 65536, "register file split");
 static_assert(kProducerRegs % 8 == 0 && kConsumerRegs % 8 == 0 && kConsumerRegs <= 256,
               "setmaxnreg takes multiples of 8 in 24..256");
@@ -140,6 +180,12 @@ struct KxsConfig {
   static constexpr int kTableOffset = kPipeBytes;
   static constexpr int kBarOffset = kTableOffset + 2 * 2 * kTableBytes;  // 2 consumers x 2 bufs
   static constexpr int kTotalBytes = kBarOffset + 2 * STAGES * 8 + 1024;  // + alignment slack
+  // Staged-store kernels only: the staging buffers after the barriers (which the unstaged
+  // layout above keeps exactly as it was).
+  static constexpr int kStagingOffset = kBarOffset + 128;
+  static constexpr int kTotalBytesStaged = kStagingOffset + kStagingBytes + 1024;
+  static_assert(2 * STAGES * 8 <= 128, "barriers fit below the staging buffers");
+  static_assert(kTotalBytesStaged <= 227 * 1024, "fits the sm_90 shared-memory opt-in");
   static_assert(BN == 128 || BN == 256, "wgmma wrappers exist for n128 and n256");
   static_assert(BN % kColGroup == 0, "tiles hold whole permutation groups");
   static_assert(kStageBytes % 1024 == 0, "stages keep the 1024-byte swizzle-atom alignment");
@@ -149,9 +195,9 @@ struct KxsConfig {
 };
 // A stage is 128-byte rows whatever the element type (fp32: 32 k per stage instead of 64), so the
 // same stage counts fit for every dtype: the configs are shared.
-using KxsCfg0 = KxsConfig<256, 4, false>;  // 128x256s4   (209 KB)
-using KxsCfg1 = KxsConfig<128, 6, false>;  // 128x128s6   (201 KB)
-using KxsCfg2 = KxsConfig<128, 6, true>;   // 128x128s6pp (201 KB)
+using KxsCfg0 = KxsConfig<256, 4, false>;  // 128x256s4   (209 KB; staged store 225 KB)
+using KxsCfg1 = KxsConfig<128, 6, false>;  // 128x128s6   (201 KB; staged store 217 KB)
+using KxsCfg2 = KxsConfig<128, 6, true>;   // 128x128s6pp (201 KB; staged store 217 KB)
 constexpr int kNumConfigs = 3;
 
 struct KxsArgs {
@@ -169,6 +215,8 @@ struct KxsArgs {
   int64_t row_h, row_w;            // SH*os_h, SW*os_w
   bool out_vec;   // 16-byte stores: os_c == 1, Cout % (16 / element size) == 0, aligned
                   // (launcher checked)
+  int pix_tiles;  // NCHW input: m tiles per image, ceil(H*W / 128) (appended: the fields above
+                  // keep their offsets)
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -200,6 +248,48 @@ __host__ __device__ __forceinline__ int kxs_logical_col(int pos) {
   const int kw = tap - kh * p.kw;
   return (int64_t)kh * p.os_h + (int64_t)kw * p.os_w + (int64_t)co * p.os_c;
 }
+// Byte offset of 16-byte unit u (0..3) of row r (0..63) in a staging chunk (see the top): the
+// unit index XOR (r/2)%4 spreads 8 consecutive rows, or rows {2i, 2i+1} x units 0..3, over all 32
+// banks (two 64-byte rows share a 128-byte bank line).
+[[maybe_unused]] __host__ __device__ __forceinline__ int kxs_stage_offset(int r, int u) {
+  return r * kStageRowBytes + ((u ^ ((r >> 1) & 3)) << 4);
+}
+
+// Matrix descriptor of a K-major, 128-byte-swizzled tile at shared address `addr` (1024-byte
+// aligned swizzle atoms of 8 rows x 128 bytes, stacked 1024 bytes apart along m/n): start
+// address >> 4 (bits 0-13), leading byte offset 1 (unused when swizzled K-major, bits 16-29),
+// stride byte offset 1024 >> 4 (bits 32-45), base offset 0, layout 1 = 128B swizzle (bits 62-63).
+// This is the layout TMA's CU_TENSOR_MAP_SWIZZLE_128B writes for a {BK, rows} box of 128-byte
+// rows, whatever the element size (16-bit k16 and tf32 k8 steps are both 32 bytes).
+[[maybe_unused]] __host__ __device__ __forceinline__ uint64_t kxs_smem_desc(uint32_t addr) {
+  return (uint64_t)((addr >> 4) & 0x3FFFu) | ((uint64_t)1 << 16) | ((uint64_t)(1024 >> 4) << 32) |
+         ((uint64_t)1 << 62);
+}
+// Matrix descriptor of an MN-major (imm-trans-a = 1), 128-byte-swizzled 16-bit A tile at `addr`
+// (NCHW input). PTX ISA, wgmma "Canonical Layouts", MN-major 128B swizzling (T = 8 elements of
+// 16 bytes): Swizzle<3,4,3> o ((T,8,m),(8,k)) : ((1,T,LBO),(8T,SBO)), i.e. element (mn, k) at
+//     (mn % 64) + LBO*(mn / 64) + 64*(k % 8) + SBO*(k / 8)   elements, then the 128-byte XOR
+// swizzle of the byte address (16-byte chunk bits 4-6 ^= bits 7-9, as for K-major): an atom is
+// 8 k rows of 128 bytes = 64 consecutive mn. The "Strides" section agrees: for swizzled MN-major
+// layouts the leading byte offset is the stride between atoms along MN ("from the first
+// (swizzle-byte-size/16) rows to the next") and the stride byte offset the stride between groups
+// of 8 k (offsets above in elements, the values below in bytes). Our TMA box {64 pixels,
+// 64 channels} puts channel row k at k*128 bytes, so
+//     SBO = 8 rows * 128 = 1024 bytes (next 8 k);
+//     LBO = 8192 bytes, the next 64 m (the other box); an m64 wgmma spans one atom along m, so
+//           it never uses LBO: set to the true distance all the same.
+// A k16 step is 2 atoms along k: +2048 bytes of start address (atom-aligned: base offset 0).
+// Checked, for every stage / half / k step, against where TMA puts each (pixel, channel) by a host
+// emulation of both formulas (which also reproduces the K-major path that runs on hardware).
+[[maybe_unused]] __host__ __device__ __forceinline__ uint64_t kxs_smem_desc_mn(uint32_t addr) {
+  return (uint64_t)((addr >> 4) & 0x3FFFu) | ((uint64_t)((kPixBox * kRowBytes) >> 4) << 16) |
+         ((uint64_t)(1024 >> 4) << 32) | ((uint64_t)1 << 62);
+}
+// Descriptor units (16 bytes) a k step adds to the A start address: 32 bytes along K-major rows,
+// 2048 bytes (16 k rows) for MN-major.
+template <bool kMnMajor>
+constexpr uint64_t kKStepDescA = kMnMajor ? (16 * kRowBytes) >> 4 : 32 >> 4;
+
 // fp32 bits rounded to TF32 (10 explicit mantissa bits) by round-to-nearest, ties away from zero,
 // exactly as cvt.rna.tf32.f32 does on sm_90 (its SASS: add half an ulp of TF32 to the bits unless
 // |x| is Inf or NaN, then clear the 13 low bits): finite values whose rounding overflows become
@@ -250,6 +340,15 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map
       "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "r"(c0), "r"(c1)
       : "memory");
 }
+// 3-D tiled TMA load of the box at (c0, c1, c2) (NCHW input: pixel, channel, image).
+__device__ __forceinline__ void tma_load_3d(uint32_t dst, const CUtensorMap* map, uint32_t bar,
+                                            int c0, int c1, int c2) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%3, %4, %5}], [%2];\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "r"(c0), "r"(c1), "r"(c2)
+      : "memory");
+}
 __device__ __forceinline__ void prefetch_tensormap(const CUtensorMap* map) {
   asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
 }
@@ -268,16 +367,6 @@ __device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
   asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
-// Matrix descriptor of a K-major, 128-byte-swizzled tile at shared address `addr` (1024-byte
-// aligned swizzle atoms of 8 rows x 128 bytes, stacked 1024 bytes apart along m/n): start
-// address >> 4 (bits 0-13), leading byte offset 1 (unused when swizzled K-major, bits 16-29),
-// stride byte offset 1024 >> 4 (bits 32-45), base offset 0, layout 1 = 128B swizzle (bits 62-63).
-// This is the layout TMA's CU_TENSOR_MAP_SWIZZLE_128B writes for a {BK, rows} box of 128-byte
-// rows, whatever the element size (16-bit k16 and tf32 k8 steps are both 32 bytes).
-__device__ __forceinline__ uint64_t kxs_smem_desc(uint32_t addr) {
-  return (uint64_t)((addr >> 4) & 0x3FFFu) | ((uint64_t)1 << 16) | ((uint64_t)(1024 >> 4) << 32) |
-         ((uint64_t)1 << 62);
-}
 __device__ __forceinline__ void wgmma_fence() {
   asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 }
@@ -298,7 +387,8 @@ __device__ __forceinline__ void fence_acc(float (&d)[N]) {
 // D(64 x N, fp32) += A(64 x K) * B(K x N), both K-major in shared memory (descriptors), K = 32
 // bytes of elements (k16 for 16-bit, k8 for tf32), scale-d 1 (accumulate), imm-scale-a/b 1, no
 // transpose (16-bit: imm-trans-a/b 0; tf32 has no transpose operands, K-major only).
-template <typename T, int N>
+// TRANS_A (16-bit only): A MN-major (imm-trans-a 1, NCHW input); B stays K-major.
+template <typename T, int N, bool TRANS_A = false>
 struct KxsWgmma;
 
 #define KXS_F8(i)                                                                           \
@@ -321,9 +411,9 @@ struct KxsWgmma;
   "%125, %126, %127"
 // N accumulators are operands 0..N/2-1; then A descriptor, B descriptor, scale-d. TAIL: the
 // immediates after scale-d.
-#define KXS_DEFINE_WGMMA(TYPE, PTX_TYPE, K, TAIL, N, REGS, ACCS, DA, DB, SD)                 \
+#define KXS_DEFINE_WGMMA(TYPE, PTX_TYPE, K, TAIL, N, REGS, ACCS, DA, DB, SD, TA)             \
   template <>                                                                                \
-  struct KxsWgmma<TYPE, N> {                                                                 \
+  struct KxsWgmma<TYPE, N, TA> {                                                             \
     static __device__ __forceinline__ void run(float (&d)[N / 2], uint64_t da, uint64_t db) { \
       asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " SD ", 0;\n"                          \
                    "wgmma.mma_async.sync.aligned.m64n" #N K ".f32." PTX_TYPE "." PTX_TYPE    \
@@ -332,16 +422,28 @@ struct KxsWgmma;
                    : "l"(da), "l"(db), "r"(1));                                              \
     }                                                                                        \
   };
-#define KXS_T16 "1, 1, 0, 0"  // imm-scale-a, imm-scale-b, imm-trans-a, imm-trans-b
-#define KXS_T32 "1, 1"        // imm-scale-a, imm-scale-b
-KXS_DEFINE_WGMMA(__nv_bfloat16, "bf16", "k16", KXS_T16, 128, KXS_R64, KXS_F64, "%64", "%65", "%66")
-KXS_DEFINE_WGMMA(__half, "f16", "k16", KXS_T16, 128, KXS_R64, KXS_F64, "%64", "%65", "%66")
-KXS_DEFINE_WGMMA(float, "tf32", "k8", KXS_T32, 128, KXS_R64, KXS_F64, "%64", "%65", "%66")
+#define KXS_T16 "1, 1, 0, 0"   // imm-scale-a, imm-scale-b, imm-trans-a, imm-trans-b
+#define KXS_T16T "1, 1, 1, 0"  // the same with A MN-major
+#define KXS_T32 "1, 1"         // imm-scale-a, imm-scale-b
+KXS_DEFINE_WGMMA(__nv_bfloat16, "bf16", "k16", KXS_T16, 128, KXS_R64, KXS_F64, "%64", "%65", "%66",
+                 false)
+KXS_DEFINE_WGMMA(__half, "f16", "k16", KXS_T16, 128, KXS_R64, KXS_F64, "%64", "%65", "%66", false)
+KXS_DEFINE_WGMMA(float, "tf32", "k8", KXS_T32, 128, KXS_R64, KXS_F64, "%64", "%65", "%66", false)
 KXS_DEFINE_WGMMA(__nv_bfloat16, "bf16", "k16", KXS_T16, 256, KXS_R128, KXS_F128, "%128", "%129",
-                 "%130")
-KXS_DEFINE_WGMMA(__half, "f16", "k16", KXS_T16, 256, KXS_R128, KXS_F128, "%128", "%129", "%130")
-KXS_DEFINE_WGMMA(float, "tf32", "k8", KXS_T32, 256, KXS_R128, KXS_F128, "%128", "%129", "%130")
+                 "%130", false)
+KXS_DEFINE_WGMMA(__half, "f16", "k16", KXS_T16, 256, KXS_R128, KXS_F128, "%128", "%129", "%130",
+                 false)
+KXS_DEFINE_WGMMA(float, "tf32", "k8", KXS_T32, 256, KXS_R128, KXS_F128, "%128", "%129", "%130",
+                 false)
+KXS_DEFINE_WGMMA(__nv_bfloat16, "bf16", "k16", KXS_T16T, 128, KXS_R64, KXS_F64, "%64", "%65",
+                 "%66", true)
+KXS_DEFINE_WGMMA(__half, "f16", "k16", KXS_T16T, 128, KXS_R64, KXS_F64, "%64", "%65", "%66", true)
+KXS_DEFINE_WGMMA(__nv_bfloat16, "bf16", "k16", KXS_T16T, 256, KXS_R128, KXS_F128, "%128", "%129",
+                 "%130", true)
+KXS_DEFINE_WGMMA(__half, "f16", "k16", KXS_T16T, 256, KXS_R128, KXS_F128, "%128", "%129", "%130",
+                 true)
 #undef KXS_T32
+#undef KXS_T16T
 #undef KXS_T16
 #undef KXS_DEFINE_WGMMA
 #undef KXS_R128
@@ -363,6 +465,17 @@ template <>
 __device__ __forceinline__ uint32_t kxs_pack2<__half>(float lo, float hi) {
   const __half2 v = __floats2half2_rn(lo, hi);
   return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+// Element e of a 16-byte unit (bits[4], as read from staging) stored to dst: 16-bit elements are
+// halves of the 32-bit words (the lower address in the low half, as kxs_pack2 packs them).
+template <typename T>
+__device__ __forceinline__ void kxs_store_bits(T* dst, const uint32_t (&bits)[4], int e) {
+  if constexpr (sizeof(T) == 4) {
+    *reinterpret_cast<uint32_t*>(dst) = bits[e];
+  } else {
+    *reinterpret_cast<unsigned short*>(dst) = (unsigned short)(bits[e >> 1] >> (16 * (e & 1)));
+  }
 }
 
 __device__ __forceinline__ void fence_proxy_async_smem() {
@@ -393,8 +506,9 @@ __device__ __forceinline__ void kxs_round_tf32_smem(uint32_t addr, uint32_t stri
 #endif  // DECONV_PATCH_KXS_SM90A_DEVICE
 
 // ---------------------------------------------------------------------------------------------
-// Main kernel (body only on sm_90a; an empty kernel elsewhere).
-template <typename T, class Cfg>
+// Main kernel (body only on sm_90a; an empty kernel elsewhere). NCHW_IN: A read MN-major from
+// NCHW input (16-bit); STAGED: the shared-memory-staged store (see the top for both).
+template <typename T, class Cfg, bool NCHW_IN, bool STAGED>
 __global__ void __launch_bounds__(kThreads, 1)
     conv_transpose2d_gemm_kxs_sm90_kernel(const __grid_constant__ CUtensorMap tma_a,
                                           const __grid_constant__ CUtensorMap tma_b,
@@ -402,6 +516,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 #if defined(DECONV_PATCH_KXS_SM90A_DEVICE)
   constexpr bool kTf32 = std::is_same<T, float>::value;
   static_assert(sizeof(T) == 2 || kTf32, "16-bit or fp32 (TF32) operands");
+  static_assert(!NCHW_IN || (sizeof(T) == 2 && STAGED),
+                "MN-major A is 16-bit only; NCHW input always uses the staged store");
   constexpr int BN = Cfg::kBN;
   constexpr int S = Cfg::kStages;
   constexpr int MI = Cfg::kMI;
@@ -435,16 +551,38 @@ __global__ void __launch_bounds__(kThreads, 1)
       uint32_t c = 0;  // k block counter (see the ring protocol at the top)
       for (int t = blockIdx.x; t < p.tiles; t += gridDim.x) {
         const int mt = t / p.n_tiles;
-        const int m0 = mt * kBM;
-        const int n0 = (t - mt * p.n_tiles) * BN;
-        for (int kb = 0; kb < p.kb; ++kb, ++c) {
-          const uint32_t s = c % S;
-          const uint32_t bar = full_bar + 8 * s;
-          mbar_wait(empty_bar + 8 * s, ((c / S) & 1) ^ 1);
-          mbar_arrive_expect_tx(bar, Cfg::kStageBytes);
-          const uint32_t sa = base + s * Cfg::kStageBytes;
-          tma_load_2d(sa, &tma_a, bar, kb * kBK<T>, m0);
-          tma_load_2d(sa + Cfg::kABytes, &tma_b, bar, kb * kBK<T>, n0);
+        if constexpr (NCHW_IN) {
+          // m tile mt = (image, pixel tile): two boxes of 64 pixels x 64 channels per stage; the
+          // second is not loaded when it lies wholly past H*W (those rows are never stored).
+          const int img = mt / p.pix_tiles;
+          const int p0 = (mt - img * p.pix_tiles) * kBM;
+          const int n0 = (t - mt * p.n_tiles) * BN;
+          const bool second = p0 + kPixBox < p.hw;
+          const uint32_t bytes = Cfg::kStageBytes - (second ? 0 : Cfg::kABytes / 2);
+          for (int kb = 0; kb < p.kb; ++kb, ++c) {
+            const uint32_t s = c % S;
+            const uint32_t bar = full_bar + 8 * s;
+            mbar_wait(empty_bar + 8 * s, ((c / S) & 1) ^ 1);
+            mbar_arrive_expect_tx(bar, bytes);
+            const uint32_t sa = base + s * Cfg::kStageBytes;
+            tma_load_3d(sa, &tma_a, bar, p0, kb * kBK<T>, img);
+            if (second) {
+              tma_load_3d(sa + Cfg::kABytes / 2, &tma_a, bar, p0 + kPixBox, kb * kBK<T>, img);
+            }
+            tma_load_2d(sa + Cfg::kABytes, &tma_b, bar, kb * kBK<T>, n0);
+          }
+        } else {
+          const int m0 = mt * kBM;
+          const int n0 = (t - mt * p.n_tiles) * BN;
+          for (int kb = 0; kb < p.kb; ++kb, ++c) {
+            const uint32_t s = c % S;
+            const uint32_t bar = full_bar + 8 * s;
+            mbar_wait(empty_bar + 8 * s, ((c / S) & 1) ^ 1);
+            mbar_arrive_expect_tx(bar, Cfg::kStageBytes);
+            const uint32_t sa = base + s * Cfg::kStageBytes;
+            tma_load_2d(sa, &tma_a, bar, kb * kBK<T>, m0);
+            tma_load_2d(sa + Cfg::kABytes, &tma_b, bar, kb * kBK<T>, n0);
+          }
         }
       }
     }
@@ -464,8 +602,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   unsigned char* my_tables = smem + Cfg::kTableOffset + cw * 2 * Cfg::kTableBytes;
 
   // Cooperative: consumer cw reads A rows 64cw..; ping-pong: both m64 halves (mi * 64 rows).
-  const uint64_t a_desc0 =
-      kxs_smem_desc(base + (uint32_t)((Cfg::kPingPong ? 0 : cw) * 64 * kRowBytes));
+  // Either way 64 rows are 8 KB further, K-major or (NCHW input) MN-major.
+  const uint32_t a_addr0 = base + (uint32_t)((Cfg::kPingPong ? 0 : cw) * 64 * kRowBytes);
+  const uint64_t a_desc0 = NCHW_IN ? kxs_smem_desc_mn(a_addr0) : kxs_smem_desc(a_addr0);
   const uint64_t b_desc0 = kxs_smem_desc(base + Cfg::kABytes);
   constexpr uint64_t kStageDesc = Cfg::kStageBytes >> 4;  // descriptor units of 16 bytes
   constexpr uint64_t kHalfDesc = (64 * kRowBytes) >> 4;   // next 64 rows of A
@@ -478,7 +617,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (t64 >= p.tiles) break;
     const int t = (int)t64;
     const int mt = t / p.n_tiles;
-    const int m0 = mt * kBM;
+    const int m0 = NCHW_IN ? 0 : mt * kBM;  // NCHW input: rows from (image, pixel tile) below
     const int n0 = (t - mt * p.n_tiles) * BN;
 
     // Epilogue table inputs of this tile's columns: loaded here, used after the MMAs, so the
@@ -540,9 +679,11 @@ __global__ void __launch_bounds__(kThreads, 1)
         for (int mi = 0; mi < MI; ++mi) {
           // k step (k16 16-bit, k8 tf32): 32 bytes further along every 128-byte row (2
           // descriptor units); in-atom K offsets of a 128B-swizzled K-major tile go into the
-          // start address, the hardware applies the swizzle to the full address.
-          KxsWgmma<T, BN>::run(acc[mi], a_desc0 + so + mi * kHalfDesc + 2 * ks,
-                               b_desc0 + so + 2 * ks);
+          // start address, the hardware applies the swizzle to the full address. MN-major A
+          // (NCHW input): 16 k rows = 2 whole atoms further (kKStepDescA).
+          KxsWgmma<T, BN, NCHW_IN>::run(
+              acc[mi], a_desc0 + so + mi * kHalfDesc + kKStepDescA<NCHW_IN> * ks,
+              b_desc0 + so + 2 * ks);
         }
       }
       wgmma_commit();
@@ -586,82 +727,200 @@ __global__ void __launch_bounds__(kThreads, 1)
     // previous tile, which every thread finished before arriving here: no second barrier.
     named_barrier_sync(kTableBarrier + cw, 128);
 
-    int64_t row_off[MI][2];
-    bool row_ok[MI][2];
+    if constexpr (STAGED) {
+      // ---- Staged store (see the top). ----
+      // This thread stores staging row sr of every chunk (tile row 64 * half + sr), 16-byte units
+      // su and su + 2 of it: each warp store covers 32 consecutive rows of one logical column.
+      const int sr = 32 * (wv & 1) + lane;
+      const int su = wv >> 1;
+      int64_t srow_off[MI];
+      bool srow_ok[MI];
 #pragma unroll
-    for (int mi = 0; mi < MI; ++mi) {
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int m = m0 + (Cfg::kPingPong ? 64 * mi : 64 * cw) + 16 * wv + rq + 8 * h;
-        row_ok[mi][h] = m < p.m;
-        row_off[mi][h] = row_ok[mi][h] ? kxs_row_offset(p, m) : 0;
+      for (int mi = 0; mi < MI; ++mi) {
+        const int r = (Cfg::kPingPong ? 64 * mi : 64 * cw) + sr;  // tile row
+        int m;
+        if constexpr (NCHW_IN) {
+          // Tile rows are pixels pt*128 + r of image img; m = img*H*W + pixel stays below
+          // N*H*W + 128 (no int overflow, supports) and is used only where pixel < H*W.
+          const int img = mt / p.pix_tiles;
+          const int pix = (mt - img * p.pix_tiles) * kBM + r;
+          srow_ok[mi] = pix < p.hw;
+          m = img * p.hw + pix;
+        } else {
+          m = m0 + r;
+          srow_ok[mi] = m < p.m;
+        }
+        srow_off[mi] = srow_ok[mi] ? kxs_row_offset(p, m) : 0;
       }
-    }
-
-    // kNone: fmaf(acc, mul, add) is exactly apply_epilogue's result (without scale, mul == 1
-    // and fmaf(acc, 1, add) rounds acc + add once, as the unfused sum does).
-    auto store_tile = [&](auto no_act) {
-      constexpr bool kNoAct = decltype(no_act)::value;
+      constexpr int kUnitCols = 16 / (int)sizeof(T);               // columns per 16-byte unit
+      constexpr int kChunkCols = kStageRowBytes / (int)sizeof(T);  // 32 (16-bit) / 16 (fp32)
+      constexpr int kHalves = kColGroup / kChunkCols;              // chunks per group: 1 / 2
+      unsigned char* const my_staging = smem + Cfg::kStagingOffset + cw * 2 * kStageChunkBytes;
+      // The values are exactly the register path's: same epilogue expression, same rounding
+      // (kxs_pack2 / fp32 as is); only the route to global memory differs.
+      auto store_staged = [&](auto no_act) {
+        constexpr bool kNoAct = decltype(no_act)::value;
 #pragma unroll
-      for (int g = 0; g < BN / kColGroup; ++g) {
-        const int lc = kColGroup * g + 8 * q;  // this lane's 8 logical columns lc..lc+7
-        if (n0 + lc >= p.nc) continue;
-        float mul[8], add[8];
-        *reinterpret_cast<float4*>(mul) = *reinterpret_cast<const float4*>(t_mul + lc);
-        *reinterpret_cast<float4*>(mul + 4) = *reinterpret_cast<const float4*>(t_mul + lc + 4);
-        *reinterpret_cast<float4*>(add) = *reinterpret_cast<const float4*>(t_add + lc);
-        *reinterpret_cast<float4*>(add + 4) = *reinterpret_cast<const float4*>(t_add + lc + 4);
+        for (int g = 0; g < BN / kColGroup; ++g) {
+          // Uniform over the warpgroup, as the barriers below need (later groups are past NC too).
+          if (n0 + kColGroup * g >= p.nc) break;
+          const int lc = kColGroup * g + 8 * q;  // this lane's 8 logical columns lc..lc+7
+          float mul[8], add[8];
+          *reinterpret_cast<float4*>(mul) = *reinterpret_cast<const float4*>(t_mul + lc);
+          *reinterpret_cast<float4*>(mul + 4) = *reinterpret_cast<const float4*>(t_mul + lc + 4);
+          *reinterpret_cast<float4*>(add) = *reinterpret_cast<const float4*>(t_add + lc);
+          *reinterpret_cast<float4*>(add + 4) = *reinterpret_cast<const float4*>(t_add + lc + 4);
 #pragma unroll
-        for (int mi = 0; mi < MI; ++mi) {
+          for (int mi = 0; mi < MI; ++mi) {
+            float v[2][8];
 #pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            if (!row_ok[mi][h]) continue;
-            float v[8];
-#pragma unroll
-            for (int k = 0; k < 8; ++k) {
-              const float a = acc[mi][kxs_acc_index(g, h, k)];
-              if constexpr (kNoAct) {
-                v[k] = fmaf(a, mul[k], add[k]);
-              } else {
-                v[k] = apply_epilogue(a, ChannelAffine{mul[k], add[k]}, p.epi);
-              }
-            }
-            if (p.out_vec) {
-              if constexpr (kTf32) {
-                // os_c == 1, Cout % 4 == 0: columns lc..lc+3 and lc+4..lc+7 are each 4
-                // consecutive channels of one tap (not necessarily the same tap), 16-byte
-                // aligned; nc % 4 == 0, so lc < nc - n0 covers the first 4, and the second 4
-                // exist iff lc + 4 < nc - n0.
-                *reinterpret_cast<float4*>(out + row_off[mi][h] + t_off[lc]) =
-                    make_float4(v[0], v[1], v[2], v[3]);
-                if (n0 + lc + 4 < p.nc) {
-                  *reinterpret_cast<float4*>(out + row_off[mi][h] + t_off[lc + 4]) =
-                      make_float4(v[4], v[5], v[6], v[7]);
-                }
-              } else {
-                // os_c == 1, Cout % 8 == 0: the 8 columns are consecutive channels of one tap,
-                // 16-byte aligned (nc % 8 == 0, so lc < nc - n0 covers all 8).
-                uint4 pk;
-                pk.x = kxs_pack2<T>(v[0], v[1]);
-                pk.y = kxs_pack2<T>(v[2], v[3]);
-                pk.z = kxs_pack2<T>(v[4], v[5]);
-                pk.w = kxs_pack2<T>(v[6], v[7]);
-                *reinterpret_cast<uint4*>(out + row_off[mi][h] + t_off[lc]) = pk;
-              }
-            } else {
+            for (int h = 0; h < 2; ++h) {
 #pragma unroll
               for (int k = 0; k < 8; ++k) {
-                if (n0 + lc + k < p.nc) out[row_off[mi][h] + t_off[lc + k]] = from_float<T>(v[k]);
+                const float a = acc[mi][kxs_acc_index(g, h, k)];
+                if constexpr (kNoAct) {
+                  v[h][k] = fmaf(a, mul[k], add[k]);
+                } else {
+                  v[h][k] = apply_epilogue(a, ChannelAffine{mul[k], add[k]}, p.epi);
+                }
+              }
+            }
+#pragma unroll
+            for (int hf = 0; hf < kHalves; ++hf) {
+              // Chunk (g, mi, hf) of this tile: buffer parity by chunk index (compile time).
+              unsigned char* const buf =
+                  my_staging + (((g * MI + mi) * kHalves + hf) & 1) * kStageChunkBytes;
+              // Write: fp32 chunks hold 16 columns, those of lanes q = 2hf, 2hf + 1.
+              if (!kTf32 || (q >> 1) == hf) {
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                  const int r = 16 * wv + rq + 8 * h;  // row in the 64-row half
+                  if constexpr (kTf32) {
+                    const int u = 2 * (q & 1);
+                    *reinterpret_cast<float4*>(buf + kxs_stage_offset(r, u)) =
+                        make_float4(v[h][0], v[h][1], v[h][2], v[h][3]);
+                    *reinterpret_cast<float4*>(buf + kxs_stage_offset(r, u + 1)) =
+                        make_float4(v[h][4], v[h][5], v[h][6], v[h][7]);
+                  } else {
+                    uint4 pk;
+                    pk.x = kxs_pack2<T>(v[h][0], v[h][1]);
+                    pk.y = kxs_pack2<T>(v[h][2], v[h][3]);
+                    pk.z = kxs_pack2<T>(v[h][4], v[h][5]);
+                    pk.w = kxs_pack2<T>(v[h][6], v[h][7]);
+                    *reinterpret_cast<uint4*>(buf + kxs_stage_offset(r, q)) = pk;
+                  }
+                }
+              }
+              // The chunk is complete; the other buffer's readers are done (top).
+              named_barrier_sync(kStageBarrier + cw, 128);
+              // Read + store: unit u of row sr holds logical columns c0..c0+kUnitCols-1.
+              if (srow_ok[mi]) {
+#pragma unroll
+                for (int i2 = 0; i2 < 2; ++i2) {
+                  const int u = su + 2 * i2;
+                  const uint4 w = *reinterpret_cast<const uint4*>(buf + kxs_stage_offset(sr, u));
+                  const uint32_t bits[4] = {w.x, w.y, w.z, w.w};
+                  const int c0 = kColGroup * g + kChunkCols * hf + kUnitCols * u;
+                  int64_t off[kUnitCols];
+#pragma unroll
+                  for (int e = 0; e < kUnitCols; e += 2) {
+                    const longlong2 o = *reinterpret_cast<const longlong2*>(t_off + c0 + e);
+                    off[e] = o.x;
+                    off[e + 1] = o.y;
+                  }
+#pragma unroll
+                  for (int e = 0; e < kUnitCols; ++e) {
+                    if (n0 + c0 + e < p.nc) kxs_store_bits<T>(out + srow_off[mi] + off[e], bits, e);
+                  }
+                }
               }
             }
           }
         }
+      };
+      if (p.epi.activation == Activation::kNone) {
+        store_staged(std::true_type{});
+      } else {
+        store_staged(std::false_type{});
       }
-    };
-    if (p.epi.activation == Activation::kNone) {
-      store_tile(std::true_type{});
     } else {
-      store_tile(std::false_type{});
+      int64_t row_off[MI][2];
+      bool row_ok[MI][2];
+#pragma unroll
+      for (int mi = 0; mi < MI; ++mi) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int m = m0 + (Cfg::kPingPong ? 64 * mi : 64 * cw) + 16 * wv + rq + 8 * h;
+          row_ok[mi][h] = m < p.m;
+          row_off[mi][h] = row_ok[mi][h] ? kxs_row_offset(p, m) : 0;
+        }
+      }
+
+      // kNone: fmaf(acc, mul, add) is exactly apply_epilogue's result (without scale, mul == 1
+      // and fmaf(acc, 1, add) rounds acc + add once, as the unfused sum does).
+      auto store_tile = [&](auto no_act) {
+        constexpr bool kNoAct = decltype(no_act)::value;
+#pragma unroll
+        for (int g = 0; g < BN / kColGroup; ++g) {
+          const int lc = kColGroup * g + 8 * q;  // this lane's 8 logical columns lc..lc+7
+          if (n0 + lc >= p.nc) continue;
+          float mul[8], add[8];
+          *reinterpret_cast<float4*>(mul) = *reinterpret_cast<const float4*>(t_mul + lc);
+          *reinterpret_cast<float4*>(mul + 4) = *reinterpret_cast<const float4*>(t_mul + lc + 4);
+          *reinterpret_cast<float4*>(add) = *reinterpret_cast<const float4*>(t_add + lc);
+          *reinterpret_cast<float4*>(add + 4) = *reinterpret_cast<const float4*>(t_add + lc + 4);
+#pragma unroll
+          for (int mi = 0; mi < MI; ++mi) {
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              if (!row_ok[mi][h]) continue;
+              float v[8];
+#pragma unroll
+              for (int k = 0; k < 8; ++k) {
+                const float a = acc[mi][kxs_acc_index(g, h, k)];
+                if constexpr (kNoAct) {
+                  v[k] = fmaf(a, mul[k], add[k]);
+                } else {
+                  v[k] = apply_epilogue(a, ChannelAffine{mul[k], add[k]}, p.epi);
+                }
+              }
+              if (p.out_vec) {
+                if constexpr (kTf32) {
+                  // os_c == 1, Cout % 4 == 0: columns lc..lc+3 and lc+4..lc+7 are each 4
+                  // consecutive channels of one tap (not necessarily the same tap), 16-byte
+                  // aligned; nc % 4 == 0, so lc < nc - n0 covers the first 4, and the second 4
+                  // exist iff lc + 4 < nc - n0.
+                  *reinterpret_cast<float4*>(out + row_off[mi][h] + t_off[lc]) =
+                      make_float4(v[0], v[1], v[2], v[3]);
+                  if (n0 + lc + 4 < p.nc) {
+                    *reinterpret_cast<float4*>(out + row_off[mi][h] + t_off[lc + 4]) =
+                        make_float4(v[4], v[5], v[6], v[7]);
+                  }
+                } else {
+                  // os_c == 1, Cout % 8 == 0: the 8 columns are consecutive channels of one tap,
+                  // 16-byte aligned (nc % 8 == 0, so lc < nc - n0 covers all 8).
+                  uint4 pk;
+                  pk.x = kxs_pack2<T>(v[0], v[1]);
+                  pk.y = kxs_pack2<T>(v[2], v[3]);
+                  pk.z = kxs_pack2<T>(v[4], v[5]);
+                  pk.w = kxs_pack2<T>(v[6], v[7]);
+                  *reinterpret_cast<uint4*>(out + row_off[mi][h] + t_off[lc]) = pk;
+                }
+              } else {
+#pragma unroll
+                for (int k = 0; k < 8; ++k) {
+                  if (n0 + lc + k < p.nc) out[row_off[mi][h] + t_off[lc + k]] = from_float<T>(v[k]);
+                }
+              }
+            }
+          }
+        }
+      };
+      if (p.epi.activation == Activation::kNone) {
+        store_tile(std::true_type{});
+      } else {
+        store_tile(std::false_type{});
+      }
     }
   }
 #endif  // DECONV_PATCH_KXS_SM90A_DEVICE
@@ -811,19 +1070,71 @@ bool encode_kmajor(CUtensorMap* map, ScalarKind kind, const void* ptr, int64_t k
                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
+// 3-D map of dense NCHW 16-bit input as {H*W, Cin, N} (strides H*W and Cin*H*W elements),
+// box {64 pixels, BK channels, 1} (128 bytes x BK rows), 128-byte swizzle (matches
+// kxs_smem_desc_mn), out-of-bounds elements read as zero.
+bool encode_nchw(CUtensorMap* map, ScalarKind kind, const void* ptr, int64_t hw, int64_t cin,
+                 int64_t n) {
+  const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
+  if (encode == nullptr || kind == ScalarKind::kFloat32) return false;
+  const cuuint64_t dims[3] = {(cuuint64_t)hw, (cuuint64_t)cin, (cuuint64_t)(n > 0 ? n : 1)};
+  const cuuint64_t strides[2] = {(cuuint64_t)(hw * 2), (cuuint64_t)(cin * hw * 2)};  // bytes
+  const cuuint32_t box[3] = {(cuuint32_t)kPixBox, (cuuint32_t)stage_k(kind), 1};
+  const cuuint32_t elem_strides[3] = {1, 1, 1};
+  const CUtensorMapDataType dt = kind == ScalarKind::kBFloat16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                                               : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+  return encode(map, dt, 3, const_cast<void*>(ptr), dims, strides, box, elem_strides,
+                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+// How the kernel reads the input (supports() needs one of the first two).
+enum class KxsInput { kNone, kChannelsLast, kNchw };
+KxsInput input_layout(const ConvTranspose2dParams& p, ScalarKind kind) {
+  if (!aligned16(p.input)) return KxsInput::kNone;  // TMA: 16-byte aligned base
+  const int64_t cin = p.in_channels, hw = p.in_h * p.in_w;
+  auto stride_is = [](int64_t stride, int64_t size, int64_t want) {
+    return size <= 1 || stride == want;
+  };
+  // A is the input itself: dense channels_last, rows of Cin elements (16-byte rows: Cin *
+  // element size % 16 == 0, weight_side_ok). No input is both: that needs H*W == 1 (channel
+  // stride 1 == H*W), which NCHW's H*W % 8 == 0 excludes.
+  if (p.in_stride[1] == 1 && stride_is(p.in_stride[3], p.in_w, cin) &&
+      stride_is(p.in_stride[2], p.in_h, p.in_w * cin) &&
+      stride_is(p.in_stride[0], p.batch, hw * cin))
+    return KxsInput::kChannelsLast;
+  // Dense NCHW, 16-bit: A is MN-major per image. TMA strides must be multiples of 16 bytes
+  // (H*W % 8 == 0) and below 2^40 bytes.
+  if (kind != ScalarKind::kFloat32 && hw % 8 == 0 && cin > 0 &&
+      hw <= (((int64_t)1 << 39) - 1) / cin &&  // Cin*H*W < 2^39, without overflow
+      stride_is(p.in_stride[1], cin, hw) && stride_is(p.in_stride[3], p.in_w, 1) &&
+      stride_is(p.in_stride[2], p.in_h, p.in_w) && stride_is(p.in_stride[0], p.batch, cin * hw))
+    return KxsInput::kNchw;
+  return KxsInput::kNone;
+}
+
+// m tiles: 128 rows of N*H*W, or, for NCHW input, 128 pixels of one image (tiles never
+// straddle images).
+int64_t pixel_tiles(const ConvTranspose2dParams& p) { return (p.in_h * p.in_w + kBM - 1) / kBM; }
+int64_t m_tiles(const ConvTranspose2dParams& p, bool nchw) {
+  return nchw ? p.batch * pixel_tiles(p) : (p.batch * p.in_h * p.in_w + kBM - 1) / kBM;
+}
+
 // Config 0 (128x256) or 1 (128x128) by waves of persistent tiles: a 128x256 tile does twice
 // the MMAs of a 128x128 one for 1.5x its loads, so count it as 1.8 of them; the larger tile wins
-// unless its last wave is much emptier. (Not measured yet: autotune should time all configs.)
-int pick_config(int64_t m, int64_t nc, int sms) {
+// unless its last wave is much emptier. The same rule for every input / output layout (the
+// staged store adds the same work per output element to both). (Not measured yet: autotune
+// should time all configs.)
+int pick_config(int64_t mt, int64_t nc, int sms) {
   if (nc <= 128 || sms <= 0) return 1;
-  const int64_t m_tiles = (m + kBM - 1) / kBM;
-  const int64_t waves256 = (m_tiles * ((nc + 255) / 256) + sms - 1) / sms;
-  const int64_t waves128 = (m_tiles * ((nc + 127) / 128) + sms - 1) / sms;
+  const int64_t waves256 = (mt * ((nc + 255) / 256) + sms - 1) / sms;
+  const int64_t waves128 = (mt * ((nc + 127) / 128) + sms - 1) / sms;
   return waves256 * 18 <= waves128 * 10 ? 0 : 1;
 }
 
 // Kernel arguments for tiles of BN columns (tensor maps aside).
-KxsArgs make_kxs_args(const ConvTranspose2dParams& p, ScalarKind kind, int bn) {
+KxsArgs make_kxs_args(const ConvTranspose2dParams& p, ScalarKind kind, int bn, bool nchw) {
   const int64_t M = p.batch * p.in_h * p.in_w;
   const int64_t nc = logical_cols(p);
   const int64_t n_tiles = (nc + bn - 1) / bn;
@@ -838,7 +1149,7 @@ KxsArgs make_kxs_args(const ConvTranspose2dParams& p, ScalarKind kind, int bn) {
   a.kw = (int)p.ph_w.kernel;
   a.nc = (int)nc;
   a.n_tiles = (int)n_tiles;
-  a.tiles = (int)((M + kBM - 1) / kBM * n_tiles);
+  a.tiles = (int)(m_tiles(p, nchw) * n_tiles);
   a.kb = (int)((p.in_channels + stage_k(kind) - 1) / stage_k(kind));
   a.os_n = p.out_stride[0];
   a.os_c = p.out_stride[1];
@@ -852,6 +1163,7 @@ KxsArgs make_kxs_args(const ConvTranspose2dParams& p, ScalarKind kind, int bn) {
   a.out_vec = p.out_stride[1] == 1 && p.out_channels % vec == 0 && aligned16(p.output) &&
               mult(p.out_stride[0], p.batch) && mult(p.out_stride[2], p.out_h) &&
               mult(p.out_stride[3], p.out_w);
+  a.pix_tiles = (int)pixel_tiles(p);
   return a;
 }
 
@@ -868,45 +1180,67 @@ KxsPackArgs make_pack_args(const ConvTranspose2dParams& p, void* packed) {
   return a;
 }
 
-template <typename T, class Cfg>
+template <typename T, class Cfg, bool NCHW_IN, bool STAGED>
 cudaError_t launch_cfg(const ConvTranspose2dParams& p, ScalarKind kind, const void* packed,
                        cudaStream_t stream) {
-  const KxsArgs a = make_kxs_args(p, kind, Cfg::kBN);
+  constexpr int kSmem = STAGED ? Cfg::kTotalBytesStaged : Cfg::kTotalBytes;
+  const KxsArgs a = make_kxs_args(p, kind, Cfg::kBN, NCHW_IN);
   int device = 0, optin = 0;
   cudaError_t err = cudaGetDevice(&device);
   if (err != cudaSuccess) return err;
   err = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
   if (err != cudaSuccess) return err;
-  if (optin < Cfg::kTotalBytes) return cudaErrorInvalidConfiguration;
+  if (optin < kSmem) return cudaErrorInvalidConfiguration;
   const int sms = sm_count(device);
   if (sms <= 0) return cudaErrorInvalidValue;
 
   CUtensorMap map_a, map_b;
-  if (!encode_kmajor(&map_a, kind, p.input, p.in_channels, a.m, kBM) ||
-      !encode_kmajor(&map_b, kind, packed, p.in_channels, packed_rows(p), Cfg::kBN))
+  const bool map_a_ok =
+      NCHW_IN ? encode_nchw(&map_a, kind, p.input, p.in_h * p.in_w, p.in_channels, p.batch)
+              : encode_kmajor(&map_a, kind, p.input, p.in_channels, a.m, kBM);
+  if (!map_a_ok || !encode_kmajor(&map_b, kind, packed, p.in_channels, packed_rows(p), Cfg::kBN))
     return cudaErrorInvalidValue;
 
-  auto kernel = conv_transpose2d_gemm_kxs_sm90_kernel<T, Cfg>;
-  err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             Cfg::kTotalBytes);
+  auto kernel = conv_transpose2d_gemm_kxs_sm90_kernel<T, Cfg, NCHW_IN, STAGED>;
+  err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
   if (err != cudaSuccess) return err;
   const unsigned grid = (unsigned)(a.tiles < sms ? a.tiles : sms);
-  kernel<<<grid, kThreads, Cfg::kTotalBytes, stream>>>(map_a, map_b, a);
+  kernel<<<grid, kThreads, kSmem, stream>>>(map_a, map_b, a);
   return cudaGetLastError();
+}
+
+// The kernel variant for the layouts: NCHW input (16-bit) always stores through the staging
+// buffer; channels_last input does when the output's channel stride is not 1 (NCHW output),
+// and keeps the register path (16-byte vectors where out_vec) otherwise.
+template <typename T, class Cfg>
+cudaError_t launch_layout(const ConvTranspose2dParams& p, ScalarKind kind, const void* packed,
+                          bool nchw_in, cudaStream_t stream) {
+  if (nchw_in) {
+    if constexpr (sizeof(T) == 2) {
+      return launch_cfg<T, Cfg, true, true>(p, kind, packed, stream);
+    } else {
+      return cudaErrorInvalidValue;  // supports() never selects it for fp32
+    }
+  }
+  if (p.out_stride[1] != 1) return launch_cfg<T, Cfg, false, true>(p, kind, packed, stream);
+  return launch_cfg<T, Cfg, false, false>(p, kind, packed, stream);
 }
 
 template <typename T>
 cudaError_t launch_typed(const ConvTranspose2dParams& p, ScalarKind kind, const void* packed,
                          int config, cudaStream_t stream) {
+  const KxsInput in = input_layout(p, kind);
+  if (in == KxsInput::kNone) return cudaErrorInvalidValue;
+  const bool nchw = in == KxsInput::kNchw;
   if (config < 0) {
     int device = 0;
     if (cudaGetDevice(&device) != cudaSuccess) return cudaErrorInvalidValue;
-    config = pick_config(p.batch * p.in_h * p.in_w, logical_cols(p), sm_count(device));
+    config = pick_config(m_tiles(p, nchw), logical_cols(p), sm_count(device));
   }
   switch (config) {
-    case 0: return launch_cfg<T, KxsCfg0>(p, kind, packed, stream);
-    case 1: return launch_cfg<T, KxsCfg1>(p, kind, packed, stream);
-    case 2: return launch_cfg<T, KxsCfg2>(p, kind, packed, stream);
+    case 0: return launch_layout<T, KxsCfg0>(p, kind, packed, nchw, stream);
+    case 1: return launch_layout<T, KxsCfg1>(p, kind, packed, nchw, stream);
+    case 2: return launch_layout<T, KxsCfg2>(p, kind, packed, nchw, stream);
   }
   return cudaErrorInvalidValue;
 }
@@ -932,21 +1266,14 @@ cudaError_t launch_pack(const ConvTranspose2dParams& p, void* packed, cudaStream
   if (p.batch < 0) return false;
   for (int i = 0; i < 4; ++i)
     if (p.in_stride[i] < 0 || p.out_stride[i] < 0) return false;
-  // A is the input itself: dense channels_last, rows of Cin elements (TMA needs 16-byte rows
-  // and a 16-byte aligned base; Cin * element size % 16 == 0 above).
+  const KxsInput in = input_layout(p, kind);
+  if (in == KxsInput::kNone) return false;
   const int64_t cin = p.in_channels;
-  auto stride_is = [](int64_t stride, int64_t size, int64_t want) {
-    return size <= 1 || stride == want;
-  };
-  if (p.in_stride[1] != 1 || !stride_is(p.in_stride[3], p.in_w, cin) ||
-      !stride_is(p.in_stride[2], p.in_h, p.in_w * cin) ||
-      !stride_is(p.in_stride[0], p.batch, p.in_h * p.in_w * cin))
-    return false;
-  if (!aligned16(p.input)) return false;
   // int32 rows / tile indices / k block counters.
   const int64_t M = p.batch * p.in_h * p.in_w;
   if (M >= kInt32Limit - kBM) return false;
-  const int64_t tiles = (M + kBM - 1) / kBM * ((logical_cols(p) + 127) / 128);  // most: BN 128
+  const int64_t tiles =
+      m_tiles(p, in == KxsInput::kNchw) * ((logical_cols(p) + 127) / 128);  // most: BN 128
   if (tiles >= kMaxTiles || tiles * ((cin + stage_k(kind) - 1) / stage_k(kind)) >= kInt32Limit)
     return false;
   if (M > 0 && p.input == nullptr) return false;

@@ -1,8 +1,11 @@
-// Hopper (sm_90a) gemm_kxs for 16-bit and TF32-allowed fp32 channels_last layers: transposed
-// convolution with kernel == stride (padding 0, dilation 1, output_padding 0, groups 1) as one
-// persistent, warp-specialised GEMM: TMA loads into a shared-memory ring, warpgroup MMA
-// (wgmma.mma_async), the fused epilogue (epilogue.cuh) storing straight into the output. See
-// conv_transpose2d_gemm_kxs_sm90.cu for the GEMM, the packed weight layout and the pipeline.
+// Hopper (sm_90a) gemm_kxs for 16-bit and TF32-allowed fp32 layers: transposed convolution with
+// kernel == stride (padding 0, dilation 1, output_padding 0, groups 1) as one persistent,
+// warp-specialised GEMM: TMA loads into a shared-memory ring, warpgroup MMA (wgmma.mma_async),
+// the fused epilogue (epilogue.cuh) storing into the output. Input channels_last (any dtype) or,
+// for 16-bit, NCHW read in place (MN-major A operand); output of any strides: channels_last
+// straight from registers, otherwise (NCHW) through a shared-memory staging buffer so that warps
+// write runs along output rows. See conv_transpose2d_gemm_kxs_sm90.cu for the GEMM, the packed
+// weight layout (independent of the layouts) and the pipeline.
 //
 // The GEMM kernel is built for real only when the translation unit is compiled for sm_90a with
 // -DDECONV_PATCH_SM90A; everywhere else its body compiles to nothing and
@@ -13,7 +16,8 @@
 // accumulation; the output is fp32.
 //
 // Configs (the `config` argument; -1 picks 0 or 1 by a wave-count heuristic, not yet measured),
-// the same for every dtype (a stage is 128-byte rows: 64 k of 16-bit, 32 k of fp32):
+// the same for every dtype and layout (a stage is 128-byte rows: 64 k of 16-bit, 32 k of fp32;
+// the staged store adds 16 KB of shared memory, which every config has room for):
 //   0  "128x256s4":   128x256 tile, both consumer warpgroups on one tile (64 rows each), 4 stages
 //   1  "128x128s6":   128x128 tile, both consumer warpgroups on one tile, 6 stages
 //   2  "128x128s6pp": 128x128 tiles, "ping-pong": each consumer warpgroup owns every other
@@ -35,10 +39,12 @@ namespace deconv_patch {
 //   * per axis: kernel == stride in 1..16, padding 0, dilation 1, out == in * kernel
 //     (output_padding 0); groups 1; Cin % 8 == 0 (8 <= Cin < 2^24) for 16-bit, Cin % 4 == 0
 //     (4 <= Cin < 2^24) for fp32 (16-byte TMA rows); Cout >= 1; known activation
-//   * input dense channels_last: strides (H*W*Cin, 1, W*Cin, Cin) (size-1 dims excepted),
-//     16-byte aligned
-//   * N*H*W < 2^31 and the tile count below 2^30 (TMA coordinates and tile indices are int32);
-//     any non-negative weight and output strides (64-bit offsets)
+//   * input 16-byte aligned and either dense channels_last: strides (H*W*Cin, 1, W*Cin, Cin), or
+//     (float16 / bfloat16 only) dense NCHW: strides (Cin*H*W, H*W, W, 1) with H*W % 8 == 0
+//     (16-byte TMA strides) and Cin*H*W < 2^39; size-1 dims excepted in both
+//   * N*H*W < 2^31 and the tile count below 2^30 (TMA coordinates and tile indices are int32;
+//     NCHW input: tiles never straddle images, N*ceil(H*W/128) m tiles); any non-negative
+//     weight and output strides (64-bit offsets)
 bool gemm_kxs_sm90_supports(const ConvTranspose2dParams& p, ScalarKind kind, bool allow_tf32);
 
 // Number of configs; launch_conv_transpose2d_gemm_kxs_sm90 takes 0..num-1 (or -1).

@@ -11,6 +11,7 @@
 #include "conv_transpose2d_gemm_kxs.h"
 #include "conv_transpose2d_gemm_kxs_sm90.h"
 #include "conv_transpose2d_gemm_phase.h"
+#include "conv_transpose2d_gemm_phase_tma.h"
 #include "conv_transpose2d_gemm_phase_sm90.h"
 #include "conv_transpose2d_grouped.h"
 #include "conv_transpose2d_params.h"
@@ -61,15 +62,16 @@ void fill_weight_params(ConvTranspose2dParams& p, const at::Tensor& weight, at::
 
 }  // namespace
 
-// The weight re-laid-out for `variant`: "gemm_phase" and "gemm_phase_sm90" pack into their
-// tile layouts; "gemm_kxs" (its tap-major config) takes [Cin, KH*KW, Cout/g]. Depends on the
-// weight and the hyperparameters only; deconv_patch/packed_weights.py caches it per version.
+// The weight re-laid-out for `variant`: "gemm_phase", "gemm_phase_sm90", "gemm_kxs_sm90" and
+// "gemm_phase_tma" pack into their tile layouts; "gemm_kxs" (its tap-major config) takes
+// [Cin, KH*KW, Cout/g]. Depends on the weight and the hyperparameters only;
+// deconv_patch/packed_weights.py caches it per version.
 at::Tensor pack_weight(const std::string& variant, const at::Tensor& weight,
                        at::IntArrayRef stride, at::IntArrayRef padding,
                        at::IntArrayRef output_padding, at::IntArrayRef dilation, int64_t groups,
                        bool allow_tf32) {
   TORCH_CHECK(variant == "gemm_phase" || variant == "gemm_phase_sm90" || variant == "gemm_kxs" ||
-                  variant == "gemm_kxs_sm90",
+                  variant == "gemm_kxs_sm90" || variant == "gemm_phase_tma",
               "deconv_patch: variant ", variant, " reads no packed weight");
   TORCH_CHECK(weight.is_cuda() && weight.dim() == 4, "deconv_patch: weight must be a 4-D CUDA tensor");
   (void)output_padding;
@@ -78,12 +80,16 @@ at::Tensor pack_weight(const std::string& variant, const at::Tensor& weight,
   if (variant == "gemm_kxs") return weight.flatten(2).transpose(1, 2).contiguous();
   ConvTranspose2dParams p;
   fill_weight_params(p, weight, stride, padding, dilation, groups);
-  if (variant == "gemm_kxs_sm90") {
-    const int64_t bytes = gemm_kxs_sm90_packed_weight_bytes(p, kind);
-    TORCH_CHECK(bytes > 0, "deconv_patch: gemm_kxs_sm90 does not support this weight");
+  if (variant == "gemm_kxs_sm90" || variant == "gemm_phase_tma") {
+    const bool kxs = variant == "gemm_kxs_sm90";
+    const int64_t bytes = kxs ? gemm_kxs_sm90_packed_weight_bytes(p, kind)
+                              : gemm_phase_tma_packed_weight_bytes(p, kind);
+    TORCH_CHECK(bytes > 0, "deconv_patch: ", variant, " does not support this weight");
     at::Tensor packed = at::empty({bytes}, weight.options().dtype(at::kByte));
-    const cudaError_t err = launch_gemm_kxs_sm90_pack_weight(
-        p, kind, allow_tf32, packed.data_ptr(), c10::cuda::getCurrentCUDAStream().stream());
+    const cudaStream_t stream = c10::cuda::getCurrentCUDAStream().stream();
+    const cudaError_t err =
+        kxs ? launch_gemm_kxs_sm90_pack_weight(p, kind, allow_tf32, packed.data_ptr(), stream)
+            : launch_gemm_phase_tma_pack_weight(p, kind, allow_tf32, packed.data_ptr(), stream);
     TORCH_CHECK(err == cudaSuccess, "deconv_patch: weight packing failed: ",
                 cudaGetErrorString(err));
     return packed;
@@ -100,9 +106,9 @@ at::Tensor pack_weight(const std::string& variant, const at::Tensor& weight,
   return packed;
 }
 
-// Runs one kernel variant ("direct", "grouped", "gemm_kxs", "gemm_kxs_sm90", "gemm_phase" or
-// "gemm_phase_sm90")
-// with the fused epilogue in (scale, shift, activation); the planner (Python) has chosen it.
+// Runs one kernel variant ("direct", "grouped", "gemm_kxs", "gemm_kxs_sm90", "gemm_phase",
+// "gemm_phase_sm90" or "gemm_phase_tma") with the fused epilogue in (scale, shift, activation);
+// the planner (Python) has chosen it.
 // config: gemm_phase's tile config (-1: the kernel's choice); for gemm_kxs 1 selects tap-major
 // columns, whose weight comes from pack_weight("gemm_kxs", ...) in `packed`.
 at::Tensor conv_transpose2d_forward(const std::string& variant, const at::Tensor& input,
@@ -162,21 +168,9 @@ at::Tensor conv_transpose2d_forward(const std::string& variant, const at::Tensor
   }
 
   ConvTranspose2dParams p;
-  // gemm_phase gathers its A operand 16 bytes at a time only from channels_last input; for
-  // 16-bit NCHW input one re-layout pass (input is the smallest tensor of an up-sampling layer)
-  // is cheaper than 2-byte gathers inside the GEMM. gemm_phase_sm90 reads only such input.
-  // gemm_kxs_sm90 loads its A operand with TMA (16-byte rows) from dense channels_last input
-  // only, fp32 (TF32) included.
-  at::Tensor x = input;
-  const bool reads_rows = variant == "gemm_kxs_sm90" ||
-                          ((variant == "gemm_phase" || variant == "gemm_phase_sm90") &&
-                           kind != ScalarKind::kFloat32);
-  const int64_t per_16_bytes = 16 / input.element_size();  // channels in one 16-byte row chunk
-  if (reads_rows && (input.size(1) / groups) % per_16_bytes == 0 &&
-      !input.is_contiguous(at::MemoryFormat::ChannelsLast)) {
-    x = input.contiguous(at::MemoryFormat::ChannelsLast);
-  }
+  at::Tensor x = input;  // what the kernel reads: the input, or its channels_last copy
   p.input = x.data_ptr();
+  copy_strides(x, p.in_stride);
   p.weight = weight.data_ptr();
   p.bias = bias_t.defined() ? bias_t.data_ptr() : nullptr;
   p.output = output.data_ptr();
@@ -192,7 +186,6 @@ at::Tensor conv_transpose2d_forward(const std::string& variant, const at::Tensor
   p.out_per_group = weight.size(1);
   p.ph_h = make_axis_phase((int)stride[0], (int)padding[0], (int)dilation[0], (int)kh);
   p.ph_w = make_axis_phase((int)stride[1], (int)padding[1], (int)dilation[1], (int)kw);
-  copy_strides(x, p.in_stride);
   copy_strides(weight, p.w_stride);
   copy_strides(output, p.out_stride);
   p.out_channels_last = cl;
@@ -202,6 +195,24 @@ at::Tensor conv_transpose2d_forward(const std::string& variant, const at::Tensor
   p.epi.shift = channel_vector(shift, out_channels, input, "shift");
   p.epi.activation = static_cast<Activation>(activation);
   p.epi.negative_slope = (float)negative_slope;
+
+  // gemm_phase gathers its A operand 16 bytes at a time only from channels_last input; for
+  // 16-bit NCHW input one re-layout pass (input is the smallest tensor of an up-sampling layer)
+  // is cheaper than 2-byte gathers inside the GEMM. gemm_phase_sm90 reads only such input.
+  // gemm_kxs_sm90 and gemm_phase_tma load their A operand with TMA (16-byte rows); gemm_kxs_sm90
+  // also reads dense 16-bit NCHW input directly (MN-major A) where its build supports that, so
+  // it is asked first.
+  const bool reads_rows = variant == "gemm_kxs_sm90" || variant == "gemm_phase_tma" ||
+                          ((variant == "gemm_phase" || variant == "gemm_phase_sm90") &&
+                           kind != ScalarKind::kFloat32);
+  const int64_t per_16_bytes = 16 / input.element_size();  // channels in one 16-byte row chunk
+  if (reads_rows && (input.size(1) / groups) % per_16_bytes == 0 &&
+      !input.is_contiguous(at::MemoryFormat::ChannelsLast) &&
+      !(variant == "gemm_kxs_sm90" && gemm_kxs_sm90_supports(p, kind, allow_tf32))) {
+    x = input.contiguous(at::MemoryFormat::ChannelsLast);
+    p.input = x.data_ptr();
+    copy_strides(x, p.in_stride);
+  }
 
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream().stream();
   cudaError_t err;
@@ -239,6 +250,14 @@ at::Tensor conv_transpose2d_forward(const std::string& variant, const at::Tensor
                 "deconv_patch: gemm_kxs_sm90 has no tile config ", config);
     err = launch_conv_transpose2d_gemm_kxs_sm90(p, kind, allow_tf32, packed->data_ptr(), stream,
                                                 (int)config);
+  } else if (variant == "gemm_phase_tma") {
+    TORCH_CHECK(gemm_phase_tma_supports(p, kind, allow_tf32),
+                "deconv_patch: the gemm_phase_tma kernel does not support this call");
+    check_packed(gemm_phase_tma_packed_weight_bytes(p, kind));
+    TORCH_CHECK(config >= -1 && config < gemm_phase_tma_num_configs(),
+                "deconv_patch: gemm_phase_tma has no tile config ", config);
+    err = launch_conv_transpose2d_gemm_phase_tma(p, kind, allow_tf32, packed->data_ptr(), stream,
+                                                 (int)config);
   } else if (variant == "gemm_phase_sm90") {
     TORCH_CHECK(gemm_phase_sm90_supports(p, kind, allow_tf32),
                 "deconv_patch: the gemm_phase_sm90 kernel does not support this call");
@@ -290,6 +309,12 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "Number of gemm_phase tile configs");
   m.def("gemm_kxs_sm90_num_configs", &deconv_patch::gemm_kxs_sm90_num_configs,
         "Number of gemm_kxs_sm90 tile configs");
+  m.def("gemm_phase_tma_config_names", []() {
+    std::vector<std::string> names;
+    for (int i = 0; i < deconv_patch::gemm_phase_tma_num_configs(); ++i)
+      names.emplace_back(deconv_patch::gemm_phase_tma_config_name(i));
+    return names;
+  }, "gemm_phase_tma's tile config names, in config order");
   m.def("gemm_phase_sm90_num_configs", &deconv_patch::gemm_phase_sm90_num_configs,
         "Number of gemm_phase_sm90 tile configs");
   m.def("pack_weight", &deconv_patch::pack_weight,

@@ -323,8 +323,9 @@ def kernel_call(variant: str, input: torch.Tensor, weight: torch.Tensor,
         if problem is not None:
             raise RuntimeError(f"deconv_patch: {kernel} does not support {problem} (3xTF32 "
                                "would exceed fp32's error bound; see planner.MIN_3XTF32_DEPTH)")
-    if kernel == planner.GEMM_KXS_SM90 and planner.fp32_strict(input.dtype):
-        raise RuntimeError("deconv_patch: gemm_kxs_sm90 does not support fp32 without TF32")
+    if kernel in (planner.GEMM_KXS_SM90, planner.GEMM_PHASE_TMA) and \
+            planner.fp32_strict(input.dtype):
+        raise RuntimeError(f"deconv_patch: {kernel} does not support fp32 without TF32")
     scale, shift, activation, slope = epilogue.kernel_args(input.device)
     repack: Optional[Callable[[torch.Tensor], torch.Tensor]] = None
     if planner.reads_packed_weight(variant):

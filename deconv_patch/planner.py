@@ -53,10 +53,12 @@ GEMM_KXS = "gemm_kxs"
 GEMM_PHASE = "gemm_phase"
 GEMM_PHASE_SM90 = "gemm_phase_sm90"
 GEMM_KXS_SM90 = "gemm_kxs_sm90"
+GEMM_PHASE_TMA = "gemm_phase_tma"
 GROUPED = "grouped"
 DIRECT = "direct"
 ATEN = "aten"
-VARIANTS = (GEMM_KXS, GEMM_PHASE, DIRECT, ATEN, GROUPED, GEMM_PHASE_SM90, GEMM_KXS_SM90)
+VARIANTS = (GEMM_KXS, GEMM_PHASE, DIRECT, ATEN, GROUPED, GEMM_PHASE_SM90, GEMM_KXS_SM90,
+            GEMM_PHASE_TMA)
 # gemm_phase's tile configurations, in the kernel's order (launch_conv_transpose2d_gemm_phase's
 # `config`). "gemm_phase" alone lets the kernel pick; "gemm_phase:64x64" forces one (autotune
 # times them all).
@@ -73,7 +75,12 @@ KXS_SM90_CONFIGS = tuple(f"{GEMM_KXS_SM90}:{t}" for t in ("128x256s4", "128x128s
                                                            "128x128s6pp"))
 # The config the planner runs by default (fastest forced on every suite layer, H100).
 KXS_SM90_WINNER = KXS_SM90_CONFIGS[2]
-NAMED_VARIANTS = VARIANTS + PHASE_CONFIGS + (KXS_TAP_MAJOR,) + SM90_CONFIGS + KXS_SM90_CONFIGS
+# gemm_phase_tma's configs, in the kernel's order (the extension's gemm_phase_tma_config_names):
+# tile m x n, ring stages, "pp" = ping-pong consumer warpgroups.
+PHASE_TMA_CONFIGS = tuple(f"{GEMM_PHASE_TMA}:{t}" for t in ("128x128s6pp", "128x128s6",
+                                                               "128x256s4", "128x64s8pp"))
+NAMED_VARIANTS = VARIANTS + PHASE_CONFIGS + (KXS_TAP_MAJOR,) + SM90_CONFIGS + KXS_SM90_CONFIGS + \
+    PHASE_TMA_CONFIGS
 _GEMM_TILE = 128
 _MIN_PHASE_CHANNELS = 16  # per group, in and out: below this tensor-core tiles are mostly padding
 _MIN_GEMM_OUTPUT_BYTES = 4 * 2**20
@@ -133,6 +140,8 @@ def split_variant(variant: str) -> Tuple[str, int]:
         return GEMM_PHASE_SM90, SM90_CONFIGS.index(variant)
     if variant in KXS_SM90_CONFIGS:
         return GEMM_KXS_SM90, KXS_SM90_CONFIGS.index(variant)
+    if variant in PHASE_TMA_CONFIGS:
+        return GEMM_PHASE_TMA, PHASE_TMA_CONFIGS.index(variant)
     if variant == KXS_TAP_MAJOR:
         return GEMM_KXS, 1
     return variant, -1
@@ -140,7 +149,8 @@ def split_variant(variant: str) -> Tuple[str, int]:
 
 def reads_packed_weight(variant: str) -> bool:
     """Whether a variant reads a pre-packed weight (packed_weights.py) instead of the weight."""
-    return split_variant(variant)[0] in (GEMM_PHASE, GEMM_PHASE_SM90, GEMM_KXS_SM90) or \
+    return split_variant(variant)[0] in (GEMM_PHASE, GEMM_PHASE_SM90, GEMM_KXS_SM90,
+                                         GEMM_PHASE_TMA) or \
         variant == KXS_TAP_MAJOR
 
 
@@ -193,10 +203,11 @@ def plan_layer(device: torch.device, dtype: torch.dtype, kernel_hw: Sequence[int
 
 
 def _without_phase(chosen: Plan, why: str) -> Plan:
-    """`chosen` with gemm_phase (and gemm_phase_sm90) ruled out: gone from the candidates and,
-    if it was the choice, replaced by direct where that is a candidate (PyTorch cannot use
-    cuDNN) else PyTorch."""
-    rest = tuple(v for v in chosen.candidates if v not in PHASE_CONFIGS + SM90_CONFIGS)
+    """`chosen` with the stride-phase GEMMs (gemm_phase, gemm_phase_sm90, gemm_phase_tma) ruled
+    out: gone from the candidates and, if it was the choice, replaced by direct where that is a
+    candidate (PyTorch cannot use cuDNN) else PyTorch."""
+    rest = tuple(v for v in chosen.candidates
+                 if v not in PHASE_CONFIGS + SM90_CONFIGS + PHASE_TMA_CONFIGS)
     if chosen.variant != GEMM_PHASE:
         return Plan(chosen.variant, chosen.reason, candidates=rest)
     fallback = DIRECT if DIRECT in rest else ATEN
@@ -225,17 +236,20 @@ def _plan_layer(device: torch.device, dtype: torch.dtype, kernel_hw: Sequence[in
     # few channels (DCGAN's 64 > 3 output layer, FSRCNN's 56 > 1): an autotune candidate there.
     grouped = (GROUPED,) if channels is not None and \
         max(channels) <= _MAX_GROUPED_CANDIDATE else ()
+    # The TMA + wgmma kernels (Hopper; 16-bit, or fp32 with TF32 allowed).
+    hopper = _is_sm90(device) and not fp32_strict(dtype)
+    tma = PHASE_TMA_CONFIGS if hopper else ()
     if gemm_kxs_problem(dtype, kernel_hw, args, depth) is None:
         how = "3xTF32 " if fp32_strict(dtype) else ""
-        wgmma = KXS_SM90_CONFIGS if _is_sm90(device) and not fp32_strict(dtype) and \
-            args.groups == 1 and not any(args.output_padding) else ()
+        wgmma = KXS_SM90_CONFIGS if hopper and args.groups == 1 and \
+            not any(args.output_padding) else tma
         return Plan(GEMM_KXS, f"kernel == stride: {how}tensor-core GEMM with scatter epilogue",
                     candidates=(GEMM_KXS, KXS_TAP_MAJOR, *wgmma, *grouped, ATEN))
     # gemm_phase keeps fp32 without TF32 off 3xTF32 (depth None): on deep sums its error still
     # reached 1.11x the tests' bound in benchmarks/strict_error_scan.py (gemm_kxs: 0.58x).
     tensor_cores = tensor_core_problem(dtype) is None
     phase = (*PHASE_CONFIGS, *(SM90_CONFIGS if _is_sm90(device) and dtype != torch.float32
-                               else ()))
+                               else ()), *tma)
     no_cudnn = ("cuDNN cannot run output_padding >= stride"
                 if any(op >= s for op, s in zip(args.output_padding, args.stride))
                 else "cuDNN is disabled" if not torch.backends.cudnn.enabled else None)

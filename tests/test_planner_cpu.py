@@ -34,6 +34,19 @@ def test_k_equal_stride_layers_get_gemm_kxs_and_its_tap_major_candidate(capabili
                                           planner.ATEN} | wgmma
 
 
+def test_k_equal_stride_layers_gemm_kxs_sm90_cannot_run_list_gemm_phase_tma(capability):
+    """Grouped or output_padding k == stride layers: gemm_kxs_sm90 refuses them, the phase TMA
+    kernel is timed instead (Hopper, 16-bit / TF32 only)."""
+    for args in (ConvTransposeArgs.from_values(stride=2, groups=2),
+                 ConvTransposeArgs.from_values(stride=2, output_padding=1)):
+        for dtype, tf32 in ((torch.bfloat16, True), (torch.float32, True),
+                            (torch.float32, False)):
+            chosen = _plan(dtype, (2, 2), args, (128, 64), tf32=tf32)
+            assert not set(planner.KXS_SM90_CONFIGS) & set(chosen.candidates)
+            has_tma = set(planner.PHASE_TMA_CONFIGS) <= set(chosen.candidates)
+            assert has_tma == (capability == (9, 0) and tf32)
+
+
 @pytest.mark.parametrize("cin_g,expected", [(planner.MIN_3XTF32_DEPTH, planner.GEMM_KXS),
                                             (planner.MIN_3XTF32_DEPTH - 1, planner.ATEN)])
 def test_fp32_strict_runs_3xtf32_only_on_deep_k_equal_stride_sums(capability, cin_g, expected):
@@ -49,7 +62,8 @@ def test_fp32_strict_phase_layers_stay_on_cudnn(capability):
     args = ConvTransposeArgs.from_values(stride=2, padding=1)
     chosen = _plan(torch.float32, (4, 4), args, (512, 256), tf32=False)
     assert chosen.variant == planner.ATEN
-    assert not set(chosen.candidates) & set(planner.PHASE_CONFIGS + planner.SM90_CONFIGS)
+    assert not set(chosen.candidates) & set(planner.PHASE_CONFIGS + planner.SM90_CONFIGS +
+                                            planner.PHASE_TMA_CONFIGS)
 
 
 def test_reduction_depth_counts_channels_times_taps_per_phase():
@@ -81,6 +95,11 @@ def test_wgmma_configs_are_16_bit_autotune_candidates_on_sm90_only(capability):
         assert chosen.variant == planner.ATEN and planner.PHASE_CONFIGS[0] in chosen.candidates
         has_sm90 = set(planner.SM90_CONFIGS) <= set(chosen.candidates)
         assert has_sm90 == (capability == (9, 0) and dtype != torch.float32)
+        has_tma = set(planner.PHASE_TMA_CONFIGS) <= set(chosen.candidates)
+        assert has_tma == (capability == (9, 0))  # TF32 allowed here: fp32 too
+    with torch.backends.cudnn.flags(enabled=False, allow_tf32=True):
+        no_cudnn = _plan(torch.bfloat16, (4, 4), args, (256, 128))
+    assert (set(planner.PHASE_TMA_CONFIGS) <= set(no_cudnn.candidates)) == (capability == (9, 0))
 
 
 def test_few_channels_rule_out_every_phase_config(capability):
@@ -88,7 +107,8 @@ def test_few_channels_rule_out_every_phase_config(capability):
     args = ConvTransposeArgs.from_values(stride=1, output_padding=1, dilation=2)
     chosen = _plan(torch.bfloat16, (3, 3), args, (8, 4))
     assert chosen.variant == planner.DIRECT
-    assert not set(chosen.candidates) & set(planner.PHASE_CONFIGS + planner.SM90_CONFIGS)
+    assert not set(chosen.candidates) & set(planner.PHASE_CONFIGS + planner.SM90_CONFIGS +
+                                            planner.PHASE_TMA_CONFIGS)
 
 
 def test_may_use_kernel_follows_the_grouped_and_3xtf32_rules():

@@ -1,0 +1,1443 @@
+// Any transposed convolution (16-bit, or fp32 with TF32 allowed; channels_last input) as
+// stride-phase implicit GEMMs in one persistent, warp-specialised kernel on Hopper: TMA loads
+// into an mbarrier ring, wgmma.mma_async, the fused epilogue storing straight into the output.
+// sm_90a only; see the header for the supported subset. Structure, PTX wrappers, ring protocol
+// and the column permutation follow conv_transpose2d_gemm_kxs_sm90.cu (own copies, pt_ prefix).
+//
+// Index math (per axis, h shown; w alike). Output row oh = r + S*i, phase r in [0, S), i in
+// [0, rows(r)). Tap kh lands on phase r iff r = (kh*dil - pad) mod S; those taps are
+// kh = kh0(r) + t*step, t in [0, taps(r)), step = S/gcd(S, dil), and read input row
+//     ih = i + off0(r) - t*in_step,     in_step = dil/gcd(S, dil)
+// (plan_axis in conv_transpose2d_phase_common.cuh gives taps, off0 and rows; kh0 is the first kh
+// of the phase). Dilation and padding live only in off0 and in_step. So for a fixed phase
+// (rh, rw) and tap (th, tw) the input pixels of a rectangular block of phase pixels
+// (i0.., j0..) of images n0.. form a rectangular input box of the same shape starting at
+//     (n0, i0 + off0_h(rh) - th*in_step_h, j0 + off0_w(rw) - tw*in_step_w):
+// one 4-D TMA load (dims innermost first {C, W, H, N}, box {BK, BW, BH, BNI}, signed int32
+// coordinates; out-of-bounds elements, negative coordinates included, are zero-filled).
+//
+// GEMM of phase (rh, rw), group g (Cin_g = Cin/groups, Cout_g = Cout/groups):
+//     m   = (nl*BH + hl)*BW + wl   in [0, 128): a box of BNI x BH x BW phase pixels, exactly the
+//           order TMA writes the box: 128 rows of BK elements = 128 bytes, 128-byte swizzle
+//     k   = tap*Cin_pad + c,  tap = th*taps_w + tw,  Cin_pad = round_up(Cin_g, BK),
+//           BK = 128 bytes of k (64 16-bit, 32 fp32); k block kb -> tap = kb / (Cin_pad/BK),
+//           channel block cb = kb % (Cin_pad/BK)
+//     oc  in [0, Cout_g)           (tiles of BN)
+//     A[m, k]  = input[n0+nl, g*Cin_g + c, i0+hl + off0_h - th*in_step_h, j0+wl + off0_w - ...]
+//     B[k, oc] = weight[g*Cin_g + c, oc, kh0_h(rh) + th*step_h, kh0_w(rw) + tw*step_w]
+//     output[n, g*Cout_g + oc, rh + SH*i, rw + SW*j] = epilogue(sum_k A*B)  for the real pixels
+//     (n < N, i < rows_h(rh), j < rows_w(rw)), 64-bit offsets, any output strides.
+// Groups > 1 need Cin_g % BK == 0 (a box never reaches the next group's channels); with one
+// group the channel tail of the last block lies past C = Cin and is zero-filled by TMA.
+// A phase without taps (kernel < stride, or gcd(S, dil) > 1) has 0 k blocks: its tiles store
+// epilogue(0).
+//
+// Box shape (BW, BH, BNI), BW*BH*BNI = 128, powers of two, chosen per launch (pt_pick_box) to
+// minimise the padded rows sum(tiles*128) - pixels (ties: wider BW, then taller BH). BNI > 1
+// lets small phase images share a tile.
+//
+// Packed weight (launch_gemm_phase_tma_pack_weight; independent of batch and image size):
+// K-major [G*P*Cout_pad][Kmax] of the input's element type, P = SH*SW phases in (rh, rw)
+// row-major order, Cout_pad = round_up(Cout_g, 32), Kmax = max over phases of taps*Cin_pad:
+//     packed[((g*P + rh*SW + rw)*Cout_pad + pos)*Kmax + k] = B[k, pt_logical_col(pos)]
+// and 0 where c >= Cin_g, the logical column >= Cout_g or k is past the phase's taps. fp32 is
+// stored rounded to TF32 (pt_round_tf32 = cvt.rna). The B box {BK, BN} of k block kb, n tile
+// col0 is at (kb*BK, (g*P + phase)*Cout_pad + col0): it may run into the next phase's rows (or
+// past the map, zero-filled); those columns are >= Cout_g and never stored.
+// Column permutation (kxs_sm90's): pos = 32g' + 8i + 2q + e <-> oc = 32g' + 8q + 2i + e. The
+// wgmma accumulator fragment gives lane l (q = l%4) physical columns 8c + 2q + e, which then are
+// the 8 consecutive channels 32g' + 8q + 0..7: a 16-byte NHWC store straight from registers.
+//
+// Tiles and schedule: launched phases (those with output pixels) sorted by taps descending
+// (stable), then group, box tile (n-box, i-box, j-box; j fastest), n tile fastest. Persistent:
+// grid = min(#SMs, tiles); CTA b takes tiles b, b + grid, ... A per-phase table (tile prefix,
+// box tiles, rows, off0, taps_w, k blocks, packed row) sits in the __grid_constant__ arguments;
+// each thread walks it forward (its tiles only increase).
+//
+// 384 threads: warpgroup 0 = producer (one thread issues all TMA), warpgroups 1, 2 = consumers.
+// Cooperative configs: both consumers on every tile (consumer w: rows 64w..64w+63, one m64nBN
+// accumulator). Ping-pong: consumer w takes the CTA's tiles i with i % 2 == w (all 128 rows).
+// Shared memory (1024-byte aligned): STAGES x [A 128 rows | B BN rows] of 128-byte swizzled rows,
+// per consumer two epilogue tables (mul, add per column; double-buffered by tile parity) and one
+// staging buffer, then the full/empty mbarriers.
+// Ring protocol (kxs_sm90's): k block counter c runs over the CTA's tiles in order (the producer
+// and both consumers see every tile of the CTA and add its k block count, 0 included; a
+// ping-pong consumer adds the other's tiles' counts without touching the ring), stage
+// s = c % STAGES, round r = c / STAGES:
+//     producer: wait empty[s] parity (r & 1) ^ 1; arrive.expect_tx(full[s], A box + B box bytes:
+//               TMA counts the full box even where it zero-fills); TMA A (4-D), TMA B (2-D)
+//     consumer: wait full[s] parity r & 1; [fp32: round its own A rows to TF32 in place, fence
+//               proxy, warpgroup barrier]; 4 wgmma k steps; commit; wait_group(1) -> the previous
+//               block's stage is free: lane 0 of each warp arrives on its empty barrier (count 8
+//               cooperative, 4 ping-pong); after the last block wait_group(0) and arrive.
+// A tile with 0 k blocks issues no TMA, waits on nothing and runs the epilogue of zeros.
+// Ping-pong order barrier: a consumer starts a tile's main loop only once the other has issued
+// the main loop of the CTA's previous tile, so no parity wait ever meets a barrier a full round
+// behind (and the tensor cores alternate). TF32: the rounding race rules of kxs_sm90 hold (a
+// warpgroup rounds only rows its own wgmmas read, after the full wait, before its wgmmas; the
+// stage is released after those wgmmas complete, and TMA refills it only after the release).
+//
+// Epilogue, per consumer and tile: bias/scale/shift loads issued before the main loop, (mul, add)
+// tabulated in shared memory after it (channel_affine), then one of three store paths:
+//   kPtStoreVec    (os_c == 1, Cout_g % 8 (16-bit) / % 4 (fp32) == 0, 16-byte aligned): 16-byte
+//                  stores of 8 (4) consecutive channels per lane straight from registers.
+//   kPtStoreDirect (other layouts with os_c < os_w): element stores from registers.
+//   kPtStoreStaged (os_c >= os_w: NCHW and the rest): the consumer's tile goes through its own
+//                  shared buffer [column][row] (ld = rows + 1: conflict-free fragment writes) in
+//                  chunks of kCols columns, and each warp then stores 32 consecutive rows m of
+//                  one column: runs of BW consecutive ow (stride SW) of one output channel row.
+// Rounding to the output type happens once, after the epilogue, on every path.
+//
+// wgmma m64nNk16 (16-bit) / m64nNk8 (tf32) accumulator fragment (warp v of the warpgroup, lane
+// l): register d[4*c + 2*h + e] holds row 16v + l/4 + 8h, physical column 8c + 2*(l%4) + e.
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <atomic>
+#include <cstdint>
+#include <type_traits>
+
+#include "conv_transpose2d_gemm_phase_tma.h"
+#include "conv_transpose2d_phase_common.cuh"
+#include "epilogue.cuh"
+#include "scalar_convert.cuh"
+#include "tensor_core_ptx.cuh"
+
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define DECONV_PATCH_PT_SM90A_DEVICE 1
+#endif
+
+namespace deconv_patch {
+namespace {
+
+using namespace tc;
+
+constexpr int kPtBM = 128;        // GEMM rows per tile (one TMA box)
+constexpr int kPtRowBytes = 128;  // bytes of k per tile row and stage (one 128-byte swizzle row)
+template <typename T>
+constexpr int kPtBK = kPtRowBytes / (int)sizeof(T);  // 64 (16-bit) or 32 (fp32) k per stage
+constexpr int kPtThreads = 384;   // producer warpgroup + 2 consumer warpgroups
+constexpr int kPtProducerRegs = 40;  // setmaxnreg: 128*40 + 256*232 <= 64K registers
+constexpr int kPtConsumerRegs = 232;
+constexpr int kPtColGroup = 32;   // period of the column permutation (packed rows padded to it)
+constexpr int kPtMaxPhases = 64;  // stride_h*stride_w (phase table in the kernel arguments)
+constexpr int kPtMaxDevices = 64;  // per-device caches
+constexpr int64_t kPtMaxTiles = (int64_t)1 << 30;
+constexpr int64_t kPtInt32Limit = (int64_t)1 << 31;
+constexpr int64_t kPtSizeLimit = (int64_t)1 << 30;  // batch, H, W, OH, OW (int32 coordinates)
+// Named barriers (0 is __syncthreads), each + consumer index: table (its 128 threads), ping-pong
+// order (256: the other consumer arrives, this one syncs), fp32 A rounding (128), staging (128).
+constexpr int kPtTableBarrier = 1;
+constexpr int kPtOrderBarrier = 3;
+constexpr int kPtRoundBarrier = 5;
+constexpr int kPtStagingBarrier = 7;
+static_assert(kPtTableBarrier + 2 <= kPtOrderBarrier && kPtOrderBarrier + 2 <= kPtRoundBarrier &&
+                  kPtRoundBarrier + 2 <= kPtStagingBarrier && kPtStagingBarrier + 2 <= 16,
+              "barrier ids");
+static_assert(128 * kPtProducerRegs + 256 * kPtConsumerRegs <= 65536, "register file split");
+
+// Store paths (PtArgs::mode).
+constexpr int kPtStoreVec = 0;
+constexpr int kPtStoreDirect = 1;
+constexpr int kPtStoreStaged = 2;
+
+// BN: tile columns (wgmma N). STAGES: ring depth. PINGPONG: consumers alternate tiles.
+template <int BN, int STAGES, bool PINGPONG>
+struct PtConfig {
+  static constexpr int kBN = BN;
+  static constexpr int kStages = STAGES;
+  static constexpr bool kPingPong = PINGPONG;
+  static constexpr int kMI = PINGPONG ? 2 : 1;  // m64 accumulators per consumer thread
+  static constexpr int kAcc = BN / 2;           // fp32 registers per m64 accumulator
+  static constexpr bool kSetMaxNreg = kMI * kAcc > 64;
+  static constexpr int kReleaseCount = PINGPONG ? 4 : 8;  // consumer warps reading a stage
+  static constexpr int kRows = PINGPONG ? 128 : 64;       // tile rows one consumer stores
+  static constexpr int kABytes = kPtBM * kPtRowBytes;     // = TMA box {BK, BW, BH, BNI}
+  static constexpr int kBBytes = BN * kPtRowBytes;        // = TMA box {BK, BN}
+  static constexpr int kStageBytes = kABytes + kBBytes;
+  static constexpr int kPipeBytes = STAGES * kStageBytes;
+  static constexpr int kTableBytes = BN * 8;  // mul, add (float) per tile column
+  static constexpr int kTableOffset = kPipeBytes;
+  static constexpr int kStagingBytes = 8320;  // per consumer: >= kCols * (kRows + 1) * elem
+  static constexpr int kStagingOffset = kTableOffset + 2 * 2 * kTableBytes;  // 2 consumers x 2
+  static constexpr int kBarOffset = kStagingOffset + 2 * kStagingBytes;
+  static constexpr int kTotalBytes = kBarOffset + 2 * STAGES * 8 + 1024;  // + alignment slack
+  static_assert(BN == 64 || BN == 128 || BN == 256, "wgmma wrappers exist for n64/n128/n256");
+  static_assert(BN % kPtColGroup == 0, "tiles hold whole permutation groups");
+  static_assert(kStageBytes % 1024 == 0, "stages keep the 1024-byte swizzle-atom alignment");
+  static_assert(kMI * kAcc <= 128, "accumulators fit the consumer register budget");
+  static_assert(kStagingBytes % 16 == 0 && kTableBytes % 16 == 0, "16-byte aligned regions");
+  static_assert(kSetMaxNreg || kMI * kAcc <= 64, "more than 64 accumulators need setmaxnreg");
+  static_assert(kStages >= 2 && kReleaseCount == 4 * (kPingPong ? 1 : 2) &&
+                    kRows * (kPingPong ? 1 : 2) == kPtBM,
+                "ring geometry");
+};
+using PtCfg0 = PtConfig<128, 6, true>;   // 128x128s6pp (218464 B)
+using PtCfg1 = PtConfig<128, 6, false>;  // 128x128s6   (218464 B)
+using PtCfg2 = PtConfig<256, 4, false>;  // 128x256s4   (222528 B)
+using PtCfg3 = PtConfig<64, 8, true>;    // 128x64s8pp  (216448 B)
+constexpr int kPtNumConfigs = 4;
+const char* const kPtConfigNames[kPtNumConfigs] = {"128x128s6pp", "128x128s6", "128x256s4",
+                                                   "128x64s8pp"};
+static_assert(PtCfg0::kTotalBytes <= 232448 && PtCfg1::kTotalBytes <= 232448 &&
+                  PtCfg2::kTotalBytes <= 232448 && PtCfg3::kTotalBytes <= 232448,
+              "configs fit sm_90's 227 KB of opt-in shared memory");
+
+// Staging geometry of the general store path: [kCols columns][kLd] elements per consumer, 8 KB
+// of payload (16-bit: 32 columns ping-pong, 64 cooperative; fp32: 16 / 32).
+template <typename T, class Cfg>
+struct PtStaging {
+  static constexpr int kCols = 8192 / (Cfg::kRows * (int)sizeof(T));
+  static constexpr int kLd = Cfg::kRows + 1;  // odd: a warp's fragment writes hit 32 banks
+  static_assert(kCols * kLd * (int)sizeof(T) <= Cfg::kStagingBytes, "staging fits");
+  static_assert(Cfg::kBN % kCols == 0 && (kCols == 16 || kCols % kPtColGroup == 0),
+                "a chunk is half a permutation group or whole groups");
+  static_assert((kCols * Cfg::kRows) % 128 == 0, "chunk stores cover the warpgroup evenly");
+};
+
+// One launched phase (launch order), per-phase part of the kernel arguments.
+struct PtPhase {
+  int tile_begin;        // first tile index of the phase (all groups)
+  int tiles_w, tiles_hw;  // box tiles along j, and along (i, j)
+  int rows_h, rows_w;    // phase pixels per image: rows(rh), rows(rw)
+  int off_h, off_w;      // off0_h(rh), off0_w(rw)
+  int taps_w;            // taps_w(rw) (tap -> th, tw)
+  int kb;                // k blocks: taps_h * taps_w * Cin_pad / BK (0 without taps)
+  int b_row;             // packed row of (group 0, this phase, column 0): (rh*SW + rw)*Cout_pad
+  int rc;                // rh << 8 | rw
+};
+
+struct PtArgs {
+  const void* bias;
+  void* out;
+  EpilogueParams epi;
+  int64_t os_n, os_c, os_h, os_w;  // output strides
+  int batch;
+  int cin_g, cout_g;
+  int cbs;                   // channel blocks per tap: Cin_pad / BK
+  int in_step_h, in_step_w;
+  int sh, sw;
+  int bw, bh, bni;           // TMA box (phase columns, phase rows, images)
+  int lg_bw, lg_bhw;         // log2(bw), log2(bw*bh)
+  int tiles_n;               // ceil(batch / bni)
+  int group_rows;            // packed rows per group: P * Cout_pad
+  int n_tiles;               // ceil(Cout_g / BN)
+  int tiles;                 // all tiles
+  int num_phases;            // launched phases
+  int mode;                  // kPtStore*
+  PtPhase ph[kPtMaxPhases];
+};
+static_assert(sizeof(PtArgs) + 2 * 128 <= 4096, "kernel arguments stay below 4 KiB");
+
+// ---------------------------------------------------------------------------------------------
+// Index functions (host and device: the host emulation runs exactly these).
+
+// Logical column of physical packed row / GEMM column `pos` (an involution, see the top).
+[[maybe_unused]] __host__ __device__ __forceinline__ int pt_logical_col(int pos) {
+  return (pos & ~31) | (((pos >> 3) & 3) << 1) | (((pos >> 1) & 3) << 3) | (pos & 1);
+}
+// Accumulator register (of one m64 accumulator) that holds logical column 32cg + 8q + k of row
+// half h for lane q: physical column 32cg + 8(k/2) + 2q + k%2, i.e. c = 4cg + k/2, e = k%2.
+[[maybe_unused]] __host__ __device__ __forceinline__ int pt_acc_index(int cg, int h, int k) {
+  return 16 * cg + 4 * (k >> 1) + 2 * h + (k & 1);
+}
+// Tile row of fragment (mi, h) of consumer cw, warp wv, lane row rq.
+template <bool PINGPONG>
+[[maybe_unused]] __host__ __device__ __forceinline__ int pt_frag_row(int mi, int cw, int wv,
+                                                                     int rq, int h) {
+  return (PINGPONG ? 64 * mi : 64 * cw) + 16 * wv + rq + 8 * h;
+}
+// fp32 bits rounded to TF32 as cvt.rna.tf32.f32 does (kxs_round_tf32's rule; integer-only, so
+// the packing kernel runs anywhere and the host emulation checks the same function).
+[[maybe_unused]] __host__ __device__ __forceinline__ uint32_t pt_round_tf32(uint32_t bits) {
+  if ((bits & 0x7FFFFFFFu) < 0x7F800000u) bits += 0x1000u;
+  return bits & 0xFFFFE000u;
+}
+
+// Launched phase holding tile t, scanning forward from q (a thread's tiles only increase).
+[[maybe_unused]] __host__ __device__ __forceinline__ int pt_find_phase(const PtArgs& a, int t,
+                                                                       int q) {
+  while (q + 1 < a.num_phases && t >= a.ph[q + 1].tile_begin) ++q;
+  return q;
+}
+
+struct PtTile {
+  int g;            // group
+  int n0, i0, j0;   // box origin: image, phase row, phase column
+  int col0;         // first GEMM column (output channel within the group)
+};
+// Tile t of launched phase q: local = ((g*m_tiles + m tile)*n_tiles + n tile, m tile =
+// (n-box*tiles_h + i-box)*tiles_w + j-box.
+[[maybe_unused]] __host__ __device__ __forceinline__ PtTile pt_decode_tile(const PtArgs& a, int t,
+                                                                           int q, int bn) {
+  const PtPhase& ph = a.ph[q];
+  int local = t - ph.tile_begin;
+  const int nt = local % a.n_tiles;
+  local /= a.n_tiles;
+  const int m_tiles = ph.tiles_hw * a.tiles_n;
+  PtTile r;
+  r.g = local / m_tiles;
+  int mt = local - r.g * m_tiles;
+  const int bn_i = mt / ph.tiles_hw;
+  mt -= bn_i * ph.tiles_hw;
+  const int bh_i = mt / ph.tiles_w;
+  const int bw_i = mt - bh_i * ph.tiles_w;
+  r.n0 = bn_i * a.bni;
+  r.i0 = bh_i * a.bh;
+  r.j0 = bw_i * a.bw;
+  r.col0 = nt * bn;
+  return r;
+}
+
+// k block cursor of the producer: channel block cb of tap (th, tw), walked in k order.
+struct PtKCursor {
+  int cb, tw, th;
+};
+[[maybe_unused]] __host__ __device__ __forceinline__ void pt_cursor_next(PtKCursor& k, int cbs,
+                                                                         int taps_w) {
+  if (++k.cb == cbs) {
+    k.cb = 0;
+    if (++k.tw == taps_w) {
+      k.tw = 0;
+      ++k.th;
+    }
+  }
+}
+// A box coordinates {c, w, h, n} of the tile's k block at cursor k (BK channels per block).
+[[maybe_unused]] __host__ __device__ __forceinline__ void pt_a_coords(const PtArgs& a,
+                                                                      const PtPhase& ph,
+                                                                      const PtTile& tl,
+                                                                      const PtKCursor& k, int bk,
+                                                                      int (&x)[4]) {
+  x[0] = tl.g * a.cin_g + k.cb * bk;
+  x[1] = tl.j0 + ph.off_w - k.tw * a.in_step_w;
+  x[2] = tl.i0 + ph.off_h - k.th * a.in_step_h;
+  x[3] = tl.n0;
+}
+// B box row coordinate of the tile (the k coordinate of block kb is kb*BK).
+[[maybe_unused]] __host__ __device__ __forceinline__ int pt_b_row(const PtArgs& a,
+                                                                  const PtPhase& ph,
+                                                                  const PtTile& tl) {
+  return tl.g * a.group_rows + ph.b_row + tl.col0;
+}
+// Output offset of tile row m without the channel part, and whether m is a real pixel.
+[[maybe_unused]] __host__ __device__ __forceinline__ int64_t pt_row_offset(const PtArgs& a,
+                                                                           const PtPhase& ph,
+                                                                           const PtTile& tl,
+                                                                           int m, bool& ok) {
+  const int n = tl.n0 + (m >> a.lg_bhw);
+  const int i = tl.i0 + ((m >> a.lg_bw) & (a.bh - 1));
+  const int j = tl.j0 + (m & (a.bw - 1));
+  ok = n < a.batch && i < ph.rows_h && j < ph.rows_w;
+  if (!ok) return 0;
+  return (int64_t)n * a.os_n + ((int64_t)(ph.rc >> 8) + (int64_t)a.sh * i) * a.os_h +
+         ((int64_t)(ph.rc & 0xff) + (int64_t)a.sw * j) * a.os_w;
+}
+// Channel part of the output offset of the tile's logical column lc.
+[[maybe_unused]] __host__ __device__ __forceinline__ int64_t pt_col_offset(const PtArgs& a,
+                                                                           const PtTile& tl,
+                                                                           int lc) {
+  return (int64_t)(tl.g * a.cout_g + tl.col0 + lc) * a.os_c;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Hopper PTX wrappers (sm_90a only).
+#if defined(DECONV_PATCH_PT_SM90A_DEVICE)
+
+__device__ __forceinline__ void pt_mbar_init(uint32_t bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+// Makes the initialised barriers visible to the async proxy (TMA complete_tx) and other threads
+// (with the __syncthreads that follows).
+__device__ __forceinline__ void pt_fence_mbar_init() {
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+__device__ __forceinline__ void pt_mbar_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void pt_mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
+               : "memory");
+}
+// Returns once the phase of parity `parity` has completed.
+__device__ __forceinline__ void pt_mbar_wait(uint32_t bar, uint32_t parity) {
+  uint32_t done;
+  do {
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+        "selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+  } while (done == 0);
+}
+// 2-D tiled TMA load of the box at (c0, c1) into shared `dst`, completing on `bar`.
+__device__ __forceinline__ void pt_tma_load_2d(uint32_t dst, const CUtensorMap* map, uint32_t bar,
+                                               int c0, int c1) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%3, %4}], [%2];\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "r"(c0), "r"(c1)
+      : "memory");
+}
+// 4-D tiled TMA load of the box at (c0, c1, c2, c3) (innermost first) into shared `dst`.
+__device__ __forceinline__ void pt_tma_load_4d(uint32_t dst, const CUtensorMap* map, uint32_t bar,
+                                               int c0, int c1, int c2, int c3) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%3, %4, %5, %6}], [%2];\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+      : "memory");
+}
+__device__ __forceinline__ void pt_prefetch_tensormap(const CUtensorMap* map) {
+  asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
+}
+template <int N>
+__device__ __forceinline__ void pt_setmaxnreg_inc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+template <int N>
+__device__ __forceinline__ void pt_setmaxnreg_dec() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+__device__ __forceinline__ void pt_bar_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void pt_bar_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+// Matrix descriptor of a K-major, 128-byte-swizzled tile at shared address `addr` (1024-byte
+// aligned swizzle atoms of 8 rows x 128 bytes, stacked 1024 bytes apart along m/n): start
+// address >> 4 (bits 0-13), leading byte offset 1 (unused when swizzled K-major, bits 16-29),
+// stride byte offset 1024 >> 4 (bits 32-45), base offset 0, layout 1 = 128B swizzle (bits 62-63).
+// This is what TMA's CU_TENSOR_MAP_SWIZZLE_128B writes for a box of 128-byte rows, whatever the
+// box rank (the swizzle is a function of the shared address) and the element size.
+__device__ __forceinline__ uint64_t pt_smem_desc(uint32_t addr) {
+  return (uint64_t)((addr >> 4) & 0x3FFFu) | ((uint64_t)1 << 16) | ((uint64_t)(1024 >> 4) << 32) |
+         ((uint64_t)1 << 62);
+}
+__device__ __forceinline__ void pt_wgmma_fence() {
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void pt_wgmma_commit() {
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+template <int N>
+__device__ __forceinline__ void pt_wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+// Keeps the compiler from moving accumulator accesses across wgmma issue / wait points.
+template <int N>
+__device__ __forceinline__ void pt_fence_acc(float (&d)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+// D(64 x N, fp32) += A(64 x K) * B(K x N), both K-major in shared memory (descriptors), K = 32
+// bytes of elements (k16 for 16-bit, k8 for tf32), scale-d 1 (accumulate), imm-scale-a/b 1, no
+// transpose (16-bit: imm-trans-a/b 0; tf32 has no transpose operands, K-major only).
+template <typename T, int N>
+struct PtWgmma;
+
+#define PT_F8(i)                                                                            \
+  "+f"(d[(i) + 0]), "+f"(d[(i) + 1]), "+f"(d[(i) + 2]), "+f"(d[(i) + 3]), "+f"(d[(i) + 4]), \
+      "+f"(d[(i) + 5]), "+f"(d[(i) + 6]), "+f"(d[(i) + 7])
+#define PT_F32(i) PT_F8(i), PT_F8((i) + 8), PT_F8((i) + 16), PT_F8((i) + 24)
+#define PT_F64 PT_F32(0), PT_F32(32)
+#define PT_F128 PT_F32(0), PT_F32(32), PT_F32(64), PT_F32(96)
+#define PT_R32                                                                              \
+  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                  \
+  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+#define PT_R64                                                                              \
+  PT_R32 ", "                                                                               \
+  "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "        \
+  "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+#define PT_R128                                                                             \
+  PT_R64 ", "                                                                               \
+  "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "        \
+  "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "        \
+  "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, "  \
+  "%111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, "    \
+  "%125, %126, %127"
+// N accumulators are operands 0..N/2-1; then A descriptor, B descriptor, scale-d. TAIL: the
+// immediates after scale-d.
+#define PT_DEFINE_WGMMA(TYPE, PTX_TYPE, K, TAIL, N, REGS, ACCS, DA, DB, SD)                   \
+  template <>                                                                                 \
+  struct PtWgmma<TYPE, N> {                                                                   \
+    static __device__ __forceinline__ void run(float (&d)[N / 2], uint64_t da, uint64_t db) { \
+      asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " SD ", 0;\n"                           \
+                   "wgmma.mma_async.sync.aligned.m64n" #N K ".f32." PTX_TYPE "." PTX_TYPE     \
+                   " {" REGS "}, " DA ", " DB ", p, " TAIL ";\n}\n"                            \
+                   : ACCS                                                                     \
+                   : "l"(da), "l"(db), "r"(1));                                               \
+    }                                                                                         \
+  };
+#define PT_T16 "1, 1, 0, 0"  // imm-scale-a, imm-scale-b, imm-trans-a, imm-trans-b
+#define PT_T32 "1, 1"        // imm-scale-a, imm-scale-b
+PT_DEFINE_WGMMA(__nv_bfloat16, "bf16", "k16", PT_T16, 64, PT_R32, PT_F32(0), "%32", "%33", "%34")
+PT_DEFINE_WGMMA(__half, "f16", "k16", PT_T16, 64, PT_R32, PT_F32(0), "%32", "%33", "%34")
+PT_DEFINE_WGMMA(float, "tf32", "k8", PT_T32, 64, PT_R32, PT_F32(0), "%32", "%33", "%34")
+PT_DEFINE_WGMMA(__nv_bfloat16, "bf16", "k16", PT_T16, 128, PT_R64, PT_F64, "%64", "%65", "%66")
+PT_DEFINE_WGMMA(__half, "f16", "k16", PT_T16, 128, PT_R64, PT_F64, "%64", "%65", "%66")
+PT_DEFINE_WGMMA(float, "tf32", "k8", PT_T32, 128, PT_R64, PT_F64, "%64", "%65", "%66")
+PT_DEFINE_WGMMA(__nv_bfloat16, "bf16", "k16", PT_T16, 256, PT_R128, PT_F128, "%128", "%129",
+                "%130")
+PT_DEFINE_WGMMA(__half, "f16", "k16", PT_T16, 256, PT_R128, PT_F128, "%128", "%129", "%130")
+PT_DEFINE_WGMMA(float, "tf32", "k8", PT_T32, 256, PT_R128, PT_F128, "%128", "%129", "%130")
+#undef PT_T32
+#undef PT_T16
+#undef PT_DEFINE_WGMMA
+#undef PT_R128
+#undef PT_R64
+#undef PT_R32
+#undef PT_F128
+#undef PT_F64
+#undef PT_F32
+#undef PT_F8
+
+// Two fp32 values rounded to nearest even (as from_float) and packed, `lo` at the lower address.
+template <typename T>
+__device__ __forceinline__ uint32_t pt_pack2(float lo, float hi);
+template <>
+__device__ __forceinline__ uint32_t pt_pack2<__nv_bfloat16>(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+template <>
+__device__ __forceinline__ uint32_t pt_pack2<__half>(float lo, float hi) {
+  const __half2 v = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+__device__ __forceinline__ void pt_fence_proxy_async_smem() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+// Rounds CHUNKS 16-byte chunks of fp32 in shared memory to TF32 in place (cvt.rna): chunk i at
+// addr + i * stride_bytes. All loads first, then converts and stores.
+template <int CHUNKS>
+__device__ __forceinline__ void pt_round_tf32_smem(uint32_t addr, uint32_t stride_bytes) {
+  uint32_t v[CHUNKS][4];
+#pragma unroll
+  for (int i = 0; i < CHUNKS; ++i) {
+    asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(v[i][0]), "=r"(v[i][1]), "=r"(v[i][2]), "=r"(v[i][3])
+                 : "r"(addr + i * stride_bytes)
+                 : "memory");
+  }
+#pragma unroll
+  for (int i = 0; i < CHUNKS; ++i) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) v[i][e] = to_tf32(__uint_as_float(v[i][e]));
+    asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr + i * stride_bytes),
+                 "r"(v[i][0]), "r"(v[i][1]), "r"(v[i][2]), "r"(v[i][3])
+                 : "memory");
+  }
+}
+
+#endif  // DECONV_PATCH_PT_SM90A_DEVICE
+
+// ---------------------------------------------------------------------------------------------
+// Main kernel (body only on sm_90a; an empty kernel elsewhere).
+template <typename T, class Cfg>
+__global__ void __launch_bounds__(kPtThreads, 1)
+    conv_transpose2d_gemm_phase_tma_kernel(const __grid_constant__ CUtensorMap tma_a,
+                                           const __grid_constant__ CUtensorMap tma_b,
+                                           const __grid_constant__ PtArgs p) {
+#if defined(DECONV_PATCH_PT_SM90A_DEVICE)
+  constexpr bool kTf32 = std::is_same<T, float>::value;
+  static_assert(sizeof(T) == 2 || kTf32, "16-bit or fp32 (TF32) operands");
+  constexpr int BN = Cfg::kBN;
+  constexpr int S = Cfg::kStages;
+  constexpr int MI = Cfg::kMI;
+  constexpr int kAcc = Cfg::kAcc;
+  constexpr bool kPP = Cfg::kPingPong;
+  constexpr int BK = kPtBK<T>;
+
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  const uint32_t raw_addr = smem_u32(smem_raw);
+  unsigned char* smem = smem_raw + (((raw_addr + 1023u) & ~1023u) - raw_addr);
+  const uint32_t base = smem_u32(smem);
+  const uint32_t full_bar = base + Cfg::kBarOffset;  // full[s] = full_bar + 8s
+  const uint32_t empty_bar = full_bar + 8 * S;       // empty[s] = empty_bar + 8s
+
+  const int tid = threadIdx.x;
+  const int wg = tid >> 7;
+
+  if (tid == 0) {
+    for (int s = 0; s < S; ++s) {
+      pt_mbar_init(full_bar + 8 * s, 1);  // the producer's arrive.expect_tx (+ TMA bytes)
+      pt_mbar_init(empty_bar + 8 * s, Cfg::kReleaseCount);
+    }
+    pt_fence_mbar_init();
+  }
+  __syncthreads();
+
+  if (wg == 0) {
+    // ---- Producer warpgroup: one thread issues every TMA load of this CTA's tiles. ----
+    if constexpr (Cfg::kSetMaxNreg) pt_setmaxnreg_dec<kPtProducerRegs>();
+    if (tid == 0) {
+      pt_prefetch_tensormap(&tma_a);
+      pt_prefetch_tensormap(&tma_b);
+      uint32_t c = 0;  // k block counter (see the ring protocol at the top)
+      int q = 0;       // launched phase of the current tile
+      for (int t = blockIdx.x; t < p.tiles; t += gridDim.x) {
+        q = pt_find_phase(p, t, q);
+        const PtPhase& ph = p.ph[q];
+        const PtTile tl = pt_decode_tile(p, t, q, BN);
+        const int b_row = pt_b_row(p, ph, tl);
+        PtKCursor cur{0, 0, 0};
+        for (int kb = 0; kb < ph.kb; ++kb, ++c) {
+          const uint32_t s = c % S;
+          const uint32_t bar = full_bar + 8 * s;
+          pt_mbar_wait(empty_bar + 8 * s, ((c / S) & 1) ^ 1);
+          pt_mbar_arrive_expect_tx(bar, Cfg::kStageBytes);
+          const uint32_t sa = base + s * Cfg::kStageBytes;
+          int x[4];
+          pt_a_coords(p, ph, tl, cur, BK, x);
+          pt_tma_load_4d(sa, &tma_a, bar, x[0], x[1], x[2], x[3]);
+          pt_tma_load_2d(sa + Cfg::kABytes, &tma_b, bar, kb * BK, b_row);
+          pt_cursor_next(cur, p.cbs, ph.taps_w);
+        }
+      }
+    }
+    return;
+  }
+
+  // ---- Consumer warpgroups. ----
+  if constexpr (Cfg::kSetMaxNreg) pt_setmaxnreg_inc<kPtConsumerRegs>();
+  const int cw = wg - 1;     // consumer 0 / 1
+  const int ct = tid & 127;  // thread within the consumer warpgroup
+  const int wv = ct >> 5;    // warp within it: fragment rows 16wv..
+  const int lane = tid & 31;
+  const int q4 = lane & 3;   // fragment column pair
+  const int rq = lane >> 2;  // fragment row
+  const T* __restrict__ bias = static_cast<const T*>(p.bias);
+  T* __restrict__ out = static_cast<T*>(p.out);
+  unsigned char* my_tables = smem + Cfg::kTableOffset + cw * 2 * Cfg::kTableBytes;
+  T* stg = reinterpret_cast<T*>(smem + Cfg::kStagingOffset + cw * Cfg::kStagingBytes);
+
+  // Cooperative: consumer cw reads A rows 64cw..; ping-pong: both m64 halves (mi * 64 rows).
+  const uint64_t a_desc0 = pt_smem_desc(base + (uint32_t)((kPP ? 0 : cw) * 64 * kPtRowBytes));
+  const uint64_t b_desc0 = pt_smem_desc(base + Cfg::kABytes);
+  constexpr uint64_t kStageDesc = Cfg::kStageBytes >> 4;  // descriptor units of 16 bytes
+  constexpr uint64_t kHalfDesc = (64 * kPtRowBytes) >> 4;  // next 64 rows of A
+
+  constexpr int kTE = (BN + 127) / 128;  // epilogue table entries this thread fills per tile
+  float acc[MI][kAcc];
+  int local = 0;   // tiles done by this consumer: table buffer parity
+  int q = 0;       // launched phase of the current tile
+  uint32_t c = 0;  // k block counter at the start of the CTA's tile i
+  for (int i = 0;; ++i) {
+    const int64_t t64 = (int64_t)blockIdx.x + (int64_t)i * gridDim.x;
+    if (t64 >= p.tiles) break;
+    const int t = (int)t64;
+    q = pt_find_phase(p, t, q);
+    const PtPhase& ph = p.ph[q];
+    const int nkb = ph.kb;
+    if (kPP && (i & 1) != cw) {  // the other consumer's tile: only its k blocks count
+      c += (uint32_t)nkb;
+      continue;
+    }
+    const PtTile tl = pt_decode_tile(p, t, q, BN);
+    const int ch0 = tl.g * p.cout_g + tl.col0;  // output channel of tile column 0
+
+    // Epilogue table inputs of this tile's columns: loaded here, used after the MMAs, so the
+    // loads are in flight during the main loop (columns >= Cout_g are never read back).
+    T te_bias[kTE];
+    float te_scale[kTE], te_shift[kTE];
+#pragma unroll
+    for (int e = 0; e < kTE; ++e) {
+      const int col = ct + 128 * e;
+      te_bias[e] = from_float<T>(0.f);
+      te_scale[e] = 1.f;
+      te_shift[e] = 0.f;
+      if (col < BN && tl.col0 + col < p.cout_g) {
+        if (bias != nullptr) te_bias[e] = bias[ch0 + col];
+        if (p.epi.scale != nullptr) te_scale[e] = p.epi.scale[ch0 + col];
+        if (p.epi.shift != nullptr) te_shift[e] = p.epi.shift[ch0 + col];
+      }
+    }
+
+    // ---- Main loop over k blocks (none for a phase without taps). ----
+    // Ping-pong: start only after the other consumer has issued its whole main loop of the
+    // previous tile (it arrives below); see the ring protocol at the top.
+    if (kPP && i > 0) pt_bar_sync(kPtOrderBarrier + cw, 256);
+#pragma unroll
+    for (int mi = 0; mi < MI; ++mi) {
+#pragma unroll
+      for (int r = 0; r < kAcc; ++r) acc[mi][r] = 0.f;
+    }
+    uint32_t cc = c;
+    uint32_t prev = 0;
+    for (int kb = 0; kb < nkb; ++kb, ++cc) {
+      const uint32_t s = cc % S;
+      pt_mbar_wait(full_bar + 8 * s, (cc / S) & 1);
+      if constexpr (kTf32) {
+        // Round the A rows this warpgroup's wgmmas read (MI x 64 rows of 128 bytes from
+        // a_desc0's rows, 4 * MI chunks of 16 bytes per thread; the swizzle does not matter for
+        // an elementwise op) to TF32 in place, make the writes visible to the async proxy, and
+        // wait for the whole warpgroup before any of its wgmmas reads them.
+        const uint32_t rows = base + s * (uint32_t)Cfg::kStageBytes +
+                              (uint32_t)((kPP ? 0 : cw) * 64 * kPtRowBytes);
+        pt_round_tf32_smem<MI * 64 * kPtRowBytes / 16 / 128>(rows + 16u * (uint32_t)ct,
+                                                             16u * 128u);
+        pt_fence_proxy_async_smem();
+        pt_bar_sync(kPtRoundBarrier + cw, 128);
+      }
+#pragma unroll
+      for (int mi = 0; mi < MI; ++mi) pt_fence_acc(acc[mi]);
+      pt_wgmma_fence();
+      const uint64_t so = (uint64_t)s * kStageDesc;
+#pragma unroll
+      for (int ks = 0; ks < 4; ++ks) {
+#pragma unroll
+        for (int mi = 0; mi < MI; ++mi) {
+          // k step (k16 16-bit, k8 tf32): 32 bytes further along every 128-byte row (2
+          // descriptor units); the hardware applies the swizzle to the full address.
+          PtWgmma<T, BN>::run(acc[mi], a_desc0 + so + mi * kHalfDesc + 2 * ks,
+                              b_desc0 + so + 2 * ks);
+        }
+      }
+      pt_wgmma_commit();
+      if (kb > 0) {
+        pt_wgmma_wait<1>();  // this warp's wgmmas of k block kb-1 are done: release its stage
+#pragma unroll
+        for (int mi = 0; mi < MI; ++mi) pt_fence_acc(acc[mi]);
+        if (lane == 0) pt_mbar_arrive(empty_bar + 8 * prev);
+      }
+      prev = s;
+    }
+    // Ping-pong: let the other consumer start its next tile (if this CTA has one; it then
+    // syncs on this barrier exactly once per arrival).
+    if (kPP && t64 + gridDim.x < p.tiles) pt_bar_arrive(kPtOrderBarrier + 1 - cw, 256);
+    if (nkb > 0) {
+      pt_wgmma_wait<0>();
+#pragma unroll
+      for (int mi = 0; mi < MI; ++mi) pt_fence_acc(acc[mi]);
+      if (lane == 0) pt_mbar_arrive(empty_bar + 8 * prev);
+    }
+    c += (uint32_t)nkb;
+
+    // ---- Epilogue table -> shared (buffer local & 1). ----
+    float* t_mul = reinterpret_cast<float*>(my_tables + (local & 1) * Cfg::kTableBytes);
+    float* t_add = t_mul + BN;
+#pragma unroll
+    for (int e = 0; e < kTE; ++e) {
+      const int col = ct + 128 * e;
+      if (col < BN) {
+        // channel_affine on the values loaded above: the same EpilogueParams with scale / shift
+        // pointing at this column's loaded entry (index 0), so (mul, add) are exactly its result.
+        const float col_scale = te_scale[e], col_shift = te_shift[e];
+        EpilogueParams col_epi = p.epi;
+        if (col_epi.scale != nullptr) col_epi.scale = &col_scale;
+        if (col_epi.shift != nullptr) col_epi.shift = &col_shift;
+        const ChannelAffine a =
+            channel_affine(col_epi, bias != nullptr ? to_float(te_bias[e]) : 0.f, 0);
+        t_mul[col] = a.mul;
+        t_add[col] = a.add;
+      }
+    }
+    // Table visible to the warpgroup. The other buffer was last read in the epilogue of the
+    // previous tile, which every thread finished before arriving here: no second barrier (the
+    // same holds for the staging buffer, last read in the previous tile's epilogue).
+    pt_bar_sync(kPtTableBarrier + cw, 128);
+    ++local;
+
+    // The 8 (mul, add) pairs of logical columns lc..lc+7.
+    auto load_affine = [&](int lc, float (&mul)[8], float (&add)[8]) {
+      *reinterpret_cast<float4*>(mul) = *reinterpret_cast<const float4*>(t_mul + lc);
+      *reinterpret_cast<float4*>(mul + 4) = *reinterpret_cast<const float4*>(t_mul + lc + 4);
+      *reinterpret_cast<float4*>(add) = *reinterpret_cast<const float4*>(t_add + lc);
+      *reinterpret_cast<float4*>(add + 4) = *reinterpret_cast<const float4*>(t_add + lc + 4);
+    };
+
+    if (p.mode != kPtStoreStaged) {
+      // ---- Stores from registers (NHWC-like output). ----
+      int64_t row_off[MI][2];
+      bool row_ok[MI][2];
+#pragma unroll
+      for (int mi = 0; mi < MI; ++mi) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          row_off[mi][h] =
+              pt_row_offset(p, ph, tl, pt_frag_row<kPP>(mi, cw, wv, rq, h), row_ok[mi][h]);
+        }
+      }
+      // kNone: fmaf(acc, mul, add) is exactly apply_epilogue's result (without scale, mul == 1
+      // and fmaf(acc, 1, add) rounds acc + add once, as the unfused sum does).
+      auto store_tile = [&](auto no_act) {
+        constexpr bool kNoAct = decltype(no_act)::value;
+#pragma unroll
+        for (int cg = 0; cg < BN / kPtColGroup; ++cg) {
+          const int lc = kPtColGroup * cg + 8 * q4;  // this lane's 8 logical columns lc..lc+7
+          if (tl.col0 + lc >= p.cout_g) continue;
+          float mul[8], add[8];
+          load_affine(lc, mul, add);
+#pragma unroll
+          for (int mi = 0; mi < MI; ++mi) {
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              if (!row_ok[mi][h]) continue;
+              float v[8];
+#pragma unroll
+              for (int k = 0; k < 8; ++k) {
+                const float a = acc[mi][pt_acc_index(cg, h, k)];
+                if constexpr (kNoAct) {
+                  v[k] = fmaf(a, mul[k], add[k]);
+                } else {
+                  v[k] = apply_epilogue(a, ChannelAffine{mul[k], add[k]}, p.epi);
+                }
+              }
+              if (p.mode == kPtStoreVec) {
+                T* dst = out + row_off[mi][h] + pt_col_offset(p, tl, lc);  // os_c == 1
+                if constexpr (kTf32) {
+                  // Cout_g % 4 == 0: lc < Cout_g - col0 covers the first 4 channels, the
+                  // second 4 exist iff lc + 4 < Cout_g - col0; both 16-byte aligned.
+                  *reinterpret_cast<float4*>(dst) = make_float4(v[0], v[1], v[2], v[3]);
+                  if (tl.col0 + lc + 4 < p.cout_g) {
+                    *reinterpret_cast<float4*>(dst + 4) = make_float4(v[4], v[5], v[6], v[7]);
+                  }
+                } else {
+                  // Cout_g % 8 == 0: all 8 channels exist, 16-byte aligned.
+                  uint4 pk;
+                  pk.x = pt_pack2<T>(v[0], v[1]);
+                  pk.y = pt_pack2<T>(v[2], v[3]);
+                  pk.z = pt_pack2<T>(v[4], v[5]);
+                  pk.w = pt_pack2<T>(v[6], v[7]);
+                  *reinterpret_cast<uint4*>(dst) = pk;
+                }
+              } else {
+#pragma unroll
+                for (int k = 0; k < 8; ++k) {
+                  if (tl.col0 + lc + k < p.cout_g)
+                    out[row_off[mi][h] + pt_col_offset(p, tl, lc + k)] = from_float<T>(v[k]);
+                }
+              }
+            }
+          }
+        }
+      };
+      if (p.epi.activation == Activation::kNone) {
+        store_tile(std::true_type{});
+      } else {
+        store_tile(std::false_type{});
+      }
+    } else {
+      // ---- Staged stores (NCHW and any other layout): chunks of kCols columns. ----
+      using St = PtStaging<T, Cfg>;
+      constexpr int R = Cfg::kRows;
+      constexpr int kCols = St::kCols;
+      constexpr int kLd = St::kLd;
+      // Reader side: this thread stores tile row m_r (a fixed consumer row) of columns
+      // ct / R + (128 / R) * it: a warp stores 32 consecutive rows of one column.
+      const int r_row = ct & (R - 1);
+      bool r_ok;
+      const int64_t r_off = pt_row_offset(p, ph, tl, (kPP ? 0 : 64 * cw) + r_row, r_ok);
+      auto store_staged = [&](auto no_act) {
+        constexpr bool kNoAct = decltype(no_act)::value;
+#pragma unroll
+        for (int chunk = 0; chunk < BN / kCols; ++chunk) {
+          // Fragments of the chunk's columns -> epilogue -> one rounding -> stg[col][row].
+#pragma unroll
+          for (int cg = 0; cg < BN / kPtColGroup; ++cg) {
+            if ((kPtColGroup * cg + kPtColGroup - 1) / kCols < chunk ||
+                (kPtColGroup * cg) / kCols > chunk)
+              continue;  // compile time: group cg does not meet this chunk
+            const int lc = kPtColGroup * cg + 8 * q4;
+            if (lc / kCols != chunk) continue;  // kCols == 16: half of the group's lanes
+            float mul[8], add[8];
+            load_affine(lc, mul, add);
+#pragma unroll
+            for (int mi = 0; mi < MI; ++mi) {
+#pragma unroll
+              for (int h = 0; h < 2; ++h) {
+                const int row = (kPP ? 64 * mi : 0) + 16 * wv + rq + 8 * h;
+#pragma unroll
+                for (int k = 0; k < 8; ++k) {
+                  const float a = acc[mi][pt_acc_index(cg, h, k)];
+                  float v;
+                  if constexpr (kNoAct) {
+                    v = fmaf(a, mul[k], add[k]);
+                  } else {
+                    v = apply_epilogue(a, ChannelAffine{mul[k], add[k]}, p.epi);
+                  }
+                  stg[(lc + k - chunk * kCols) * kLd + row] = from_float<T>(v);
+                }
+              }
+            }
+          }
+          pt_bar_sync(kPtStagingBarrier + cw, 128);
+          // stg -> output: consecutive lanes on consecutive rows of one column.
+          const int col_first = chunk * kCols + ct / R;
+          int64_t off = r_off + pt_col_offset(p, tl, col_first);
+          const int64_t off_step = (int64_t)(128 / R) * p.os_c;
+#pragma unroll 4
+          for (int it = 0; it < kCols * R / 128; ++it) {
+            const int col = col_first + it * (128 / R);
+            if (r_ok && tl.col0 + col < p.cout_g)
+              out[off] = stg[(col - chunk * kCols) * kLd + r_row];
+            off += off_step;
+          }
+          // The next chunk overwrites stg; after the last one the next tile's table barrier
+          // orders these reads before its writes.
+          if (chunk + 1 < BN / kCols) pt_bar_sync(kPtStagingBarrier + cw, 128);
+        }
+      };
+      if (p.epi.activation == Activation::kNone) {
+        store_staged(std::true_type{});
+      } else {
+        store_staged(std::false_type{});
+      }
+    }
+  }
+#endif  // DECONV_PATCH_PT_SM90A_DEVICE
+}
+
+// ---------------------------------------------------------------------------------------------
+// Weight packing: one thread per packed element, k fastest (coalesced writes), any weight
+// strides (layout at the top; fp32 rounded to TF32). Plain CUDA: runs on any architecture.
+struct PtPackArgs {
+  const void* w;
+  void* packed;
+  int64_t ws[4];  // weight strides: cin, cout/g, kh, kw
+  int cin_g, cout_g, cin_pad, cout_pad;
+  int kmax;       // packed row length (elements)
+  int sw, phases;  // stride_w (phase index = rh*sw + rw), stride_h*stride_w
+  int step_h, step_w;
+  int taps_h[kMaxStride], taps_w[kMaxStride];  // taps per phase
+  int kh0_h[kMaxStride], kh0_w[kMaxStride];    // first kernel index per phase
+  int64_t total;  // groups * phases * cout_pad * kmax
+};
+
+// Weight element offset that packed element `idx` copies, or -1 for a zero.
+[[maybe_unused]] __host__ __device__ __forceinline__ int64_t pt_pack_source(const PtPackArgs& a,
+                                                                            int64_t idx) {
+  const int k = (int)(idx % a.kmax);
+  const int64_t row = idx / a.kmax;
+  const int pos = (int)(row % a.cout_pad);
+  const int64_t gp = row / a.cout_pad;
+  const int phase = (int)(gp % a.phases);
+  const int g = (int)(gp / a.phases);
+  const int rh = phase / a.sw;
+  const int rw = phase - rh * a.sw;
+  const int oc = pt_logical_col(pos);
+  const int tap = k / a.cin_pad;
+  const int c = k - tap * a.cin_pad;
+  const int taps_w = a.taps_w[rw];
+  if (oc >= a.cout_g || c >= a.cin_g || tap >= a.taps_h[rh] * taps_w) return -1;
+  const int th = tap / taps_w;
+  const int tw = tap - th * taps_w;
+  const int kh = a.kh0_h[rh] + th * a.step_h;
+  const int kw = a.kh0_w[rw] + tw * a.step_w;
+  return ((int64_t)g * a.cin_g + c) * a.ws[0] + (int64_t)oc * a.ws[1] + (int64_t)kh * a.ws[2] +
+         (int64_t)kw * a.ws[3];
+}
+
+template <typename T>
+__global__ void __launch_bounds__(256)
+    gemm_phase_tma_pack_weight_kernel(const __grid_constant__ PtPackArgs a) {
+  const T* __restrict__ w = static_cast<const T*>(a.w);
+  T* __restrict__ packed = static_cast<T*>(a.packed);
+  for (int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; idx < a.total;
+       idx += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t src = pt_pack_source(a, idx);
+    if constexpr (std::is_same<T, float>::value) {
+      packed[idx] = src >= 0 ? __uint_as_float(pt_round_tf32(__float_as_uint(w[src]))) : 0.f;
+    } else {
+      packed[idx] = src >= 0 ? w[src] : from_float<T>(0.f);
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Host side.
+bool pt_aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
+int64_t pt_elem_bytes(ScalarKind kind) { return kind == ScalarKind::kFloat32 ? 4 : 2; }
+int64_t pt_stage_k(ScalarKind kind) { return kPtRowBytes / pt_elem_bytes(kind); }
+
+// First kernel index of each phase of one axis (-1 for a phase without taps). The taps of a
+// phase are kh0, kh0 + step, ... (plan_axis counts them in the same increasing order).
+void pt_first_taps(const AxisPhase& a, int (&kh0)[kMaxStride]) {
+  for (int r = 0; r < kMaxStride; ++r) kh0[r] = -1;
+  for (int k = 0; k < a.kernel; ++k) {
+    const int64_t t = (int64_t)k * a.dil - a.pad;
+    const int r = (int)(((t % a.stride) + a.stride) % a.stride);
+    if (kh0[r] < 0) kh0[r] = k;
+  }
+}
+
+// Weight-side geometry (all that packing depends on).
+struct PtGeom {
+  int64_t cin_pad, cbs, cout_pad, phases, kmax, rows;  // rows: groups * phases * cout_pad
+};
+PtGeom pt_geom(const ConvTranspose2dParams& p, ScalarKind kind, const AxisPlan& h,
+               const AxisPlan& w) {
+  PtGeom g{};
+  const int64_t bk = pt_stage_k(kind);
+  g.cin_pad = round_up(p.in_per_group, bk);
+  g.cbs = g.cin_pad / bk;
+  g.cout_pad = round_up(p.out_per_group, kPtColGroup);
+  g.phases = (int64_t)h.stride * w.stride;
+  int max_h = 0, max_w = 0;
+  for (int r = 0; r < h.stride; ++r) max_h = h.ph[r].taps > max_h ? h.ph[r].taps : max_h;
+  for (int r = 0; r < w.stride; ++r) max_w = w.ph[r].taps > max_w ? w.ph[r].taps : max_w;
+  g.kmax = (int64_t)max_h * max_w * g.cin_pad;
+  g.rows = p.groups * g.phases * g.cout_pad;
+  return g;
+}
+
+// What packing depends on (and the kernel's weight-side limits). fp32 here means TF32 allowed
+// (the callers check allow_tf32).
+bool pt_weight_side_ok(const ConvTranspose2dParams& p, ScalarKind kind) {
+  if (kind != ScalarKind::kFloat16 && kind != ScalarKind::kBFloat16 &&
+      kind != ScalarKind::kFloat32)
+    return false;
+  if (!axis_supported(p.ph_h) || !axis_supported(p.ph_w)) return false;
+  if (p.ph_h.stride * p.ph_w.stride > kPtMaxPhases) return false;
+  if (p.groups < 1 || p.in_per_group < 1 || p.out_per_group < 1) return false;
+  if (p.in_per_group * p.groups != p.in_channels || p.out_per_group * p.groups != p.out_channels)
+    return false;
+  if (p.in_channels >= kPtSizeLimit || p.out_channels >= kPtSizeLimit) return false;
+  // A box of BK channels never crosses into the next group's channels.
+  if (p.groups > 1 && p.in_per_group % pt_stage_k(kind) != 0) return false;
+  for (int i = 0; i < 4; ++i)
+    if (p.w_stride[i] < 0) return false;
+  const AxisPlan h = plan_axis(p.ph_h, 0), w = plan_axis(p.ph_w, 0);
+  const PtGeom g = pt_geom(p, kind, h, w);
+  // int32 TMA row coordinates (+ one box), k coordinates and k block counts.
+  if (g.rows >= kPtInt32Limit - 512 || g.kmax >= kPtInt32Limit - 512) return false;
+  return g.rows * g.kmax * pt_elem_bytes(kind) < ((int64_t)1 << 40);
+}
+
+// Compute capability 9.0 (H100/H200), where the sm_90a cubin runs.
+[[maybe_unused]] bool pt_device_is_sm90() {
+  int device = 0, major = 0, minor = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return false;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess)
+    return false;
+  return major == 9 && minor == 0;
+}
+
+// cuTensorMapEncodeTiled from the driver at run time (nothing links libcuda), looked up once.
+PFN_cuTensorMapEncodeTiled_v12000 pt_tensor_map_encoder() {
+  static const PFN_cuTensorMapEncodeTiled_v12000 fn = []() -> PFN_cuTensorMapEncodeTiled_v12000 {
+    void* ptr = nullptr;
+    cudaDriverEntryPointQueryResult status{};
+#if CUDART_VERSION >= 12050
+    const cudaError_t err = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &ptr, 12000,
+                                                             cudaEnableDefault, &status);
+#else
+    const cudaError_t err =
+        cudaGetDriverEntryPoint("cuTensorMapEncodeTiled", &ptr, cudaEnableDefault, &status);
+#endif
+    if (err != cudaSuccess || status != cudaDriverEntryPointSuccess || ptr == nullptr) {
+      (void)cudaGetLastError();  // do not leave the failed lookup as the launch's error
+      return nullptr;
+    }
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(ptr);
+  }();
+  return fn;
+}
+
+// Multiprocessor count per device, queried once.
+int pt_sm_count(int device) {
+  static std::atomic<int> cache[kPtMaxDevices];  // zero-initialised (static storage)
+  const bool cached = device >= 0 && device < kPtMaxDevices;
+  if (cached) {
+    const int v = cache[device].load(std::memory_order_relaxed);
+    if (v > 0) return v;
+  }
+  int v = 0;
+  if (cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, device) != cudaSuccess || v <= 0)
+    return 0;
+  if (cached) cache[device].store(v, std::memory_order_relaxed);
+  return v;
+}
+
+struct PtBox {
+  int w, h, n;  // phase columns, phase rows, images; product 128, powers of two
+};
+
+// Box tiles of one phase image set (per group).
+int64_t pt_box_tiles(const PtBox& b, int64_t batch, int64_t rows_h, int64_t rows_w) {
+  return (batch + b.n - 1) / b.n * ((rows_h + b.h - 1) / b.h) * ((rows_w + b.w - 1) / b.w);
+}
+
+// The box with the fewest padded rows over the launched phases (= the fewest m tiles); ties go
+// to the wider box, then the taller one.
+PtBox pt_pick_box(int64_t batch, const AxisPlan& h, const AxisPlan& w) {
+  PtBox best{16, 8, 1};
+  int64_t best_tiles = -1;
+  for (int lw = 7; lw >= 0; --lw) {
+    for (int lh = 7 - lw; lh >= 0; --lh) {
+      const PtBox b{1 << lw, 1 << lh, 1 << (7 - lw - lh)};
+      int64_t tiles = 0;
+      for (int rh = 0; rh < h.stride; ++rh)
+        for (int rw = 0; rw < w.stride; ++rw)
+          if (h.ph[rh].rows > 0 && w.ph[rw].rows > 0)
+            tiles += pt_box_tiles(b, batch, h.ph[rh].rows, w.ph[rw].rows);
+      if (best_tiles < 0 || tiles < best_tiles) {
+        best = b;
+        best_tiles = tiles;
+      }
+    }
+  }
+  return best;
+}
+
+int pt_log2(int v) {
+  int l = 0;
+  while ((1 << l) < v) ++l;
+  return l;
+}
+
+// Kernel arguments for tiles of `bn` columns and box `box` (no CUDA calls: the host emulation
+// runs it). Returns false when the tile count or the k block total leaves int32 (supports).
+bool pt_fill_args(PtArgs& a, const ConvTranspose2dParams& p, ScalarKind kind, int bn,
+                  const PtBox& box, const AxisPlan& h, const AxisPlan& w,
+                  int64_t* kblocks_total = nullptr) {
+  const PtGeom geo = pt_geom(p, kind, h, w);
+  a = PtArgs{};
+  a.bias = p.bias;
+  a.out = p.output;
+  a.epi = p.epi;
+  a.os_n = p.out_stride[0];
+  a.os_c = p.out_stride[1];
+  a.os_h = p.out_stride[2];
+  a.os_w = p.out_stride[3];
+  a.batch = (int)p.batch;
+  a.cin_g = (int)p.in_per_group;
+  a.cout_g = (int)p.out_per_group;
+  a.cbs = (int)geo.cbs;
+  a.in_step_h = h.in_step;
+  a.in_step_w = w.in_step;
+  a.sh = h.stride;
+  a.sw = w.stride;
+  a.bw = box.w;
+  a.bh = box.h;
+  a.bni = box.n;
+  a.lg_bw = pt_log2(box.w);
+  a.lg_bhw = pt_log2(box.w * box.h);
+  a.tiles_n = (int)((p.batch + box.n - 1) / box.n);
+  a.group_rows = (int)(geo.phases * geo.cout_pad);
+  a.n_tiles = (int)((p.out_per_group + bn - 1) / bn);
+
+  // Launched phases, most taps first (stable: ties in (rh, rw) order).
+  int order[kPtMaxPhases];
+  int count = 0;
+  for (int rh = 0; rh < h.stride; ++rh)
+    for (int rw = 0; rw < w.stride; ++rw)
+      if (h.ph[rh].rows > 0 && w.ph[rw].rows > 0) order[count++] = rh << 8 | rw;
+  auto taps_of = [&](int rc) { return h.ph[rc >> 8].taps * w.ph[rc & 0xff].taps; };
+  for (int x = 1; x < count; ++x)  // insertion sort, descending taps
+    for (int y = x; y > 0 && taps_of(order[y - 1]) < taps_of(order[y]); --y) {
+      const int t = order[y];
+      order[y] = order[y - 1];
+      order[y - 1] = t;
+    }
+  int64_t tiles = 0, kblocks = 0;
+  for (int q = 0; q < count; ++q) {
+    const int rh = order[q] >> 8, rw = order[q] & 0xff;
+    const AxisPhaseInfo& ih = h.ph[rh];
+    const AxisPhaseInfo& iw = w.ph[rw];
+    PtPhase& ph = a.ph[q];
+    const int64_t tiles_w = (iw.rows + box.w - 1) / box.w;
+    const int64_t tiles_hw = (ih.rows + box.h - 1) / box.h * tiles_w;  // < 2^60
+    const int64_t kb = (int64_t)ih.taps * iw.taps * geo.cbs;
+    if (tiles_hw >= kPtMaxTiles || kb >= kPtInt32Limit) return false;
+    // Each factor below is < 2^30 and each partial product is checked: no int64 overflow.
+    int64_t phase_tiles = tiles_hw * a.tiles_n;
+    if (phase_tiles >= kPtMaxTiles) return false;
+    phase_tiles *= a.n_tiles;
+    if (phase_tiles >= kPtMaxTiles) return false;
+    phase_tiles *= p.groups;
+    if (phase_tiles >= kPtMaxTiles) return false;
+    ph.tile_begin = (int)tiles;
+    ph.tiles_w = (int)tiles_w;
+    ph.tiles_hw = (int)tiles_hw;
+    ph.rows_h = ih.rows;
+    ph.rows_w = iw.rows;
+    ph.off_h = ih.off0;
+    ph.off_w = iw.off0;
+    ph.taps_w = iw.taps;
+    ph.kb = (int)kb;
+    ph.b_row = (int)((rh * w.stride + rw) * geo.cout_pad);
+    ph.rc = order[q];
+    tiles += phase_tiles;
+    kblocks += phase_tiles * kb;
+    if (tiles >= kPtMaxTiles || kblocks >= kPtInt32Limit) return false;
+  }
+  a.tiles = (int)tiles;
+  a.num_phases = count;
+  if (kblocks_total != nullptr) *kblocks_total = kblocks;
+
+  // Store path: 16-byte vectors of V = 16 / element size channels (8 or 4) when the channels
+  // are contiguous and every vector is aligned; element stores from registers when channels
+  // are the output's innermost dim of the two; staged (along m) otherwise.
+  const int64_t vec = 16 / pt_elem_bytes(kind);
+  const int64_t* os = p.out_stride;
+  const bool out_vec = os[1] == 1 && p.out_per_group % vec == 0 && pt_aligned16(p.output) &&
+                       stride_multiple(os[0], p.batch, vec) &&
+                       stride_multiple(os[2], p.out_h, vec) && stride_multiple(os[3], p.out_w, vec);
+  a.mode = out_vec ? kPtStoreVec : (os[1] < os[3] ? kPtStoreDirect : kPtStoreStaged);
+  return true;
+}
+
+PtPackArgs pt_pack_args(const ConvTranspose2dParams& p, ScalarKind kind, void* packed) {
+  const AxisPlan h = plan_axis(p.ph_h, 0), w = plan_axis(p.ph_w, 0);
+  const PtGeom geo = pt_geom(p, kind, h, w);
+  PtPackArgs a{};
+  a.w = p.weight;
+  a.packed = packed;
+  for (int i = 0; i < 4; ++i) a.ws[i] = p.w_stride[i];
+  a.cin_g = (int)p.in_per_group;
+  a.cout_g = (int)p.out_per_group;
+  a.cin_pad = (int)geo.cin_pad;
+  a.cout_pad = (int)geo.cout_pad;
+  a.kmax = (int)geo.kmax;
+  a.sw = w.stride;
+  a.phases = (int)geo.phases;
+  a.step_h = h.step;
+  a.step_w = w.step;
+  for (int r = 0; r < kMaxStride; ++r) {
+    a.taps_h[r] = h.ph[r].taps;
+    a.taps_w[r] = w.ph[r].taps;
+  }
+  pt_first_taps(p.ph_h, a.kh0_h);
+  pt_first_taps(p.ph_w, a.kh0_w);
+  a.total = geo.rows * geo.kmax;
+  return a;
+}
+
+// No output element (sizes are checked non-negative first; no product that could overflow).
+bool pt_output_empty(const ConvTranspose2dParams& p) {
+  return p.batch == 0 || p.out_channels == 0 || p.out_h == 0 || p.out_w == 0;
+}
+
+// Everything supports() checks except the build, the driver and the device.
+[[maybe_unused]] bool pt_geometry_ok(const ConvTranspose2dParams& p, ScalarKind kind) {
+  if (!pt_weight_side_ok(p, kind)) return false;
+  const int act = (int)p.epi.activation;
+  if (act < (int)Activation::kNone || act > (int)Activation::kHardswish) return false;
+  if (p.batch < 0 || p.in_h < 0 || p.in_w < 0 || p.out_h < 0 || p.out_w < 0) return false;
+  if (p.batch >= kPtSizeLimit || p.in_h >= kPtSizeLimit || p.in_w >= kPtSizeLimit ||
+      p.out_h >= kPtSizeLimit || p.out_w >= kPtSizeLimit)
+    return false;
+  for (int i = 0; i < 4; ++i)
+    if (p.in_stride[i] < 0 || p.out_stride[i] < 0) return false;
+  if (pt_output_empty(p)) return true;  // nothing to launch
+  if (p.output == nullptr || p.input == nullptr || !pt_aligned16(p.input)) return false;
+  if (p.in_h < 1 || p.in_w < 1) return false;
+  // A is read by TMA: channel stride 1, n/h/w strides positive multiples of 16 bytes below 2^40
+  // (a size-1 dim gets a valid stride substituted at launch).
+  if (p.in_stride[1] != 1 && p.in_channels > 1) return false;
+  const int64_t eb = pt_elem_bytes(kind);
+  auto tma_stride_ok = [eb](int64_t stride, int64_t size) {
+    return size <= 1 || (stride > 0 && (stride * eb) % 16 == 0 && stride * eb < ((int64_t)1 << 40));
+  };
+  if (!tma_stride_ok(p.in_stride[0], p.batch) || !tma_stride_ok(p.in_stride[2], p.in_h) ||
+      !tma_stride_ok(p.in_stride[3], p.in_w))
+    return false;
+  // int32 tile indices and k block counters: the most tiles come with the narrowest tile.
+  const AxisPlan h = plan_axis(p.ph_h, p.out_h), w = plan_axis(p.ph_w, p.out_w);
+  PtArgs a;
+  return pt_fill_args(a, p, kind, 64, pt_pick_box(p.batch, h, w), h, w);
+}
+
+CUtensorMapDataType pt_tma_type(ScalarKind kind) {
+  return kind == ScalarKind::kFloat32    ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32
+         : kind == ScalarKind::kBFloat16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                         : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+}
+
+// Tiled map with the 128-byte swizzle (matches pt_smem_desc), out-of-bounds elements read as
+// zero. fp32 is plain FLOAT32 (a byte copy: the kernel rounds A to TF32 itself).
+bool pt_encode(CUtensorMap* map, ScalarKind kind, const void* ptr, int rank,
+               const cuuint64_t* dims, const cuuint64_t* strides, const cuuint32_t* box) {
+  const PFN_cuTensorMapEncodeTiled_v12000 encode = pt_tensor_map_encoder();
+  if (encode == nullptr) return false;
+  const cuuint32_t elem_strides[4] = {1, 1, 1, 1};
+  return encode(map, pt_tma_type(kind), (cuuint32_t)rank, const_cast<void*>(ptr), dims, strides,
+                box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+// Input map: dims {C, W, H, N} (innermost first), box {BK, BW, BH, BNI}. A size-1 dim may carry
+// any stride in PyTorch; it gets the dense one (its only coordinate in range is 0).
+bool pt_encode_input(CUtensorMap* map, const ConvTranspose2dParams& p, ScalarKind kind,
+                     const PtBox& box) {
+  const int64_t eb = pt_elem_bytes(kind);
+  auto pick = [](int64_t stride_bytes, int64_t size, int64_t dense) -> cuuint64_t {
+    return (cuuint64_t)(size <= 1 ? dense : stride_bytes);
+  };
+  const cuuint64_t sw = pick(p.in_stride[3] * eb, p.in_w, round_up(p.in_channels * eb, 16));
+  const cuuint64_t sh = pick(p.in_stride[2] * eb, p.in_h, (int64_t)sw * p.in_w);
+  const cuuint64_t sn = pick(p.in_stride[0] * eb, p.batch, (int64_t)sh * p.in_h);
+  const cuuint64_t dims[4] = {(cuuint64_t)p.in_channels, (cuuint64_t)p.in_w, (cuuint64_t)p.in_h,
+                              (cuuint64_t)p.batch};
+  const cuuint64_t strides[3] = {sw, sh, sn};
+  const cuuint32_t boxd[4] = {(cuuint32_t)pt_stage_k(kind), (cuuint32_t)box.w, (cuuint32_t)box.h,
+                              (cuuint32_t)box.n};
+  return pt_encode(map, kind, p.input, 4, dims, strides, boxd);
+}
+
+// Packed weight map: [rows][Kmax], box {BK, BN}.
+bool pt_encode_weight(CUtensorMap* map, const ConvTranspose2dParams& p, ScalarKind kind,
+                      const void* packed, int bn) {
+  const AxisPlan h = plan_axis(p.ph_h, 0), w = plan_axis(p.ph_w, 0);
+  const PtGeom geo = pt_geom(p, kind, h, w);
+  const cuuint64_t dims[2] = {(cuuint64_t)geo.kmax, (cuuint64_t)geo.rows};
+  const cuuint64_t strides[1] = {(cuuint64_t)(geo.kmax * pt_elem_bytes(kind))};
+  const cuuint32_t boxd[2] = {(cuuint32_t)pt_stage_k(kind), (cuuint32_t)bn};
+  return pt_encode(map, kind, packed, 2, dims, strides, boxd);
+}
+
+// Config -1 (not measured yet; autotune times all of them): Cout_g <= 64 -> 128x64 ping-pong;
+// at most one 128x128 tile per SM -> cooperative 128x128 (both warpgroups on the one tile);
+// Cout_g > 128 and clearly fewer waves of 128x256 tiles (a 128x256 tile counted as 1.8 of
+// 128x128: twice the MMAs for 1.5x the loads) -> 128x256; else 128x128 ping-pong.
+int pt_pick_config(int64_t cout_g, int64_t m_tiles, int sms) {
+  if (cout_g <= 64) return 3;
+  if (sms <= 0) return 0;
+  const int64_t t128 = m_tiles * ((cout_g + 127) / 128);
+  if (t128 <= sms) return 1;
+  if (cout_g > 128) {
+    const int64_t waves256 = (m_tiles * ((cout_g + 255) / 256) + sms - 1) / sms;
+    const int64_t waves128 = (t128 + sms - 1) / sms;
+    if (waves256 * 18 <= waves128 * 10) return 2;
+  }
+  return 0;
+}
+
+template <typename T, class Cfg>
+cudaError_t pt_launch_cfg(const ConvTranspose2dParams& p, ScalarKind kind, const void* packed,
+                          const AxisPlan& h, const AxisPlan& w, const PtBox& box, int device,
+                          int sms, cudaStream_t stream) {
+  PtArgs a;
+  if (!pt_fill_args(a, p, kind, Cfg::kBN, box, h, w)) return cudaErrorInvalidValue;
+  if (a.tiles == 0) return cudaSuccess;
+
+  auto kernel = conv_transpose2d_gemm_phase_tma_kernel<T, Cfg>;
+  // Dynamic shared memory opt-in, once per (device, instantiation).
+  static std::atomic<bool> configured[kPtMaxDevices];  // zero-initialised (static storage)
+  const bool cacheable = device >= 0 && device < kPtMaxDevices;
+  if (!cacheable || !configured[device].load(std::memory_order_acquire)) {
+    int optin = 0;
+    cudaError_t err =
+        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+    if (err != cudaSuccess) return err;
+    if (optin < Cfg::kTotalBytes) return cudaErrorInvalidConfiguration;
+    err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               Cfg::kTotalBytes);
+    if (err != cudaSuccess) return err;
+    if (cacheable) configured[device].store(true, std::memory_order_release);
+  }
+
+  CUtensorMap map_a, map_b;
+  if (!pt_encode_input(&map_a, p, kind, box) ||
+      !pt_encode_weight(&map_b, p, kind, packed, Cfg::kBN))
+    return cudaErrorInvalidValue;
+  const unsigned grid = (unsigned)(a.tiles < sms ? a.tiles : sms);
+  kernel<<<grid, kPtThreads, Cfg::kTotalBytes, stream>>>(map_a, map_b, a);
+  return cudaGetLastError();
+}
+
+template <typename T>
+cudaError_t pt_launch_typed(const ConvTranspose2dParams& p, ScalarKind kind, const void* packed,
+                            int config, cudaStream_t stream) {
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return cudaErrorInvalidValue;
+  const int sms = pt_sm_count(device);
+  if (sms <= 0) return cudaErrorInvalidValue;
+  const AxisPlan h = plan_axis(p.ph_h, p.out_h), w = plan_axis(p.ph_w, p.out_w);
+  const PtBox box = pt_pick_box(p.batch, h, w);
+  if (config < 0) {
+    int64_t m_tiles = 0;
+    for (int rh = 0; rh < h.stride; ++rh)
+      for (int rw = 0; rw < w.stride; ++rw)
+        if (h.ph[rh].rows > 0 && w.ph[rw].rows > 0)
+          m_tiles += pt_box_tiles(box, p.batch, h.ph[rh].rows, w.ph[rw].rows);
+    config = pt_pick_config(p.out_per_group, m_tiles * p.groups, sms);
+  }
+  switch (config) {
+    case 0: return pt_launch_cfg<T, PtCfg0>(p, kind, packed, h, w, box, device, sms, stream);
+    case 1: return pt_launch_cfg<T, PtCfg1>(p, kind, packed, h, w, box, device, sms, stream);
+    case 2: return pt_launch_cfg<T, PtCfg2>(p, kind, packed, h, w, box, device, sms, stream);
+    case 3: return pt_launch_cfg<T, PtCfg3>(p, kind, packed, h, w, box, device, sms, stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
+template <typename T>
+cudaError_t pt_launch_pack(const ConvTranspose2dParams& p, ScalarKind kind, void* packed,
+                           cudaStream_t stream) {
+  const PtPackArgs a = pt_pack_args(p, kind, packed);
+  if (a.total == 0) return cudaSuccess;
+  gemm_phase_tma_pack_weight_kernel<T><<<pack_grid(a.total), 256, 0, stream>>>(a);
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+bool gemm_phase_tma_supports(const ConvTranspose2dParams& p, ScalarKind kind, bool allow_tf32) {
+#if !defined(DECONV_PATCH_SM90A)
+  (void)p;
+  (void)kind;
+  (void)allow_tf32;
+  return false;
+#else
+  if (kind == ScalarKind::kFloat32 && !allow_tf32) return false;
+  return pt_geometry_ok(p, kind) && pt_tensor_map_encoder() != nullptr && pt_device_is_sm90();
+#endif
+}
+
+int gemm_phase_tma_num_configs() { return kPtNumConfigs; }
+
+const char* gemm_phase_tma_config_name(int config) {
+  return config >= 0 && config < kPtNumConfigs ? kPtConfigNames[config] : "";
+}
+
+int64_t gemm_phase_tma_packed_weight_bytes(const ConvTranspose2dParams& p, ScalarKind kind) {
+  if (!pt_weight_side_ok(p, kind)) return 0;
+  const AxisPlan h = plan_axis(p.ph_h, 0), w = plan_axis(p.ph_w, 0);
+  const PtGeom geo = pt_geom(p, kind, h, w);
+  return geo.rows * geo.kmax * pt_elem_bytes(kind);
+}
+
+cudaError_t launch_gemm_phase_tma_pack_weight(const ConvTranspose2dParams& p, ScalarKind kind,
+                                              bool allow_tf32, void* packed,
+                                              cudaStream_t stream) {
+  if (kind == ScalarKind::kFloat32 && !allow_tf32) return cudaErrorInvalidValue;
+  if (!pt_weight_side_ok(p, kind)) return cudaErrorInvalidValue;
+  if (packed == nullptr || p.weight == nullptr) return cudaErrorInvalidValue;
+  switch (kind) {
+    case ScalarKind::kFloat16: return pt_launch_pack<__half>(p, kind, packed, stream);
+    case ScalarKind::kBFloat16: return pt_launch_pack<__nv_bfloat16>(p, kind, packed, stream);
+    case ScalarKind::kFloat32: return pt_launch_pack<float>(p, kind, packed, stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
+cudaError_t launch_conv_transpose2d_gemm_phase_tma(const ConvTranspose2dParams& p,
+                                                   ScalarKind kind, bool allow_tf32,
+                                                   const void* packed, cudaStream_t stream,
+                                                   int config) {
+  if (!gemm_phase_tma_supports(p, kind, allow_tf32)) return cudaErrorInvalidValue;
+  if (config < -1 || config >= kPtNumConfigs) return cudaErrorInvalidValue;
+  if (pt_output_empty(p)) return cudaSuccess;
+  if (packed == nullptr || !pt_aligned16(packed)) return cudaErrorInvalidValue;
+  switch (kind) {
+    case ScalarKind::kFloat16: return pt_launch_typed<__half>(p, kind, packed, config, stream);
+    case ScalarKind::kBFloat16:
+      return pt_launch_typed<__nv_bfloat16>(p, kind, packed, config, stream);
+    case ScalarKind::kFloat32: return pt_launch_typed<float>(p, kind, packed, config, stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
+}  // namespace deconv_patch

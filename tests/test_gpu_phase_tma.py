@@ -1,0 +1,144 @@
+"""GPU correctness of gemm_phase_tma (stride-phase implicit GEMM on Hopper: every tap's A tile
+one 4-D TMA box of the channels_last input, persistent warp-specialised wgmma;
+cuda/conv_transpose2d_gemm_phase_tma.cu): every config forced on NaN-poisoned random sweeps of
+any stride / padding / output_padding / dilation / grouping against a float64 reference with
+the bound of tests/test_gpu_kernels.py (2x PyTorch's own error + 1 ulp of the output), the fused
+epilogue, the benchmark's layers at full size (many tiles per CTA: the persistent loop and the
+barrier ring wrap many times), and the planner's use of it."""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from deconv_patch import planner
+from deconv_patch.arguments import ConvTransposeArgs
+from deconv_patch.ops import run_variant
+from deconv_patch.reference import conv_transpose2d_float64, tf32_round
+from tests.cases import Case, random_phase_case
+from tests.test_gpu_epilogue import check_epilogue
+from tests.test_gpu_kernels import allowed_error, check_variant, max_error
+
+pytestmark = pytest.mark.cuda
+VARIANTS = (planner.GEMM_PHASE_TMA, *planner.PHASE_TMA_CONFIGS)
+
+
+def _needs_sm90():
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("gemm_phase_tma runs on compute capability 9.0 only")
+
+
+def _case(seed: int) -> Case:
+    """random_phase_case in the kernel's domain: fp16 / bf16 / fp32 with TF32; input channels a
+    multiple of 8 (16-bit) or 4 (fp32) for the TMA row stride; grouped only with whole 128-byte
+    channel blocks per group (64 16-bit or 32 fp32 channels). Other input layouts are re-laid to
+    channels_last by the binding. One case in four is large (more tiles than SMs)."""
+    case = random_phase_case(seed)
+    rng = random.Random(seed * 31 + 5)
+    dtype = (torch.bfloat16, torch.float16, torch.float32)[seed % 3]
+    per_row = 4 if dtype == torch.float32 else 8
+    block = 32 if dtype == torch.float32 else 64
+    groups = case.args.groups
+    cout_g = case.out_channels // groups
+    if groups > 1:
+        cin_g = block * rng.randint(1, 2)
+    else:
+        cin_g = per_row * rng.randint(1, 40)
+    hw, batch = case.hw, case.batch
+    if rng.random() < 0.25:
+        hw = (rng.randint(8, 40), rng.randint(8, 40))
+        batch = rng.randint(2, 12)
+        cout_g = rng.choice((8, 17, 64, 96, 128, 250, 256))
+    return dataclasses.replace(case, in_channels=cin_g * groups, out_channels=cout_g * groups,
+                               hw=hw, batch=batch, dtype=dtype, tf32=dtype == torch.float32,
+                               unbatched=case.unbatched and batch == 1)
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("seed", range(120))
+def test_gemm_phase_tma_sweep(variant, seed):
+    _needs_sm90()
+    check_variant(variant, seed + 95_000, _case)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_gemm_phase_tma_epilogue_sweep(seed):
+    _needs_sm90()
+    check_epilogue(planner.GEMM_PHASE_TMA, _case(seed + 96_000), seed)
+
+
+def test_gemm_phase_tma_configs_match_the_extension():
+    from deconv_patch.extension import load_extension
+    names = load_extension().gemm_phase_tma_config_names()
+    assert [f"{planner.GEMM_PHASE_TMA}:{n}" for n in names] == list(planner.PHASE_TMA_CONFIGS)
+
+
+# The benchmark's layers that are not kernel == stride (batch, cin, cout, hw, kernel, stride,
+# padding, output_padding, dilation).
+_LAYERS = [
+    (64, 512, 256, (4, 4), 4, 2, 1, 0, 1),      # DCGAN g2
+    (4, 1024, 512, (8, 8), 4, 2, 1, 0, 1),      # pix2pix u2
+    (1, 256, 128, (64, 64), 3, 2, 1, 1, 1),     # CycleGAN up1
+    (32, 2048, 256, (8, 6), 4, 2, 1, 0, 1),     # SimpleBaseline d1
+    (32, 256, 256, (16, 12), 4, 2, 1, 0, 1),    # SimpleBaseline d2
+    (100, 512, 17, (14, 14), 4, 2, 1, 0, 1),    # Keypoint R-CNN
+    (16, 64, 64, (32, 32), 3, 1, 2, 0, 2),      # dilated
+    (16, 64, 64, (32, 32), 3, 1, 1, 1, 2),      # output_padding >= stride
+    (32, 128, 64, (32, 32), 4, 2, 1, 0, 1),     # VAE decoder
+]
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("layer", _LAYERS, ids=lambda l: f"{l[1]}>{l[2]}x{l[3][0]}k{l[4]}s{l[5]}")
+@pytest.mark.parametrize("channels_last", [True, False])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_gemm_phase_tma_runs_the_benchmark_layers(variant, layer, channels_last, dtype):
+    _needs_sm90()
+    n, cin, cout, hw, k, s, p, op, d = layer
+    gen = torch.Generator().manual_seed(cin + hw[0] + k)
+    x = torch.randn(n, cin, *hw, generator=gen).cuda().to(dtype)
+    if channels_last:
+        x = x.contiguous(memory_format=torch.channels_last)
+    w = (torch.randn(cin, cout, k, k, generator=gen) / cin ** 0.5).cuda().to(dtype)
+    b = torch.randn(cout, generator=gen).cuda().to(dtype)
+    args = ConvTransposeArgs.from_values(stride=s, padding=p, output_padding=op, dilation=d)
+    ref = conv_transpose2d_float64(x, w, b, args)
+    with torch.backends.cudnn.flags(enabled=True, allow_tf32=True):
+        expected = F.conv_transpose2d(x, w, b, s, p, op, 1, d)
+        got = run_variant(variant, x, w, b, args, out=torch.full_like(expected, float("nan")))
+    assert not torch.isnan(got).any()
+    torch_err = max_error(expected, ref)
+    if dtype == torch.float32:  # TF32: the bar is the error inherent to TF32 operands
+        torch_err = max(torch_err, max_error(
+            conv_transpose2d_float64(tf32_round(x), tf32_round(w), b, args), ref))
+    assert max_error(got, ref) <= allowed_error(torch_err, ref, dtype)
+
+
+def test_gemm_phase_tma_refuses_what_it_does_not_compute():
+    _needs_sm90()
+    args = ConvTransposeArgs.from_values(stride=2, padding=1)
+    x = torch.randn(2, 64, 8, 8, device="cuda")
+    w = torch.randn(64, 32, 4, 4, device="cuda")
+    with torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
+        with pytest.raises(RuntimeError, match="does not support"):
+            run_variant(planner.GEMM_PHASE_TMA, x, w, None, args)
+    grouped = ConvTransposeArgs.from_values(stride=2, padding=1, groups=2)
+    xb = torch.randn(2, 48, 8, 8, device="cuda", dtype=torch.bfloat16)  # 24 per group
+    wb = torch.randn(48, 16, 4, 4, device="cuda", dtype=torch.bfloat16)
+    with pytest.raises(RuntimeError, match="does not support"):
+        run_variant(planner.GEMM_PHASE_TMA, xb, wb, None, grouped)
+
+
+def test_planner_lists_it_for_16_bit_and_tf32_phase_layers_on_sm90():
+    x = torch.randn(8, 128, 16, 16, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(128, 64, 4, 4, device="cuda", dtype=torch.bfloat16)
+    args = ConvTransposeArgs.from_values(stride=2, padding=1)
+    on_sm90 = torch.cuda.get_device_capability() == (9, 0)
+    assert (set(planner.PHASE_TMA_CONFIGS) <= set(planner.plan(x, w, args).candidates)) == on_sm90
+    with torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
+        strict = planner.plan(x.float(), w.float(), args)
+    assert not set(planner.PHASE_TMA_CONFIGS) & set(strict.candidates)
