@@ -113,13 +113,13 @@ for cfg in $(python3 -c "from deconv_patch import planner; print(' '.join(c.spli
 done
 gpu_tests phase_tma-default 90 -k "not 128x" tests/test_gpu_phase_tma.py
 gpu_tests kxs_sm90 120 tests/test_gpu_kxs_sm90.py
-for cfg in $(python3 -c "from deconv_patch import planner; print(' '.join(c.split(':')[1] for c in planner.PHASE_TMA_CONFIGS))"); do
-  [ "$(left)" -lt 70 ] && { echo "skipped forced $cfg: no time left"; continue; }
-  step "layer benchmark (gemm_phase_tma:$cfg forced; bf16,tf32; nhwc,nchw)"
-  timeout 60 python3 benchmarks/layers.py --variant "gemm_phase_tma:$cfg" --modes bf16,tf32 \
+for v in gemm_phase_tma $(python3 -c "from deconv_patch import planner; print(' '.join(planner.PHASE_TMA_CONFIGS))"); do
+  [ "$(left)" -lt 70 ] && { echo "skipped forced $v: no time left"; continue; }
+  step "layer benchmark ($v forced; bf16,tf32; nhwc,nchw)"
+  timeout 60 python3 benchmarks/layers.py --variant "$v" --modes bf16,tf32 \
     --formats nhwc,nchw --only "dcgan.g2,dcgan.g3,pix2pix.u2,cyclegan,simplebl,keypoint,vae,dilated,asym" \
-    --json "$OUT/forced_phase_tma_$cfg.json" > "$L/forced_phase_tma_$cfg.log" 2>&1
-  grep -vE "skipped|^layer |TFLOP/s" "$L/forced_phase_tma_$cfg.log" | grep -v geomean
+    --json "$OUT/forced_${v/:/_}.json" > "$L/forced_${v/:/_}.log" 2>&1
+  grep -vE "skipped|^layer |TFLOP/s" "$L/forced_${v/:/_}.log" | grep -v geomean
 done
 fi
 

@@ -102,14 +102,18 @@ def test_gemm_phase_kernel_small_channel_sweep(seed):
 def test_planner_picks_gemm_kxs_for_kernel_equal_stride():
     x = torch.randn(8, 128, 160, 128, device="cuda", dtype=torch.bfloat16)  # 80 MiB output
     w = torch.randn(128, 64, 2, 2, device="cuda", dtype=torch.bfloat16)
-    assert planner.plan(x, w, ConvTransposeArgs.from_values(stride=2)).variant == "gemm_kxs"
+    on_sm90 = torch.cuda.get_device_capability() == (9, 0)
+    # dense 16-bit NCHW: the TMA + wgmma kernel reads it in place on Hopper
+    assert planner.plan(x, w, ConvTransposeArgs.from_values(stride=2)).variant == (
+        planner.KXS_SM90_NCHW_WINNER if on_sm90 else "gemm_kxs")
+    assert planner.plan(x[:, :, :, :127], w, ConvTransposeArgs.from_values(stride=2)).variant \
+        == "gemm_kxs"  # a view, not dense NCHW
     small = planner.plan(x[:1, :, :16, :16], w, ConvTransposeArgs.from_values(stride=2))
     assert small.variant == "aten" and "gemm_kxs" in small.candidates  # overhead would dominate
     nhwc = planner.plan(x.contiguous(memory_format=torch.channels_last), w,
                         ConvTransposeArgs.from_values(stride=2))
     # channels_last: the TMA + wgmma kernel on Hopper, else tap-major (16-byte stores)
-    assert nhwc.variant == (planner.KXS_SM90_WINNER if torch.cuda.get_device_capability() ==
-                            (9, 0) else planner.KXS_TAP_MAJOR)
+    assert nhwc.variant == (planner.KXS_SM90_WINNER if on_sm90 else planner.KXS_TAP_MAJOR)
     with torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
         strict = planner.plan(x.float(), w.float(), ConvTransposeArgs.from_values(stride=2))
         shallow = planner.plan(x[:, :8].float(), w[:8].float(),
