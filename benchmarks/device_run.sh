@@ -113,6 +113,15 @@ for cfg in $(python3 -c "from deconv_patch import planner; print(' '.join(c.spli
 done
 gpu_tests phase_tma-default 90 -k "not 128x" tests/test_gpu_phase_tma.py
 gpu_tests kxs_sm90 120 tests/test_gpu_kxs_sm90.py
+if [ -n "${KXS_NCHW:-}" ]; then
+for cfg in 128x128s6 128x256s4 128x128s6pp; do
+  step "layer benchmark (gemm_kxs_sm90:$cfg forced; bf16,tf32; nchw)"
+  timeout 60 python3 benchmarks/layers.py --variant "gemm_kxs_sm90:$cfg" --modes bf16,tf32 \
+    --formats nchw --only "unet.up1,unet.up4,maskrcnn,yolov8seg" \
+    --json "$OUT/forced_kxs_sm90_$cfg.json" > "$L/forced_kxs_sm90_$cfg.log" 2>&1
+  grep -vE "skipped|^layer |TFLOP/s" "$L/forced_kxs_sm90_$cfg.log" | grep -v geomean
+done
+fi
 for v in gemm_phase_tma $(python3 -c "from deconv_patch import planner; print(' '.join(planner.PHASE_TMA_CONFIGS))"); do
   [ "$(left)" -lt 70 ] && { echo "skipped forced $v: no time left"; continue; }
   step "layer benchmark ($v forced; bf16,tf32; nhwc,nchw)"

@@ -4,8 +4,9 @@
 // the fused epilogue (epilogue.cuh) storing into the output. Input channels_last (any dtype) or,
 // for 16-bit, NCHW read in place (MN-major A operand); output of any strides: channels_last
 // straight from registers, otherwise (NCHW) through a shared-memory staging buffer so that warps
-// write runs along output rows. See conv_transpose2d_gemm_kxs_sm90.cu for the GEMM, the packed
-// weight layout (independent of the layouts) and the pipeline.
+// write runs along output rows (for KW 2 / 4 and Cout % 32 == 0 each tile then holds all KW taps
+// of one kernel row, so the runs are contiguous). See conv_transpose2d_gemm_kxs_sm90.cu for the
+// GEMM, the packed weight layout (independent of the layouts) and the pipeline.
 //
 // The GEMM kernel is built for real only when the translation unit is compiled for sm_90a with
 // -DDECONV_PATCH_SM90A; everywhere else its body compiles to nothing and

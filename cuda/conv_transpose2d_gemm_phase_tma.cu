@@ -34,7 +34,10 @@
 //
 // Box shape (BW, BH, BNI), BW*BH*BNI = 128, powers of two, chosen per launch (pt_pick_box) to
 // minimise the padded rows sum(tiles*128) - pixels (ties: wider BW, then taller BH). BNI > 1
-// lets small phase images share a tile.
+// lets small phase images share a tile. Staged store (below): a warp stores 32 consecutive rows
+// m of one channel, 32/BW output row runs, so there the box is the best one with BW >= W0 for
+// the largest W0 <= min(16, widest phase rounded up to a power of two) whose tiles stay within
+// 1.25x of the overall best box's (else the overall best).
 //
 // Packed weight (launch_gemm_phase_tma_pack_weight; independent of batch and image size):
 // K-major [G*P*Cout_pad][Kmax] of the input's element type, P = SH*SW phases in (rh, rw)
@@ -48,29 +51,50 @@
 // wgmma accumulator fragment gives lane l (q = l%4) physical columns 8c + 2q + e, which then are
 // the 8 consecutive channels 32g' + 8q + 0..7: a 16-byte NHWC store straight from registers.
 //
-// Tiles and schedule: launched phases (those with output pixels) sorted by taps descending
-// (stable), then group, box tile (n-box, i-box, j-box; j fastest), n tile fastest. Persistent:
-// grid = min(#SMs, tiles); CTA b takes tiles b, b + grid, ... A per-phase table (tile prefix,
-// box tiles, rows, off0, taps_w, k blocks, packed row) sits in the __grid_constant__ arguments;
-// each thread walks it forward (its tiles only increase).
+// Tiles and schedule. The launched phases (those with output pixels) form segments of ncw
+// phases; the tiles of a segment run (group, box tile (n-box, i-box, j-box; j fastest), n tile,
+// x), x in [0, ncw) fastest, x picking the segment's phase x.
+//   Phase-major (Vec and Direct stores, or one launched column phase): ncw = 1, one segment per
+//     phase, most taps first (stable).
+//   Interleaved (Staged store): one segment per launched row phase rh, most taps in total first
+//     (stable; e.g. k3 s2 p1: the 2-tap row phase first), its phases the launched column phases
+//     rw ascending. With NCHW-like output a tile writes every SW-th element of its output rows;
+//     its sibling column phases write the rest of the same 32-byte sectors. Adjacent tile indices
+//     run at the same time on neighbouring CTAs, so the sectors fill up in L2 instead of reaching
+//     HBM partly written (ECC read-modify-write). x fastest rather than after the n tile: the
+//     siblings are one index apart and read nearly the same input pixels (A hits in L2); the
+//     ncw * n_tiles weight slabs of a row phase in use at once are a few MB at most.
+//     The segment takes the largest j-box count of its phases (rows_w differs by at most one
+//     between column phases); a tile whose j-box is past its own phase's count is empty: no
+//     loads, no MMAs, no stores, 0 k blocks in every role's ring counter; a ping-pong consumer
+//     still does its order barrier sync and arrive for it.
+// Persistent: grid = min(#SMs, tiles). Turn i of CTA b takes tile i*grid + pos_i, pos_0 = b,
+// pos advancing by rot (mod grid) after every turn (ping-pong: every second turn, so each
+// consumer's tiles rotate too), rot = (1 - period*grid) mod ncw: the column phase x = t mod ncw
+// of a CTA's (consumer's) successive tiles then advances by one. ncw = 1 gives rot = 0: tiles b,
+// b + grid, ... Without it a grid that is a multiple of ncw would keep every CTA on one column
+// phase (k3 s2 p1: 1 or 2 taps, 1.3-1.4x the phase-major makespan). A CTA's tiles only increase;
+// each thread walks the phase table (per phase: its segment's first tile and box tiles, its own
+// j-boxes, rows, off0, taps_w, k blocks, packed row; in the __grid_constant__ arguments) forward.
 //
 // 384 threads: warpgroup 0 = producer (one thread issues all TMA), warpgroups 1, 2 = consumers.
 // Cooperative configs: both consumers on every tile (consumer w: rows 64w..64w+63, one m64nBN
-// accumulator). Ping-pong: consumer w takes the CTA's tiles i with i % 2 == w (all 128 rows).
+// accumulator). Ping-pong: consumer w takes the CTA's turns i with i % 2 == w (all 128 rows).
 // Shared memory (1024-byte aligned): STAGES x [A 128 rows | B BN rows] of 128-byte swizzled rows,
 // per consumer two epilogue tables (mul, add per column; double-buffered by tile parity) and one
 // staging buffer, then the full/empty mbarriers.
 // Ring protocol (kxs_sm90's): k block counter c runs over the CTA's tiles in order (the producer
-// and both consumers see every tile of the CTA and add its k block count, 0 included; a
-// ping-pong consumer adds the other's tiles' counts without touching the ring), stage
-// s = c % STAGES, round r = c / STAGES:
+// and both consumers see every tile of the CTA and add its k block count, 0 included, and 0 for
+// an empty tile; a ping-pong consumer adds the other's tiles' counts without touching the
+// ring), stage s = c % STAGES, round r = c / STAGES:
 //     producer: wait empty[s] parity (r & 1) ^ 1; arrive.expect_tx(full[s], A box + B box bytes:
 //               TMA counts the full box even where it zero-fills); TMA A (4-D), TMA B (2-D)
 //     consumer: wait full[s] parity r & 1; [fp32: round its own A rows to TF32 in place, fence
 //               proxy, warpgroup barrier]; 4 wgmma k steps; commit; wait_group(1) -> the previous
 //               block's stage is free: lane 0 of each warp arrives on its empty barrier (count 8
 //               cooperative, 4 ping-pong); after the last block wait_group(0) and arrive.
-// A tile with 0 k blocks issues no TMA, waits on nothing and runs the epilogue of zeros.
+// A tile with 0 k blocks issues no TMA, waits on nothing and runs the epilogue of zeros (an
+// empty tile skips the epilogue as well).
 // Ping-pong order barrier: a consumer starts a tile's main loop only once the other has issued
 // the main loop of the CTA's previous tile, so no parity wait ever meets a barrier a full round
 // behind (and the tensor cores alternate). TF32: the rounding race rules of kxs_sm90 hold (a
@@ -85,7 +109,9 @@
 //   kPtStoreStaged (os_c >= os_w: NCHW and the rest): the consumer's tile goes through its own
 //                  shared buffer [column][row] (ld = rows + 1: conflict-free fragment writes) in
 //                  chunks of kCols columns, and each warp then stores 32 consecutive rows m of
-//                  one column: runs of BW consecutive ow (stride SW) of one output channel row.
+//                  one column: runs of BW consecutive ow (stride SW) of one output channel row
+//                  (the sibling column phases' tiles, adjacent in the interleaved order, fill
+//                  in the elements between).
 // Rounding to the output type happens once, after the epilogue, on every path.
 //
 // wgmma m64nNk16 (16-bit) / m64nNk8 (tf32) accumulator fragment (warp v of the warpgroup, lane
@@ -197,10 +223,12 @@ struct PtStaging {
   static_assert((kCols * Cfg::kRows) % 128 == 0, "chunk stores cover the warpgroup evenly");
 };
 
-// One launched phase (launch order), per-phase part of the kernel arguments.
+// One launched phase (launch order), per-phase part of the kernel arguments. Segment s holds
+// the phases s*ncw .. s*ncw + ncw - 1; the segment fields are repeated in each of them.
 struct PtPhase {
-  int tile_begin;        // first tile index of the phase (all groups)
-  int tiles_w, tiles_hw;  // box tiles along j, and along (i, j)
+  int tile_begin;        // segment: first tile index (all groups)
+  int tiles_w, tiles_hw;  // segment: box tiles along j, and along (i, j) (its phases' maximum)
+  int own_w;             // box tiles along j of this phase (j-boxes >= own_w: empty tiles)
   int rows_h, rows_w;    // phase pixels per image: rows(rh), rows(rw)
   int off_h, off_w;      // off0_h(rh), off0_w(rw)
   int taps_w;            // taps_w(rw) (tap -> th, tw)
@@ -224,8 +252,10 @@ struct PtArgs {
   int tiles_n;               // ceil(batch / bni)
   int group_rows;            // packed rows per group: P * Cout_pad
   int n_tiles;               // ceil(Cout_g / BN)
-  int tiles;                 // all tiles
-  int num_phases;            // launched phases
+  int tiles;                 // all tiles (empty ones included)
+  int num_phases;            // launched phases (segments * ncw)
+  int ncw;                   // phases per segment: launched column phases, or 1
+  int rot;                   // CTA turn rotation (pt_schedule), 0 <= rot < grid
   int mode;                  // kPtStore*
   PtPhase ph[kPtMaxPhases];
 };
@@ -256,34 +286,51 @@ template <bool PINGPONG>
   return bits & 0xFFFFE000u;
 }
 
-// Launched phase holding tile t, scanning forward from q (a thread's tiles only increase).
-[[maybe_unused]] __host__ __device__ __forceinline__ int pt_find_phase(const PtArgs& a, int t,
-                                                                       int q) {
-  while (q + 1 < a.num_phases && t >= a.ph[q + 1].tile_begin) ++q;
+// First phase of the segment holding tile t, scanning forward from segment start q (a
+// thread's tiles only increase).
+[[maybe_unused]] __host__ __device__ __forceinline__ int pt_find_segment(const PtArgs& a, int t,
+                                                                         int q) {
+  while (q + a.ncw < a.num_phases && t >= a.ph[q + a.ncw].tile_begin) q += a.ncw;
   return q;
 }
 
+// Position of a CTA's next turn: its turn i takes tile i*grid + pos_i, pos_0 = blockIdx.x and
+// pos advancing by rot (mod grid) after every `period` turns (1; 2 for ping-pong). Tiles of one
+// CTA only increase, and it stops at the first one past the end.
+[[maybe_unused]] __host__ __device__ __forceinline__ int pt_next_pos(int pos, int turn, int rot,
+                                                                     int grid, bool pingpong) {
+  if (pingpong && (turn & 1) == 0) return pos;
+  pos += rot;
+  return pos >= grid ? pos - grid : pos;
+}
+
 struct PtTile {
+  int q;            // launched phase
+  bool live;        // false: an empty tile (its phase has fewer j-boxes than the segment)
   int g;            // group
   int n0, i0, j0;   // box origin: image, phase row, phase column
   int col0;         // first GEMM column (output channel within the group)
 };
-// Tile t of launched phase q: local = ((g*m_tiles + m tile)*n_tiles + n tile, m tile =
-// (n-box*tiles_h + i-box)*tiles_w + j-box.
+// Tile t of the segment starting at phase s: local = (((g*m_tiles + m tile)*n_tiles + n tile)
+// *ncw + x, phase s + x, m tile = (n-box*tiles_h + i-box)*tiles_w + j-box (segment geometry).
 [[maybe_unused]] __host__ __device__ __forceinline__ PtTile pt_decode_tile(const PtArgs& a, int t,
-                                                                           int q, int bn) {
-  const PtPhase& ph = a.ph[q];
-  int local = t - ph.tile_begin;
+                                                                           int s, int bn) {
+  const PtPhase& sg = a.ph[s];
+  int local = t - sg.tile_begin;
+  PtTile r;
+  const int x = local % a.ncw;
+  local /= a.ncw;
   const int nt = local % a.n_tiles;
   local /= a.n_tiles;
-  const int m_tiles = ph.tiles_hw * a.tiles_n;
-  PtTile r;
+  const int m_tiles = sg.tiles_hw * a.tiles_n;
   r.g = local / m_tiles;
   int mt = local - r.g * m_tiles;
-  const int bn_i = mt / ph.tiles_hw;
-  mt -= bn_i * ph.tiles_hw;
-  const int bh_i = mt / ph.tiles_w;
-  const int bw_i = mt - bh_i * ph.tiles_w;
+  const int bn_i = mt / sg.tiles_hw;
+  mt -= bn_i * sg.tiles_hw;
+  const int bh_i = mt / sg.tiles_w;
+  const int bw_i = mt - bh_i * sg.tiles_w;
+  r.q = s + x;
+  r.live = bw_i < a.ph[r.q].own_w;
   r.n0 = bn_i * a.bni;
   r.i0 = bh_i * a.bh;
   r.j0 = bw_i * a.bw;
@@ -582,11 +629,17 @@ __global__ void __launch_bounds__(kPtThreads, 1)
       pt_prefetch_tensormap(&tma_a);
       pt_prefetch_tensormap(&tma_b);
       uint32_t c = 0;  // k block counter (see the ring protocol at the top)
-      int q = 0;       // launched phase of the current tile
-      for (int t = blockIdx.x; t < p.tiles; t += gridDim.x) {
-        q = pt_find_phase(p, t, q);
-        const PtPhase& ph = p.ph[q];
+      int q = 0;       // segment of the current tile
+      int pos = blockIdx.x;
+      for (int i = 0;; ++i) {
+        const int64_t t64 = (int64_t)i * gridDim.x + pos;
+        if (t64 >= p.tiles) break;
+        pos = pt_next_pos(pos, i, p.rot, gridDim.x, kPP);
+        const int t = (int)t64;
+        q = pt_find_segment(p, t, q);
         const PtTile tl = pt_decode_tile(p, t, q, BN);
+        if (!tl.live) continue;  // empty tile: no k blocks
+        const PtPhase& ph = p.ph[tl.q];
         const int b_row = pt_b_row(p, ph, tl);
         PtKCursor cur{0, 0, 0};
         for (int kb = 0; kb < ph.kb; ++kb, ++c) {
@@ -627,21 +680,32 @@ __global__ void __launch_bounds__(kPtThreads, 1)
 
   constexpr int kTE = (BN + 127) / 128;  // epilogue table entries this thread fills per tile
   float acc[MI][kAcc];
-  int local = 0;   // tiles done by this consumer: table buffer parity
-  int q = 0;       // launched phase of the current tile
+  int local = 0;   // live tiles done by this consumer: table buffer parity
+  int q = 0;       // segment of the current tile
+  int pos = blockIdx.x;
   uint32_t c = 0;  // k block counter at the start of the CTA's tile i
   for (int i = 0;; ++i) {
-    const int64_t t64 = (int64_t)blockIdx.x + (int64_t)i * gridDim.x;
+    const int64_t t64 = (int64_t)i * gridDim.x + pos;
     if (t64 >= p.tiles) break;
+    pos = pt_next_pos(pos, i, p.rot, gridDim.x, kPP);
+    // Whether the CTA has a turn after this one (ping-pong order barrier).
+    const bool has_next = (int64_t)(i + 1) * gridDim.x + pos < p.tiles;
     const int t = (int)t64;
-    q = pt_find_phase(p, t, q);
-    const PtPhase& ph = p.ph[q];
-    const int nkb = ph.kb;
+    q = pt_find_segment(p, t, q);
+    const PtTile tl = pt_decode_tile(p, t, q, BN);
+    const PtPhase& ph = p.ph[tl.q];
+    const int nkb = tl.live ? ph.kb : 0;
     if (kPP && (i & 1) != cw) {  // the other consumer's tile: only its k blocks count
       c += (uint32_t)nkb;
       continue;
     }
-    const PtTile tl = pt_decode_tile(p, t, q, BN);
+    if (!tl.live) {
+      // Empty tile: no k blocks, no stores, the table buffer parity stays; ping-pong keeps its
+      // order barrier pairing (sync for this tile, arrive for the next).
+      if (kPP && i > 0) pt_bar_sync(kPtOrderBarrier + cw, 256);
+      if (kPP && has_next) pt_bar_arrive(kPtOrderBarrier + 1 - cw, 256);
+      continue;
+    }
     const int ch0 = tl.g * p.cout_g + tl.col0;  // output channel of tile column 0
 
     // Epilogue table inputs of this tile's columns: loaded here, used after the MMAs, so the
@@ -712,7 +776,7 @@ __global__ void __launch_bounds__(kPtThreads, 1)
     }
     // Ping-pong: let the other consumer start its next tile (if this CTA has one; it then
     // syncs on this barrier exactly once per arrival).
-    if (kPP && t64 + gridDim.x < p.tiles) pt_bar_arrive(kPtOrderBarrier + 1 - cw, 256);
+    if (kPP && has_next) pt_bar_arrive(kPtOrderBarrier + 1 - cw, 256);
     if (nkb > 0) {
       pt_wgmma_wait<0>();
 #pragma unroll
@@ -870,16 +934,20 @@ __global__ void __launch_bounds__(kPtThreads, 1)
             }
           }
           pt_bar_sync(kPtStagingBarrier + cw, 128);
-          // stg -> output: consecutive lanes on consecutive rows of one column.
-          const int col_first = chunk * kCols + ct / R;
-          int64_t off = r_off + pt_col_offset(p, tl, col_first);
-          const int64_t off_step = (int64_t)(128 / R) * p.os_c;
+          // stg -> output: consecutive lanes on consecutive rows of one column, this thread's
+          // columns col_first + it * (128 / R). A padding row stores nothing; per element one
+          // pointer add and one compare with the chunk's count of columns below Cout_g.
+          if (r_ok) {
+            const int col_first = chunk * kCols + ct / R;
+            const int cols_left = p.cout_g - tl.col0 - col_first;
+            const T* src = stg + (ct / R) * kLd + r_row;
+            T* dst = out + (r_off + pt_col_offset(p, tl, col_first));
+            const int64_t dst_step = (int64_t)(128 / R) * p.os_c;
 #pragma unroll 4
-          for (int it = 0; it < kCols * R / 128; ++it) {
-            const int col = col_first + it * (128 / R);
-            if (r_ok && tl.col0 + col < p.cout_g)
-              out[off] = stg[(col - chunk * kCols) * kLd + r_row];
-            off += off_step;
+            for (int it = 0; it < kCols * R / 128; ++it) {
+              if (it * (128 / R) < cols_left) *dst = src[it * (128 / R) * kLd];
+              dst += dst_step;
+            }
           }
           // The next chunk overwrites stg; after the last one the next tile's table barrier
           // orders these reads before its writes.
@@ -1067,12 +1135,13 @@ int64_t pt_box_tiles(const PtBox& b, int64_t batch, int64_t rows_h, int64_t rows
   return (batch + b.n - 1) / b.n * ((rows_h + b.h - 1) / b.h) * ((rows_w + b.w - 1) / b.w);
 }
 
-// The box with the fewest padded rows over the launched phases (= the fewest m tiles); ties go
-// to the wider box, then the taller one.
-PtBox pt_pick_box(int64_t batch, const AxisPlan& h, const AxisPlan& w) {
+// The box with BW >= min_w with the fewest padded rows over the launched phases (= the fewest
+// m tiles, returned in `tiles`); ties go to the wider box, then the taller one.
+PtBox pt_best_box(int64_t batch, const AxisPlan& h, const AxisPlan& w, int min_w,
+                  int64_t& best_tiles) {
   PtBox best{16, 8, 1};
-  int64_t best_tiles = -1;
-  for (int lw = 7; lw >= 0; --lw) {
+  best_tiles = -1;
+  for (int lw = 7; lw >= 0 && (1 << lw) >= min_w; --lw) {
     for (int lh = 7 - lw; lh >= 0; --lh) {
       const PtBox b{1 << lw, 1 << lh, 1 << (7 - lw - lh)};
       int64_t tiles = 0;
@@ -1087,6 +1156,37 @@ PtBox pt_pick_box(int64_t batch, const AxisPlan& h, const AxisPlan& w) {
     }
   }
   return best;
+}
+
+// The box of the launch (rule at the top): the fewest padded rows; for the staged store the
+// widest BW <= min(16, widest phase rounded up to a power of two) whose best box has at most
+// 1.25x the tiles of the overall best.
+PtBox pt_pick_box(int64_t batch, const AxisPlan& h, const AxisPlan& w, bool staged) {
+  int64_t best_tiles = 0;
+  const PtBox best = pt_best_box(batch, h, w, 1, best_tiles);
+  if (!staged) return best;
+  int64_t widest = 0;
+  for (int rw = 0; rw < w.stride; ++rw) widest = w.ph[rw].rows > widest ? w.ph[rw].rows : widest;
+  int target = 1;
+  while (target < 16 && target < widest) target *= 2;
+  for (int min_w = target; min_w > best.w; min_w /= 2) {
+    int64_t tiles = 0;
+    const PtBox b = pt_best_box(batch, h, w, min_w, tiles);
+    if (tiles * 4 <= best_tiles * 5) return b;
+  }
+  return best;
+}
+
+// Store path (PtArgs::mode): 16-byte vectors of V = 16 / element size channels (8 or 4) when
+// the channels are contiguous and every vector is aligned; element stores from registers when
+// channels are the output's innermost dim of the two; staged (along m) otherwise.
+int pt_store_mode(const ConvTranspose2dParams& p, ScalarKind kind) {
+  const int64_t vec = 16 / pt_elem_bytes(kind);
+  const int64_t* os = p.out_stride;
+  const bool out_vec = os[1] == 1 && p.out_per_group % vec == 0 && pt_aligned16(p.output) &&
+                       stride_multiple(os[0], p.batch, vec) &&
+                       stride_multiple(os[2], p.out_h, vec) && stride_multiple(os[3], p.out_w, vec);
+  return out_vec ? kPtStoreVec : (os[1] < os[3] ? kPtStoreDirect : kPtStoreStaged);
 }
 
 int pt_log2(int v) {
@@ -1126,65 +1226,114 @@ bool pt_fill_args(PtArgs& a, const ConvTranspose2dParams& p, ScalarKind kind, in
   a.group_rows = (int)(geo.phases * geo.cout_pad);
   a.n_tiles = (int)((p.out_per_group + bn - 1) / bn);
 
-  // Launched phases, most taps first (stable: ties in (rh, rw) order).
+  a.mode = pt_store_mode(p, kind);
+
+  // Launched phases in launch order (rh << 8 | rw), in segments of ncw (tile order at the top).
+  auto taps_of = [&](int rc) { return h.ph[rc >> 8].taps * w.ph[rc & 0xff].taps; };
+  auto sort_desc = [](int* v, int n, auto key) {  // insertion sort, descending key, stable
+    for (int x = 1; x < n; ++x)
+      for (int y = x; y > 0 && key(v[y - 1]) < key(v[y]); --y) {
+        const int t = v[y];
+        v[y] = v[y - 1];
+        v[y - 1] = t;
+      }
+  };
+  int cols[kMaxStride];
+  int ncols = 0;
+  for (int rw = 0; rw < w.stride; ++rw)
+    if (w.ph[rw].rows > 0) cols[ncols++] = rw;
   int order[kPtMaxPhases];
   int count = 0;
-  for (int rh = 0; rh < h.stride; ++rh)
-    for (int rw = 0; rw < w.stride; ++rw)
-      if (h.ph[rh].rows > 0 && w.ph[rw].rows > 0) order[count++] = rh << 8 | rw;
-  auto taps_of = [&](int rc) { return h.ph[rc >> 8].taps * w.ph[rc & 0xff].taps; };
-  for (int x = 1; x < count; ++x)  // insertion sort, descending taps
-    for (int y = x; y > 0 && taps_of(order[y - 1]) < taps_of(order[y]); --y) {
-      const int t = order[y];
-      order[y] = order[y - 1];
-      order[y - 1] = t;
-    }
+  a.ncw = 1;
+  if (a.mode == kPtStoreStaged && ncols > 1) {
+    // Interleaved: one segment per launched row phase, most taps in total first (stable), its
+    // phases the launched column phases in rw order.
+    int taps_cols = 0;
+    for (int x = 0; x < ncols; ++x) taps_cols += w.ph[cols[x]].taps;
+    int rows[kMaxStride];
+    int nrows = 0;
+    for (int rh = 0; rh < h.stride; ++rh)
+      if (h.ph[rh].rows > 0) rows[nrows++] = rh;
+    sort_desc(rows, nrows, [&](int rh) { return h.ph[rh].taps * taps_cols; });
+    for (int y = 0; y < nrows; ++y)
+      for (int x = 0; x < ncols; ++x) order[count++] = rows[y] << 8 | cols[x];
+    a.ncw = ncols;
+  } else {
+    // Phase-major: one segment per launched phase, most taps first (stable: ties in (rh, rw)
+    // order).
+    for (int rh = 0; rh < h.stride; ++rh)
+      for (int rw = 0; rw < w.stride; ++rw)
+        if (h.ph[rh].rows > 0 && w.ph[rw].rows > 0) order[count++] = rh << 8 | rw;
+    sort_desc(order, count, taps_of);
+  }
   int64_t tiles = 0, kblocks = 0;
-  for (int q = 0; q < count; ++q) {
-    const int rh = order[q] >> 8, rw = order[q] & 0xff;
-    const AxisPhaseInfo& ih = h.ph[rh];
-    const AxisPhaseInfo& iw = w.ph[rw];
-    PtPhase& ph = a.ph[q];
-    const int64_t tiles_w = (iw.rows + box.w - 1) / box.w;
-    const int64_t tiles_hw = (ih.rows + box.h - 1) / box.h * tiles_w;  // < 2^60
-    const int64_t kb = (int64_t)ih.taps * iw.taps * geo.cbs;
-    if (tiles_hw >= kPtMaxTiles || kb >= kPtInt32Limit) return false;
-    // Each factor below is < 2^30 and each partial product is checked: no int64 overflow.
-    int64_t phase_tiles = tiles_hw * a.tiles_n;
-    if (phase_tiles >= kPtMaxTiles) return false;
-    phase_tiles *= a.n_tiles;
-    if (phase_tiles >= kPtMaxTiles) return false;
-    phase_tiles *= p.groups;
-    if (phase_tiles >= kPtMaxTiles) return false;
-    ph.tile_begin = (int)tiles;
-    ph.tiles_w = (int)tiles_w;
-    ph.tiles_hw = (int)tiles_hw;
-    ph.rows_h = ih.rows;
-    ph.rows_w = iw.rows;
-    ph.off_h = ih.off0;
-    ph.off_w = iw.off0;
-    ph.taps_w = iw.taps;
-    ph.kb = (int)kb;
-    ph.b_row = (int)((rh * w.stride + rw) * geo.cout_pad);
-    ph.rc = order[q];
-    tiles += phase_tiles;
-    kblocks += phase_tiles * kb;
-    if (tiles >= kPtMaxTiles || kblocks >= kPtInt32Limit) return false;
+  for (int s = 0; s < count; s += a.ncw) {
+    const AxisPhaseInfo& ih = h.ph[order[s] >> 8];
+    int64_t seg_w = 0;  // the segment's j-boxes: its phases' maximum
+    for (int x = 0; x < a.ncw; ++x) {
+      const int64_t own_w = (w.ph[order[s + x] & 0xff].rows + box.w - 1) / box.w;
+      seg_w = own_w > seg_w ? own_w : seg_w;
+    }
+    const int64_t tiles_h = (ih.rows + box.h - 1) / box.h;
+    const int64_t seg_hw = tiles_h * seg_w;  // < 2^60
+    if (seg_hw >= kPtMaxTiles) return false;
+    // Each factor below is < 2^30 (ncw <= 16) and each partial product is checked: no int64
+    // overflow.
+    int64_t seg_tiles = seg_hw * a.tiles_n;
+    if (seg_tiles >= kPtMaxTiles) return false;
+    seg_tiles *= a.n_tiles;
+    if (seg_tiles >= kPtMaxTiles) return false;
+    seg_tiles *= p.groups;
+    if (seg_tiles >= kPtMaxTiles) return false;
+    const int64_t phase_live_per_w = seg_tiles / seg_w;  // live tiles per own j-box
+    seg_tiles *= a.ncw;
+    if (seg_tiles >= kPtMaxTiles) return false;
+    for (int x = 0; x < a.ncw; ++x) {
+      const int q = s + x;
+      const int rh = order[q] >> 8, rw = order[q] & 0xff;
+      const AxisPhaseInfo& iw = w.ph[rw];
+      PtPhase& ph = a.ph[q];
+      const int64_t own_w = (iw.rows + box.w - 1) / box.w;
+      const int64_t kb = (int64_t)ih.taps * iw.taps * geo.cbs;
+      if (kb >= kPtInt32Limit) return false;
+      ph.tile_begin = (int)tiles;
+      ph.tiles_w = (int)seg_w;
+      ph.tiles_hw = (int)seg_hw;
+      ph.own_w = (int)own_w;
+      ph.rows_h = ih.rows;
+      ph.rows_w = iw.rows;
+      ph.off_h = ih.off0;
+      ph.off_w = iw.off0;
+      ph.taps_w = iw.taps;
+      ph.kb = (int)kb;
+      ph.b_row = (int)((rh * w.stride + rw) * geo.cout_pad);
+      ph.rc = order[q];
+      kblocks += phase_live_per_w * own_w * kb;  // < 2^30 * 2^31
+      if (kblocks >= kPtInt32Limit) return false;
+    }
+    tiles += seg_tiles;
+    if (tiles >= kPtMaxTiles) return false;
   }
   a.tiles = (int)tiles;
   a.num_phases = count;
   if (kblocks_total != nullptr) *kblocks_total = kblocks;
-
-  // Store path: 16-byte vectors of V = 16 / element size channels (8 or 4) when the channels
-  // are contiguous and every vector is aligned; element stores from registers when channels
-  // are the output's innermost dim of the two; staged (along m) otherwise.
-  const int64_t vec = 16 / pt_elem_bytes(kind);
-  const int64_t* os = p.out_stride;
-  const bool out_vec = os[1] == 1 && p.out_per_group % vec == 0 && pt_aligned16(p.output) &&
-                       stride_multiple(os[0], p.batch, vec) &&
-                       stride_multiple(os[2], p.out_h, vec) && stride_multiple(os[3], p.out_w, vec);
-  a.mode = out_vec ? kPtStoreVec : (os[1] < os[3] ? kPtStoreDirect : kPtStoreStaged);
   return true;
+}
+
+// Grid (persistent: min(SMs, tiles)) and the CTA turn rotation of an interleaved launch: pos
+// advances by rot every `period` turns (1; 2 for ping-pong, where each consumer takes every
+// other turn) so that a CTA's (or ping-pong consumer's) column phase x = t mod ncw advances by
+// one: period*grid + rot == 1 (mod ncw). Without it a grid that is a multiple of ncw would give
+// each CTA one column phase for the whole launch (unbalanced when their tap counts differ).
+int pt_schedule(PtArgs& a, int sms, bool pingpong) {
+  const int grid = a.tiles < sms ? a.tiles : sms;
+  a.rot = 0;
+  if (a.ncw > 1 && grid > 0) {
+    const int period = pingpong ? 2 : 1;
+    const int r = (int)((1 - (int64_t)period * grid) % a.ncw);
+    a.rot = (r < 0 ? r + a.ncw : r) % grid;
+  }
+  return grid;
 }
 
 PtPackArgs pt_pack_args(const ConvTranspose2dParams& p, ScalarKind kind, void* packed) {
@@ -1245,7 +1394,8 @@ bool pt_output_empty(const ConvTranspose2dParams& p) {
   // int32 tile indices and k block counters: the most tiles come with the narrowest tile.
   const AxisPlan h = plan_axis(p.ph_h, p.out_h), w = plan_axis(p.ph_w, p.out_w);
   PtArgs a;
-  return pt_fill_args(a, p, kind, 64, pt_pick_box(p.batch, h, w), h, w);
+  return pt_fill_args(a, p, kind, 64,
+                      pt_pick_box(p.batch, h, w, pt_store_mode(p, kind) == kPtStoreStaged), h, w);
 }
 
 CUtensorMapDataType pt_tma_type(ScalarKind kind) {
@@ -1342,7 +1492,7 @@ cudaError_t pt_launch_cfg(const ConvTranspose2dParams& p, ScalarKind kind, const
   if (!pt_encode_input(&map_a, p, kind, box) ||
       !pt_encode_weight(&map_b, p, kind, packed, Cfg::kBN))
     return cudaErrorInvalidValue;
-  const unsigned grid = (unsigned)(a.tiles < sms ? a.tiles : sms);
+  const unsigned grid = (unsigned)pt_schedule(a, sms, Cfg::kPingPong);
   kernel<<<grid, kPtThreads, Cfg::kTotalBytes, stream>>>(map_a, map_b, a);
   return cudaGetLastError();
 }
@@ -1355,7 +1505,7 @@ cudaError_t pt_launch_typed(const ConvTranspose2dParams& p, ScalarKind kind, con
   const int sms = pt_sm_count(device);
   if (sms <= 0) return cudaErrorInvalidValue;
   const AxisPlan h = plan_axis(p.ph_h, p.out_h), w = plan_axis(p.ph_w, p.out_w);
-  const PtBox box = pt_pick_box(p.batch, h, w);
+  const PtBox box = pt_pick_box(p.batch, h, w, pt_store_mode(p, kind) == kPtStoreStaged);
   if (config < 0) {
     int64_t m_tiles = 0;
     for (int rh = 0; rh < h.stride; ++rh)

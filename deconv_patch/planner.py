@@ -73,10 +73,9 @@ SM90_CONFIGS = tuple(f"{GEMM_PHASE_SM90}:{t}" for t in ("128x128s3", "128x128s4"
 # consumer warpgroups.
 KXS_SM90_CONFIGS = tuple(f"{GEMM_KXS_SM90}:{t}" for t in ("128x256s4", "128x128s6",
                                                            "128x128s6pp"))
-# The configs the planner runs by default (fastest forced on the suite's layers, H100):
-# channels_last input, and dense 16-bit NCHW input (read in place as an MN-major operand).
+# The config the planner runs by default (fastest forced on the suite's layers, H100), for
+# channels_last input and for dense 16-bit NCHW input (read in place as an MN-major operand).
 KXS_SM90_WINNER = KXS_SM90_CONFIGS[2]
-KXS_SM90_NCHW_WINNER = KXS_SM90_CONFIGS[1]
 # gemm_phase_tma's configs, in the kernel's order (the extension's gemm_phase_tma_config_names):
 # tile m x n, ring stages, "pp" = ping-pong consumer warpgroups.
 PHASE_TMA_CONFIGS = tuple(f"{GEMM_PHASE_TMA}:{t}" for t in ("128x128s6pp", "128x128s6",
@@ -340,10 +339,10 @@ def plan(input: torch.Tensor, weight: torch.Tensor, args: ConvTransposeArgs) -> 
         if KXS_SM90_WINNER in chosen.candidates and x.dtype != torch.float32 and \
                 x.is_contiguous() and x.shape[1] % 8 == 0 and \
                 (x.shape[2] * x.shape[3]) % 8 == 0 and x.shape[0] > 0:
-            # Measured on the H100 (docs/perf-notes.md, forced, bf16 NCHW): 2.0-3.3x cuDNN on
-            # U-Net up1/up4 and YOLOv8-seg's proto (mma.sync gemm_kxs: 1.3-2.3x). H*W % 8: the
+            # Measured on the H100 (docs/perf-notes.md, forced, bf16 NCHW): 2.3-5.1x cuDNN on
+            # U-Net up1/up4 and YOLOv8-seg's proto (mma.sync gemm_kxs: 1.3-3.5x). H*W % 8: the
             # MN-major TMA view's channel stride must be a multiple of 16 bytes.
-            return Plan(KXS_SM90_NCHW_WINNER, chosen.reason + "; Hopper TMA + wgmma kernel "
+            return Plan(KXS_SM90_WINNER, chosen.reason + "; Hopper TMA + wgmma kernel "
                         "reading NCHW input in place", candidates=chosen.candidates)
         out_hw = args.output_hw(x.shape[-2:], weight.shape[-2:])
         if cuda_output_channels_last(x, weight, args,
