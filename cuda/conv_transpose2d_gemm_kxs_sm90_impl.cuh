@@ -22,7 +22,7 @@
 //
 // Packed weight (launch_gemm_kxs_sm90_pack_weight): K-major, [NC_pad][Cin] of the input's
 // element type with NC_pad = round_up(NC, 32):  packed[pos*Cin + k] = B[k, kxs_logical_col(pos)]
-// (0 when that column is >= NC); fp32 values are stored rounded to TF32 (kxs_round_tf32, the
+// (0 when that column is >= NC); fp32 values are stored rounded to TF32 (round_tf32_bits, the
 // same rounding as cvt.rna.tf32.f32: exact TF32 values in fp32 containers). Physical GEMM
 // column pos (the wgmma N index) holds logical column j = kxs_logical_col(pos), a permutation
 // inside each aligned group of 32 that swaps bit fields [1:2] and [3:4] of pos:
@@ -145,6 +145,7 @@
 #include "conv_transpose2d_gemm_kxs_sm90.h"
 #include "epilogue.cuh"
 #include "scalar_convert.cuh"
+#include "hopper_ptx.cuh"
 #include "tensor_core_ptx.cuh"
 
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -155,6 +156,7 @@ namespace deconv_patch {
 namespace {
 
 using namespace tc;
+using namespace hopper;
 
 constexpr int kBM = 128;         // GEMM rows per tile
 constexpr int kRowBytes = 128;   // bytes of k per tile row and stage: one 128-byte swizzle row
@@ -310,16 +312,6 @@ template <int PB>
   return r * kStageRowBytes + ((u ^ ((r >> 1) & 3)) << 4);
 }
 
-// Matrix descriptor of a K-major, 128-byte-swizzled tile at shared address `addr` (1024-byte
-// aligned swizzle atoms of 8 rows x 128 bytes, stacked 1024 bytes apart along m/n): start
-// address >> 4 (bits 0-13), leading byte offset 1 (unused when swizzled K-major, bits 16-29),
-// stride byte offset 1024 >> 4 (bits 32-45), base offset 0, layout 1 = 128B swizzle (bits 62-63).
-// This is the layout TMA's CU_TENSOR_MAP_SWIZZLE_128B writes for a {BK, rows} box of 128-byte
-// rows, whatever the element size (16-bit k16 and tf32 k8 steps are both 32 bytes).
-[[maybe_unused]] __host__ __device__ __forceinline__ uint64_t kxs_smem_desc(uint32_t addr) {
-  return (uint64_t)((addr >> 4) & 0x3FFFu) | ((uint64_t)1 << 16) | ((uint64_t)(1024 >> 4) << 32) |
-         ((uint64_t)1 << 62);
-}
 // Matrix descriptor of an MN-major (imm-trans-a = 1), 128-byte-swizzled 16-bit A tile at `addr`
 // (NCHW input). PTX ISA, wgmma "Canonical Layouts", MN-major 128B swizzling (T = 8 elements of
 // 16 bytes): Swizzle<3,4,3> o ((T,8,m),(8,k)) : ((1,T,LBO),(8T,SBO)), i.e. element (mn, k) at
@@ -345,185 +337,12 @@ template <int PB>
 template <bool kMnMajor>
 constexpr uint64_t kKStepDescA = kMnMajor ? (16 * kRowBytes) >> 4 : 32 >> 4;
 
-// fp32 bits rounded to TF32 (10 explicit mantissa bits) by round-to-nearest, ties away from zero,
-// exactly as cvt.rna.tf32.f32 does on sm_90 (its SASS: add half an ulp of TF32 to the bits unless
-// |x| is Inf or NaN, then clear the 13 low bits): finite values whose rounding overflows become
-// Inf, subnormals round like normals. Integer-only, so the packing kernel runs anywhere and the
-// host emulation checks the same function.
-__host__ __device__ __forceinline__ uint32_t kxs_round_tf32(uint32_t bits) {
-  if ((bits & 0x7FFFFFFFu) < 0x7F800000u) bits += 0x1000u;
-  return bits & 0xFFFFE000u;
-}
-
 // ---------------------------------------------------------------------------------------------
-// Hopper PTX wrappers (sm_90a only).
+// Staged-store helpers (sm_90a only; the PTX wrappers are hopper_ptx.cuh).
 #if defined(DECONV_PATCH_KXS_SM90A_DEVICE)
 
-__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
-}
-// Makes the initialised barriers visible to the async proxy (TMA complete_tx) and other threads
-// (with the __syncthreads that follows).
-__device__ __forceinline__ void fence_mbar_init() {
-  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-}
-__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
-               : "memory");
-}
-// Returns once the phase of parity `parity` has completed.
-__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
-  uint32_t done;
-  do {
-    asm volatile(
-        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-        "selp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(done)
-        : "r"(bar), "r"(parity)
-        : "memory");
-  } while (done == 0);
-}
-// 2-D tiled TMA load of the box at (c0 = k, c1 = row) into shared `dst`, completing on `bar`.
-__device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map, uint32_t bar,
-                                            int c0, int c1) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
-      " [%0], [%1, {%3, %4}], [%2];\n" ::"r"(dst),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "r"(c0), "r"(c1)
-      : "memory");
-}
-// 3-D tiled TMA load of the box at (c0, c1, c2) (NCHW input: pixel, channel, image).
-__device__ __forceinline__ void tma_load_3d(uint32_t dst, const CUtensorMap* map, uint32_t bar,
-                                            int c0, int c1, int c2) {
-  asm volatile(
-      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes"
-      " [%0], [%1, {%3, %4, %5}], [%2];\n" ::"r"(dst),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "r"(c0), "r"(c1), "r"(c2)
-      : "memory");
-}
-__device__ __forceinline__ void prefetch_tensormap(const CUtensorMap* map) {
-  asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
-}
-template <int N>
-__device__ __forceinline__ void setmaxnreg_inc() {
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
-}
-template <int N>
-__device__ __forceinline__ void setmaxnreg_dec() {
-  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
-}
-__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
-  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
-}
-__device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
-  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
-}
-
-__device__ __forceinline__ void wgmma_fence() {
-  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-}
-__device__ __forceinline__ void wgmma_commit() {
-  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-}
-template <int N>
-__device__ __forceinline__ void wgmma_wait() {
-  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
-}
-// Keeps the compiler from moving accumulator accesses across wgmma issue / wait points.
-template <int N>
-__device__ __forceinline__ void fence_acc(float (&d)[N]) {
-#pragma unroll
-  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
-}
-
-// D(64 x N, fp32) += A(64 x K) * B(K x N), both K-major in shared memory (descriptors), K = 32
-// bytes of elements (k16 for 16-bit, k8 for tf32), scale-d 1 (accumulate), imm-scale-a/b 1, no
-// transpose (16-bit: imm-trans-a/b 0; tf32 has no transpose operands, K-major only).
-// TRANS_A (16-bit only): A MN-major (imm-trans-a 1, NCHW input); B stays K-major.
-template <typename T, int N, bool TRANS_A = false>
-struct KxsWgmma;
-
-#define KXS_F8(i)                                                                           \
-  "+f"(d[(i) + 0]), "+f"(d[(i) + 1]), "+f"(d[(i) + 2]), "+f"(d[(i) + 3]), "+f"(d[(i) + 4]), \
-      "+f"(d[(i) + 5]), "+f"(d[(i) + 6]), "+f"(d[(i) + 7])
-#define KXS_F32(i) KXS_F8(i), KXS_F8((i) + 8), KXS_F8((i) + 16), KXS_F8((i) + 24)
-#define KXS_F64 KXS_F32(0), KXS_F32(32)
-#define KXS_F128 KXS_F32(0), KXS_F32(32), KXS_F32(64), KXS_F32(96)
-#define KXS_R64                                                                             \
-  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                  \
-  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "        \
-  "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "        \
-  "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
-#define KXS_R128                                                                            \
-  KXS_R64 ", "                                                                              \
-  "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "        \
-  "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "        \
-  "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, "  \
-  "%111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, "    \
-  "%125, %126, %127"
-// N accumulators are operands 0..N/2-1; then A descriptor, B descriptor, scale-d. TAIL: the
-// immediates after scale-d.
-#define KXS_DEFINE_WGMMA(TYPE, PTX_TYPE, K, TAIL, N, REGS, ACCS, DA, DB, SD, TA)             \
-  template <>                                                                                \
-  struct KxsWgmma<TYPE, N, TA> {                                                             \
-    static __device__ __forceinline__ void run(float (&d)[N / 2], uint64_t da, uint64_t db) { \
-      asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " SD ", 0;\n"                          \
-                   "wgmma.mma_async.sync.aligned.m64n" #N K ".f32." PTX_TYPE "." PTX_TYPE    \
-                   " {" REGS "}, " DA ", " DB ", p, " TAIL ";\n}\n"                           \
-                   : ACCS                                                                    \
-                   : "l"(da), "l"(db), "r"(1));                                              \
-    }                                                                                        \
-  };
-#define KXS_T16 "1, 1, 0, 0"   // imm-scale-a, imm-scale-b, imm-trans-a, imm-trans-b
-#define KXS_T16T "1, 1, 1, 0"  // the same with A MN-major
-#define KXS_T32 "1, 1"         // imm-scale-a, imm-scale-b
-KXS_DEFINE_WGMMA(__nv_bfloat16, "bf16", "k16", KXS_T16, 128, KXS_R64, KXS_F64, "%64", "%65", "%66",
-                 false)
-KXS_DEFINE_WGMMA(__half, "f16", "k16", KXS_T16, 128, KXS_R64, KXS_F64, "%64", "%65", "%66", false)
-KXS_DEFINE_WGMMA(float, "tf32", "k8", KXS_T32, 128, KXS_R64, KXS_F64, "%64", "%65", "%66", false)
-KXS_DEFINE_WGMMA(__nv_bfloat16, "bf16", "k16", KXS_T16, 256, KXS_R128, KXS_F128, "%128", "%129",
-                 "%130", false)
-KXS_DEFINE_WGMMA(__half, "f16", "k16", KXS_T16, 256, KXS_R128, KXS_F128, "%128", "%129", "%130",
-                 false)
-KXS_DEFINE_WGMMA(float, "tf32", "k8", KXS_T32, 256, KXS_R128, KXS_F128, "%128", "%129", "%130",
-                 false)
-KXS_DEFINE_WGMMA(__nv_bfloat16, "bf16", "k16", KXS_T16T, 128, KXS_R64, KXS_F64, "%64", "%65",
-                 "%66", true)
-KXS_DEFINE_WGMMA(__half, "f16", "k16", KXS_T16T, 128, KXS_R64, KXS_F64, "%64", "%65", "%66", true)
-KXS_DEFINE_WGMMA(__nv_bfloat16, "bf16", "k16", KXS_T16T, 256, KXS_R128, KXS_F128, "%128", "%129",
-                 "%130", true)
-KXS_DEFINE_WGMMA(__half, "f16", "k16", KXS_T16T, 256, KXS_R128, KXS_F128, "%128", "%129", "%130",
-                 true)
-#undef KXS_T32
-#undef KXS_T16T
-#undef KXS_T16
-#undef KXS_DEFINE_WGMMA
-#undef KXS_R128
-#undef KXS_R64
-#undef KXS_F128
-#undef KXS_F64
-#undef KXS_F32
-#undef KXS_F8
-
-// Two fp32 values rounded to nearest even (as from_float) and packed, `lo` at the lower address.
-template <typename T>
-__device__ __forceinline__ uint32_t kxs_pack2(float lo, float hi);
-template <>
-__device__ __forceinline__ uint32_t kxs_pack2<__nv_bfloat16>(float lo, float hi) {
-  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t*>(&v);
-}
-template <>
-__device__ __forceinline__ uint32_t kxs_pack2<__half>(float lo, float hi) {
-  const __half2 v = __floats2half2_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t*>(&v);
-}
-
 // Element e of a 16-byte unit (bits[4], as read from staging) stored to dst: 16-bit elements are
-// halves of the 32-bit words (the lower address in the low half, as kxs_pack2 packs them).
+// halves of the 32-bit words (the lower address in the low half, as pack2 packs them).
 template <typename T>
 __device__ __forceinline__ void kxs_store_bits(T* dst, const uint32_t (&bits)[4], int e) {
   if constexpr (sizeof(T) == 4) {
@@ -550,31 +369,6 @@ __device__ __forceinline__ void kxs_store_packet(T* dst, const uint32_t (&bits)[
   } else {
 #pragma unroll
     for (int x = 0; x < kE; ++x) kxs_store_bits<T>(dst + x, bits, i * kE + x);
-  }
-}
-
-__device__ __forceinline__ void fence_proxy_async_smem() {
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-}
-// Rounds CHUNKS 16-byte chunks of fp32 in shared memory to TF32 in place (cvt.rna): chunk i at
-// addr + i * stride_bytes. All loads first, then converts and stores.
-template <int CHUNKS>
-__device__ __forceinline__ void kxs_round_tf32_smem(uint32_t addr, uint32_t stride_bytes) {
-  uint32_t v[CHUNKS][4];
-#pragma unroll
-  for (int i = 0; i < CHUNKS; ++i) {
-    asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(v[i][0]), "=r"(v[i][1]), "=r"(v[i][2]), "=r"(v[i][3])
-                 : "r"(addr + i * stride_bytes)
-                 : "memory");
-  }
-#pragma unroll
-  for (int i = 0; i < CHUNKS; ++i) {
-#pragma unroll
-    for (int e = 0; e < 4; ++e) v[i][e] = to_tf32(__uint_as_float(v[i][e]));
-    asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr + i * stride_bytes),
-                 "r"(v[i][0]), "r"(v[i][1]), "r"(v[i][2]), "r"(v[i][3])
-                 : "memory");
   }
 }
 
@@ -702,8 +496,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   // Cooperative: consumer cw reads A rows 64cw..; ping-pong: both m64 halves (mi * 64 rows).
   // Either way 64 rows are 8 KB further, K-major or (NCHW input) MN-major.
   const uint32_t a_addr0 = base + (uint32_t)((Cfg::kPingPong ? 0 : cw) * 64 * kRowBytes);
-  const uint64_t a_desc0 = NCHW_IN ? kxs_smem_desc_mn(a_addr0) : kxs_smem_desc(a_addr0);
-  const uint64_t b_desc0 = kxs_smem_desc(base + Cfg::kABytes);
+  const uint64_t a_desc0 = NCHW_IN ? kxs_smem_desc_mn(a_addr0) : smem_desc_k128(a_addr0);
+  const uint64_t b_desc0 = smem_desc_k128(base + Cfg::kABytes);
   constexpr uint64_t kStageDesc = Cfg::kStageBytes >> 4;  // descriptor units of 16 bytes
   constexpr uint64_t kHalfDesc = (64 * kRowBytes) >> 4;   // next 64 rows of A
 
@@ -780,7 +574,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         // wait for the whole warpgroup before any of its wgmmas reads them.
         const uint32_t rows = base + s * (uint32_t)Cfg::kStageBytes +
                               (uint32_t)((Cfg::kPingPong ? 0 : cw) * 64 * kRowBytes);
-        kxs_round_tf32_smem<MI * 64 * kRowBytes / 16 / 128>(rows + 16u * (uint32_t)ct, 16u * 128u);
+        round_tf32_smem<MI * 64 * kRowBytes / 16 / 128>(rows + 16u * (uint32_t)ct, 16u * 128u);
         fence_proxy_async_smem();
         named_barrier_sync(kRoundBarrier + cw, 128);
       }
@@ -796,7 +590,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           // descriptor units); in-atom K offsets of a 128B-swizzled K-major tile go into the
           // start address, the hardware applies the swizzle to the full address. MN-major A
           // (NCHW input): 16 k rows = 2 whole atoms further (kKStepDescA).
-          KxsWgmma<T, BN, NCHW_IN>::run(
+          Wgmma<T, BN, NCHW_IN>::run(
               acc[mi], a_desc0 + so + mi * kHalfDesc + kKStepDescA<NCHW_IN> * ks,
               b_desc0 + so + 2 * ks);
         }
@@ -930,10 +724,10 @@ __global__ void __launch_bounds__(kThreads, 1)
                     }
                   } else {
                     if constexpr (RKW == 2) {
-                      *reinterpret_cast<uint32_t*>(buf + off) = kxs_pack2<T>(v[0], v[1]);
+                      *reinterpret_cast<uint32_t*>(buf + off) = pack2<T>(v[0], v[1]);
                     } else {
                       *reinterpret_cast<uint2*>(buf + off) =
-                          make_uint2(kxs_pack2<T>(v[0], v[1]), kxs_pack2<T>(v[2], v[3]));
+                          make_uint2(pack2<T>(v[0], v[1]), pack2<T>(v[2], v[3]));
                     }
                   }
                 }
@@ -1006,7 +800,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       constexpr int kHalves = kColGroup / kChunkCols;              // chunks per group: 1 / 2
       unsigned char* const my_staging = smem + Cfg::kStagingOffset + cw * 2 * kStageChunkBytes;
       // The values are exactly the register path's: same epilogue expression, same rounding
-      // (kxs_pack2 / fp32 as is); only the route to global memory differs.
+      // (pack2 / fp32 as is); only the route to global memory differs.
       auto store_staged = [&](auto no_act) {
         constexpr bool kNoAct = decltype(no_act)::value;
 #pragma unroll
@@ -1052,10 +846,10 @@ __global__ void __launch_bounds__(kThreads, 1)
                         make_float4(v[h][4], v[h][5], v[h][6], v[h][7]);
                   } else {
                     uint4 pk;
-                    pk.x = kxs_pack2<T>(v[h][0], v[h][1]);
-                    pk.y = kxs_pack2<T>(v[h][2], v[h][3]);
-                    pk.z = kxs_pack2<T>(v[h][4], v[h][5]);
-                    pk.w = kxs_pack2<T>(v[h][6], v[h][7]);
+                    pk.x = pack2<T>(v[h][0], v[h][1]);
+                    pk.y = pack2<T>(v[h][2], v[h][3]);
+                    pk.z = pack2<T>(v[h][4], v[h][5]);
+                    pk.w = pack2<T>(v[h][6], v[h][7]);
                     *reinterpret_cast<uint4*>(buf + kxs_stage_offset(r, q)) = pk;
                   }
                 }
@@ -1149,10 +943,10 @@ __global__ void __launch_bounds__(kThreads, 1)
                   // os_c == 1, Cout % 8 == 0: the 8 columns are consecutive channels of one tap,
                   // 16-byte aligned (nc % 8 == 0, so lc < nc - n0 covers all 8).
                   uint4 pk;
-                  pk.x = kxs_pack2<T>(v[0], v[1]);
-                  pk.y = kxs_pack2<T>(v[2], v[3]);
-                  pk.z = kxs_pack2<T>(v[4], v[5]);
-                  pk.w = kxs_pack2<T>(v[6], v[7]);
+                  pk.x = pack2<T>(v[0], v[1]);
+                  pk.y = pack2<T>(v[2], v[3]);
+                  pk.z = pack2<T>(v[4], v[5]);
+                  pk.w = pack2<T>(v[6], v[7]);
                   *reinterpret_cast<uint4*>(out + row_off[mi][h] + t_off[lc]) = pk;
                 }
               } else {
@@ -1178,7 +972,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 // ---------------------------------------------------------------------------------------------
 // Weight packing: one thread per packed element, k fastest (coalesced writes), any weight
 // strides: packed[pos*Cin + k] = weight[k, co, kh, kw] for j = kxs_logical_col(pos) < NC
-// (j = (kh*KW + kw)*Cout + co), else 0; fp32 rounded to TF32 (kxs_round_tf32). Plain CUDA: runs
+// (j = (kh*KW + kw)*Cout + co), else 0; fp32 rounded to TF32 (round_tf32_bits). Plain CUDA: runs
 // on any architecture.
 struct KxsPackArgs {
   const void* w;
@@ -1210,7 +1004,7 @@ __global__ void __launch_bounds__(256)
        idx += (int64_t)gridDim.x * blockDim.x) {
     const int64_t src = kxs_pack_source(a, idx);
     if constexpr (std::is_same<T, float>::value) {
-      packed[idx] = src >= 0 ? __uint_as_float(kxs_round_tf32(__float_as_uint(w[src]))) : 0.f;
+      packed[idx] = src >= 0 ? __uint_as_float(round_tf32_bits(__float_as_uint(w[src]))) : 0.f;
     } else {
       packed[idx] = src >= 0 ? w[src] : from_float<T>(0.f);
     }
@@ -1300,7 +1094,7 @@ int sm_count(int device) {
 }
 
 // K-major 2-D map of a [rows][k] matrix of `kind` (row stride k elements), box {BK, box_rows}
-// (128 bytes x box_rows), 128-byte swizzle (matches kxs_smem_desc), out-of-bounds elements read
+// (128 bytes x box_rows), 128-byte swizzle (matches smem_desc_k128), out-of-bounds elements read
 // as zero. fp32 is plain FLOAT32 (a byte copy: the kernel rounds A to TF32 itself).
 bool encode_kmajor(CUtensorMap* map, ScalarKind kind, const void* ptr, int64_t k, int64_t rows,
                    int box_rows) {

@@ -63,6 +63,7 @@
 #include "conv_transpose2d_phase_common.cuh"
 #include "epilogue.cuh"
 #include "scalar_convert.cuh"
+#include "hopper_ptx.cuh"
 #include "tensor_core_ptx.cuh"
 
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -73,6 +74,7 @@ namespace deconv_patch {
 namespace {
 
 using namespace tc;
+using namespace hopper;
 
 // kBK (cursor k tile = per-tap channel padding), kMaxStride, kMaxPhases, kRowPastM and
 // kIndexLimit: conv_transpose2d_phase_common.cuh.
@@ -136,87 +138,6 @@ struct Sm90Args {
   int tile_begin[kMaxPhases + 1];  // first blockIdx.x of each launched phase; [num_phases] = total
   uint16_t phase_rc[kMaxPhases];   // rh << 8 | rw of each launched phase
 };
-
-// ---------------------------------------------------------------------------------------------
-// Hopper PTX wrappers (sm_90a only).
-#if defined(DECONV_PATCH_SM90A_DEVICE)
-
-// Matrix descriptor of a K-major, 128-byte-swizzled operand tile starting at shared address
-// `addr` (1024-byte aligned atoms; see the top of the file for the fields).
-__device__ __forceinline__ uint64_t smem_desc_k128(uint32_t addr) {
-  constexpr uint64_t kLbo = 16 >> 4;      // unused for swizzled K-major; 1 by convention
-  constexpr uint64_t kSbo = 1024 >> 4;    // 8 rows x 128 bytes between m/n core-matrix groups
-  constexpr uint64_t kSwizzle128 = 1;
-  return (uint64_t)((addr >> 4) & 0x3FFFu) | (kLbo << 16) | (kSbo << 32) | (kSwizzle128 << 62);
-}
-
-__device__ __forceinline__ void wgmma_fence() {
-  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-}
-__device__ __forceinline__ void wgmma_commit() {
-  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-}
-template <int N>
-__device__ __forceinline__ void wgmma_wait() {
-  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
-}
-// Orders this thread's completed generic-proxy (cp.async) writes to shared memory before later
-// async-proxy (wgmma) reads of it, once combined with the barrier that follows.
-__device__ __forceinline__ void fence_proxy_async_smem() {
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-}
-// Keeps the compiler from moving accumulator accesses across wgmma fence / wait points.
-template <int N>
-__device__ __forceinline__ void fence_acc(float (&d)[N]) {
-#pragma unroll
-  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
-}
-
-#define DP_ACC8(i)                                                                          \
-  "+f"(d[(i) + 0]), "+f"(d[(i) + 1]), "+f"(d[(i) + 2]), "+f"(d[(i) + 3]), "+f"(d[(i) + 4]), \
-      "+f"(d[(i) + 5]), "+f"(d[(i) + 6]), "+f"(d[(i) + 7])
-#define DP_REGS32                                                                          \
-  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, " \
-  "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
-#define DP_REGS64                                                                           \
-  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, "  \
-  "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, "   \
-  "%36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, "   \
-  "%53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
-
-// D(64 x N, fp32) += A(64 x 16) * B(16 x N); A and B K-major in shared memory (no transpose),
-// scale-d = 1 (accumulate), imm-scale-a/b = 1.
-template <typename T, int N>
-struct Wgmma;
-
-// Wgmma<TYPE, N>: accumulators d (operands %0 .. %N/2-1, listed by ACCS and REGS), then the
-// descriptors (operands DA, DB) and the scale-d input (operand SCALE_D, 1: accumulate).
-#define DP_DEFINE_WGMMA(TYPE, PTX_TYPE, N, REGS, ACCS, DA, DB, SCALE_D)                        \
-  template <>                                                                                 \
-  struct Wgmma<TYPE, N> {                                                                     \
-    static __device__ __forceinline__ void run(float (&d)[N / 2], uint64_t da, uint64_t db) { \
-      asm volatile(                                                                           \
-          "{\n.reg .pred p;\nsetp.ne.b32 p, " SCALE_D ", 0;\n"                                \
-          "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." PTX_TYPE "." PTX_TYPE " " REGS    \
-          ", " DA ", " DB ", p, 1, 1, 0, 0;\n}\n"                                             \
-          : ACCS                                                                              \
-          : "l"(da), "l"(db), "r"(1));                                                        \
-    }                                                                                         \
-  };
-#define DP_ACC32 DP_ACC8(0), DP_ACC8(8), DP_ACC8(16), DP_ACC8(24)
-#define DP_ACC64 DP_ACC32, DP_ACC8(32), DP_ACC8(40), DP_ACC8(48), DP_ACC8(56)
-DP_DEFINE_WGMMA(__nv_bfloat16, "bf16", 128, DP_REGS64, DP_ACC64, "%64", "%65", "%66")
-DP_DEFINE_WGMMA(__half, "f16", 128, DP_REGS64, DP_ACC64, "%64", "%65", "%66")
-DP_DEFINE_WGMMA(__nv_bfloat16, "bf16", 64, DP_REGS32, DP_ACC32, "%32", "%33", "%34")
-DP_DEFINE_WGMMA(__half, "f16", 64, DP_REGS32, DP_ACC32, "%32", "%33", "%34")
-#undef DP_DEFINE_WGMMA
-#undef DP_ACC64
-#undef DP_ACC32
-#undef DP_REGS64
-#undef DP_REGS32
-#undef DP_ACC8
-
-#endif  // DECONV_PATCH_SM90A_DEVICE
 
 // ---------------------------------------------------------------------------------------------
 // Main kernel (body only on sm_90a; an empty kernel elsewhere).

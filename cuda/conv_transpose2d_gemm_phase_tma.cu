@@ -1,8 +1,8 @@
 // Any transposed convolution (16-bit, or fp32 with TF32 allowed; channels_last input) as
 // stride-phase implicit GEMMs in one persistent, warp-specialised kernel on Hopper: TMA loads
 // into an mbarrier ring, wgmma.mma_async, the fused epilogue storing straight into the output.
-// sm_90a only; see the header for the supported subset. Structure, PTX wrappers, ring protocol
-// and the column permutation follow conv_transpose2d_gemm_kxs_sm90.cu (own copies, pt_ prefix).
+// sm_90a only; see the header for the supported subset. Structure, ring protocol and the column
+// permutation follow conv_transpose2d_gemm_kxs_sm90_impl.cuh; the PTX wrappers are hopper_ptx.cuh.
 //
 // Index math (per axis, h shown; w alike). Output row oh = r + S*i, phase r in [0, S), i in
 // [0, rows(r)). Tap kh lands on phase r iff r = (kh*dil - pad) mod S; those taps are
@@ -44,7 +44,7 @@
 // row-major order, Cout_pad = round_up(Cout_g, 32), Kmax = max over phases of taps*Cin_pad:
 //     packed[((g*P + rh*SW + rw)*Cout_pad + pos)*Kmax + k] = B[k, pt_logical_col(pos)]
 // and 0 where c >= Cin_g, the logical column >= Cout_g or k is past the phase's taps. fp32 is
-// stored rounded to TF32 (pt_round_tf32 = cvt.rna). The B box {BK, BN} of k block kb, n tile
+// stored rounded to TF32 (round_tf32_bits = cvt.rna). The B box {BK, BN} of k block kb, n tile
 // col0 is at (kb*BK, (g*P + phase)*Cout_pad + col0): it may run into the next phase's rows (or
 // past the map, zero-filled); those columns are >= Cout_g and never stored.
 // Column permutation (kxs_sm90's): pos = 32g' + 8i + 2q + e <-> oc = 32g' + 8q + 2i + e. The
@@ -129,6 +129,7 @@
 #include "conv_transpose2d_phase_common.cuh"
 #include "epilogue.cuh"
 #include "scalar_convert.cuh"
+#include "hopper_ptx.cuh"
 #include "tensor_core_ptx.cuh"
 
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -139,6 +140,7 @@ namespace deconv_patch {
 namespace {
 
 using namespace tc;
+using namespace hopper;
 
 constexpr int kPtBM = 128;        // GEMM rows per tile (one TMA box)
 constexpr int kPtRowBytes = 128;  // bytes of k per tile row and stage (one 128-byte swizzle row)
@@ -279,12 +281,6 @@ template <bool PINGPONG>
                                                                      int rq, int h) {
   return (PINGPONG ? 64 * mi : 64 * cw) + 16 * wv + rq + 8 * h;
 }
-// fp32 bits rounded to TF32 as cvt.rna.tf32.f32 does (kxs_round_tf32's rule; integer-only, so
-// the packing kernel runs anywhere and the host emulation checks the same function).
-[[maybe_unused]] __host__ __device__ __forceinline__ uint32_t pt_round_tf32(uint32_t bits) {
-  if ((bits & 0x7FFFFFFFu) < 0x7F800000u) bits += 0x1000u;
-  return bits & 0xFFFFE000u;
-}
 
 // First phase of the segment holding tile t, scanning forward from segment start q (a
 // thread's tiles only increase).
@@ -390,203 +386,6 @@ struct PtKCursor {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Hopper PTX wrappers (sm_90a only).
-#if defined(DECONV_PATCH_PT_SM90A_DEVICE)
-
-__device__ __forceinline__ void pt_mbar_init(uint32_t bar, uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
-}
-// Makes the initialised barriers visible to the async proxy (TMA complete_tx) and other threads
-// (with the __syncthreads that follows).
-__device__ __forceinline__ void pt_fence_mbar_init() {
-  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-}
-__device__ __forceinline__ void pt_mbar_arrive(uint32_t bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
-}
-__device__ __forceinline__ void pt_mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
-               : "memory");
-}
-// Returns once the phase of parity `parity` has completed.
-__device__ __forceinline__ void pt_mbar_wait(uint32_t bar, uint32_t parity) {
-  uint32_t done;
-  do {
-    asm volatile(
-        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-        "selp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(done)
-        : "r"(bar), "r"(parity)
-        : "memory");
-  } while (done == 0);
-}
-// 2-D tiled TMA load of the box at (c0, c1) into shared `dst`, completing on `bar`.
-__device__ __forceinline__ void pt_tma_load_2d(uint32_t dst, const CUtensorMap* map, uint32_t bar,
-                                               int c0, int c1) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
-      " [%0], [%1, {%3, %4}], [%2];\n" ::"r"(dst),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "r"(c0), "r"(c1)
-      : "memory");
-}
-// 4-D tiled TMA load of the box at (c0, c1, c2, c3) (innermost first) into shared `dst`.
-__device__ __forceinline__ void pt_tma_load_4d(uint32_t dst, const CUtensorMap* map, uint32_t bar,
-                                               int c0, int c1, int c2, int c3) {
-  asm volatile(
-      "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes"
-      " [%0], [%1, {%3, %4, %5, %6}], [%2];\n" ::"r"(dst),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
-      : "memory");
-}
-__device__ __forceinline__ void pt_prefetch_tensormap(const CUtensorMap* map) {
-  asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
-}
-template <int N>
-__device__ __forceinline__ void pt_setmaxnreg_inc() {
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
-}
-template <int N>
-__device__ __forceinline__ void pt_setmaxnreg_dec() {
-  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
-}
-__device__ __forceinline__ void pt_bar_sync(int id, int threads) {
-  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
-}
-__device__ __forceinline__ void pt_bar_arrive(int id, int threads) {
-  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
-}
-
-// Matrix descriptor of a K-major, 128-byte-swizzled tile at shared address `addr` (1024-byte
-// aligned swizzle atoms of 8 rows x 128 bytes, stacked 1024 bytes apart along m/n): start
-// address >> 4 (bits 0-13), leading byte offset 1 (unused when swizzled K-major, bits 16-29),
-// stride byte offset 1024 >> 4 (bits 32-45), base offset 0, layout 1 = 128B swizzle (bits 62-63).
-// This is what TMA's CU_TENSOR_MAP_SWIZZLE_128B writes for a box of 128-byte rows, whatever the
-// box rank (the swizzle is a function of the shared address) and the element size.
-__device__ __forceinline__ uint64_t pt_smem_desc(uint32_t addr) {
-  return (uint64_t)((addr >> 4) & 0x3FFFu) | ((uint64_t)1 << 16) | ((uint64_t)(1024 >> 4) << 32) |
-         ((uint64_t)1 << 62);
-}
-__device__ __forceinline__ void pt_wgmma_fence() {
-  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-}
-__device__ __forceinline__ void pt_wgmma_commit() {
-  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-}
-template <int N>
-__device__ __forceinline__ void pt_wgmma_wait() {
-  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
-}
-// Keeps the compiler from moving accumulator accesses across wgmma issue / wait points.
-template <int N>
-__device__ __forceinline__ void pt_fence_acc(float (&d)[N]) {
-#pragma unroll
-  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
-}
-
-// D(64 x N, fp32) += A(64 x K) * B(K x N), both K-major in shared memory (descriptors), K = 32
-// bytes of elements (k16 for 16-bit, k8 for tf32), scale-d 1 (accumulate), imm-scale-a/b 1, no
-// transpose (16-bit: imm-trans-a/b 0; tf32 has no transpose operands, K-major only).
-template <typename T, int N>
-struct PtWgmma;
-
-#define PT_F8(i)                                                                            \
-  "+f"(d[(i) + 0]), "+f"(d[(i) + 1]), "+f"(d[(i) + 2]), "+f"(d[(i) + 3]), "+f"(d[(i) + 4]), \
-      "+f"(d[(i) + 5]), "+f"(d[(i) + 6]), "+f"(d[(i) + 7])
-#define PT_F32(i) PT_F8(i), PT_F8((i) + 8), PT_F8((i) + 16), PT_F8((i) + 24)
-#define PT_F64 PT_F32(0), PT_F32(32)
-#define PT_F128 PT_F32(0), PT_F32(32), PT_F32(64), PT_F32(96)
-#define PT_R32                                                                              \
-  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                  \
-  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
-#define PT_R64                                                                              \
-  PT_R32 ", "                                                                               \
-  "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "        \
-  "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
-#define PT_R128                                                                             \
-  PT_R64 ", "                                                                               \
-  "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "        \
-  "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "        \
-  "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, "  \
-  "%111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, "    \
-  "%125, %126, %127"
-// N accumulators are operands 0..N/2-1; then A descriptor, B descriptor, scale-d. TAIL: the
-// immediates after scale-d.
-#define PT_DEFINE_WGMMA(TYPE, PTX_TYPE, K, TAIL, N, REGS, ACCS, DA, DB, SD)                   \
-  template <>                                                                                 \
-  struct PtWgmma<TYPE, N> {                                                                   \
-    static __device__ __forceinline__ void run(float (&d)[N / 2], uint64_t da, uint64_t db) { \
-      asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " SD ", 0;\n"                           \
-                   "wgmma.mma_async.sync.aligned.m64n" #N K ".f32." PTX_TYPE "." PTX_TYPE     \
-                   " {" REGS "}, " DA ", " DB ", p, " TAIL ";\n}\n"                            \
-                   : ACCS                                                                     \
-                   : "l"(da), "l"(db), "r"(1));                                               \
-    }                                                                                         \
-  };
-#define PT_T16 "1, 1, 0, 0"  // imm-scale-a, imm-scale-b, imm-trans-a, imm-trans-b
-#define PT_T32 "1, 1"        // imm-scale-a, imm-scale-b
-PT_DEFINE_WGMMA(__nv_bfloat16, "bf16", "k16", PT_T16, 64, PT_R32, PT_F32(0), "%32", "%33", "%34")
-PT_DEFINE_WGMMA(__half, "f16", "k16", PT_T16, 64, PT_R32, PT_F32(0), "%32", "%33", "%34")
-PT_DEFINE_WGMMA(float, "tf32", "k8", PT_T32, 64, PT_R32, PT_F32(0), "%32", "%33", "%34")
-PT_DEFINE_WGMMA(__nv_bfloat16, "bf16", "k16", PT_T16, 128, PT_R64, PT_F64, "%64", "%65", "%66")
-PT_DEFINE_WGMMA(__half, "f16", "k16", PT_T16, 128, PT_R64, PT_F64, "%64", "%65", "%66")
-PT_DEFINE_WGMMA(float, "tf32", "k8", PT_T32, 128, PT_R64, PT_F64, "%64", "%65", "%66")
-PT_DEFINE_WGMMA(__nv_bfloat16, "bf16", "k16", PT_T16, 256, PT_R128, PT_F128, "%128", "%129",
-                "%130")
-PT_DEFINE_WGMMA(__half, "f16", "k16", PT_T16, 256, PT_R128, PT_F128, "%128", "%129", "%130")
-PT_DEFINE_WGMMA(float, "tf32", "k8", PT_T32, 256, PT_R128, PT_F128, "%128", "%129", "%130")
-#undef PT_T32
-#undef PT_T16
-#undef PT_DEFINE_WGMMA
-#undef PT_R128
-#undef PT_R64
-#undef PT_R32
-#undef PT_F128
-#undef PT_F64
-#undef PT_F32
-#undef PT_F8
-
-// Two fp32 values rounded to nearest even (as from_float) and packed, `lo` at the lower address.
-template <typename T>
-__device__ __forceinline__ uint32_t pt_pack2(float lo, float hi);
-template <>
-__device__ __forceinline__ uint32_t pt_pack2<__nv_bfloat16>(float lo, float hi) {
-  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t*>(&v);
-}
-template <>
-__device__ __forceinline__ uint32_t pt_pack2<__half>(float lo, float hi) {
-  const __half2 v = __floats2half2_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t*>(&v);
-}
-
-__device__ __forceinline__ void pt_fence_proxy_async_smem() {
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-}
-// Rounds CHUNKS 16-byte chunks of fp32 in shared memory to TF32 in place (cvt.rna): chunk i at
-// addr + i * stride_bytes. All loads first, then converts and stores.
-template <int CHUNKS>
-__device__ __forceinline__ void pt_round_tf32_smem(uint32_t addr, uint32_t stride_bytes) {
-  uint32_t v[CHUNKS][4];
-#pragma unroll
-  for (int i = 0; i < CHUNKS; ++i) {
-    asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(v[i][0]), "=r"(v[i][1]), "=r"(v[i][2]), "=r"(v[i][3])
-                 : "r"(addr + i * stride_bytes)
-                 : "memory");
-  }
-#pragma unroll
-  for (int i = 0; i < CHUNKS; ++i) {
-#pragma unroll
-    for (int e = 0; e < 4; ++e) v[i][e] = to_tf32(__uint_as_float(v[i][e]));
-    asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr + i * stride_bytes),
-                 "r"(v[i][0]), "r"(v[i][1]), "r"(v[i][2]), "r"(v[i][3])
-                 : "memory");
-  }
-}
-
-#endif  // DECONV_PATCH_PT_SM90A_DEVICE
-
-// ---------------------------------------------------------------------------------------------
 // Main kernel (body only on sm_90a; an empty kernel elsewhere).
 template <typename T, class Cfg>
 __global__ void __launch_bounds__(kPtThreads, 1)
@@ -615,19 +414,19 @@ __global__ void __launch_bounds__(kPtThreads, 1)
 
   if (tid == 0) {
     for (int s = 0; s < S; ++s) {
-      pt_mbar_init(full_bar + 8 * s, 1);  // the producer's arrive.expect_tx (+ TMA bytes)
-      pt_mbar_init(empty_bar + 8 * s, Cfg::kReleaseCount);
+      mbar_init(full_bar + 8 * s, 1);  // the producer's arrive.expect_tx (+ TMA bytes)
+      mbar_init(empty_bar + 8 * s, Cfg::kReleaseCount);
     }
-    pt_fence_mbar_init();
+    fence_mbar_init();
   }
   __syncthreads();
 
   if (wg == 0) {
     // ---- Producer warpgroup: one thread issues every TMA load of this CTA's tiles. ----
-    if constexpr (Cfg::kSetMaxNreg) pt_setmaxnreg_dec<kPtProducerRegs>();
+    if constexpr (Cfg::kSetMaxNreg) setmaxnreg_dec<kPtProducerRegs>();
     if (tid == 0) {
-      pt_prefetch_tensormap(&tma_a);
-      pt_prefetch_tensormap(&tma_b);
+      prefetch_tensormap(&tma_a);
+      prefetch_tensormap(&tma_b);
       uint32_t c = 0;  // k block counter (see the ring protocol at the top)
       int q = 0;       // segment of the current tile
       int pos = blockIdx.x;
@@ -645,13 +444,13 @@ __global__ void __launch_bounds__(kPtThreads, 1)
         for (int kb = 0; kb < ph.kb; ++kb, ++c) {
           const uint32_t s = c % S;
           const uint32_t bar = full_bar + 8 * s;
-          pt_mbar_wait(empty_bar + 8 * s, ((c / S) & 1) ^ 1);
-          pt_mbar_arrive_expect_tx(bar, Cfg::kStageBytes);
+          mbar_wait(empty_bar + 8 * s, ((c / S) & 1) ^ 1);
+          mbar_arrive_expect_tx(bar, Cfg::kStageBytes);
           const uint32_t sa = base + s * Cfg::kStageBytes;
           int x[4];
           pt_a_coords(p, ph, tl, cur, BK, x);
-          pt_tma_load_4d(sa, &tma_a, bar, x[0], x[1], x[2], x[3]);
-          pt_tma_load_2d(sa + Cfg::kABytes, &tma_b, bar, kb * BK, b_row);
+          tma_load_4d(sa, &tma_a, bar, x[0], x[1], x[2], x[3]);
+          tma_load_2d(sa + Cfg::kABytes, &tma_b, bar, kb * BK, b_row);
           pt_cursor_next(cur, p.cbs, ph.taps_w);
         }
       }
@@ -660,7 +459,7 @@ __global__ void __launch_bounds__(kPtThreads, 1)
   }
 
   // ---- Consumer warpgroups. ----
-  if constexpr (Cfg::kSetMaxNreg) pt_setmaxnreg_inc<kPtConsumerRegs>();
+  if constexpr (Cfg::kSetMaxNreg) setmaxnreg_inc<kPtConsumerRegs>();
   const int cw = wg - 1;     // consumer 0 / 1
   const int ct = tid & 127;  // thread within the consumer warpgroup
   const int wv = ct >> 5;    // warp within it: fragment rows 16wv..
@@ -673,8 +472,8 @@ __global__ void __launch_bounds__(kPtThreads, 1)
   T* stg = reinterpret_cast<T*>(smem + Cfg::kStagingOffset + cw * Cfg::kStagingBytes);
 
   // Cooperative: consumer cw reads A rows 64cw..; ping-pong: both m64 halves (mi * 64 rows).
-  const uint64_t a_desc0 = pt_smem_desc(base + (uint32_t)((kPP ? 0 : cw) * 64 * kPtRowBytes));
-  const uint64_t b_desc0 = pt_smem_desc(base + Cfg::kABytes);
+  const uint64_t a_desc0 = smem_desc_k128(base + (uint32_t)((kPP ? 0 : cw) * 64 * kPtRowBytes));
+  const uint64_t b_desc0 = smem_desc_k128(base + Cfg::kABytes);
   constexpr uint64_t kStageDesc = Cfg::kStageBytes >> 4;  // descriptor units of 16 bytes
   constexpr uint64_t kHalfDesc = (64 * kPtRowBytes) >> 4;  // next 64 rows of A
 
@@ -702,8 +501,8 @@ __global__ void __launch_bounds__(kPtThreads, 1)
     if (!tl.live) {
       // Empty tile: no k blocks, no stores, the table buffer parity stays; ping-pong keeps its
       // order barrier pairing (sync for this tile, arrive for the next).
-      if (kPP && i > 0) pt_bar_sync(kPtOrderBarrier + cw, 256);
-      if (kPP && has_next) pt_bar_arrive(kPtOrderBarrier + 1 - cw, 256);
+      if (kPP && i > 0) named_barrier_sync(kPtOrderBarrier + cw, 256);
+      if (kPP && has_next) named_barrier_arrive(kPtOrderBarrier + 1 - cw, 256);
       continue;
     }
     const int ch0 = tl.g * p.cout_g + tl.col0;  // output channel of tile column 0
@@ -728,7 +527,7 @@ __global__ void __launch_bounds__(kPtThreads, 1)
     // ---- Main loop over k blocks (none for a phase without taps). ----
     // Ping-pong: start only after the other consumer has issued its whole main loop of the
     // previous tile (it arrives below); see the ring protocol at the top.
-    if (kPP && i > 0) pt_bar_sync(kPtOrderBarrier + cw, 256);
+    if (kPP && i > 0) named_barrier_sync(kPtOrderBarrier + cw, 256);
 #pragma unroll
     for (int mi = 0; mi < MI; ++mi) {
 #pragma unroll
@@ -738,7 +537,7 @@ __global__ void __launch_bounds__(kPtThreads, 1)
     uint32_t prev = 0;
     for (int kb = 0; kb < nkb; ++kb, ++cc) {
       const uint32_t s = cc % S;
-      pt_mbar_wait(full_bar + 8 * s, (cc / S) & 1);
+      mbar_wait(full_bar + 8 * s, (cc / S) & 1);
       if constexpr (kTf32) {
         // Round the A rows this warpgroup's wgmmas read (MI x 64 rows of 128 bytes from
         // a_desc0's rows, 4 * MI chunks of 16 bytes per thread; the swizzle does not matter for
@@ -746,14 +545,14 @@ __global__ void __launch_bounds__(kPtThreads, 1)
         // wait for the whole warpgroup before any of its wgmmas reads them.
         const uint32_t rows = base + s * (uint32_t)Cfg::kStageBytes +
                               (uint32_t)((kPP ? 0 : cw) * 64 * kPtRowBytes);
-        pt_round_tf32_smem<MI * 64 * kPtRowBytes / 16 / 128>(rows + 16u * (uint32_t)ct,
+        round_tf32_smem<MI * 64 * kPtRowBytes / 16 / 128>(rows + 16u * (uint32_t)ct,
                                                              16u * 128u);
-        pt_fence_proxy_async_smem();
-        pt_bar_sync(kPtRoundBarrier + cw, 128);
+        fence_proxy_async_smem();
+        named_barrier_sync(kPtRoundBarrier + cw, 128);
       }
 #pragma unroll
-      for (int mi = 0; mi < MI; ++mi) pt_fence_acc(acc[mi]);
-      pt_wgmma_fence();
+      for (int mi = 0; mi < MI; ++mi) fence_acc(acc[mi]);
+      wgmma_fence();
       const uint64_t so = (uint64_t)s * kStageDesc;
 #pragma unroll
       for (int ks = 0; ks < 4; ++ks) {
@@ -761,27 +560,27 @@ __global__ void __launch_bounds__(kPtThreads, 1)
         for (int mi = 0; mi < MI; ++mi) {
           // k step (k16 16-bit, k8 tf32): 32 bytes further along every 128-byte row (2
           // descriptor units); the hardware applies the swizzle to the full address.
-          PtWgmma<T, BN>::run(acc[mi], a_desc0 + so + mi * kHalfDesc + 2 * ks,
+          Wgmma<T, BN>::run(acc[mi], a_desc0 + so + mi * kHalfDesc + 2 * ks,
                               b_desc0 + so + 2 * ks);
         }
       }
-      pt_wgmma_commit();
+      wgmma_commit();
       if (kb > 0) {
-        pt_wgmma_wait<1>();  // this warp's wgmmas of k block kb-1 are done: release its stage
+        wgmma_wait<1>();  // this warp's wgmmas of k block kb-1 are done: release its stage
 #pragma unroll
-        for (int mi = 0; mi < MI; ++mi) pt_fence_acc(acc[mi]);
-        if (lane == 0) pt_mbar_arrive(empty_bar + 8 * prev);
+        for (int mi = 0; mi < MI; ++mi) fence_acc(acc[mi]);
+        if (lane == 0) mbar_arrive(empty_bar + 8 * prev);
       }
       prev = s;
     }
     // Ping-pong: let the other consumer start its next tile (if this CTA has one; it then
     // syncs on this barrier exactly once per arrival).
-    if (kPP && has_next) pt_bar_arrive(kPtOrderBarrier + 1 - cw, 256);
+    if (kPP && has_next) named_barrier_arrive(kPtOrderBarrier + 1 - cw, 256);
     if (nkb > 0) {
-      pt_wgmma_wait<0>();
+      wgmma_wait<0>();
 #pragma unroll
-      for (int mi = 0; mi < MI; ++mi) pt_fence_acc(acc[mi]);
-      if (lane == 0) pt_mbar_arrive(empty_bar + 8 * prev);
+      for (int mi = 0; mi < MI; ++mi) fence_acc(acc[mi]);
+      if (lane == 0) mbar_arrive(empty_bar + 8 * prev);
     }
     c += (uint32_t)nkb;
 
@@ -807,7 +606,7 @@ __global__ void __launch_bounds__(kPtThreads, 1)
     // Table visible to the warpgroup. The other buffer was last read in the epilogue of the
     // previous tile, which every thread finished before arriving here: no second barrier (the
     // same holds for the staging buffer, last read in the previous tile's epilogue).
-    pt_bar_sync(kPtTableBarrier + cw, 128);
+    named_barrier_sync(kPtTableBarrier + cw, 128);
     ++local;
 
     // The 8 (mul, add) pairs of logical columns lc..lc+7.
@@ -867,10 +666,10 @@ __global__ void __launch_bounds__(kPtThreads, 1)
                 } else {
                   // Cout_g % 8 == 0: all 8 channels exist, 16-byte aligned.
                   uint4 pk;
-                  pk.x = pt_pack2<T>(v[0], v[1]);
-                  pk.y = pt_pack2<T>(v[2], v[3]);
-                  pk.z = pt_pack2<T>(v[4], v[5]);
-                  pk.w = pt_pack2<T>(v[6], v[7]);
+                  pk.x = pack2<T>(v[0], v[1]);
+                  pk.y = pack2<T>(v[2], v[3]);
+                  pk.z = pack2<T>(v[4], v[5]);
+                  pk.w = pack2<T>(v[6], v[7]);
                   *reinterpret_cast<uint4*>(dst) = pk;
                 }
               } else {
@@ -933,7 +732,7 @@ __global__ void __launch_bounds__(kPtThreads, 1)
               }
             }
           }
-          pt_bar_sync(kPtStagingBarrier + cw, 128);
+          named_barrier_sync(kPtStagingBarrier + cw, 128);
           // stg -> output: consecutive lanes on consecutive rows of one column, this thread's
           // columns col_first + it * (128 / R). A padding row stores nothing; per element one
           // pointer add and one compare with the chunk's count of columns below Cout_g.
@@ -951,7 +750,7 @@ __global__ void __launch_bounds__(kPtThreads, 1)
           }
           // The next chunk overwrites stg; after the last one the next tile's table barrier
           // orders these reads before its writes.
-          if (chunk + 1 < BN / kCols) pt_bar_sync(kPtStagingBarrier + cw, 128);
+          if (chunk + 1 < BN / kCols) named_barrier_sync(kPtStagingBarrier + cw, 128);
         }
       };
       if (p.epi.activation == Activation::kNone) {
@@ -1013,7 +812,7 @@ __global__ void __launch_bounds__(256)
        idx += (int64_t)gridDim.x * blockDim.x) {
     const int64_t src = pt_pack_source(a, idx);
     if constexpr (std::is_same<T, float>::value) {
-      packed[idx] = src >= 0 ? __uint_as_float(pt_round_tf32(__float_as_uint(w[src]))) : 0.f;
+      packed[idx] = src >= 0 ? __uint_as_float(round_tf32_bits(__float_as_uint(w[src]))) : 0.f;
     } else {
       packed[idx] = src >= 0 ? w[src] : from_float<T>(0.f);
     }
@@ -1404,7 +1203,7 @@ CUtensorMapDataType pt_tma_type(ScalarKind kind) {
                                          : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
 }
 
-// Tiled map with the 128-byte swizzle (matches pt_smem_desc), out-of-bounds elements read as
+// Tiled map with the 128-byte swizzle (matches smem_desc_k128), out-of-bounds elements read as
 // zero. fp32 is plain FLOAT32 (a byte copy: the kernel rounds A to TF32 itself).
 bool pt_encode(CUtensorMap* map, ScalarKind kind, const void* ptr, int rank,
                const cuuint64_t* dims, const cuuint64_t* strides, const cuuint32_t* box) {
