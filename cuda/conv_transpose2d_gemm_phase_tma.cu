@@ -576,12 +576,13 @@ __global__ void __launch_bounds__(kPtThreads, 1)
     // Ping-pong: let the other consumer start its next tile (if this CTA has one; it then
     // syncs on this barrier exactly once per arrival).
     if (kPP && has_next) named_barrier_arrive(kPtOrderBarrier + 1 - cw, 256);
-    if (nkb > 0) {
-      wgmma_wait<0>();
+    // The final wait is unconditional (a no-op after no k blocks): a wait on a path only some
+    // tiles take makes ptxas serialise every wgmma of the kernel (C7518) or inject waits of its
+    // own (C7517), because it cannot prove the accumulators are complete before the epilogue.
+    wgmma_wait<0>();
 #pragma unroll
-      for (int mi = 0; mi < MI; ++mi) fence_acc(acc[mi]);
-      if (lane == 0) mbar_arrive(empty_bar + 8 * prev);
-    }
+    for (int mi = 0; mi < MI; ++mi) fence_acc(acc[mi]);
+    if (nkb > 0 && lane == 0) mbar_arrive(empty_bar + 8 * prev);
     c += (uint32_t)nkb;
 
     // ---- Epilogue table -> shared (buffer local & 1). ----
