@@ -36,6 +36,7 @@
 #include <type_traits>
 
 #include "conv_transpose2d_gemm_kxs.h"
+#include "device_cache.h"
 #include "epilogue.cuh"
 #include "scalar_convert.cuh"
 #include "tensor_core_ptx.cuh"
@@ -742,9 +743,8 @@ cudaError_t launch_gemm(const GemmArgs& a, int64_t m_tiles, int groups, bool spl
   if constexpr (sizeof(T) == 4) {
     if (split) kernel = conv_transpose2d_gemm_kxs_kernel<T, A_KMAJOR, VA, VB, true>;
   }
-  // Above 48 KiB of dynamic shared memory needs the opt-in (per device; cheap to repeat).
-  cudaError_t err =
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, S::kTotalBytes);
+  // Above 48 KiB of dynamic shared memory needs the opt-in (once per device).
+  const cudaError_t err = ensure_dynamic_smem(kernel, S::kTotalBytes, current_device());
   if (err != cudaSuccess) return err;
   const dim3 grid((unsigned)(m_tiles * a.n_tiles), (unsigned)groups, 1);
   kernel<<<grid, kThreads, S::kTotalBytes, stream>>>(a);

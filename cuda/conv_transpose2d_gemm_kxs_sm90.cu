@@ -13,7 +13,7 @@ bool gemm_kxs_sm90_supports(const ConvTranspose2dParams& p, ScalarKind kind, boo
   return false;
 #else
   if (kind == ScalarKind::kFloat32 && !allow_tf32) return false;
-  return geometry_ok(p, kind) && tensor_map_encoder() != nullptr && device_is_sm90();
+  return geometry_ok(p, kind) && tensor_map_encoder() != nullptr && current_device_is_sm90();
 #endif
 }
 

@@ -143,6 +143,8 @@
 #include <type_traits>
 
 #include "conv_transpose2d_gemm_kxs_sm90.h"
+#include "device_cache.h"
+#include "tensor_map_encoder.h"
 #include "epilogue.cuh"
 #include "scalar_convert.cuh"
 #include "hopper_ptx.cuh"
@@ -1046,53 +1048,6 @@ bool weight_side_ok(const ConvTranspose2dParams& p, ScalarKind kind) {
   return packed_rows(p) < kInt32Limit - 1024;  // int32 TMA row coordinates and pack indices
 }
 
-// Compute capability 9.0 (H100/H200), where the sm_90a cubin runs.
-[[maybe_unused]] bool device_is_sm90() {
-  int device = 0, major = 0, minor = 0;
-  if (cudaGetDevice(&device) != cudaSuccess) return false;
-  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess)
-    return false;
-  return major == 9 && minor == 0;
-}
-
-// cuTensorMapEncodeTiled from the driver at run time (nothing links libcuda), looked up once.
-PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
-  static const PFN_cuTensorMapEncodeTiled_v12000 fn = []() -> PFN_cuTensorMapEncodeTiled_v12000 {
-    void* ptr = nullptr;
-    cudaDriverEntryPointQueryResult status{};
-#if CUDART_VERSION >= 12050
-    const cudaError_t err = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &ptr, 12000,
-                                                             cudaEnableDefault, &status);
-#else
-    const cudaError_t err =
-        cudaGetDriverEntryPoint("cuTensorMapEncodeTiled", &ptr, cudaEnableDefault, &status);
-#endif
-    if (err != cudaSuccess || status != cudaDriverEntryPointSuccess || ptr == nullptr) {
-      (void)cudaGetLastError();  // do not leave the failed lookup as the launch's error
-      return nullptr;
-    }
-    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(ptr);
-  }();
-  return fn;
-}
-
-// Multiprocessor count per device, queried once.
-int sm_count(int device) {
-  constexpr int kMaxDevices = 64;
-  static std::atomic<int> cache[kMaxDevices];  // zero-initialised (static storage)
-  const bool cached = device >= 0 && device < kMaxDevices;
-  if (cached) {
-    const int v = cache[device].load(std::memory_order_relaxed);
-    if (v > 0) return v;
-  }
-  int v = 0;
-  if (cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, device) != cudaSuccess || v <= 0)
-    return 0;
-  if (cached) cache[device].store(v, std::memory_order_relaxed);
-  return v;
-}
-
 // K-major 2-D map of a [rows][k] matrix of `kind` (row stride k elements), box {BK, box_rows}
 // (128 bytes x box_rows), 128-byte swizzle (matches smem_desc_k128), out-of-bounds elements read
 // as zero. fp32 is plain FLOAT32 (a byte copy: the kernel rounds A to TF32 itself).
@@ -1248,13 +1203,8 @@ cudaError_t launch_cfg(const ConvTranspose2dParams& p, ScalarKind kind, const vo
                        cudaStream_t stream) {
   constexpr int kSmem = STAGED ? Cfg::kTotalBytesStaged : Cfg::kTotalBytes;
   const KxsArgs a = make_kxs_args(p, kind, Cfg::kBN, NCHW_IN, RKW);
-  int device = 0, optin = 0;
-  cudaError_t err = cudaGetDevice(&device);
-  if (err != cudaSuccess) return err;
-  err = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
-  if (err != cudaSuccess) return err;
-  if (optin < kSmem) return cudaErrorInvalidConfiguration;
-  const int sms = sm_count(device);
+  const int device = current_device();
+  const int sms = device_sm_count(device);
   if (sms <= 0) return cudaErrorInvalidValue;
 
   CUtensorMap map_a, map_b;
@@ -1267,7 +1217,7 @@ cudaError_t launch_cfg(const ConvTranspose2dParams& p, ScalarKind kind, const vo
     return cudaErrorInvalidValue;
 
   auto kernel = conv_transpose2d_gemm_kxs_sm90_kernel<T, Cfg, NCHW_IN, STAGED, RKW>;
-  err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+  const cudaError_t err = ensure_dynamic_smem(kernel, kSmem, device);
   if (err != cudaSuccess) return err;
   const unsigned grid = (unsigned)(a.tiles < sms ? a.tiles : sms);
   kernel<<<grid, kThreads, kSmem, stream>>>(map_a, map_b, a);
@@ -1309,11 +1259,9 @@ cudaError_t launch_typed(const ConvTranspose2dParams& p, ScalarKind kind, const 
   if (in == KxsInput::kNone) return cudaErrorInvalidValue;
   const bool nchw = in == KxsInput::kNchw;
   if (config < 0) {
-    int device = 0;
-    if (cudaGetDevice(&device) != cudaSuccess) return cudaErrorInvalidValue;
     const int rkw = row_tiles_kw(p, nchw);
     config = pick_config(m_tiles(p, nchw), logical_cols(p), col_tiles(p, 256, rkw),
-                         col_tiles(p, 128, rkw), sm_count(device));
+                         col_tiles(p, 128, rkw), device_sm_count(current_device()));
   }
   switch (config) {
     case 0: return launch_layout<T, KxsCfg0>(p, kind, packed, nchw, stream);

@@ -56,6 +56,7 @@
 
 #include "conv_transpose2d_gemm_phase.h"
 #include "conv_transpose2d_phase_common.cuh"
+#include "device_cache.h"
 #include "epilogue.cuh"
 #include "scalar_convert.cuh"
 #include "tensor_core_ptx.cuh"
@@ -731,11 +732,8 @@ int64_t group_tiles(const ConvTranspose2dParams& p, const AxisPlan& h, const Axi
 // Heuristic: the largest tile that still gives every SM at least one block; narrow tiles when
 // Cout_g is small (a 128-wide tile would be mostly padding).
 int pick_config(const ConvTranspose2dParams& p, const AxisPlan& h, const AxisPlan& w) {
-  int device = 0, sms = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
-    sms = 132;
-  }
+  int sms = device_sm_count(current_device());
+  if (sms <= 0) sms = 132;
   if (p.out_per_group <= 32) return 3;
   if (p.out_per_group > 64 && p.groups * group_tiles(p, h, w, 128, 128) >= sms) return 0;
   if (p.groups * group_tiles(p, h, w, 128, 64) >= sms) return 1;
@@ -750,9 +748,8 @@ cudaError_t launch_main(PhaseArgs& a, const ConvTranspose2dParams& p, const Axis
   if (tiles == 0) return cudaSuccess;
 
   auto kernel = conv_transpose2d_gemm_phase_kernel<T, Cfg, KMAJOR, VEC, SPLIT>;
-  // Above 48 KiB of dynamic shared memory needs the opt-in (per device; cheap to repeat).
-  const cudaError_t err =
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, S::kTotalBytes);
+  // Above 48 KiB of dynamic shared memory needs the opt-in (once per device).
+  const cudaError_t err = ensure_dynamic_smem(kernel, S::kTotalBytes, current_device());
   if (err != cudaSuccess) return err;
   const dim3 grid((unsigned)tiles, (unsigned)p.groups, 1);
   kernel<<<grid, Cfg::kThreads, S::kTotalBytes, stream>>>(a);
@@ -775,11 +772,7 @@ cudaError_t dispatch_a(PhaseArgs& a, const ConvTranspose2dParams& p, const AxisP
                    stride_multiple(is[3], p.in_w, V);
   if (!vec) return launch_main<T, Shallow, true, false, SPLIT>(a, p, h, w, stream);
   if constexpr (Cfg::kSub > 1 && sizeof(T) == 2) {
-    int device = 0, optin = 0;
-    if (cudaGetDevice(&device) == cudaSuccess &&
-        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) ==
-            cudaSuccess &&
-        optin >= Smem<T, Cfg, true>::kTotalBytes) {
+    if (device_optin_smem(current_device()) >= Smem<T, Cfg, true>::kTotalBytes) {
       return launch_main<T, Cfg, true, true, SPLIT>(a, p, h, w, stream);
     }
   }

@@ -61,6 +61,7 @@
 
 #include "conv_transpose2d_gemm_phase_sm90.h"
 #include "conv_transpose2d_phase_common.cuh"
+#include "device_cache.h"
 #include "epilogue.cuh"
 #include "scalar_convert.cuh"
 #include "hopper_ptx.cuh"
@@ -453,16 +454,6 @@ bool weight_side_ok(const ConvTranspose2dParams& p, ScalarKind kind) {
   return packed_elements(p) < kIndexLimit;
 }
 
-// Compute capability 9.0 (H100/H200), where the sm_90a cubin runs.
-[[maybe_unused]] bool device_is_sm90() {
-  int device = 0, major = 0, minor = 0;
-  if (cudaGetDevice(&device) != cudaSuccess) return false;
-  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess)
-    return false;
-  return major == 9 && minor == 0;
-}
-
 int pick_config(const ConvTranspose2dParams& p) { return p.out_per_group <= 64 ? 2 : 0; }
 
 template <typename T, class Cfg>
@@ -471,16 +462,8 @@ cudaError_t launch_main(Sm90Args& a, const ConvTranspose2dParams& p, const AxisP
   const int64_t tiles = schedule_phases(a, p, h, w, kBM, Cfg::kBN);
   if (tiles == 0) return cudaSuccess;
 
-  int device = 0, optin = 0;
-  cudaError_t err = cudaGetDevice(&device);
-  if (err != cudaSuccess) return err;
-  err = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
-  if (err != cudaSuccess) return err;
-  if (optin < Cfg::kTotalBytes) return cudaErrorInvalidConfiguration;
-
   auto kernel = conv_transpose2d_gemm_phase_sm90_kernel<T, Cfg>;
-  err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             Cfg::kTotalBytes);
+  const cudaError_t err = ensure_dynamic_smem(kernel, Cfg::kTotalBytes, current_device());
   if (err != cudaSuccess) return err;
   const dim3 grid((unsigned)tiles, (unsigned)p.groups, 1);
   kernel<<<grid, kThreads, Cfg::kTotalBytes, stream>>>(a);
@@ -533,7 +516,7 @@ bool gemm_phase_sm90_supports(const ConvTranspose2dParams& p, ScalarKind kind, b
     return false;
   // 32-bit element offsets everywhere (and GEMM rows / tile counts of a phase; BM = 128, BN >= 64).
   if (!io_fits_index_limit(p)) return false;
-  return device_is_sm90();
+  return current_device_is_sm90();
 #endif
 }
 

@@ -38,6 +38,7 @@
 
 #include "conv_transpose2d_grouped.h"
 #include "conv_transpose2d_params.h"
+#include "device_cache.h"
 #include "epilogue.cuh"
 #include "scalar_convert.cuh"
 
@@ -922,9 +923,8 @@ template <typename T, int OCT>
 cudaError_t launch_oct(const Plan& pl, cudaStream_t stream) {
   auto kernel = conv_transpose2d_grouped_kernel<T, OCT, tr_for(OCT)>;
   if (pl.smem > kSmemDefault) {
-    // Above 48 KiB of dynamic shared memory needs the opt-in (per device; cheap to repeat).
-    const cudaError_t err = cudaFuncSetAttribute(
-        kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)pl.smem);
+    // Above 48 KiB of dynamic shared memory needs the opt-in (once per device).
+    const cudaError_t err = ensure_dynamic_smem(kernel, (int)pl.smem, current_device());
     if (err != cudaSuccess) return err;
   }
   kernel<<<(unsigned)pl.blocks, pl.threads, pl.smem, stream>>>(pl.args);

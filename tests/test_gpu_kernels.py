@@ -66,6 +66,36 @@ def check_variant(variant: str, seed: int, make_case=random_case) -> None:
     assert fake.shape == expected.shape and fake.stride() == expected.stride(), str(case)
 
 
+def check_full_layer(variant: str, layer: tuple, channels_last: bool, dtype: torch.dtype,
+                     tf32: bool = True, seed: int = 0) -> None:
+    """`variant` on one of the benchmark's layers at full size (many tiles per CTA for the
+    persistent kernels), layer = (batch, cin, cout, (h, w), kernel, stride, padding,
+    output_padding, dilation), fresh random data, NaN-poisoned output, every element checked
+    against a float64 reference with check_variant's bound (fp32 with TF32: the error inherent to
+    TF32 operands; fp32 strict: PyTorch's own)."""
+    n, cin, cout, hw, k, s, p, op, d = layer
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, cin, *hw, generator=gen).cuda().to(dtype)
+    if channels_last:
+        x = x.contiguous(memory_format=torch.channels_last)
+    w = (torch.randn(cin, cout, k, k, generator=gen) / cin ** 0.5).cuda().to(dtype)
+    b = torch.randn(cout, generator=gen).cuda().to(dtype)
+    args = ConvTransposeArgs.from_values(stride=s, padding=p, output_padding=op, dilation=d)
+    ref = conv_transpose2d_float64(x, w, b, args)
+    with torch.backends.cudnn.flags(enabled=True, allow_tf32=tf32):
+        expected = F.conv_transpose2d(x, w, b, s, p, op, 1, d)
+        got = run_variant(variant, x, w, b, args, out=torch.full_like(expected, float("nan")))
+    torch.cuda.synchronize()
+    assert not torch.isnan(got).any(), f"{variant} {layer}: unwritten output elements"
+    torch_err = max_error(expected, ref)
+    if dtype == torch.float32 and tf32:  # the bar is the error inherent to TF32 operands
+        torch_err = max(torch_err, max_error(
+            conv_transpose2d_float64(tf32_round(x), tf32_round(w), b, args), ref))
+    err = max_error(got, ref)
+    assert err <= allowed_error(torch_err, ref, dtype), (
+        f"{variant} {layer}: error {err:.3e} vs PyTorch {torch_err:.3e}")
+
+
 @pytest.mark.parametrize("seed", range(SWEEP_SIZE))
 def test_direct_kernel_random_sweep(seed):
     check_variant(planner.DIRECT, seed)

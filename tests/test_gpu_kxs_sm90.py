@@ -12,15 +12,13 @@ import random
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 from deconv_patch import planner
 from deconv_patch.arguments import ConvTransposeArgs
 from deconv_patch.ops import run_variant
-from deconv_patch.reference import conv_transpose2d_float64, tf32_round
 from tests.cases import Case, random_kxs_case
 from tests.test_gpu_epilogue import check_epilogue
-from tests.test_gpu_kernels import allowed_error, check_variant, max_error
+from tests.test_gpu_kernels import check_full_layer, check_variant
 
 pytestmark = pytest.mark.cuda
 VARIANTS = (planner.GEMM_KXS_SM90, *planner.KXS_SM90_CONFIGS)
@@ -84,23 +82,8 @@ def test_gemm_kxs_sm90_configs_match_the_extension():
 def test_gemm_kxs_sm90_runs_the_benchmark_layers(variant, layer, channels_last, dtype):
     _needs_sm90()
     n, cin, cout, hw, k = layer
-    gen = torch.Generator().manual_seed(cin + hw)
-    x = torch.randn(n, cin, hw, hw, generator=gen).cuda().to(dtype)
-    if channels_last:
-        x = x.contiguous(memory_format=torch.channels_last)
-    w = (torch.randn(cin, cout, k, k, generator=gen) / cin ** 0.5).cuda().to(dtype)
-    b = torch.randn(cout, generator=gen).cuda().to(dtype)
-    args = ConvTransposeArgs.from_values(k)
-    ref = conv_transpose2d_float64(x, w, b, args)
-    with torch.backends.cudnn.flags(enabled=True, allow_tf32=True):
-        expected = F.conv_transpose2d(x, w, b, k)
-        got = run_variant(variant, x, w, b, args, out=torch.full_like(expected, float("nan")))
-    assert not torch.isnan(got).any()
-    torch_err = max_error(expected, ref)
-    if dtype == torch.float32:  # TF32: the bar is the error inherent to TF32 operands
-        torch_err = max(torch_err, max_error(
-            conv_transpose2d_float64(tf32_round(x), tf32_round(w), b, args), ref))
-    assert max_error(got, ref) <= allowed_error(torch_err, ref, dtype)
+    check_full_layer(variant, (n, cin, cout, (hw, hw), k, k, 0, 0, 1), channels_last, dtype,
+                     seed=cin + hw)
 
 
 def test_planner_lists_it_for_16_bit_and_tf32_k_equal_stride_layers_on_sm90():

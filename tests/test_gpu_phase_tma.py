@@ -13,15 +13,13 @@ import random
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 from deconv_patch import planner
 from deconv_patch.arguments import ConvTransposeArgs
 from deconv_patch.ops import run_variant
-from deconv_patch.reference import conv_transpose2d_float64, tf32_round
 from tests.cases import Case, random_phase_case
 from tests.test_gpu_epilogue import check_epilogue
-from tests.test_gpu_kernels import allowed_error, check_variant, max_error
+from tests.test_gpu_kernels import check_full_layer, check_variant
 
 pytestmark = pytest.mark.cuda
 VARIANTS = (planner.GEMM_PHASE_TMA, *planner.PHASE_TMA_CONFIGS)
@@ -98,24 +96,7 @@ _LAYERS = [
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 def test_gemm_phase_tma_runs_the_benchmark_layers(variant, layer, channels_last, dtype):
     _needs_sm90()
-    n, cin, cout, hw, k, s, p, op, d = layer
-    gen = torch.Generator().manual_seed(cin + hw[0] + k)
-    x = torch.randn(n, cin, *hw, generator=gen).cuda().to(dtype)
-    if channels_last:
-        x = x.contiguous(memory_format=torch.channels_last)
-    w = (torch.randn(cin, cout, k, k, generator=gen) / cin ** 0.5).cuda().to(dtype)
-    b = torch.randn(cout, generator=gen).cuda().to(dtype)
-    args = ConvTransposeArgs.from_values(stride=s, padding=p, output_padding=op, dilation=d)
-    ref = conv_transpose2d_float64(x, w, b, args)
-    with torch.backends.cudnn.flags(enabled=True, allow_tf32=True):
-        expected = F.conv_transpose2d(x, w, b, s, p, op, 1, d)
-        got = run_variant(variant, x, w, b, args, out=torch.full_like(expected, float("nan")))
-    assert not torch.isnan(got).any()
-    torch_err = max_error(expected, ref)
-    if dtype == torch.float32:  # TF32: the bar is the error inherent to TF32 operands
-        torch_err = max(torch_err, max_error(
-            conv_transpose2d_float64(tf32_round(x), tf32_round(w), b, args), ref))
-    assert max_error(got, ref) <= allowed_error(torch_err, ref, dtype)
+    check_full_layer(variant, layer, channels_last, dtype, seed=layer[1] + layer[3][0] + layer[4])
 
 
 def test_gemm_phase_tma_refuses_what_it_does_not_compute():

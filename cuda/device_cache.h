@@ -1,0 +1,90 @@
+// Per-device answers the kernel launchers need on every call (compute capability, SM count,
+// opt-in shared memory, whether a kernel's dynamic shared memory limit was raised), asked of the
+// CUDA runtime once per device and kept here: the explicit cache of the launch path. Every
+// launcher includes this one copy (inline functions: one cache per process). Host-only; no torch
+// headers. Thread-safe: the values are per device and never change, so racing first queries
+// store the same value.
+#pragma once
+
+#include <atomic>
+#include <mutex>
+#include <set>
+#include <utility>
+
+#include <cuda_runtime.h>
+
+namespace deconv_patch {
+
+constexpr int kMaxCachedDevices = 64;  // devices with an index beyond are asked every time
+
+// The current device, or -1 when the runtime cannot tell.
+inline int current_device() {
+  int device = -1;
+  if (cudaGetDevice(&device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return -1;
+  }
+  return device;
+}
+
+// Attribute kAttr of `device`, asked once (-1 when the runtime cannot tell; not cached then).
+template <cudaDeviceAttr kAttr>
+int cached_device_attribute(int device) {
+  // value + 1 per device; 0 = not asked yet (zero-initialised: static storage)
+  static std::atomic<int> cache[kMaxCachedDevices];
+  const bool cacheable = device >= 0 && device < kMaxCachedDevices;
+  if (cacheable) {
+    const int v = cache[device].load(std::memory_order_relaxed);
+    if (v > 0) return v - 1;
+  }
+  int v = 0;
+  if (device < 0 || cudaDeviceGetAttribute(&v, kAttr, device) != cudaSuccess || v < 0) {
+    (void)cudaGetLastError();
+    return -1;
+  }
+  if (cacheable) cache[device].store(v + 1, std::memory_order_relaxed);
+  return v;
+}
+
+// Multiprocessors of `device` (-1 when unknown).
+inline int device_sm_count(int device) {
+  return cached_device_attribute<cudaDevAttrMultiProcessorCount>(device);
+}
+// Shared memory a block may opt in to on `device` (-1 when unknown).
+inline int device_optin_smem(int device) {
+  return cached_device_attribute<cudaDevAttrMaxSharedMemoryPerBlockOptin>(device);
+}
+// Compute capability 9.0 (H100/H200), where the sm_90a cubins run.
+inline bool device_is_sm90(int device) {
+  return cached_device_attribute<cudaDevAttrComputeCapabilityMajor>(device) == 9 &&
+         cached_device_attribute<cudaDevAttrComputeCapabilityMinor>(device) == 0;
+}
+inline bool current_device_is_sm90() { return device_is_sm90(current_device()); }
+
+// Lets `kernel` launch with `bytes` of dynamic shared memory on `device` (the opt-in above
+// 48 KiB): checks the device's opt-in limit (cudaErrorInvalidConfiguration when it is smaller)
+// and sets cudaFuncAttributeMaxDynamicSharedMemorySize once per (kernel, device, bytes).
+inline cudaError_t ensure_dynamic_smem(const void* kernel, int bytes, int device) {
+  if (device < 0) return cudaErrorInvalidDevice;
+  if (device_optin_smem(device) < bytes) return cudaErrorInvalidConfiguration;
+  using Key = std::pair<std::pair<const void*, int>, int>;
+  static std::mutex mutex;
+  static std::set<Key> done;
+  const Key key{{kernel, device}, bytes};
+  {
+    const std::lock_guard<std::mutex> lock(mutex);
+    if (done.count(key) != 0) return cudaSuccess;
+  }
+  const cudaError_t err =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  if (err != cudaSuccess) return err;
+  const std::lock_guard<std::mutex> lock(mutex);
+  done.insert(key);
+  return cudaSuccess;
+}
+template <typename... Args>
+cudaError_t ensure_dynamic_smem(void (*kernel)(Args...), int bytes, int device) {
+  return ensure_dynamic_smem(reinterpret_cast<const void*>(kernel), bytes, device);
+}
+
+}  // namespace deconv_patch
