@@ -14,9 +14,13 @@
 #   PART=kxs_sm90                            # build + gemm_kxs_sm90's tests (a hung config
 #                                            # cannot eat the call) + its configs forced on
 #                                            # the k == stride layers
-#   PART=phase_tma                           # build + gemm_phase_tma's tests per config, then
-#                                            # gemm_kxs_sm90's, then each gemm_phase_tma
-#                                            # config forced on the k != stride layers
+#   PART=phase_tma                           # build + gemm_phase_tma's tests per config, its
+#                                            # 3xTF32 error scan, gemm_kxs_sm90's tests
+#                                            # (SKIP_KXS=1: not)
+#   PART=phase_tma_bench                     # build + gemm_phase_tma (planner's config and
+#                                            # each config) forced on the k != stride layers
+#                                            # in bf16, TF32 and fp32 strict (KXS_NCHW=1:
+#                                            # gemm_kxs_sm90's configs forced in NCHW first)
 #   LAYERS_ONLY=1                            # with PART=2: the layer benchmark only
 #   SANITIZE=1                               # with PART=1: compute-sanitizer memcheck on a
 #                                            # few configs of each session-4 kernel sweep
@@ -107,12 +111,18 @@ fi
 
 if [ "${PART:-}" = phase_tma ]; then
 # Config 0 first, each config's sweep under its own limit (a hung config cannot eat the call),
-# then the layers with each config forced, then gemm_kxs_sm90's tests (its NCHW paths).
+# then the 3xTF32 error scan, then gemm_kxs_sm90's tests (its NCHW paths).
 for cfg in $(python3 -c "from deconv_patch import planner; print(' '.join(c.split(':')[1] for c in planner.PHASE_TMA_CONFIGS))"); do
   gpu_tests "phase_tma-$cfg" 75 -x -k "$cfg and not ${cfg}pp" tests/test_gpu_phase_tma.py
 done
 gpu_tests phase_tma-default 90 -k "not 128x" tests/test_gpu_phase_tma.py
-gpu_tests kxs_sm90 120 tests/test_gpu_kxs_sm90.py
+step "fp32-strict (3xTF32) error of gemm_phase_tma by reduction depth"
+timeout 60 python3 benchmarks/strict_error_scan.py --cases 300 --variants gemm_phase_tma 2>&1 \
+  | tee "$L/strict-scan-phase-tma.log"
+[ -z "${SKIP_KXS:-}" ] && gpu_tests kxs_sm90 120 tests/test_gpu_kxs_sm90.py
+fi
+
+if [ "${PART:-}" = phase_tma_bench ]; then
 if [ -n "${KXS_NCHW:-}" ]; then
 for cfg in 128x128s6 128x256s4 128x128s6pp; do
   step "layer benchmark (gemm_kxs_sm90:$cfg forced; bf16,tf32; nchw)"
@@ -124,8 +134,8 @@ done
 fi
 for v in gemm_phase_tma $(python3 -c "from deconv_patch import planner; print(' '.join(planner.PHASE_TMA_CONFIGS))"); do
   [ "$(left)" -lt 70 ] && { echo "skipped forced $v: no time left"; continue; }
-  step "layer benchmark ($v forced; bf16,tf32; nhwc,nchw)"
-  timeout 60 python3 benchmarks/layers.py --variant "$v" --modes bf16,tf32 \
+  step "layer benchmark ($v forced; bf16,tf32,fp32; nhwc,nchw)"
+  timeout 60 python3 benchmarks/layers.py --variant "$v" --modes bf16,tf32,fp32 \
     --formats nhwc,nchw --only "dcgan.g2,dcgan.g3,pix2pix.u2,cyclegan,simplebl,keypoint,vae,dilated,asym" \
     --json "$OUT/forced_${v/:/_}.json" > "$L/forced_${v/:/_}.log" 2>&1
   grep -vE "skipped|^layer |TFLOP/s" "$L/forced_${v/:/_}.log" | grep -v geomean

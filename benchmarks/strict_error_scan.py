@@ -7,7 +7,7 @@ do not. This prints, per reduction depth (planner.reduction_depth), the worst ra
 error to the bound of tests/test_gpu_kernels.py (2x PyTorch's error + 1 ulp of the output;
 below 1 passes), beside the plain-fp32 direct kernel's on the same case. It is how
 planner.MIN_3XTF32_DEPTH was chosen.
-    python benchmarks/strict_error_scan.py [--cases 600]"""
+    python benchmarks/strict_error_scan.py [--cases 600] [--variants gemm_phase_tma,...]"""
 
 from __future__ import annotations
 
@@ -32,11 +32,17 @@ from tests.test_gpu_kernels import allowed_error, max_error  # noqa: E402
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--cases", type=int, default=600)
+    ap.add_argument("--variants", default="",
+                    help="comma-separated subset of the scanned variants (default: all)")
     args = ap.parse_args()
+    only = {v for v in args.variants.split(",") if v}
     planner.MIN_3XTF32_DEPTH = 0  # measure every depth (the kernels refuse shallow sums)
     for variant, make in ((planner.GEMM_KXS, random_kxs_case),
                           (planner.KXS_TAP_MAJOR, random_kxs_case),
-                          (planner.GEMM_PHASE, random_phase_case)):
+                          (planner.GEMM_PHASE, random_phase_case),
+                          (planner.GEMM_PHASE_TMA, random_phase_case)):
+        if only and variant not in only:
+            continue
         # per depth bucket: (worst ratio, the direct FFMA kernel's ratio on that case, case)
         worst: dict[int, tuple] = {}
         for seed in range(args.cases):

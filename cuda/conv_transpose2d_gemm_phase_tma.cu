@@ -1,4 +1,4 @@
-// Any transposed convolution (16-bit, or fp32 with TF32 allowed; channels_last input) as
+// Any transposed convolution (16-bit, fp32 as TF32 or strict 3xTF32; channels_last input) as
 // stride-phase implicit GEMMs in one persistent, warp-specialised kernel on Hopper: TMA loads
 // into an mbarrier ring, wgmma.mma_async, the fused epilogue storing straight into the output.
 // sm_90a only; see the header for the supported subset. Structure, ring protocol and the column
@@ -44,9 +44,11 @@
 // row-major order, Cout_pad = round_up(Cout_g, 32), Kmax = max over phases of taps*Cin_pad:
 //     packed[((g*P + rh*SW + rw)*Cout_pad + pos)*Kmax + k] = B[k, pt_logical_col(pos)]
 // and 0 where c >= Cin_g, the logical column >= Cout_g or k is past the phase's taps. fp32 is
-// stored rounded to TF32 (round_tf32_bits = cvt.rna). The B box {BK, BN} of k block kb, n tile
-// col0 is at (kb*BK, (g*P + phase)*Cout_pad + col0): it may run into the next phase's rows (or
-// past the map, zero-filled); those columns are >= Cout_g and never stored.
+// stored rounded to TF32 (round_tf32_bits = cvt.rna); fp32 strict appends a second block of the
+// same layout (rows G*P*Cout_pad .. 2*G*P*Cout_pad - 1) holding lo = tf32_rna(w - hi). The B box
+// {BK, BN} of k block kb, n tile col0 is at (kb*BK, (g*P + phase)*Cout_pad + col0): it may run
+// into the next phase's rows (strict: into the lo block, or past the map, zero-filled); those
+// columns are >= Cout_g and never stored (a GEMM column depends only on its own B column).
 // Column permutation (kxs_sm90's): pos = 32g' + 8i + 2q + e <-> oc = 32g' + 8q + 2i + e. The
 // wgmma accumulator fragment gives lane l (q = l%4) physical columns 8c + 2q + e, which then are
 // the 8 consecutive channels 32g' + 8q + 0..7: a 16-byte NHWC store straight from registers.
@@ -80,19 +82,22 @@
 // 384 threads: warpgroup 0 = producer (one thread issues all TMA), warpgroups 1, 2 = consumers.
 // Cooperative configs: both consumers on every tile (consumer w: rows 64w..64w+63, one m64nBN
 // accumulator). Ping-pong: consumer w takes the CTA's turns i with i % 2 == w (all 128 rows).
-// Shared memory (1024-byte aligned): STAGES x [A 128 rows | B BN rows] of 128-byte swizzled rows,
-// per consumer two epilogue tables (mul, add per column; double-buffered by tile parity) and one
-// staging buffer, then the full/empty mbarriers.
+// Shared memory (1024-byte aligned): STAGES x [A 128 rows | B BN rows] of 128-byte swizzled rows
+// (fp32 strict: [A | A_lo 128 rows | B_hi BN rows | B_lo BN rows]), per consumer two epilogue
+// tables (mul, add per column; double-buffered by tile parity) and one staging buffer, then the
+// full/empty mbarriers.
 // Ring protocol (kxs_sm90's): k block counter c runs over the CTA's tiles in order (the producer
 // and both consumers see every tile of the CTA and add its k block count, 0 included, and 0 for
 // an empty tile; a ping-pong consumer adds the other's tiles' counts without touching the
 // ring), stage s = c % STAGES, round r = c / STAGES:
-//     producer: wait empty[s] parity (r & 1) ^ 1; arrive.expect_tx(full[s], A box + B box bytes:
-//               TMA counts the full box even where it zero-fills); TMA A (4-D), TMA B (2-D)
+//     producer: wait empty[s] parity (r & 1) ^ 1; arrive.expect_tx(full[s], A box + B box bytes,
+//               strict + a second B box: TMA counts the full box even where it zero-fills);
+//               TMA A (4-D), TMA B (2-D; strict: B_hi, and B_lo at row + G*P*Cout_pad)
 //     consumer: wait full[s] parity r & 1; [fp32: round its own A rows to TF32 in place, fence
 //               proxy, warpgroup barrier]; 4 wgmma k steps; commit; wait_group(1) -> the previous
 //               block's stage is free: lane 0 of each warp arrives on its empty barrier (count 8
 //               cooperative, 4 ping-pong); after the last block wait_group(0) and arrive.
+//               (fp32 strict: below; a block's stage is released at the end of the block.)
 // A tile with 0 k blocks issues no TMA, waits on nothing and runs the epilogue of zeros (an
 // empty tile skips the epilogue as well).
 // Ping-pong order barrier: a consumer starts a tile's main loop only once the other has issued
@@ -116,6 +121,30 @@
 //
 // wgmma m64nNk16 (16-bit) / m64nNk8 (tf32) accumulator fragment (warp v of the warpgroup, lane
 // l): register d[4*c + 2*h + e] holds row 16v + l/4 + 8h, physical column 8c + 2*(l%4) + e.
+//
+// fp32 strict (allow_tf32 false; the PtSplitConfig kernels, T = float): 3xTF32. Each operand
+// x = hi + lo, hi = tf32_rna(x), lo = tf32_rna(x - hi) (pt_split_tf32_bits; x - hi is exact),
+// and a*b ~ a_lo*b_hi + a_hi*b_lo + a_hi*b_hi (a_lo*b_lo, ~2^-22 relative, dropped). The
+// weight's hi and lo are packed (two blocks, above; one tensor map of 2*G*P*Cout_pad rows, the
+// producer loads B_lo as the B box at row + G*P*Cout_pad). The consumer splits A in shared
+// memory: its own A rows (those the TF32 pass rounds) become hi in place and lo in A_lo at the
+// same offset within the region (every region starts on a 1024-byte swizzle atom, so the
+// 128-byte swizzle puts lo at the same logical position and one descriptor layout reads both).
+// Tensor-core fp32 sums are reported to truncate (Fasi et al.; docs/perf-notes.md: three MMAs
+// into one running accumulator gave 9-158x fp32's error at K = 1024-16384 in a host model, a
+// fresh accumulator per 32-deep k tile added with round-to-nearest fp32 adds 0.03-0.68x), so, as
+// gemm_phase does, every k block (32 k) is summed apart: per m64 x n64 sub-tile one commit group
+// of 12 wgmma m64n64k8 (k steps in order, each lo*hi, hi*lo, hi*hi: small terms first, the first
+// with scale-d 0) into a partial accumulator of 32 registers, added to the tile accumulator with
+// fp32 adds once complete. PARTS partials: 2 (group j uses j % 2; wait_group(1) after each group
+// shows the one before complete, so one group runs while the previous one is added), or 1 for
+// 128x128 ping-pong, whose 128 accumulator registers leave room for one (each group but the
+// last waited for with wait_group(0)). While a block's last group runs, the next block's A is
+// split (the next stage: STAGES >= 2); then wait_group(0), its partial is added and the block's
+// stage released. No group is in flight across the k loop's back edge: ptxas serialises every
+// wgmma of the kernel (C7514) when a partial is read there. Consumer registers:
+// MI * BN/2 + 32 * PARTS (128 to 192). Stages, as many as fit: 3 (128x128), 2 (128x256),
+// 4 (128x64).
 #include <cuda.h>
 #include <cudaTypedefs.h>
 #include <cuda_bf16.h>
@@ -123,6 +152,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 
 #include "conv_transpose2d_gemm_phase_tma.h"
@@ -171,20 +201,36 @@ constexpr int kPtStoreVec = 0;
 constexpr int kPtStoreDirect = 1;
 constexpr int kPtStoreStaged = 2;
 
-// BN: tile columns (wgmma N). STAGES: ring depth. PINGPONG: consumers alternate tiles.
-template <int BN, int STAGES, bool PINGPONG>
-struct PtConfig {
+// Shared-memory layout and register geometry of a config. BN: tile columns (wgmma N). STAGES:
+// ring depth. PINGPONG: consumers alternate tiles. SPLIT: fp32 strict (3xTF32, see "fp32 strict"
+// at the top): a stage is [A | A_lo | B_hi | B_lo] instead of [A | B], and each consumer keeps
+// PARTS m64n64 partial accumulators besides its tile accumulators.
+template <int BN, int STAGES, bool PINGPONG, bool SPLIT, int PARTS = 0>
+struct PtLayout {
   static constexpr int kBN = BN;
   static constexpr int kStages = STAGES;
   static constexpr bool kPingPong = PINGPONG;
+  static constexpr bool kSplit = SPLIT;
   static constexpr int kMI = PINGPONG ? 2 : 1;  // m64 accumulators per consumer thread
   static constexpr int kAcc = BN / 2;           // fp32 registers per m64 accumulator
-  static constexpr bool kSetMaxNreg = kMI * kAcc > 64;
+  // SPLIT: k block partials, PARTS m64n64 accumulators of 32 registers (2: one wgmma group in
+  // flight while the previous one is added; 1: each group waited for, where 2 do not fit the
+  // registers); kSub groups (one per m64 x n64 sub-tile) per k block.
+  static constexpr int kPartBuffers = PARTS;
+  static constexpr int kPartRegs = 32 * PARTS;
+  static constexpr int kSub = SPLIT ? kMI * (BN / 64) : 0;
+  static constexpr bool kSetMaxNreg = kMI * kAcc + kPartRegs > 64;
   static constexpr int kReleaseCount = PINGPONG ? 4 : 8;  // consumer warps reading a stage
   static constexpr int kRows = PINGPONG ? 128 : 64;       // tile rows one consumer stores
   static constexpr int kABytes = kPtBM * kPtRowBytes;     // = TMA box {BK, BW, BH, BNI}
   static constexpr int kBBytes = BN * kPtRowBytes;        // = TMA box {BK, BN}
-  static constexpr int kStageBytes = kABytes + kBBytes;
+  // Stage regions (offsets from the stage start): A (TMA), SPLIT: A_lo (written by the
+  // consumers), B (TMA; SPLIT: the hi block), SPLIT: B_lo (TMA, the lo block).
+  static constexpr int kALoOffset = kABytes;
+  static constexpr int kBOffset = SPLIT ? 2 * kABytes : kABytes;
+  static constexpr int kBLoOffset = kBOffset + kBBytes;
+  static constexpr int kStageBytes = kBOffset + (SPLIT ? 2 : 1) * kBBytes;
+  static constexpr int kTxBytes = kABytes + (SPLIT ? 2 : 1) * kBBytes;  // TMA bytes per stage
   static constexpr int kPipeBytes = STAGES * kStageBytes;
   static constexpr int kTableBytes = BN * 8;  // mul, add (float) per tile column
   static constexpr int kTableOffset = kPipeBytes;
@@ -195,23 +241,72 @@ struct PtConfig {
   static_assert(BN == 64 || BN == 128 || BN == 256, "wgmma wrappers exist for n64/n128/n256");
   static_assert(BN % kPtColGroup == 0, "tiles hold whole permutation groups");
   static_assert(kStageBytes % 1024 == 0, "stages keep the 1024-byte swizzle-atom alignment");
+  static_assert(kALoOffset % 1024 == 0 && kBOffset % 1024 == 0 && kBLoOffset % 1024 == 0 &&
+                    (64 * kPtRowBytes) % 1024 == 0,
+                "regions and n64 / m64 halves start on swizzle atoms (same pattern at the same "
+                "relative offset)");
+  static_assert(!SPLIT || (kBOffset >= kALoOffset + kABytes && kStageBytes == kBLoOffset + kBBytes),
+                "SPLIT regions are disjoint and fill the stage");
+  static_assert(kTxBytes == kStageBytes - (SPLIT ? kABytes : 0),
+                "TMA fills every region but A_lo (the producer's expect_tx)");
   static_assert(kMI * kAcc <= 128, "accumulators fit the consumer register budget");
+  static_assert(SPLIT ? (kPartBuffers == 1 || kPartBuffers == 2) && kSub % kPartBuffers == 0 &&
+                            kMI * kAcc + kPartRegs <= 192
+                      : kPartBuffers == 0 && kSub == 0,
+                "SPLIT: 1 or 2 partials, group j of every k block uses partial j % PARTS, "
+                "accumulators + partials fit the consumer register budget");
   static_assert(kStagingBytes % 16 == 0 && kTableBytes % 16 == 0, "16-byte aligned regions");
   static_assert(kSetMaxNreg || kMI * kAcc <= 64, "more than 64 accumulators need setmaxnreg");
   static_assert(kStages >= 2 && kReleaseCount == 4 * (kPingPong ? 1 : 2) &&
                     kRows * (kPingPong ? 1 : 2) == kPtBM,
                 "ring geometry");
 };
+// 16-bit and TF32 configs; fp32 strict (3xTF32) configs of the same tile shapes and index.
+template <int BN, int STAGES, bool PINGPONG>
+struct PtConfig : PtLayout<BN, STAGES, PINGPONG, false> {};
+template <int BN, int STAGES, bool PINGPONG, int PARTS>
+struct PtSplitConfig : PtLayout<BN, STAGES, PINGPONG, true, PARTS> {};
 using PtCfg0 = PtConfig<128, 6, true>;   // 128x128s6pp (218464 B)
 using PtCfg1 = PtConfig<128, 6, false>;  // 128x128s6   (218464 B)
 using PtCfg2 = PtConfig<256, 4, false>;  // 128x256s4   (222528 B)
 using PtCfg3 = PtConfig<64, 8, true>;    // 128x64s8pp  (216448 B)
+// Strict: stages as many as fit; partials 2, except 128x128 ping-pong, whose 128 accumulator
+// registers leave room for one (two spill: 192 + the loop's other live values > 232).
+using PtSplitCfg0 = PtSplitConfig<128, 3, true, 1>;   // 128x128s6pp: 3 stages (218416 B)
+using PtSplitCfg1 = PtSplitConfig<128, 3, false, 2>;  // 128x128s6:   3 stages (218416 B)
+using PtSplitCfg2 = PtSplitConfig<256, 2, false, 2>;  // 128x256s4:   2 stages (222496 B)
+using PtSplitCfg3 = PtSplitConfig<64, 4, true, 2>;    // 128x64s8pp:  4 stages (216384 B)
 constexpr int kPtNumConfigs = 4;
 const char* const kPtConfigNames[kPtNumConfigs] = {"128x128s6pp", "128x128s6", "128x256s4",
                                                    "128x64s8pp"};
-static_assert(PtCfg0::kTotalBytes <= 232448 && PtCfg1::kTotalBytes <= 232448 &&
-                  PtCfg2::kTotalBytes <= 232448 && PtCfg3::kTotalBytes <= 232448,
+constexpr int kPtSmemLimit = 232448;  // sm_90's 227 KB of opt-in shared memory per block
+// Each config fits, and (strict) holds as many stages as fit: one more would not.
+template <class Cfg>
+constexpr bool pt_fits() {
+  return Cfg::kTotalBytes <= kPtSmemLimit;
+}
+template <class Cfg>
+constexpr bool pt_fits_most() {
+  return pt_fits<Cfg>() && Cfg::kTotalBytes + Cfg::kStageBytes + 2 * 8 > kPtSmemLimit;
+}
+static_assert(pt_fits<PtCfg0>() && pt_fits<PtCfg1>() && pt_fits<PtCfg2>() && pt_fits<PtCfg3>(),
               "configs fit sm_90's 227 KB of opt-in shared memory");
+static_assert(pt_fits_most<PtSplitCfg0>() && pt_fits_most<PtSplitCfg1>() &&
+                  pt_fits_most<PtSplitCfg2>() && pt_fits_most<PtSplitCfg3>(),
+              "strict configs fit, with as many stages as fit");
+static_assert(PtSplitCfg0::kTotalBytes == 218416 && PtSplitCfg1::kTotalBytes == 218416 &&
+                  PtSplitCfg2::kTotalBytes == 222496 && PtSplitCfg3::kTotalBytes == 216384 &&
+                  PtCfg0::kTotalBytes == 218464 && PtCfg1::kTotalBytes == 218464 &&
+                  PtCfg2::kTotalBytes == 222528 && PtCfg3::kTotalBytes == 216448,
+              "the byte counts quoted above and in the header");
+// The strict configs mirror the 16-bit / TF32 ones of the same index.
+template <class A, class B>
+constexpr bool pt_same_shape() {
+  return A::kBN == B::kBN && A::kPingPong == B::kPingPong && !A::kSplit && B::kSplit;
+}
+static_assert(pt_same_shape<PtCfg0, PtSplitCfg0>() && pt_same_shape<PtCfg1, PtSplitCfg1>() &&
+                  pt_same_shape<PtCfg2, PtSplitCfg2>() && pt_same_shape<PtCfg3, PtSplitCfg3>(),
+              "config index -> tile shape");
 
 // Staging geometry of the general store path: [kCols columns][kLd] elements per consumer, 8 KB
 // of payload (16-bit: 32 columns ping-pong, 64 cooperative; fp32: 16 / 32).
@@ -260,6 +355,9 @@ struct PtArgs {
   int rot;                   // CTA turn rotation (pt_schedule), 0 <= rot < grid
   int mode;                  // kPtStore*
   PtPhase ph[kPtMaxPhases];
+  // Packed rows of one weight block (groups * group_rows): strict's lo block starts there. Last,
+  // so the fields the 16-bit / TF32 kernels read keep their parameter offsets.
+  int b_split_rows;
 };
 static_assert(sizeof(PtArgs) + 2 * 128 <= 4096, "kernel arguments stay below 4 KiB");
 
@@ -280,6 +378,22 @@ template <bool PINGPONG>
 [[maybe_unused]] __host__ __device__ __forceinline__ int pt_frag_row(int mi, int cw, int wv,
                                                                      int rq, int h) {
   return (PINGPONG ? 64 * mi : 64 * cw) + 16 * wv + rq + 8 * h;
+}
+
+// fp32 strict: group j of a k block works on the m64 x n64 sub-tile (pt_group_mi, pt_group_nb)
+// of a BN-column tile; register r of its m64n64 partial (row 16v + l/4 + 8h, column 8c + 2q + e,
+// r = 4c + 2h + e) belongs to tile accumulator register pt_part_acc_index(nb, r) of m64
+// accumulator mi (the same row, column 64nb + 8c + 2q + e).
+template <int BN>
+[[maybe_unused]] __host__ __device__ constexpr int pt_group_mi(int j) {
+  return j / (BN / 64);
+}
+template <int BN>
+[[maybe_unused]] __host__ __device__ constexpr int pt_group_nb(int j) {
+  return j % (BN / 64);
+}
+[[maybe_unused]] __host__ __device__ constexpr int pt_part_acc_index(int nb, int r) {
+  return 32 * nb + r;
 }
 
 // First phase of the segment holding tile t, scanning forward from segment start q (a
@@ -385,6 +499,99 @@ struct PtKCursor {
   return (int64_t)(tl.g * a.cout_g + tl.col0 + lc) * a.os_c;
 }
 
+// fp32 strict (3xTF32) operand split of the fp32 value with bits x: hi = tf32_rna(x),
+// lo = tf32_rna(x - hi) (x - hi is exact in fp32 for finite hi; an infinite or NaN x, or one
+// that rounds to infinity, gives a NaN lo, so such inputs make NaN products, as in gemm_phase).
+// Integer rounding (round_tf32_bits = cvt.rna) on host and device: the weight packing and the
+// host emulation use this; the kernel's A split (pt_split_tf32_smem) is the same with cvt.rna.
+[[maybe_unused]] __host__ __device__ __forceinline__ float pt_bits_float(uint32_t u) {
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(u);
+#else
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+#endif
+}
+[[maybe_unused]] __host__ __device__ __forceinline__ uint32_t pt_float_bits(float f) {
+#if defined(__CUDA_ARCH__)
+  return __float_as_uint(f);
+#else
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  return u;
+#endif
+}
+[[maybe_unused]] __host__ __device__ __forceinline__ void pt_split_tf32_bits(uint32_t x,
+                                                                             uint32_t& hi,
+                                                                             uint32_t& lo) {
+  hi = round_tf32_bits(x);
+  lo = round_tf32_bits(pt_float_bits(pt_bits_float(x) - pt_bits_float(hi)));
+}
+
+#if defined(DECONV_PATCH_PT_SM90A_DEVICE)
+// fp32 strict A split in shared memory: CHUNKS 16-byte chunks of fp32, chunk i at
+// addr + i * stride_bytes, become hi = tf32_rna(x) in place and lo = tf32_rna(x - hi) at
+// lo_offset bytes further (cvt.rna, as round_tf32_smem). Four chunks at a time: loads first,
+// then converts and stores (fewer live registers than round_tf32_smem's all-loads-first).
+template <int CHUNKS>
+__device__ __forceinline__ void pt_split_tf32_smem(uint32_t addr, uint32_t stride_bytes,
+                                                   uint32_t lo_offset) {
+  constexpr int kGroup = CHUNKS < 4 ? CHUNKS : 4;
+  static_assert(CHUNKS % kGroup == 0, "whole groups");
+#pragma unroll
+  for (int g = 0; g < CHUNKS; g += kGroup) {
+    uint32_t v[kGroup][4];
+#pragma unroll
+    for (int i = 0; i < kGroup; ++i) {
+      asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
+                   : "=r"(v[i][0]), "=r"(v[i][1]), "=r"(v[i][2]), "=r"(v[i][3])
+                   : "r"(addr + (g + i) * stride_bytes)
+                   : "memory");
+    }
+#pragma unroll
+    for (int i = 0; i < kGroup; ++i) {
+      uint32_t hi[4], lo[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        hi[e] = to_tf32(__uint_as_float(v[i][e]));
+        lo[e] = to_tf32(__uint_as_float(v[i][e]) - __uint_as_float(hi[e]));
+      }
+      const uint32_t a = addr + (g + i) * stride_bytes;
+      asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(a), "r"(hi[0]), "r"(hi[1]),
+                   "r"(hi[2]), "r"(hi[3])
+                   : "memory");
+      asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(a + lo_offset), "r"(lo[0]),
+                   "r"(lo[1]), "r"(lo[2]), "r"(lo[3])
+                   : "memory");
+    }
+  }
+}
+// wgmma m64n64k8 tf32, both operands K-major in shared memory, with a compile-time scale-d:
+// SCALE_D 0 writes D = A*B (the registers' old values are ignored), 1 accumulates. The
+// descriptors (smem_desc_k128's layout) are passed as their low words and the high word they
+// share (SBO and layout type, the same for every tile here), joined inside: fewer live 64-bit
+// registers than hopper_ptx.cuh's Wgmma, which also always accumulates (the strict path starts
+// each partial with SCALE_D 0 instead of zeroing registers the previous group wrote).
+template <int SCALE_D>
+__device__ __forceinline__ void pt_wgmma_tf32_n64(float (&d)[32], uint32_t da_lo, uint32_t db_lo,
+                                                  uint32_t desc_hi) {
+  asm volatile(
+      "{\n.reg .pred p;\n.reg .b64 da, db;\nsetp.ne.b32 p, %35, 0;\n"
+      "mov.b64 da, {%32, %34};\nmov.b64 db, {%33, %34};\n"
+      "wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+      "da, db, p, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]),
+        "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]),
+        "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "r"(da_lo), "r"(db_lo), "r"(desc_hi), "n"(SCALE_D));
+}
+#endif
+
 // ---------------------------------------------------------------------------------------------
 // Main kernel (body only on sm_90a; an empty kernel elsewhere).
 template <typename T, class Cfg>
@@ -395,6 +602,7 @@ __global__ void __launch_bounds__(kPtThreads, 1)
 #if defined(DECONV_PATCH_PT_SM90A_DEVICE)
   constexpr bool kTf32 = std::is_same<T, float>::value;
   static_assert(sizeof(T) == 2 || kTf32, "16-bit or fp32 (TF32) operands");
+  static_assert(!Cfg::kSplit || kTf32, "3xTF32 (strict) is an fp32 mode");
   constexpr int BN = Cfg::kBN;
   constexpr int S = Cfg::kStages;
   constexpr int MI = Cfg::kMI;
@@ -445,12 +653,16 @@ __global__ void __launch_bounds__(kPtThreads, 1)
           const uint32_t s = c % S;
           const uint32_t bar = full_bar + 8 * s;
           mbar_wait(empty_bar + 8 * s, ((c / S) & 1) ^ 1);
-          mbar_arrive_expect_tx(bar, Cfg::kStageBytes);
+          mbar_arrive_expect_tx(bar, Cfg::kTxBytes);  // A + B (strict: + B_lo)
           const uint32_t sa = base + s * Cfg::kStageBytes;
           int x[4];
           pt_a_coords(p, ph, tl, cur, BK, x);
           tma_load_4d(sa, &tma_a, bar, x[0], x[1], x[2], x[3]);
-          tma_load_2d(sa + Cfg::kABytes, &tma_b, bar, kb * BK, b_row);
+          tma_load_2d(sa + Cfg::kBOffset, &tma_b, bar, kb * BK, b_row);
+          if constexpr (Cfg::kSplit) {
+            // The lo block: the same box, one weight block further down the map.
+            tma_load_2d(sa + Cfg::kBLoOffset, &tma_b, bar, kb * BK, b_row + p.b_split_rows);
+          }
           pt_cursor_next(cur, p.cbs, ph.taps_w);
         }
       }
@@ -473,7 +685,7 @@ __global__ void __launch_bounds__(kPtThreads, 1)
 
   // Cooperative: consumer cw reads A rows 64cw..; ping-pong: both m64 halves (mi * 64 rows).
   const uint64_t a_desc0 = smem_desc_k128(base + (uint32_t)((kPP ? 0 : cw) * 64 * kPtRowBytes));
-  const uint64_t b_desc0 = smem_desc_k128(base + Cfg::kABytes);
+  const uint64_t b_desc0 = smem_desc_k128(base + Cfg::kBOffset);
   constexpr uint64_t kStageDesc = Cfg::kStageBytes >> 4;  // descriptor units of 16 bytes
   constexpr uint64_t kHalfDesc = (64 * kPtRowBytes) >> 4;  // next 64 rows of A
 
@@ -533,57 +745,143 @@ __global__ void __launch_bounds__(kPtThreads, 1)
 #pragma unroll
       for (int r = 0; r < kAcc; ++r) acc[mi][r] = 0.f;
     }
-    uint32_t cc = c;
-    uint32_t prev = 0;
-    for (int kb = 0; kb < nkb; ++kb, ++cc) {
-      const uint32_t s = cc % S;
-      mbar_wait(full_bar + 8 * s, (cc / S) & 1);
-      if constexpr (kTf32) {
-        // Round the A rows this warpgroup's wgmmas read (MI x 64 rows of 128 bytes from
-        // a_desc0's rows, 4 * MI chunks of 16 bytes per thread; the swizzle does not matter for
-        // an elementwise op) to TF32 in place, make the writes visible to the async proxy, and
-        // wait for the whole warpgroup before any of its wgmmas reads them.
+    if constexpr (Cfg::kSplit) {
+      // ---- fp32 strict (3xTF32; see "fp32 strict" at the top). Per k block: this warpgroup's
+      // A rows split into hi (in place) and lo (A_lo, the same relative offset); then per
+      // m64 x n64 sub-tile one commit group of 12 wgmmas (4 k steps x lo*hi, hi*lo, hi*hi, small
+      // terms first) into a partial accumulator (the first with scale-d 0), added to the tile
+      // accumulator with fp32 adds once complete. Two partials (group j uses j % 2): after each
+      // group but the first, wait_group(1) shows the group before complete; one partial: each
+      // group but the last is waited for (wait_group(0)). While the block's last group runs,
+      // the next block's A is split; then wait_group(0), its partial is added and the block's
+      // stage released. (ptxas serialises every wgmma (C7514) when a partial is read across the
+      // loop's back edge, so no group stays in flight from one k block to the next.)
+      constexpr int kSub = Cfg::kSub;  // groups per k block: one per m64 x n64 sub-tile
+      static_assert(kSub == MI * (BN / 64) && pt_group_mi<BN>(kSub - 1) == MI - 1,
+                    "groups cover the tile");
+      constexpr uint32_t kALoDesc = (uint32_t)Cfg::kALoOffset >> 4;
+      constexpr uint32_t kBLoDesc = (uint32_t)(Cfg::kBLoOffset - Cfg::kBOffset) >> 4;
+      constexpr uint64_t kNBDesc = (64 * kPtRowBytes) >> 4;  // next 64 rows of B
+      const uint32_t desc_hi = (uint32_t)(a_desc0 >> 32);     // = b_desc0's
+      // Waits for k block counter k's stage and splits the A rows the TF32 pass would round:
+      // hi in place, lo kALoOffset further (same swizzle position); the writes made visible to
+      // the async proxy, the whole warpgroup done before any of its wgmmas reads them.
+      auto split_block = [&](uint32_t k) {
+        const uint32_t s = k % S;
+        mbar_wait(full_bar + 8 * s, (k / S) & 1);
         const uint32_t rows = base + s * (uint32_t)Cfg::kStageBytes +
                               (uint32_t)((kPP ? 0 : cw) * 64 * kPtRowBytes);
-        round_tf32_smem<MI * 64 * kPtRowBytes / 16 / 128>(rows + 16u * (uint32_t)ct,
-                                                             16u * 128u);
+        pt_split_tf32_smem<MI * 64 * kPtRowBytes / 16 / 128>(
+            rows + 16u * (uint32_t)ct, 16u * 128u, (uint32_t)Cfg::kALoOffset);
         fence_proxy_async_smem();
         named_barrier_sync(kPtRoundBarrier + cw, 128);
-      }
+      };
+      constexpr int kParts = Cfg::kPartBuffers;
+      float part[kParts][32];
+      // Adds partial `b` (group jg's, complete) to the group's m64 x n64 sub-tile of acc.
+      auto add_part = [&](int b, int jg) {
+        fence_acc(part[b]);
 #pragma unroll
-      for (int mi = 0; mi < MI; ++mi) fence_acc(acc[mi]);
-      wgmma_fence();
-      const uint64_t so = (uint64_t)s * kStageDesc;
-#pragma unroll
-      for (int ks = 0; ks < 4; ++ks) {
-#pragma unroll
-        for (int mi = 0; mi < MI; ++mi) {
-          // k step (k16 16-bit, k8 tf32): 32 bytes further along every 128-byte row (2
-          // descriptor units); the hardware applies the swizzle to the full address.
-          Wgmma<T, BN>::run(acc[mi], a_desc0 + so + mi * kHalfDesc + 2 * ks,
-                              b_desc0 + so + 2 * ks);
+        for (int r = 0; r < 32; ++r) {
+          acc[pt_group_mi<BN>(jg)][pt_part_acc_index(pt_group_nb<BN>(jg), r)] += part[b][r];
         }
+      };
+      uint32_t cc = c;
+      for (int kb = 0; kb < nkb; ++kb, ++cc) {
+        const uint32_t s = cc % S;
+        if (kb == 0) split_block(cc);  // later blocks: split during the previous block
+        const uint64_t so = (uint64_t)s * kStageDesc;
+#pragma unroll
+        for (int j = 0; j < kSub; ++j) {
+          const int mi = pt_group_mi<BN>(j), nb = pt_group_nb<BN>(j);
+          float(&pj)[32] = part[j % kParts];
+          // Low descriptor words (the start address field, no carry out of it: shared memory
+          // ends below 256 KB): A (hi), + kALoDesc: A_lo; B_hi, + kBLoDesc: B_lo.
+          const uint32_t da = (uint32_t)(a_desc0 + so + mi * kHalfDesc);
+          const uint32_t db = (uint32_t)(b_desc0 + so + nb * kNBDesc);
+          fence_acc(pj);
+          wgmma_fence();
+          pt_wgmma_tf32_n64<0>(pj, da + kALoDesc, db, desc_hi);  // D = A_lo * B_hi
+          pt_wgmma_tf32_n64<1>(pj, da, db + kBLoDesc, desc_hi);
+          pt_wgmma_tf32_n64<1>(pj, da, db, desc_hi);
+#pragma unroll
+          for (int ks = 1; ks < 4; ++ks) {
+            pt_wgmma_tf32_n64<1>(pj, da + kALoDesc + 2 * ks, db + 2 * ks, desc_hi);
+            pt_wgmma_tf32_n64<1>(pj, da + 2 * ks, db + kBLoDesc + 2 * ks, desc_hi);
+            pt_wgmma_tf32_n64<1>(pj, da + 2 * ks, db + 2 * ks, desc_hi);
+          }
+          wgmma_commit();
+          if (kParts == 2 && j > 0) {
+            wgmma_wait<1>();  // group j - 1 is complete
+            add_part((j - 1) % kParts, j - 1);
+          }
+          if (j == kSub - 1) {
+            if (kb + 1 < nkb) split_block(cc + 1);  // while the block's last group runs
+          } else if (kParts == 1) {
+            wgmma_wait<0>();
+            add_part(0, j);
+          }
+        }
+        wgmma_wait<0>();  // the block's last group
+        add_part((kSub - 1) % kParts, kSub - 1);
+        if (lane == 0) mbar_arrive(empty_bar + 8 * s);  // every group of the block is done
       }
-      wgmma_commit();
-      if (kb > 0) {
-        wgmma_wait<1>();  // this warp's wgmmas of k block kb-1 are done: release its stage
+      // Ping-pong: let the other consumer start its next tile (as below).
+      if (kPP && has_next) named_barrier_arrive(kPtOrderBarrier + 1 - cw, 256);
+      c += (uint32_t)nkb;
+    } else {
+      uint32_t cc = c;
+      uint32_t prev = 0;
+      for (int kb = 0; kb < nkb; ++kb, ++cc) {
+        const uint32_t s = cc % S;
+        mbar_wait(full_bar + 8 * s, (cc / S) & 1);
+        if constexpr (kTf32) {
+          // Round the A rows this warpgroup's wgmmas read (MI x 64 rows of 128 bytes from
+          // a_desc0's rows, 4 * MI chunks of 16 bytes per thread; the swizzle does not matter for
+          // an elementwise op) to TF32 in place, make the writes visible to the async proxy, and
+          // wait for the whole warpgroup before any of its wgmmas reads them.
+          const uint32_t rows = base + s * (uint32_t)Cfg::kStageBytes +
+                                (uint32_t)((kPP ? 0 : cw) * 64 * kPtRowBytes);
+          round_tf32_smem<MI * 64 * kPtRowBytes / 16 / 128>(rows + 16u * (uint32_t)ct,
+                                                             16u * 128u);
+          fence_proxy_async_smem();
+          named_barrier_sync(kPtRoundBarrier + cw, 128);
+        }
 #pragma unroll
         for (int mi = 0; mi < MI; ++mi) fence_acc(acc[mi]);
-        if (lane == 0) mbar_arrive(empty_bar + 8 * prev);
-      }
-      prev = s;
-    }
-    // Ping-pong: let the other consumer start its next tile (if this CTA has one; it then
-    // syncs on this barrier exactly once per arrival).
-    if (kPP && has_next) named_barrier_arrive(kPtOrderBarrier + 1 - cw, 256);
-    // The final wait is unconditional (a no-op after no k blocks): a wait on a path only some
-    // tiles take makes ptxas serialise every wgmma of the kernel (C7518) or inject waits of its
-    // own (C7517), because it cannot prove the accumulators are complete before the epilogue.
-    wgmma_wait<0>();
+        wgmma_fence();
+        const uint64_t so = (uint64_t)s * kStageDesc;
 #pragma unroll
-    for (int mi = 0; mi < MI; ++mi) fence_acc(acc[mi]);
-    if (nkb > 0 && lane == 0) mbar_arrive(empty_bar + 8 * prev);
-    c += (uint32_t)nkb;
+        for (int ks = 0; ks < 4; ++ks) {
+#pragma unroll
+          for (int mi = 0; mi < MI; ++mi) {
+            // k step (k16 16-bit, k8 tf32): 32 bytes further along every 128-byte row (2
+            // descriptor units); the hardware applies the swizzle to the full address.
+            Wgmma<T, BN>::run(acc[mi], a_desc0 + so + mi * kHalfDesc + 2 * ks,
+                                b_desc0 + so + 2 * ks);
+          }
+        }
+        wgmma_commit();
+        if (kb > 0) {
+          wgmma_wait<1>();  // this warp's wgmmas of k block kb-1 are done: release its stage
+#pragma unroll
+          for (int mi = 0; mi < MI; ++mi) fence_acc(acc[mi]);
+          if (lane == 0) mbar_arrive(empty_bar + 8 * prev);
+        }
+        prev = s;
+      }
+      // Ping-pong: let the other consumer start its next tile (if this CTA has one; it then
+      // syncs on this barrier exactly once per arrival).
+      if (kPP && has_next) named_barrier_arrive(kPtOrderBarrier + 1 - cw, 256);
+      // The final wait is unconditional (a no-op after no k blocks): a wait on a path only some
+      // tiles take makes ptxas serialise every wgmma of the kernel (C7518) or inject waits of its
+      // own (C7517), because it cannot prove the accumulators are complete before the epilogue.
+      wgmma_wait<0>();
+#pragma unroll
+      for (int mi = 0; mi < MI; ++mi) fence_acc(acc[mi]);
+      if (nkb > 0 && lane == 0) mbar_arrive(empty_bar + 8 * prev);
+      c += (uint32_t)nkb;
+    }
 
     // ---- Epilogue table -> shared (buffer local & 1). ----
     float* t_mul = reinterpret_cast<float*>(my_tables + (local & 1) * Cfg::kTableBytes);
@@ -820,6 +1118,22 @@ __global__ void __launch_bounds__(256)
   }
 }
 
+// fp32 strict: the hi block (exactly the TF32 packing above) at packed[0, total), the lo block
+// (pt_split_tf32_bits) in the same layout at packed[total, 2 * total).
+__global__ void __launch_bounds__(256)
+    gemm_phase_tma_pack_weight_split_kernel(const __grid_constant__ PtPackArgs a) {
+  const float* __restrict__ w = static_cast<const float*>(a.w);
+  uint32_t* __restrict__ packed = static_cast<uint32_t*>(a.packed);
+  for (int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; idx < a.total;
+       idx += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t src = pt_pack_source(a, idx);
+    uint32_t hi, lo;
+    pt_split_tf32_bits(src >= 0 ? pt_float_bits(w[src]) : 0u, hi, lo);
+    packed[idx] = hi;
+    packed[a.total + idx] = lo;
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Host side.
 bool pt_aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
@@ -857,9 +1171,9 @@ PtGeom pt_geom(const ConvTranspose2dParams& p, ScalarKind kind, const AxisPlan& 
   return g;
 }
 
-// What packing depends on (and the kernel's weight-side limits). fp32 here means TF32 allowed
-// (the callers check allow_tf32).
-bool pt_weight_side_ok(const ConvTranspose2dParams& p, ScalarKind kind) {
+// What packing depends on (and the kernel's weight-side limits). split: fp32 strict, whose
+// packed weight is two blocks (hi, lo) of the layout, so twice the rows in one tensor map.
+bool pt_weight_side_ok(const ConvTranspose2dParams& p, ScalarKind kind, bool split = false) {
   if (kind != ScalarKind::kFloat16 && kind != ScalarKind::kBFloat16 &&
       kind != ScalarKind::kFloat32)
     return false;
@@ -876,8 +1190,14 @@ bool pt_weight_side_ok(const ConvTranspose2dParams& p, ScalarKind kind) {
   const AxisPlan h = plan_axis(p.ph_h, 0), w = plan_axis(p.ph_w, 0);
   const PtGeom g = pt_geom(p, kind, h, w);
   // int32 TMA row coordinates (+ one box), k coordinates and k block counts.
-  if (g.rows >= kPtInt32Limit - 512 || g.kmax >= kPtInt32Limit - 512) return false;
-  return g.rows * g.kmax * pt_elem_bytes(kind) < ((int64_t)1 << 40);
+  const int64_t blocks = split ? 2 : 1;
+  if (g.rows * blocks >= kPtInt32Limit - 512 || g.kmax >= kPtInt32Limit - 512) return false;
+  return g.rows * blocks * g.kmax * pt_elem_bytes(kind) < ((int64_t)1 << 40);
+}
+
+// fp32 without TF32: the 3xTF32 (split) kernels and the two-block packed weight.
+bool pt_is_split(ScalarKind kind, bool allow_tf32) {
+  return kind == ScalarKind::kFloat32 && !allow_tf32;
 }
 
 // Compute capability 9.0 (H100/H200), where the sm_90a cubin runs.
@@ -1025,6 +1345,7 @@ bool pt_fill_args(PtArgs& a, const ConvTranspose2dParams& p, ScalarKind kind, in
   a.tiles_n = (int)((p.batch + box.n - 1) / box.n);
   a.group_rows = (int)(geo.phases * geo.cout_pad);
   a.n_tiles = (int)((p.out_per_group + bn - 1) / bn);
+  a.b_split_rows = (int)geo.rows;  // < 2^31 - 512 (pt_weight_side_ok)
 
   a.mode = pt_store_mode(p, kind);
 
@@ -1168,8 +1489,9 @@ bool pt_output_empty(const ConvTranspose2dParams& p) {
 }
 
 // Everything supports() checks except the build, the driver and the device.
-[[maybe_unused]] bool pt_geometry_ok(const ConvTranspose2dParams& p, ScalarKind kind) {
-  if (!pt_weight_side_ok(p, kind)) return false;
+[[maybe_unused]] bool pt_geometry_ok(const ConvTranspose2dParams& p, ScalarKind kind,
+                                     bool split = false) {
+  if (!pt_weight_side_ok(p, kind, split)) return false;
   const int act = (int)p.epi.activation;
   if (act < (int)Activation::kNone || act > (int)Activation::kHardswish) return false;
   if (p.batch < 0 || p.in_h < 0 || p.in_w < 0 || p.out_h < 0 || p.out_w < 0) return false;
@@ -1236,12 +1558,13 @@ bool pt_encode_input(CUtensorMap* map, const ConvTranspose2dParams& p, ScalarKin
   return pt_encode(map, kind, p.input, 4, dims, strides, boxd);
 }
 
-// Packed weight map: [rows][Kmax], box {BK, BN}.
+// Packed weight map: [rows][Kmax] (split: [2 * rows][Kmax], the hi block then the lo block),
+// box {BK, BN}.
 bool pt_encode_weight(CUtensorMap* map, const ConvTranspose2dParams& p, ScalarKind kind,
-                      const void* packed, int bn) {
+                      const void* packed, int bn, bool split) {
   const AxisPlan h = plan_axis(p.ph_h, 0), w = plan_axis(p.ph_w, 0);
   const PtGeom geo = pt_geom(p, kind, h, w);
-  const cuuint64_t dims[2] = {(cuuint64_t)geo.kmax, (cuuint64_t)geo.rows};
+  const cuuint64_t dims[2] = {(cuuint64_t)geo.kmax, (cuuint64_t)(geo.rows * (split ? 2 : 1))};
   const cuuint64_t strides[1] = {(cuuint64_t)(geo.kmax * pt_elem_bytes(kind))};
   const cuuint32_t boxd[2] = {(cuuint32_t)pt_stage_k(kind), (cuuint32_t)bn};
   return pt_encode(map, kind, packed, 2, dims, strides, boxd);
@@ -1251,8 +1574,15 @@ bool pt_encode_weight(CUtensorMap* map, const ConvTranspose2dParams& p, ScalarKi
 // at most one 128x128 tile per SM -> cooperative 128x128 (both warpgroups on the one tile);
 // Cout_g > 128 and clearly fewer waves of 128x256 tiles (a 128x256 tile counted as 1.8 of
 // 128x128: twice the MMAs for 1.5x the loads) -> 128x256; else 128x128 ping-pong.
-int pt_pick_config(int64_t cout_g, int64_t m_tiles, int sms) {
+// fp32 strict (split; not measured either) is compute-bound: 3 MMAs per product, and every
+// config issues the same m64n64 wgmma groups, so a wider tile saves loads but no MMA time.
+// Cout_g <= 64 -> 128x64 ping-pong (no padded columns, two partials); else cooperative
+// 128x128: both warpgroups keep double-buffered groups on the tensor cores, where the strict
+// 128x128 ping-pong waits for each group (one partial fits its registers) and 128x256 has 2
+// stages and costs two 128x128 tiles (never a wave fewer).
+int pt_pick_config(int64_t cout_g, int64_t m_tiles, int sms, bool split = false) {
   if (cout_g <= 64) return 3;
+  if (split) return 1;
   if (sms <= 0) return 0;
   const int64_t t128 = m_tiles * ((cout_g + 127) / 128);
   if (t128 <= sms) return 1;
@@ -1290,16 +1620,18 @@ cudaError_t pt_launch_cfg(const ConvTranspose2dParams& p, ScalarKind kind, const
 
   CUtensorMap map_a, map_b;
   if (!pt_encode_input(&map_a, p, kind, box) ||
-      !pt_encode_weight(&map_b, p, kind, packed, Cfg::kBN))
+      !pt_encode_weight(&map_b, p, kind, packed, Cfg::kBN, Cfg::kSplit))
     return cudaErrorInvalidValue;
   const unsigned grid = (unsigned)pt_schedule(a, sms, Cfg::kPingPong);
   kernel<<<grid, kPtThreads, Cfg::kTotalBytes, stream>>>(map_a, map_b, a);
   return cudaGetLastError();
 }
 
-template <typename T>
+// SPLIT: fp32 strict (T = float), the PtSplitConfig of the same index.
+template <typename T, bool SPLIT = false>
 cudaError_t pt_launch_typed(const ConvTranspose2dParams& p, ScalarKind kind, const void* packed,
                             int config, cudaStream_t stream) {
+  static_assert(!SPLIT || std::is_same<T, float>::value, "3xTF32 is an fp32 mode");
   int device = 0;
   if (cudaGetDevice(&device) != cudaSuccess) return cudaErrorInvalidValue;
   const int sms = pt_sm_count(device);
@@ -1312,13 +1644,22 @@ cudaError_t pt_launch_typed(const ConvTranspose2dParams& p, ScalarKind kind, con
       for (int rw = 0; rw < w.stride; ++rw)
         if (h.ph[rh].rows > 0 && w.ph[rw].rows > 0)
           m_tiles += pt_box_tiles(box, p.batch, h.ph[rh].rows, w.ph[rw].rows);
-    config = pt_pick_config(p.out_per_group, m_tiles * p.groups, sms);
+    config = pt_pick_config(p.out_per_group, m_tiles * p.groups, sms, SPLIT);
   }
-  switch (config) {
-    case 0: return pt_launch_cfg<T, PtCfg0>(p, kind, packed, h, w, box, device, sms, stream);
-    case 1: return pt_launch_cfg<T, PtCfg1>(p, kind, packed, h, w, box, device, sms, stream);
-    case 2: return pt_launch_cfg<T, PtCfg2>(p, kind, packed, h, w, box, device, sms, stream);
-    case 3: return pt_launch_cfg<T, PtCfg3>(p, kind, packed, h, w, box, device, sms, stream);
+  if constexpr (SPLIT) {
+    switch (config) {
+      case 0: return pt_launch_cfg<T, PtSplitCfg0>(p, kind, packed, h, w, box, device, sms, stream);
+      case 1: return pt_launch_cfg<T, PtSplitCfg1>(p, kind, packed, h, w, box, device, sms, stream);
+      case 2: return pt_launch_cfg<T, PtSplitCfg2>(p, kind, packed, h, w, box, device, sms, stream);
+      case 3: return pt_launch_cfg<T, PtSplitCfg3>(p, kind, packed, h, w, box, device, sms, stream);
+    }
+  } else {
+    switch (config) {
+      case 0: return pt_launch_cfg<T, PtCfg0>(p, kind, packed, h, w, box, device, sms, stream);
+      case 1: return pt_launch_cfg<T, PtCfg1>(p, kind, packed, h, w, box, device, sms, stream);
+      case 2: return pt_launch_cfg<T, PtCfg2>(p, kind, packed, h, w, box, device, sms, stream);
+      case 3: return pt_launch_cfg<T, PtCfg3>(p, kind, packed, h, w, box, device, sms, stream);
+    }
   }
   return cudaErrorInvalidValue;
 }
@@ -1332,6 +1673,15 @@ cudaError_t pt_launch_pack(const ConvTranspose2dParams& p, ScalarKind kind, void
   return cudaGetLastError();
 }
 
+// fp32 strict: both blocks (hi, lo) in one pass.
+cudaError_t pt_launch_pack_split(const ConvTranspose2dParams& p, void* packed,
+                                 cudaStream_t stream) {
+  const PtPackArgs a = pt_pack_args(p, ScalarKind::kFloat32, packed);
+  if (a.total == 0) return cudaSuccess;
+  gemm_phase_tma_pack_weight_split_kernel<<<pack_grid(a.total), 256, 0, stream>>>(a);
+  return cudaGetLastError();
+}
+
 }  // namespace
 
 bool gemm_phase_tma_supports(const ConvTranspose2dParams& p, ScalarKind kind, bool allow_tf32) {
@@ -1341,8 +1691,8 @@ bool gemm_phase_tma_supports(const ConvTranspose2dParams& p, ScalarKind kind, bo
   (void)allow_tf32;
   return false;
 #else
-  if (kind == ScalarKind::kFloat32 && !allow_tf32) return false;
-  return pt_geometry_ok(p, kind) && pt_tensor_map_encoder() != nullptr && pt_device_is_sm90();
+  return pt_geometry_ok(p, kind, pt_is_split(kind, allow_tf32)) &&
+         pt_tensor_map_encoder() != nullptr && pt_device_is_sm90();
 #endif
 }
 
@@ -1352,19 +1702,22 @@ const char* gemm_phase_tma_config_name(int config) {
   return config >= 0 && config < kPtNumConfigs ? kPtConfigNames[config] : "";
 }
 
-int64_t gemm_phase_tma_packed_weight_bytes(const ConvTranspose2dParams& p, ScalarKind kind) {
-  if (!pt_weight_side_ok(p, kind)) return 0;
+int64_t gemm_phase_tma_packed_weight_bytes(const ConvTranspose2dParams& p, ScalarKind kind,
+                                           bool allow_tf32) {
+  const bool split = pt_is_split(kind, allow_tf32);
+  if (!pt_weight_side_ok(p, kind, split)) return 0;
   const AxisPlan h = plan_axis(p.ph_h, 0), w = plan_axis(p.ph_w, 0);
   const PtGeom geo = pt_geom(p, kind, h, w);
-  return geo.rows * geo.kmax * pt_elem_bytes(kind);
+  return (split ? 2 : 1) * geo.rows * geo.kmax * pt_elem_bytes(kind);
 }
 
 cudaError_t launch_gemm_phase_tma_pack_weight(const ConvTranspose2dParams& p, ScalarKind kind,
                                               bool allow_tf32, void* packed,
                                               cudaStream_t stream) {
-  if (kind == ScalarKind::kFloat32 && !allow_tf32) return cudaErrorInvalidValue;
-  if (!pt_weight_side_ok(p, kind)) return cudaErrorInvalidValue;
+  const bool split = pt_is_split(kind, allow_tf32);
+  if (!pt_weight_side_ok(p, kind, split)) return cudaErrorInvalidValue;
   if (packed == nullptr || p.weight == nullptr) return cudaErrorInvalidValue;
+  if (split) return pt_launch_pack_split(p, packed, stream);
   switch (kind) {
     case ScalarKind::kFloat16: return pt_launch_pack<__half>(p, kind, packed, stream);
     case ScalarKind::kBFloat16: return pt_launch_pack<__nv_bfloat16>(p, kind, packed, stream);
@@ -1385,7 +1738,9 @@ cudaError_t launch_conv_transpose2d_gemm_phase_tma(const ConvTranspose2dParams& 
     case ScalarKind::kFloat16: return pt_launch_typed<__half>(p, kind, packed, config, stream);
     case ScalarKind::kBFloat16:
       return pt_launch_typed<__nv_bfloat16>(p, kind, packed, config, stream);
-    case ScalarKind::kFloat32: return pt_launch_typed<float>(p, kind, packed, config, stream);
+    case ScalarKind::kFloat32:
+      return allow_tf32 ? pt_launch_typed<float>(p, kind, packed, config, stream)
+                        : pt_launch_typed<float, true>(p, kind, packed, config, stream);
   }
   return cudaErrorInvalidValue;
 }

@@ -83,7 +83,7 @@ at::Tensor pack_weight(const std::string& variant, const at::Tensor& weight,
   if (variant == "gemm_kxs_sm90" || variant == "gemm_phase_tma") {
     const bool kxs = variant == "gemm_kxs_sm90";
     const int64_t bytes = kxs ? gemm_kxs_sm90_packed_weight_bytes(p, kind)
-                              : gemm_phase_tma_packed_weight_bytes(p, kind);
+                              : gemm_phase_tma_packed_weight_bytes(p, kind, allow_tf32);
     TORCH_CHECK(bytes > 0, "deconv_patch: ", variant, " does not support this weight");
     at::Tensor packed = at::empty({bytes}, weight.options().dtype(at::kByte));
     const cudaStream_t stream = c10::cuda::getCurrentCUDAStream().stream();
@@ -253,7 +253,7 @@ at::Tensor conv_transpose2d_forward(const std::string& variant, const at::Tensor
   } else if (variant == "gemm_phase_tma") {
     TORCH_CHECK(gemm_phase_tma_supports(p, kind, allow_tf32),
                 "deconv_patch: the gemm_phase_tma kernel does not support this call");
-    check_packed(gemm_phase_tma_packed_weight_bytes(p, kind));
+    check_packed(gemm_phase_tma_packed_weight_bytes(p, kind, allow_tf32));
     TORCH_CHECK(config >= -1 && config < gemm_phase_tma_num_configs(),
                 "deconv_patch: gemm_phase_tma has no tile config ", config);
     err = launch_conv_transpose2d_gemm_phase_tma(p, kind, allow_tf32, packed->data_ptr(), stream,

@@ -317,14 +317,14 @@ def kernel_call(variant: str, input: torch.Tensor, weight: torch.Tensor,
     channels_last = cuda_output_channels_last(
         x, weight, args, weight.shape[1] * args.groups * out_hw[0] * out_hw[1])
     allow_tf32 = bool(torch.backends.cudnn.allow_tf32)
-    if kernel in (planner.GEMM_KXS, planner.GEMM_PHASE):  # the planner's rule, for forced calls
+    if kernel in (planner.GEMM_KXS, planner.GEMM_PHASE, planner.GEMM_PHASE_TMA):
+        # The planner's 3xTF32 rule, for forced calls too.
         problem = planner.tensor_core_problem(input.dtype, planner.reduction_depth(
             weight.shape[0] // args.groups, weight.shape[-2:], args))
         if problem is not None:
             raise RuntimeError(f"deconv_patch: {kernel} does not support {problem} (3xTF32 "
                                "would exceed fp32's error bound; see planner.MIN_3XTF32_DEPTH)")
-    if kernel in (planner.GEMM_KXS_SM90, planner.GEMM_PHASE_TMA) and \
-            planner.fp32_strict(input.dtype):
+    if kernel == planner.GEMM_KXS_SM90 and planner.fp32_strict(input.dtype):
         raise RuntimeError(f"deconv_patch: {kernel} does not support fp32 without TF32")
     scale, shift, activation, slope = epilogue.kernel_args(input.device)
     repack: Optional[Callable[[torch.Tensor], torch.Tensor]] = None

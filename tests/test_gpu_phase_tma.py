@@ -2,7 +2,8 @@
 one 4-D TMA box of the channels_last input, persistent warp-specialised wgmma;
 cuda/conv_transpose2d_gemm_phase_tma.cu): every config forced on NaN-poisoned random sweeps of
 any stride / padding / output_padding / dilation / grouping against a float64 reference with
-the bound of tests/test_gpu_kernels.py (2x PyTorch's own error + 1 ulp of the output), the fused
+the bound of tests/test_gpu_kernels.py (2x PyTorch's own error + 1 ulp of the output), fp32
+without TF32 (3xTF32) on sums of at least planner.MIN_3XTF32_DEPTH products, the fused
 epilogue, the benchmark's layers at full size (many tiles per CTA: the persistent loop and the
 barrier ring wrap many times), and the planner's use of it."""
 
@@ -63,6 +64,26 @@ def test_gemm_phase_tma_sweep(variant, seed):
     check_variant(variant, seed + 95_000, _case)
 
 
+def _strict_case(seed: int) -> Case:
+    """_case in fp32 without TF32 (the kernel's 3xTF32 mode), with sums of at least
+    planner.MIN_3XTF32_DEPTH products per output (the op refuses shallower ones)."""
+    case = _case(seed * 3 + 2)  # fp32 seeds of _case
+    rng = random.Random(seed * 17 + 1)
+    groups = case.args.groups
+    taps = max(1, case.kernel[0] * case.kernel[1] //
+               (case.args.stride[0] * case.args.stride[1]))
+    cin_g = max(case.in_channels // groups, -(-planner.MIN_3XTF32_DEPTH // taps))
+    cin_g = -(-cin_g // 32) * 32 if groups > 1 else -(-cin_g // 4) * 4 + 4 * rng.randint(0, 8)
+    return dataclasses.replace(case, in_channels=cin_g * groups, dtype=torch.float32, tf32=False)
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("seed", range(40))
+def test_gemm_phase_tma_fp32_strict_sweep(variant, seed):
+    _needs_sm90()
+    check_variant(variant, seed + 97_000, _strict_case)
+
+
 @pytest.mark.parametrize("seed", range(40))
 def test_gemm_phase_tma_epilogue_sweep(seed):
     _needs_sm90()
@@ -99,11 +120,20 @@ def test_gemm_phase_tma_runs_the_benchmark_layers(variant, layer, channels_last,
     check_full_layer(variant, layer, channels_last, dtype, seed=layer[1] + layer[3][0] + layer[4])
 
 
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("layer", _LAYERS, ids=lambda l: f"{l[1]}>{l[2]}x{l[3][0]}k{l[4]}s{l[5]}")
+@pytest.mark.parametrize("channels_last", [True, False])
+def test_gemm_phase_tma_runs_the_benchmark_layers_fp32_strict(variant, layer, channels_last):
+    _needs_sm90()
+    check_full_layer(variant, layer, channels_last, torch.float32, tf32=False,
+                     seed=layer[1] + layer[3][0] + layer[4])
+
+
 def test_gemm_phase_tma_refuses_what_it_does_not_compute():
     _needs_sm90()
     args = ConvTransposeArgs.from_values(stride=2, padding=1)
-    x = torch.randn(2, 64, 8, 8, device="cuda")
-    w = torch.randn(64, 32, 4, 4, device="cuda")
+    x = torch.randn(2, 8, 8, 8, device="cuda")  # fp32 strict, 8 x 4 taps = 32 products a sum
+    w = torch.randn(8, 32, 4, 4, device="cuda")
     with torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
         with pytest.raises(RuntimeError, match="does not support"):
             run_variant(planner.GEMM_PHASE_TMA, x, w, None, args)
