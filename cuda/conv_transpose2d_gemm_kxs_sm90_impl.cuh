@@ -138,7 +138,6 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include <atomic>
 #include <cstdint>
 #include <type_traits>
 
@@ -424,6 +423,19 @@ __global__ void __launch_bounds__(kThreads, 1)
       prefetch_tensormap(&tma_a);
       prefetch_tensormap(&tma_b);
       uint32_t c = 0;  // k block counter (see the ring protocol at the top)
+      // B of k block kb for packed rows n0..: tap-major, one box of BN rows; kh-row tiles, box
+      // kw of kRowCB rows at packed row n0 + kw*Cout (both input layouts).
+      auto load_b = [&](uint32_t sa, uint32_t bar, int kb, int n0) {
+        if constexpr (RKW == 0) {
+          tma_load_2d(sa + Cfg::kABytes, &tma_b, bar, kb * kBK<T>, n0);
+        } else {
+#pragma unroll
+          for (int kw = 0; kw < RKW; ++kw) {
+            tma_load_2d(sa + Cfg::kABytes + kw * kRowCB * kRowBytes, &tma_b, bar, kb * kBK<T>,
+                        n0 + kw * p.cout);
+          }
+        }
+      };
       for (int t = blockIdx.x; t < p.tiles; t += gridDim.x) {
         const int mt = t / p.n_tiles;
         if constexpr (NCHW_IN) {
@@ -446,15 +458,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             if (second) {
               tma_load_3d(sa + Cfg::kABytes / 2, &tma_a, bar, p0 + kPixBox, kb * kBK<T>, img);
             }
-            if constexpr (RKW == 0) {
-              tma_load_2d(sa + Cfg::kABytes, &tma_b, bar, kb * kBK<T>, n0);
-            } else {
-#pragma unroll
-              for (int kw = 0; kw < RKW; ++kw) {
-                tma_load_2d(sa + Cfg::kABytes + kw * kRowCB * kRowBytes, &tma_b, bar,
-                            kb * kBK<T>, n0 + kw * p.cout);
-              }
-            }
+            load_b(sa, bar, kb, n0);
           }
         } else {
           const int m0 = mt * kBM;
@@ -467,15 +471,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             mbar_arrive_expect_tx(bar, Cfg::kStageBytes);
             const uint32_t sa = base + s * Cfg::kStageBytes;
             tma_load_2d(sa, &tma_a, bar, kb * kBK<T>, m0);
-            if constexpr (RKW == 0) {
-              tma_load_2d(sa + Cfg::kABytes, &tma_b, bar, kb * kBK<T>, n0);
-            } else {
-#pragma unroll
-              for (int kw = 0; kw < RKW; ++kw) {
-                tma_load_2d(sa + Cfg::kABytes + kw * kRowCB * kRowBytes, &tma_b, bar,
-                            kb * kBK<T>, n0 + kw * p.cout);
-              }
-            }
+            load_b(sa, bar, kb, n0);
           }
         }
       }
