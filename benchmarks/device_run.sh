@@ -21,6 +21,8 @@
 #                                            # each config) forced on the k != stride layers
 #                                            # in bf16, TF32 and fp32 strict (KXS_NCHW=1:
 #                                            # gemm_kxs_sm90's configs forced in NCHW first)
+#   PART=strict                              # build + gemm_phase_tma's 3xTF32 tests, error
+#                                            # scan, configs forced in fp32 strict, quick table
 #   LAYERS_ONLY=1                            # with PART=2: the layer benchmark only
 #   SANITIZE=1                               # with PART=1: compute-sanitizer memcheck on a
 #                                            # few configs of each session-4 kernel sweep
@@ -120,6 +122,27 @@ step "fp32-strict (3xTF32) error of gemm_phase_tma by reduction depth"
 timeout 60 python3 benchmarks/strict_error_scan.py --cases 300 --variants gemm_phase_tma 2>&1 \
   | tee "$L/strict-scan-phase-tma.log"
 [ -z "${SKIP_KXS:-}" ] && gpu_tests kxs_sm90 120 tests/test_gpu_kxs_sm90.py
+fi
+
+if [ "${PART:-}" = strict ]; then
+# gemm_phase_tma's 3xTF32 mode: its strict tests per config, the error scan, each config forced
+# in fp32 strict on the k != stride layers, then the quick layer table (GPU-time columns).
+gpu_tests phase_tma-strict 150 -k "strict" tests/test_gpu_phase_tma.py
+step "fp32-strict (3xTF32) error of gemm_phase_tma by reduction depth"
+timeout 90 python3 benchmarks/strict_error_scan.py --cases 400 --variants gemm_phase_tma 2>&1 \
+  | tee "$L/strict-scan-phase-tma.log"
+for v in $(python3 -c "from deconv_patch import planner; print(' '.join(planner.PHASE_TMA_CONFIGS))"); do
+  [ "$(left)" -lt 150 ] && { echo "skipped forced $v: no time left"; continue; }
+  step "layer benchmark ($v forced; fp32 strict; nhwc,nchw)"
+  timeout 60 python3 benchmarks/layers.py --variant "$v" --modes fp32 --formats nhwc,nchw \
+    --only "dcgan.g2,dcgan.g3,pix2pix.u2,cyclegan,simplebl,keypoint,vae,dilated,asym" \
+    --json "$OUT/forced_${v/:/_}.json" > "$L/forced_${v/:/_}.log" 2>&1
+  grep -vE "skipped|^layer |TFLOP/s" "$L/forced_${v/:/_}.log" | grep -v geomean
+done
+step "layer benchmark (planner's choice, --quick, fp32 strict and bf16)"
+timeout $(( $(left) - 15 )) python3 benchmarks/layers.py --quick --modes fp32,bf16 \
+  --json "$OUT/layers_quick.json" > "$L/layers.log" 2>&1 || echo "layers.py exit $?"
+tail -30 "$L/layers.log"
 fi
 
 if [ "${PART:-}" = phase_tma_bench ]; then

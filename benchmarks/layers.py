@@ -8,7 +8,9 @@ Per layer and mode: cuDNN time (cudnn.benchmark=True, warmed up), our time (a
 FastConvTranspose2d, as optimize() installs it; autotune is on since cudnn.benchmark is), speedup
 (cuDNN / ours), our % of the roofline floor and the variant the planner chose. CUDA events
 around each call, median of many reps, inputs rotated through more than 2x the L2 size so small
-layers are not flattered by the cache. Last lines: geomean speedup per mode, slowest layer.
+layers are not flattered by the cache. Also each side's GPU time per call (the calls captured in
+a CUDA graph and replayed: host launch work excluded, as inside a model whose GPU runs ahead of
+the host). Last lines: geomean speedup per mode (event time | GPU time), slowest layer.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ import torch.nn.functional as F
 import deconv_patch
 from deconv_patch import planner
 from deconv_patch.arguments import ConvTransposeArgs
-from deconv_patch.timing import time_cuda, time_interleaved
+from deconv_patch.timing import capture_graph, time_cuda, time_interleaved
 
 
 @dataclass(frozen=True)
@@ -139,6 +141,16 @@ def paired_median_ms(fns, inputs: List[torch.Tensor], warmup: int, reps: int) ->
     return [statistics.median(times) for times in time_interleaved(calls, warmup, reps)]
 
 
+def graph_ms(fn, inputs: List[torch.Tensor], reps: int = 15) -> float:
+    """GPU time per call, host launch work excluded: one call per input (rotating, as above)
+    captured into a CUDA graph, the graph replayed `reps` times, median / calls. Inside a model
+    the GPU runs ahead of the host, so this is what a layer costs there; the event time above
+    also holds the host's per-call work wherever that exceeds the kernel (small layers)."""
+    batch = inputs[:8]
+    replay, _graph = capture_graph(lambda: [fn(x) for x in batch])
+    return time_cuda(replay, 3, reps).median_ms / len(batch)
+
+
 def measure_ceilings() -> Ceilings:
     """Measured copy bandwidth and matmul rates (the roofline's two ceilings)."""
     n = 256 * 1024 * 1024 // 4
@@ -173,6 +185,11 @@ class Row:
     variant: str
     max_err_ours: float
     max_err_cudnn: float
+    # GPU time per call (graph_ms; NaN where capture failed) and the ratio / floor share on it.
+    cudnn_gpu_ms: float = float("nan")
+    ours_gpu_ms: float = float("nan")
+    gpu_speedup: float = float("nan")
+    ours_gpu_pct_of_floor: float = float("nan")
 
 
 def bench_layer(layer: Layer, mode: str, layout: str, ceil: Ceilings, reps: int,
@@ -223,10 +240,16 @@ def bench_layer(layer: Layer, mode: str, layout: str, ceil: Ceilings, reps: int,
         del ref64
         cudnn_ms, ours_ms = paired_median_ms([ref_fn, ours_fn], inputs, 5, reps)
         chosen = module.plan_for(inputs[0]).variant
+        try:
+            cudnn_gpu, ours_gpu = graph_ms(ref_fn, inputs), graph_ms(ours_fn, inputs)
+        except RuntimeError as exc:  # reported, not fatal: the event times above stand
+            print(f"{layer.name} {mode} {layout}: CUDA graph timing failed: {exc}".splitlines()[0])
+            cudnn_gpu = ours_gpu = float("nan")
     floor_ms = max(layer.flops() / (ceil.rate(mode) * 1e9),
                    layer.bytes(elem) / (ceil.copy_gbs * 1e6))
     return Row(layer.name, mode, layout, cudnn_ms, ours_ms, cudnn_ms / ours_ms, floor_ms,
-               100.0 * floor_ms / ours_ms, cudnn_ms / floor_ms, chosen, err_ours, err_cudnn)
+               100.0 * floor_ms / ours_ms, cudnn_ms / floor_ms, chosen, err_ours, err_cudnn,
+               cudnn_gpu, ours_gpu, cudnn_gpu / ours_gpu, 100.0 * floor_ms / ours_gpu)
 
 
 def geomean(values: List[float]) -> float:
@@ -264,7 +287,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     formats = args.formats.split(",")
     rows: List[Row] = []
     header = (f"{'layer':28s} {'mode':4s} {'fmt':4s} {'cuDNN ms':>9s} {'ours ms':>9s} "
-              f"{'speedup':>7s} {'%floor':>6s} {'cuDNN/floor':>11s} {'variant':8s}")
+              f"{'speedup':>7s} {'%floor':>6s} {'cuDNN/floor':>11s} {'GPU us':>13s} "
+              f"{'GPU x':>6s} {'variant':8s}")
     print(header)
     for mode in modes:
         for layout in formats:
@@ -279,7 +303,9 @@ def main(argv: Optional[List[str]] = None) -> int:
                 rows.append(r)
                 print(f"{r.layer:28s} {r.mode:4s} {r.layout:4s} {r.cudnn_ms:9.4f} "
                       f"{r.ours_ms:9.4f} {r.speedup:6.2f}x {r.ours_pct_of_floor:5.1f}% "
-                      f"{r.cudnn_x_floor:10.1f}x {r.variant:8s}", flush=True)
+                      f"{r.cudnn_x_floor:10.1f}x {1e3 * r.cudnn_gpu_ms:6.1f}/"
+                      f"{1e3 * r.ours_gpu_ms:<6.1f} {r.gpu_speedup:5.2f}x {r.variant:8s}",
+                      flush=True)
     torch.backends.cudnn.allow_tf32 = True
     if args.json:
         with open(args.json, "w") as fh:
@@ -291,11 +317,19 @@ def main(argv: Optional[List[str]] = None) -> int:
             sel = [r for r in rows if r.mode == mode and r.layout == layout]
             if not sel:
                 continue
+            gpu = [r for r in sel if math.isfinite(r.gpu_speedup)]
             print(f"{mode:4s} {layout:4s} geomean {geomean([r.speedup for r in sel]):.2f}x  "
                   f"median %floor {statistics.median(r.ours_pct_of_floor for r in sel):.1f}%  "
-                  f"cuDNN geomean x floor {geomean([r.cudnn_x_floor for r in sel]):.1f}")
+                  f"cuDNN geomean x floor {geomean([r.cudnn_x_floor for r in sel]):.1f}  | "
+                  f"GPU time: geomean {geomean([r.gpu_speedup for r in gpu]):.2f}x  median "
+                  f"%floor {statistics.median([r.ours_gpu_pct_of_floor for r in gpu] or [0]):.1f}%")
     worst = min(rows, key=lambda r: r.speedup)
     print(f"slowest vs cuDNN: {worst.layer} {worst.mode} {worst.layout}: {worst.speedup:.2f}x")
+    gpu_rows = [r for r in rows if math.isfinite(r.gpu_speedup)]
+    if gpu_rows:
+        w = min(gpu_rows, key=lambda r: r.gpu_speedup)
+        print(f"slowest vs cuDNN in GPU time: {w.layer} {w.mode} {w.layout}: "
+              f"{w.gpu_speedup:.2f}x ({w.variant})")
     return 0
 
 

@@ -136,8 +136,8 @@
 // into one running accumulator gave 9-158x fp32's error at K = 1024-16384 in a host model, a
 // fresh accumulator per 32-deep k tile added with round-to-nearest fp32 adds 0.03-0.68x), so, as
 // gemm_phase does, every k block (32 k) is summed apart: per m64 x n64 sub-tile one commit group
-// of 12 wgmma m64n64k8 (k steps in order, each lo*hi, hi*lo, hi*hi: small terms first, the first
-// with scale-d 0) into a partial accumulator of 32 registers, added to the tile accumulator with
+// of 12 wgmma m64n64k8 (the 8 small terms lo*hi, hi*lo of the 4 k steps first, the first with
+// scale-d 0, then the 4 hi*hi) into a partial accumulator of 32 registers, added to the tile accumulator with
 // fp32 adds once complete. PARTS partials: 2 (group j uses j % 2; wait_group(1) after each group
 // shows the one before complete, so one group runs while the previous one is added), or 1 for
 // 128x128 ping-pong, whose 128 accumulator registers leave room for one (each group but the
@@ -805,15 +805,19 @@ __global__ void __launch_bounds__(kPtThreads, 1)
           const uint32_t db = (uint32_t)(b_desc0 + so + nb * kNBDesc);
           fence_acc(pj);
           wgmma_fence();
+          // The 8 small terms (lo*hi, hi*lo of the 4 k steps) first, into a partial that is
+          // still small, then the 4 hi*hi: every truncating tensor-core sum that aligns to a
+          // large value then adds only large terms (half the worst error of the per-k-step order
+          // in the host model, whose truncation this ordering targets).
           pt_wgmma_tf32_n64<0>(pj, da + kALoDesc, db, desc_hi);  // D = A_lo * B_hi
           pt_wgmma_tf32_n64<1>(pj, da, db + kBLoDesc, desc_hi);
-          pt_wgmma_tf32_n64<1>(pj, da, db, desc_hi);
 #pragma unroll
           for (int ks = 1; ks < 4; ++ks) {
             pt_wgmma_tf32_n64<1>(pj, da + kALoDesc + 2 * ks, db + 2 * ks, desc_hi);
             pt_wgmma_tf32_n64<1>(pj, da + 2 * ks, db + kBLoDesc + 2 * ks, desc_hi);
-            pt_wgmma_tf32_n64<1>(pj, da + 2 * ks, db + 2 * ks, desc_hi);
           }
+#pragma unroll
+          for (int ks = 0; ks < 4; ++ks) pt_wgmma_tf32_n64<1>(pj, da + 2 * ks, db + 2 * ks, desc_hi);
           wgmma_commit();
           if (kParts == 2 && j > 0) {
             wgmma_wait<1>();  // group j - 1 is complete

@@ -237,9 +237,12 @@ def _plan_layer(device: torch.device, dtype: torch.dtype, kernel_hw: Sequence[in
     # few channels (DCGAN's 64 > 3 output layer, FSRCNN's 56 > 1): an autotune candidate there.
     grouped = (GROUPED,) if channels is not None and \
         max(channels) <= _MAX_GROUPED_CANDIDATE else ()
-    # The TMA + wgmma kernels (Hopper; 16-bit, or fp32 with TF32 allowed).
+    # The TMA + wgmma kernels (Hopper; 16-bit, or fp32 with TF32 allowed). gemm_phase_tma also
+    # runs fp32 without TF32 as 3xTF32 on sums of >= MIN_3XTF32_DEPTH products (its error:
+    # benchmarks/strict_error_scan.py, docs/perf-notes.md version 9): an autotune candidate.
     hopper = _is_sm90(device) and not fp32_strict(dtype)
-    tma = PHASE_TMA_CONFIGS if hopper else ()
+    tma = PHASE_TMA_CONFIGS if _is_sm90(device) and depth is not None and \
+        tensor_core_problem(dtype, depth) is None else ()
     if gemm_kxs_problem(dtype, kernel_hw, args, depth) is None:
         how = "3xTF32 " if fp32_strict(dtype) else ""
         wgmma = KXS_SM90_CONFIGS if hopper and args.groups == 1 and \
@@ -260,15 +263,19 @@ def _plan_layer(device: torch.device, dtype: torch.dtype, kernel_hw: Sequence[in
         if tensor_cores:
             return Plan(GEMM_PHASE, f"{no_cudnn}; stride-phase implicit GEMM",
                         candidates=(*phase, DIRECT, *grouped, ATEN))
-        return Plan(DIRECT, f"{no_cudnn}; direct kernel", candidates=(DIRECT, *grouped, ATEN))
+        return Plan(DIRECT, f"{no_cudnn}; direct kernel",
+                    candidates=(DIRECT, *tma, *grouped, ATEN))
     if tensor_cores:
         # Measured on the H100 (docs/perf-notes.md): gemm_phase ranges 0.4-1.5x of cuDNN's sm90
         # wgmma kernels across the suite with no size rule separating wins from losses, so it
         # runs where autotune (torch.backends.cudnn.benchmark) timed it faster.
         return Plan(ATEN, "cuDNN unless autotune times gemm_phase faster (cudnn.benchmark)",
                     candidates=(*phase, *grouped, ATEN))
-    return Plan(ATEN, f"fp32 without TF32: cuDNN (3xTF32 only on k == stride layers whose "
-                f"outputs sum >= {MIN_3XTF32_DEPTH} products)",
+    if tma:
+        return Plan(ATEN, "fp32 without TF32: cuDNN unless autotune times gemm_phase_tma's "
+                    "3xTF32 faster (cudnn.benchmark)", candidates=(*tma, *grouped, ATEN))
+    return Plan(ATEN, f"fp32 without TF32: cuDNN (3xTF32 only on k == stride layers, and on "
+                f"Hopper, whose outputs sum >= {MIN_3XTF32_DEPTH} products)",
                 candidates=(*grouped, ATEN) if grouped else ())
 
 

@@ -40,11 +40,13 @@ def allowed_error(torch_err: float, ref: torch.Tensor, dtype: torch.dtype) -> fl
 def check_variant(variant: str, seed: int, make_case=random_case) -> None:
     case = make_case(seed)
     x, w, b = case.make("cuda", seed)
+    # PyTorch and the variant run under the case's TF32 setting (an fp32 kernel reads it: with
+    # TF32 off it runs its strict mode, or refuses).
     with torch.backends.cudnn.flags(enabled=True, allow_tf32=case.tf32):
         expected = F.conv_transpose2d(*call_args(case, x, w, b))
+        poisoned = torch.full_like(expected, float("nan"))  # same shape and strides as PyTorch's
+        got = run_variant(variant, x, w, b, case.args, out=poisoned)
     ref = conv_transpose2d_float64(x, w, b, case.args)
-    poisoned = torch.full_like(expected, float("nan"))  # same shape and strides as PyTorch's
-    got = run_variant(variant, x, w, b, case.args, out=poisoned)
     torch.cuda.synchronize()
     assert got.data_ptr() == poisoned.data_ptr()
     assert not torch.isnan(got).any(), f"{case}: unwritten output elements"
@@ -56,7 +58,8 @@ def check_variant(variant: str, seed: int, make_case=random_case) -> None:
         torch_err = max(torch_err, max_error(ref_tf32, ref))
     assert err <= allowed_error(torch_err, ref, case.dtype), (
         f"{case}: error {err:.3e} vs PyTorch {torch_err:.3e}")
-    with planner.use_variant(variant):
+    with planner.use_variant(variant), \
+            torch.backends.cudnn.flags(enabled=True, allow_tf32=case.tf32):
         via_op = OP(*call_args(case, x, w, b))
     assert via_op.shape == expected.shape and via_op.stride() == expected.stride(), str(case)
     assert torch.equal(via_op, got), f"{case}: op dispatch differs from the forced variant"

@@ -36,7 +36,7 @@ def test_k_equal_stride_layers_get_gemm_kxs_and_its_tap_major_candidate(capabili
 
 def test_k_equal_stride_layers_gemm_kxs_sm90_cannot_run_list_gemm_phase_tma(capability):
     """Grouped or output_padding k == stride layers: gemm_kxs_sm90 refuses them, the phase TMA
-    kernel is timed instead (Hopper, 16-bit / TF32 only)."""
+    kernel is timed instead (Hopper; 16-bit, TF32, and fp32 strict on these 128-deep sums)."""
     for args in (ConvTransposeArgs.from_values(stride=2, groups=2),
                  ConvTransposeArgs.from_values(stride=2, output_padding=1)):
         for dtype, tf32 in ((torch.bfloat16, True), (torch.float32, True),
@@ -44,7 +44,7 @@ def test_k_equal_stride_layers_gemm_kxs_sm90_cannot_run_list_gemm_phase_tma(capa
             chosen = _plan(dtype, (2, 2), args, (128, 64), tf32=tf32)
             assert not set(planner.KXS_SM90_CONFIGS) & set(chosen.candidates)
             has_tma = set(planner.PHASE_TMA_CONFIGS) <= set(chosen.candidates)
-            assert has_tma == (capability == (9, 0) and tf32)
+            assert has_tma == (capability == (9, 0))
 
 
 @pytest.mark.parametrize("cin_g,expected", [(planner.MIN_3XTF32_DEPTH, planner.GEMM_KXS),
@@ -57,13 +57,20 @@ def test_fp32_strict_runs_3xtf32_only_on_deep_k_equal_stride_sums(capability, ci
         assert "3xTF32" in chosen.reason
 
 
-def test_fp32_strict_phase_layers_stay_on_cudnn(capability):
-    """gemm_phase's 3xTF32 missed the bound on deep sums too (strict_error_scan.py)."""
+@pytest.mark.parametrize("cin_g", [planner.MIN_3XTF32_DEPTH // 4, planner.MIN_3XTF32_DEPTH // 4 - 1])
+def test_fp32_strict_phase_layers_run_cudnn_or_timed_gemm_phase_tma(capability, cin_g):
+    """fp32 strict, k != stride: cuDNN by default; gemm_phase_tma's 3xTF32 configs are autotune
+    candidates on Hopper for sums of >= MIN_3XTF32_DEPTH products (k4 s2: 4 taps a phase);
+    gemm_phase's 3xTF32 never (it missed the bound on deep sums, strict_error_scan.py)."""
     args = ConvTransposeArgs.from_values(stride=2, padding=1)
-    chosen = _plan(torch.float32, (4, 4), args, (512, 256), tf32=False)
+    chosen = _plan(torch.float32, (4, 4), args, (cin_g, 256), tf32=False)
     assert chosen.variant == planner.ATEN
-    assert not set(chosen.candidates) & set(planner.PHASE_CONFIGS + planner.SM90_CONFIGS +
-                                            planner.PHASE_TMA_CONFIGS)
+    assert not set(chosen.candidates) & set(planner.PHASE_CONFIGS + planner.SM90_CONFIGS)
+    deep = 4 * cin_g >= planner.MIN_3XTF32_DEPTH
+    has_tma = set(planner.PHASE_TMA_CONFIGS) <= set(chosen.candidates)
+    assert has_tma == (capability == (9, 0) and deep), chosen
+    if has_tma:
+        assert planner.ATEN in chosen.candidates
 
 
 def test_reduction_depth_counts_channels_times_taps_per_phase():

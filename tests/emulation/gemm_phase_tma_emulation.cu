@@ -394,14 +394,12 @@ void strict_tile(const ConvTranspose2dParams& p, const PtArgs& a, const PtGeom& 
       CHECK(tag[pj] == -1, "partial %d reused before its add", pj);
       const uint32_t da = (uint32_t)(a_desc0 + so + mi * kHalfDesc);
       const uint32_t db = (uint32_t)(b_desc0 + so + nb * kNBDesc);
-      wgmma(pj, nb, 0, da + kALoDesc, db);  // lo*hi, hi*lo, hi*hi; the first with scale-d 0
-      wgmma(pj, nb, 1, da, db + kBLoDesc);
-      wgmma(pj, nb, 1, da, db);
-      for (int ks = 1; ks < 4; ++ks) {
-        wgmma(pj, nb, 1, da + kALoDesc + 2 * ks, db + 2 * ks);
+      // The 8 small terms (lo*hi, hi*lo per k step; the first with scale-d 0), then the 4 hi*hi.
+      for (int ks = 0; ks < 4; ++ks) {
+        wgmma(pj, nb, ks == 0 ? 0 : 1, da + kALoDesc + 2 * ks, db + 2 * ks);
         wgmma(pj, nb, 1, da + 2 * ks, db + kBLoDesc + 2 * ks);
-        wgmma(pj, nb, 1, da + 2 * ks, db + 2 * ks);
       }
+      for (int ks = 0; ks < 4; ++ks) wgmma(pj, nb, 1, da + 2 * ks, db + 2 * ks);
       tag[pj] = kb * kSub + j;
       // Two partials: the previous group is added while this one runs. One: each group but the
       // last is added at once (the last after the next block's A split, below).
