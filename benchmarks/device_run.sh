@@ -175,6 +175,16 @@ timeout $(( $(left) - 15 )) python3 benchmarks/layers.py ${QUICK:+--quick} --jso
 tail -12 "$L/layers.log"
 fi
 
+if [ "${PART:-2}" = 2 ] && [ "$(left)" -gt 240 ]; then
+# PyTorch's default (cudnn.benchmark off, no autotune) in fp32 strict on the phase layers: the
+# planner's own choice (gemm_phase_tma's 3xTF32 on Hopper) against cuDNN's heuristic one.
+step "layer benchmark (no autotune; fp32 strict; phase layers)"
+timeout 90 python3 benchmarks/layers.py --no-autotune --modes fp32 --formats nhwc,nchw \
+  --only "dcgan,pix2pix,cyclegan,simplebl,keypoint,dilated,asym,vae" \
+  --json "$OUT/layers_noautotune_fp32.json" > "$L/layers_noautotune.log" 2>&1
+grep -E "geomean|slowest" "$L/layers_noautotune.log"
+fi
+
 if [ -z "${QUICK:-}" ] && [ -z "${LAYERS_ONLY:-}" ] && [ "${PART:-2}" = 2 ]; then
   if [ "${MODELS:-1}" = 1 ]; then
     step "model benchmark"

@@ -265,13 +265,16 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--json", default=None, help="write all rows here")
     parser.add_argument("--variant", default=None, choices=planner.NAMED_VARIANTS,
                         help="force one variant instead of the planner's choice")
+    parser.add_argument("--no-autotune", action="store_true",
+                        help="cudnn.benchmark off on both sides (PyTorch's default): cuDNN's "
+                             "heuristic choice against the planner's, no autotune")
     parser.add_argument("--only", default=None,
                         help="comma-separated layer name prefixes (e.g. unet,maskrcnn)")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("benchmarks/layers.py needs a CUDA GPU; none is visible.", file=sys.stderr)
         return 2
-    torch.backends.cudnn.benchmark = True
+    torch.backends.cudnn.benchmark = not args.no_autotune
     props = torch.cuda.get_device_properties(0)
     l2 = getattr(props, "L2_cache_size", 50 * 2**20)
     ceil = measure_ceilings()
@@ -310,6 +313,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     if args.json:
         with open(args.json, "w") as fh:
             json.dump({"device": props.name, "torch": torch.__version__,
+                       "cudnn_benchmark": not args.no_autotune,
                        "ceilings": asdict(ceil), "rows": [asdict(r) for r in rows]}, fh, indent=1)
     print("== geomean speedup (cuDNN time / ours) per mode and layout")
     for mode in modes:

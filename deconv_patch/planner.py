@@ -95,6 +95,9 @@ _MAX_GROUPED_CANDIDATE = 64  # per group, in and out: the grouped kernel's limit
 # random gemm_kxs layers): depth 1: 1.84, 16-31: 1.13, 32-63: 0.81, >= 64: 0.58, falling about
 # as 1/sqrt(depth); 64 keeps a 1.7x margin and every layer of the benchmark suite (>= 128).
 MIN_3XTF32_DEPTH = 64
+# fp32 strict on Hopper: gemm_phase_tma's 3xTF32 runs by default from this many output channels
+# per group (its 64-wide tiles waste most of their MMAs below; measured, see _plan_layer).
+_MIN_STRICT_TMA_OUT = 32
 
 # The variant forced by `use_variant` in this context (thread/task-local, not process-global).
 _forced_variant: contextvars.ContextVar[Optional[str]] = contextvars.ContextVar(
@@ -196,8 +199,10 @@ def plan_layer(device: torch.device, dtype: torch.dtype, kernel_hw: Sequence[int
     16 of either (its tensor-core tiles would be mostly padding), grouped layers with few
     channels per group get the grouped kernel, and fp32 without TF32 may use 3xTF32."""
     chosen = _plan_layer(device, dtype, kernel_hw, args, channels)
-    if channels is None or min(channels) >= _MIN_PHASE_CHANNELS or \
-            PHASE_CONFIGS[0] not in chosen.candidates or _forced_variant.get() is not None:
+    phase_listed = PHASE_CONFIGS[0] in chosen.candidates or \
+        PHASE_TMA_CONFIGS[0] in chosen.candidates
+    if channels is None or min(channels) >= _MIN_PHASE_CHANNELS or not phase_listed or \
+            _forced_variant.get() is not None:
         return chosen
     return _without_phase(chosen, f"{channels[0]} in / {channels[1]} out channels per group: "
                           "too few for tensor-core tiles")
@@ -209,7 +214,7 @@ def _without_phase(chosen: Plan, why: str) -> Plan:
     candidate (PyTorch cannot use cuDNN) else PyTorch."""
     rest = tuple(v for v in chosen.candidates
                  if v not in PHASE_CONFIGS + SM90_CONFIGS + PHASE_TMA_CONFIGS)
-    if chosen.variant != GEMM_PHASE:
+    if chosen.variant not in (GEMM_PHASE, GEMM_PHASE_TMA):
         return Plan(chosen.variant, chosen.reason, candidates=rest)
     fallback = DIRECT if DIRECT in rest else ATEN
     return Plan(fallback, f"{why}; {fallback}", candidates=rest)
@@ -271,6 +276,14 @@ def _plan_layer(device: torch.device, dtype: torch.dtype, kernel_hw: Sequence[in
         # runs where autotune (torch.backends.cudnn.benchmark) timed it faster.
         return Plan(ATEN, "cuDNN unless autotune times gemm_phase faster (cudnn.benchmark)",
                     candidates=(*phase, *grouped, ATEN))
+    if tma and channels is not None and min(channels) >= _MIN_PHASE_CHANNELS and \
+            channels[1] >= _MIN_STRICT_TMA_OUT:
+        # Measured on the H100 (docs/perf-notes.md version 9, GPU time, each config forced):
+        # 1.1-4.1x cuDNN's FFMA on the suite's fp32-strict phase layers with >= 32 output
+        # channels per group (3 TF32 MMAs a product still outrun fp32 FFMA 2.7x); Keypoint
+        # R-CNN's 17 (padded to 64) lose, 0.5-0.8x.
+        return Plan(GEMM_PHASE_TMA, "fp32 without TF32 on Hopper: stride-phase TMA + wgmma "
+                    "GEMM in 3xTF32", candidates=(*tma, *grouped, ATEN))
     if tma:
         return Plan(ATEN, "fp32 without TF32: cuDNN unless autotune times gemm_phase_tma's "
                     "3xTF32 faster (cudnn.benchmark)", candidates=(*tma, *grouped, ATEN))

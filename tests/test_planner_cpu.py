@@ -58,19 +58,30 @@ def test_fp32_strict_runs_3xtf32_only_on_deep_k_equal_stride_sums(capability, ci
 
 
 @pytest.mark.parametrize("cin_g", [planner.MIN_3XTF32_DEPTH // 4, planner.MIN_3XTF32_DEPTH // 4 - 1])
-def test_fp32_strict_phase_layers_run_cudnn_or_timed_gemm_phase_tma(capability, cin_g):
-    """fp32 strict, k != stride: cuDNN by default; gemm_phase_tma's 3xTF32 configs are autotune
-    candidates on Hopper for sums of >= MIN_3XTF32_DEPTH products (k4 s2: 4 taps a phase);
-    gemm_phase's 3xTF32 never (it missed the bound on deep sums, strict_error_scan.py)."""
+@pytest.mark.parametrize("cout_g", [256, 32, 31])
+def test_fp32_strict_phase_layers_run_gemm_phase_tma_on_hopper(capability, cin_g, cout_g):
+    """fp32 strict, k != stride, Hopper, sums of >= MIN_3XTF32_DEPTH products (k4 s2: 4 taps a
+    phase): gemm_phase_tma's 3xTF32 from 32 output channels per group, cuDNN below (both with
+    its configs as autotune candidates); elsewhere cuDNN. gemm_phase's 3xTF32 never (it missed
+    the bound on deep sums, strict_error_scan.py)."""
     args = ConvTransposeArgs.from_values(stride=2, padding=1)
-    chosen = _plan(torch.float32, (4, 4), args, (cin_g, 256), tf32=False)
-    assert chosen.variant == planner.ATEN
+    chosen = _plan(torch.float32, (4, 4), args, (cin_g, cout_g), tf32=False)
     assert not set(chosen.candidates) & set(planner.PHASE_CONFIGS + planner.SM90_CONFIGS)
-    deep = 4 * cin_g >= planner.MIN_3XTF32_DEPTH
-    has_tma = set(planner.PHASE_TMA_CONFIGS) <= set(chosen.candidates)
-    assert has_tma == (capability == (9, 0) and deep), chosen
-    if has_tma:
-        assert planner.ATEN in chosen.candidates
+    tma = capability == (9, 0) and 4 * cin_g >= planner.MIN_3XTF32_DEPTH
+    assert (set(planner.PHASE_TMA_CONFIGS) <= set(chosen.candidates)) == tma, chosen
+    expected = planner.GEMM_PHASE_TMA if tma and cout_g >= 32 else planner.ATEN
+    assert chosen.variant == expected, chosen
+    if tma:
+        assert planner.ATEN in chosen.candidates and "3xTF32" in chosen.reason
+
+
+def test_fp32_strict_few_input_channels_rule_out_gemm_phase_tma(capability):
+    """8 input channels per group, deep only through its 49 taps: below the tensor-core tiles'
+    16-channel floor, so neither the default nor a candidate."""
+    args = ConvTransposeArgs.from_values(stride=1, padding=3)
+    chosen = _plan(torch.float32, (7, 7), args, (8, 64), tf32=False)
+    assert chosen.variant == planner.ATEN
+    assert not set(planner.PHASE_TMA_CONFIGS) & set(chosen.candidates)
 
 
 def test_reduction_depth_counts_channels_times_taps_per_phase():

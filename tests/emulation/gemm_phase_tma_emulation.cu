@@ -1206,12 +1206,14 @@ void run_strict() {
   check_split_config<PtSplitCfg1>(1);
   check_split_config<PtSplitCfg2>(2);
   check_split_config<PtSplitCfg3>(3);
-  // pick_config: strict never picks 128x256; Cout_g <= 64 -> 128x64s8pp, else 128x128s6.
+  // pick_config: strict never picks 128x256; Cout_g <= 64, or 128x128 tiles that fill at most
+  // half of the 132 SMs -> 128x64s8pp, else 128x128s6.
   for (int64_t cout : {1, 64, 65, 128, 200, 256, 512})
-    for (int64_t mt : {1, 10, 132, 133, 1000, 100000}) {
+    for (int64_t mt : {1, 10, 32, 33, 66, 67, 132, 133, 1000, 100000}) {
       const int c = pt_pick_config(cout, mt, 132, true);
-      CHECK(c == (cout <= 64 ? 3 : 1), "strict pick_config(%lld, %lld) = %d", (long long)cout,
-            (long long)mt, c);
+      const int64_t t128 = mt * ((cout + 127) / 128);
+      CHECK(c == (cout <= 64 || 2 * t128 <= 132 ? 3 : 1), "strict pick_config(%lld, %lld) = %d",
+            (long long)cout, (long long)mt, c);
       CHECK(pt_pick_config(cout, mt, 132, false) == pt_pick_config(cout, mt, 132),
             "TF32 / 16-bit pick unchanged");
     }
