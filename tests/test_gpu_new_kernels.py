@@ -127,9 +127,10 @@ def test_3xtf32_is_much_more_accurate_than_tf32(variant, stride, kernel):
 
 
 def test_planner_rules_for_the_new_kernels():
-    """3xTF32 for deep fp32-strict k == stride sums, cuDNN for shallow ones and for the phase
-    kernel (its 3xTF32 is forced-only); the grouped
-    kernel for few channels per group; wgmma configs among the 16-bit autotune candidates."""
+    """3xTF32 for deep fp32-strict k == stride sums, cuDNN for shallow ones; deep fp32-strict
+    phase layers: gemm_phase_tma's 3xTF32 on Hopper, cuDNN elsewhere (gemm_phase's 3xTF32 is
+    forced-only); the grouped kernel for few channels per group; wgmma configs among the
+    16-bit autotune candidates."""
     kxs = ConvTransposeArgs.from_values(stride=2)
     x = torch.randn(8, 128, 160, 128, device="cuda")
     w = torch.randn(128, 64, 2, 2, device="cuda")
@@ -141,7 +142,8 @@ def test_planner_rules_for_the_new_kernels():
         assert cl.variant == planner.KXS_TAP_MAJOR
         assert planner.plan(x[:, :4], w[:4], kxs).variant == planner.ATEN
         strict_phase = planner.plan(x[:2, :, :32, :32], w4, phase)  # (see MIN_3XTF32_DEPTH)
-        assert strict_phase.variant == planner.ATEN
+        on_sm90 = torch.cuda.get_device_capability() == (9, 0)
+        assert strict_phase.variant == (planner.GEMM_PHASE_TMA if on_sm90 else planner.ATEN)
         assert planner.PHASE_CONFIGS[0] not in strict_phase.candidates
     dw = planner.plan(torch.randn(4, 64, 32, 32, device="cuda", dtype=torch.bfloat16),
                       torch.randn(64, 1, 4, 4, device="cuda", dtype=torch.bfloat16),
