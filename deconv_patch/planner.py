@@ -21,10 +21,13 @@ Variants today:
     compute capability 9.0 only: an autotune candidate for 16-bit layers;
   * ``gemm_kxs_sm90`` - gemm_kxs as a persistent, warp-specialised TMA + wgmma GEMM (sm_90a,
     compute capability 9.0, 16-bit or TF32, groups 1, no output_padding): the choice for
-    channels_last input there (config 128x128s6pp), an autotune candidate otherwise.
-fp32 without TF32 runs 3xTF32 on gemm_kxs (x = hi + lo, three TF32 products per multiply):
-fp32-accurate where each output sums at least MIN_3XTF32_DEPTH products, so shallower sums stay
-on cuDNN. gemm_phase has the same mode (forced only: its error reached 1.11x the bound).
+    channels_last input there (config 128x128s6pp), an autotune candidate otherwise;
+  * ``gemm_phase_tma`` - the stride-phase GEMM in that design (any layer; 16-bit, TF32 and
+    3xTF32): an autotune candidate on Hopper, and the choice there for fp32 without TF32.
+fp32 without TF32 runs 3xTF32 on gemm_kxs and, on Hopper, gemm_phase_tma (x = hi + lo, three TF32
+products per multiply): fp32-accurate where each output sums at least MIN_3XTF32_DEPTH products,
+so shallower sums stay on cuDNN. gemm_phase has the same mode (forced only: its error reached
+1.11x the bound).
 
 Policy: a variant of ours runs where it is faster than PyTorch; elsewhere PyTorch runs and the
 plan says why. Measured on the H100 (docs/perf-notes.md), the direct kernel loses to cuDNN on
