@@ -23,6 +23,8 @@
 #                                            # gemm_kxs_sm90's configs forced in NCHW first)
 #   PART=strict                              # build + gemm_phase_tma's 3xTF32 tests, error
 #                                            # scan, configs forced in fp32 strict, quick table
+#   PART=probe                               # build + host-overhead table + ncu counters of
+#                                            # Mask R-CNN's layer (NCHW vs NHWC)
 #   LAYERS_ONLY=1                            # with PART=2: the layer benchmark only
 #   SANITIZE=1                               # with PART=1: compute-sanitizer memcheck on a
 #                                            # few configs of each session-4 kernel sweep
@@ -143,6 +145,22 @@ step "layer benchmark (planner's choice, --quick, fp32 strict and bf16)"
 timeout $(( $(left) - 15 )) python3 benchmarks/layers.py --quick --modes fp32,bf16 \
   --json "$OUT/layers_quick.json" > "$L/layers.log" 2>&1 || echo "layers.py exit $?"
 tail -30 "$L/layers.log"
+fi
+
+if [ "${PART:-}" = probe ]; then
+# Measurements for the next steps: host vs GPU time per call (gemm_phase_tma's launch path on
+# small layers), and ncu counters of Mask R-CNN's k == stride layer, bf16, NCHW against NHWC.
+step "host overhead"
+timeout 200 python3 benchmarks/host_overhead.py --only "dcgan.g2,dcgan.g3,simplebl.d2,maskrcnn" \
+  --modes bf16,tf32 > "$L/host_overhead.log" 2>&1; tail -60 "$L/host_overhead.log"
+for cl in "" --channels-last; do
+  step "ncu: maskrcnn.mask bf16 ${cl:-NCHW} (gemm_kxs_sm90:128x128s6pp and cuDNN)"
+  timeout 120 ncu --clock-control none -c 12 --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sectors_op_write.sum,lts__t_sectors_op_read.sum \
+    python3 benchmarks/profile_layer.py --layer "maskrcnn.mask 256>256 14" \
+    --variant gemm_kxs_sm90:128x128s6pp --reps 2 $cl > "$L/ncu_maskrcnn${cl:+_cl}.log" 2>&1
+  grep -E "^  [a-zA-Z_].*\(|gpu__time|dram__bytes|lts__t_sectors" "$L/ncu_maskrcnn${cl:+_cl}.log" | \
+    sed 's/  */ /g' | cut -c1-150
+done
 fi
 
 if [ "${PART:-}" = phase_tma_bench ]; then

@@ -157,7 +157,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--only", default=DEFAULT_ONLY)
     p.add_argument("--modes", default="bf16,tf32")
     p.add_argument("--formats", default="nhwc,nchw")
-    p.add_argument("--variants", default="gemm_phase,gemm_phase_sm90:128x64s4,direct,gemm_kxs")
+    p.add_argument("--variants", default="gemm_phase_tma,gemm_phase,gemm_phase_sm90:128x64s4,"
+                   "gemm_kxs_sm90,direct,gemm_kxs")
     args = p.parse_args(argv)
     torch.backends.cudnn.benchmark = True
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}")
