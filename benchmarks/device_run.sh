@@ -23,6 +23,8 @@
 #                                            # gemm_kxs_sm90's configs forced in NCHW first)
 #   PART=strict                              # build + gemm_phase_tma's 3xTF32 tests, error
 #                                            # scan, configs forced in fp32 strict, quick table
+#   PART=relayout                            # build + the re-layout kernel's test, the sweeps
+#                                            # of the kernels that read re-laid input, NCHW rows
 #   PART=probe                               # build + host-overhead table + ncu counters of
 #                                            # Mask R-CNN's layer (NCHW vs NHWC)
 #   LAYERS_ONLY=1                            # with PART=2: the layer benchmark only
@@ -145,6 +147,20 @@ step "layer benchmark (planner's choice, --quick, fp32 strict and bf16)"
 timeout $(( $(left) - 15 )) python3 benchmarks/layers.py --quick --modes fp32,bf16 \
   --json "$OUT/layers_quick.json" > "$L/layers.log" 2>&1 || echo "layers.py exit $?"
 tail -30 "$L/layers.log"
+fi
+
+if [ "${PART:-}" = relayout ]; then
+# The binding's NCHW -> channels_last re-layout kernel: its test, the sweeps of every kernel that
+# reads re-laid input, then the NCHW rows it serves (event and GPU time).
+gpu_tests relayout 60 tests/test_gpu_relayout.py
+gpu_tests phase_tma 150 tests/test_gpu_phase_tma.py
+gpu_tests kxs_sm90 90 tests/test_gpu_kxs_sm90.py
+gpu_tests phase-16bit 120 -k "sm90 or gemm_phase" tests/test_gpu_new_kernels.py tests/test_gpu_kernels.py
+step "layer benchmark (planner's choice; NCHW rows that re-lay their input)"
+timeout $(( $(left) - 15 )) python3 benchmarks/layers.py --modes tf32,bf16,fp32 --formats nchw \
+  --only "dcgan.g2,dcgan.g3,pix2pix.u2,cyclegan,simplebl,maskrcnn,vae" \
+  --json "$OUT/layers_relayout.json" > "$L/layers.log" 2>&1 || echo "layers.py exit $?"
+tail -45 "$L/layers.log"
 fi
 
 if [ "${PART:-}" = probe ]; then

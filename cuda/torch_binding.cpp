@@ -15,6 +15,7 @@
 #include "conv_transpose2d_gemm_phase_sm90.h"
 #include "conv_transpose2d_grouped.h"
 #include "conv_transpose2d_params.h"
+#include "relayout_channels_last.h"
 
 namespace deconv_patch {
 namespace {
@@ -61,6 +62,21 @@ void fill_weight_params(ConvTranspose2dParams& p, const at::Tensor& weight, at::
 }
 
 }  // namespace
+
+// A channels_last copy of 4-D `input` for the kernels that read 16-byte channel rows: our tiled
+// transpose for dense NCHW input of 16- or 32-bit elements, PyTorch's copy for any other layout
+// (or sizes the transpose's grid cannot hold).
+at::Tensor channels_last_copy(const at::Tensor& input, cudaStream_t stream) {
+  if (input.dim() == 4 && input.is_contiguous() &&
+      (input.element_size() == 2 || input.element_size() == 4)) {
+    at::Tensor x = at::empty_like(input, at::MemoryFormat::ChannelsLast);
+    if (launch_relayout_nchw_to_nhwc(input.data_ptr(), x.data_ptr(), input.size(0),
+                                     input.size(1), input.size(2) * input.size(3),
+                                     (int)input.element_size(), stream) == cudaSuccess)
+      return x;
+  }
+  return input.contiguous(at::MemoryFormat::ChannelsLast);
+}
 
 // The weight re-laid-out for `variant`: "gemm_phase", "gemm_phase_sm90", "gemm_kxs_sm90" and
 // "gemm_phase_tma" pack into their tile layouts; "gemm_kxs" (its tap-major config) takes
@@ -196,6 +212,7 @@ at::Tensor conv_transpose2d_forward(const std::string& variant, const at::Tensor
   p.epi.activation = static_cast<Activation>(activation);
   p.epi.negative_slope = (float)negative_slope;
 
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream().stream();
   // gemm_phase gathers its A operand 16 bytes at a time only from channels_last input; for
   // 16-bit NCHW input one re-layout pass (input is the smallest tensor of an up-sampling layer)
   // is cheaper than 2-byte gathers inside the GEMM. gemm_phase_sm90 reads only such input.
@@ -209,12 +226,11 @@ at::Tensor conv_transpose2d_forward(const std::string& variant, const at::Tensor
   if (reads_rows && (input.size(1) / groups) % per_16_bytes == 0 &&
       !input.is_contiguous(at::MemoryFormat::ChannelsLast) &&
       !(variant == "gemm_kxs_sm90" && gemm_kxs_sm90_supports(p, kind, allow_tf32))) {
-    x = input.contiguous(at::MemoryFormat::ChannelsLast);
+    x = channels_last_copy(input, stream);
     p.input = x.data_ptr();
     copy_strides(x, p.in_stride);
   }
 
-  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream().stream();
   cudaError_t err;
   // A packed weight of the right size, dtype and device (pack_weight's output for this call).
   auto check_packed = [&](int64_t bytes) {
@@ -302,6 +318,13 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("negative_slope") = 0.01, py::arg("packed") = py::none(),
         py::arg("config") = -1);
   deconv_patch::bind_prepared_call(m);
+  m.def("channels_last_copy", [](const at::Tensor& input) {
+    TORCH_CHECK(input.is_cuda(), "deconv_patch: channels_last_copy takes a CUDA tensor");
+    const c10::cuda::CUDAGuard guard(input.device());
+    return deconv_patch::channels_last_copy(
+        input, c10::cuda::getCurrentCUDAStream().stream());
+  }, "A channels_last copy of a 4-D CUDA tensor, as the kernels' input re-layout makes it",
+        py::arg("input"));
   m.def("autocast_cast", &deconv_patch::autocast_cast,
         "A tensor cast as CUDA autocast casts it (with autocast's cast cache)", py::arg("tensor"),
         py::arg("dtype"));

@@ -21,6 +21,9 @@ at::Tensor conv_transpose2d_forward(const std::string& variant, const at::Tensor
                                     double negative_slope,
                                     const c10::optional<at::Tensor>& packed, int64_t config);
 
+// A channels_last copy of 4-D `input` on `stream` (the row-reading kernels' input re-layout).
+at::Tensor channels_last_copy(const at::Tensor& input, cudaStream_t stream);
+
 // Adds PreparedCall and ModuleFastPath (prepared_call.cpp) to the Python module.
 void bind_prepared_call(pybind11::module& m);
 
