@@ -153,12 +153,12 @@ if [ "${PART:-}" = relayout ]; then
 # The binding's NCHW -> channels_last re-layout kernel: its test, the sweeps of every kernel that
 # reads re-laid input, then the NCHW rows it serves (event and GPU time).
 gpu_tests relayout 60 tests/test_gpu_relayout.py
-gpu_tests phase_tma 150 tests/test_gpu_phase_tma.py
-gpu_tests kxs_sm90 90 tests/test_gpu_kxs_sm90.py
-gpu_tests phase-16bit 120 -k "sm90 or gemm_phase" tests/test_gpu_new_kernels.py tests/test_gpu_kernels.py
+gpu_tests phase_tma 100 tests/test_gpu_phase_tma.py
+gpu_tests kxs_sm90 60 tests/test_gpu_kxs_sm90.py
+gpu_tests phase-16bit 80 -k "sm90 or gemm_phase" tests/test_gpu_new_kernels.py tests/test_gpu_kernels.py
 step "layer benchmark (planner's choice; NCHW rows that re-lay their input)"
-timeout $(( $(left) - 15 )) python3 benchmarks/layers.py --modes tf32,bf16,fp32 --formats nchw \
-  --only "dcgan.g2,dcgan.g3,pix2pix.u2,cyclegan,simplebl,maskrcnn,vae" \
+timeout $(( $(left) - 15 )) python3 benchmarks/layers.py --modes bf16,tf32 --formats nchw \
+  --only "maskrcnn,dcgan.g2,cyclegan,vae,unet" \
   --json "$OUT/layers_relayout.json" > "$L/layers.log" 2>&1 || echo "layers.py exit $?"
 tail -45 "$L/layers.log"
 fi

@@ -4,6 +4,7 @@
 
 #include <string>
 
+#include <cuda_runtime_api.h>
 #include <torch/extension.h>
 
 namespace deconv_patch {
