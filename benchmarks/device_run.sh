@@ -28,6 +28,7 @@
 #   PART=probe                               # build + host-overhead table + ncu counters of
 #                                            # Mask R-CNN's layer (NCHW vs NHWC)
 #   LAYERS_ONLY=1                            # with PART=2: the layer benchmark only
+#   BUDGET=450                               # seconds this call may take (default 570)
 #   SANITIZE=1                               # with PART=1: compute-sanitizer memcheck on a
 #                                            # few configs of each session-4 kernel sweep
 set -uo pipefail
@@ -47,8 +48,9 @@ step env
 step build
 python3 -m deconv_patch.cli build 2>&1 | tee "$L/build.log" | tail -3
 
-# Seconds left of the call's budget (570 s from the start of this script), for `timeout`.
-left() { echo $(( START + 570 - $(date +%s) )); }
+# Seconds left of the call's budget (BUDGET, default 570 s from the start of this script, for
+# `timeout`; a smaller BUDGET when little device time is left).
+left() { echo $(( START + ${BUDGET:-570} - $(date +%s) )); }
 gpu_tests() {  # gpu_tests NAME SECONDS PYTEST-ARGS...: a -v log, summarised per test function
   local name=$1 limit=$2; shift 2
   [ "$limit" -gt $(( $(left) - 10 )) ] && limit=$(( $(left) - 10 ))
