@@ -27,6 +27,10 @@
 #                                            # of the kernels that read re-laid input, NCHW rows
 #   PART=probe                               # build + host-overhead table + ncu counters of
 #                                            # Mask R-CNN's layer (NCHW vs NHWC)
+#   PART=area                                # build + gemm_kxs_sm90's kernel-area configs:
+#                                            # their sweeps, the other configs' tests, each
+#                                            # forced on the NCHW k == stride rows, ncu L2
+#                                            # write sectors of Mask R-CNN's layer
 #   LAYERS_ONLY=1                            # with PART=2: the layer benchmark only
 #   BUDGET=450                               # seconds this call may take (default 570)
 #   SANITIZE=1                               # with PART=1: compute-sanitizer memcheck on a
@@ -178,6 +182,33 @@ for cl in "" --channels-last; do
     --variant gemm_kxs_sm90:128x128s6pp --reps 2 $cl > "$L/ncu_maskrcnn${cl:+_cl}.log" 2>&1
   grep -E "^  [a-zA-Z_].*\(|gpu__time|dram__bytes|lts__t_sectors" "$L/ncu_maskrcnn${cl:+_cl}.log" | \
     sed 's/  */ /g' | cut -c1-150
+done
+fi
+
+if [ "${PART:-}" = area ]; then
+# gemm_kxs_sm90's kernel-area configs (NCHW output tiles holding every tap of their channels):
+# their sweeps per config, the other configs' tests (same kernel file), then each forced beside
+# its base config on the NCHW k == stride rows, then ncu's L2 write sectors on Mask R-CNN.
+for v in $(python3 -c "from deconv_patch import planner; print(' '.join(c.split(':')[1] for c in planner.KXS_SM90_AREA_CONFIGS))"); do
+  gpu_tests "kxs_sm90-$v" 60 -x -k "$v" tests/test_gpu_kxs_sm90.py
+done
+gpu_tests kxs_sm90-others 100 -k "not area" tests/test_gpu_kxs_sm90.py
+for cfg in 128x256s4 128x256s4area 128x128s6pp 128x128s6pparea; do
+  [ "$(left)" -lt 100 ] && { echo "skipped forced $cfg: no time left"; continue; }
+  step "layer benchmark (gemm_kxs_sm90:$cfg forced; bf16,tf32; nchw)"
+  timeout 60 python3 benchmarks/layers.py --variant "gemm_kxs_sm90:$cfg" --modes bf16,tf32 \
+    --formats nchw --only "unet.up1,unet.up4,maskrcnn,yolov8seg" \
+    --json "$OUT/forced_kxs_sm90_$cfg.json" > "$L/forced_kxs_sm90_$cfg.log" 2>&1
+  grep -vE "skipped|^layer |TFLOP/s" "$L/forced_kxs_sm90_$cfg.log" | grep -v geomean
+done
+for cfg in 128x256s4 128x256s4area; do
+  [ "$(left)" -lt 45 ] && { echo "skipped ncu $cfg: no time left"; continue; }
+  step "ncu: maskrcnn.mask bf16 NCHW, gemm_kxs_sm90:$cfg"
+  timeout 40 ncu --clock-control none -k regex:gemm_kxs_sm90_kernel -c 2 \
+    --metrics gpu__time_duration.sum,dram__bytes_write.sum,lts__t_sectors_op_write.sum \
+    python3 benchmarks/profile_layer.py --layer "maskrcnn.mask 256>256 14" \
+    --variant "gemm_kxs_sm90:$cfg" --reps 2 > "$L/ncu_maskrcnn_$cfg.log" 2>&1
+  grep -E "gpu__time|dram__bytes|lts__t_sectors" "$L/ncu_maskrcnn_$cfg.log" | sed 's/  */ /g'
 done
 fi
 

@@ -23,6 +23,12 @@
 //   1  "128x128s6":   128x128 tile, both consumer warpgroups on one tile, 6 stages
 //   2  "128x128s6pp": 128x128 tiles, "ping-pong": each consumer warpgroup owns every other
 //                     tile, so one warpgroup's epilogue overlaps the other's MMAs; 6 stages
+//   3  "128x256s4area", 4 "128x128s6area", 5 "128x128s6pparea": configs 0, 1, 2 with "kernel-area"
+//                     tiles for the staged (NCHW-output or NCHW-input) store: a tile holds all
+//                     KH*KW taps of BN / (KH*KW) channels, so one warp writes the KH adjacent
+//                     output rows of its pixels back to back (KW 2 / 4, KH 2 / 4, KH*KW <= 8,
+//                     Cout % 32 == 0, unit output column stride, BN / (KH*KW) >= 32; fp32 k2s2
+//                     only). Elsewhere exactly configs 0, 1, 2. Forced only: -1 never picks them.
 #pragma once
 
 #include <cstdint>

@@ -1,7 +1,9 @@
 // gemm_kxs_sm90's kernels and host helpers, included by conv_transpose2d_gemm_kxs_sm90.cu (the
 // public API) and by one translation unit per element type (conv_transpose2d_gemm_kxs_sm90_
 // {f16,bf16,f32}.cu), which instantiate the GEMM kernels: three smaller units compile in
-// parallel, where one unit holding every instantiation was the build's long pole.
+// parallel, where one unit holding every instantiation was the build's long pole. The
+// kernel-area kernels of configs 3..5 have their own units per element type
+// (conv_transpose2d_gemm_kxs_sm90_area_{f16,bf16,f32}.cu), for the same reason.
 #pragma once
 // Transposed convolution with kernel == stride (padding 0, dilation 1, output_padding 0,
 // groups 1), 16-bit or fp32 with TF32 allowed, channels_last input (or, 16-bit only, NCHW input
@@ -40,9 +42,9 @@
 // threads = warpgroup 0 (producer: one thread issues TMA) + warpgroups 1, 2 (consumers).
 // Persistent: grid = min(#SMs, tiles), CTA b takes tiles b, b + grid, ...; tile t = (m tile
 // t / n_tiles, n tile t % n_tiles), so the CTAs running at one time share A rows and all of B in
-// L2. An n tile is BN consecutive j ("tap-major tiles"), except for the kh-row tiles of the
-// staged store (NCHW paths below). Cooperative configs: both consumers work on every tile
-// (consumer w: rows 64w..64w+63, one m64nBN accumulator). Ping-pong config: consumer w takes
+// L2. An n tile is BN consecutive j ("tap-major tiles"), except for the kh-row and kernel-area
+// tiles of the staged store (NCHW paths below). Cooperative configs: both consumers work on every
+// tile (consumer w: rows 64w..64w+63, one m64nBN accumulator). Ping-pong config: consumer w takes
 // every other tile of its CTA (all 128 rows: two m64nBN accumulators), so one consumer's
 // epilogue overlaps the other's MMAs.
 //
@@ -121,6 +123,30 @@
 //   the address is aligned, as two 8-byte vectors (16-bit, KW 2, 8-byte aligned), else packet by
 //   packet (a PB-byte vector where aligned, else elements). A warp thus writes whole runs of
 //   64 * KW consecutive output elements (wrapping at output rows) per channel.
+// * Kernel-area tiles (configs 3..5 only, forced: the kh-row conditions plus KH in {2, 4},
+//   KH*KW <= 8, CB = BN / (KH*KW) a multiple of 32 (BN 128: k2s2 only) and KH*KW*element size
+//   <= 16 (fp32: k2s2 only); area_tiles_kh; the template Cfg = KxsAreaConfig<config, KH>, RKW =
+//   KW). A kh-row tile writes output row ih*KH + kh while a sibling tile on another SM writes the
+//   adjacent rows, so the 32-byte sectors where those rows meet are still written in two pieces.
+//   A kernel-area tile holds every tap of CB channels: tile logical column tap*CB + c, tap =
+//   kh*KW + kw, channel co0 + c, co0 = nt*CB (kxs_area_co0), n_tiles = ceil(Cout / CB). The B
+//   stage is KH*KW boxes {BK, CB}, box tap at smem row tap*CB from packed row tap*Cout + co0
+//   (kxs_area_b0): whole permutation groups again, so the fragment map is unchanged (column
+//   tap*CB + c is accumulator group tap*CB/32 + c/32). The table is filled as for kh-row tiles
+//   with the tap in place of kw and kh = 0: t_off[tap*CB + c] = col((kh*KW + kw)*Cout + co), the
+//   store reads the kw = 0 columns of every kh and mul / add of tap 0. Staging chunk: the kh-row
+//   chunk (packets of one pixel's KW taps, kxs_rstage_offset) whose 64 / PB slots now hold
+//   (channel, kh) pairs: slot 4x + q = row kh = x % KH of lane q's channel x / KH
+//   (kxs_area_slot), i.e. 64 / (PB * 4 * KH) channels per lane and chunk, all KH rows of each.
+//   Each thread reads unit ur of two slots kxs_area_read_slot(rs, 0 / 1) and stores them by the
+//   kh-row rules (vector / packet); the slots are chosen so that a warp's reads are all KH rows
+//   of the same channel and 64 pixels. 16-bit KW 2: lanes 0-15 store row kh = 0, lanes 16-31
+//   row kh = 1 of the same pixels in ONE instruction, so output rows ih*KH, ih*KH + 1 (adjacent
+//   in memory) of every input row among the pixels are one contiguous 2*KW*W-element run per
+//   warp store: the sectors where they meet are whole in one request (KH 4: rows 0, 1 then 2, 3
+//   in the next instruction; 16-bit KW 4 / fp32: kh = 0 then kh = 1, back to back). Only the
+//   sectors at the 64-pixel edges are still shared with another warp (the other consumer) or
+//   tile.
 // * NCHW input (NCHW_IN, 16-bit only). Within one image, A[m, k] = input[n, k, ih, iw] is
 //   MN-major: for each channel k, the H*W pixels are contiguous. Tiles never straddle images:
 //       t = (n*PT + pt)*n_tiles + nt,  PT = ceil(H*W / 128),  pixel = pt*128 + row (< H*W),
@@ -222,13 +248,24 @@ struct KxsConfig {
   static_assert(kMI * kAcc <= 128, "accumulators fit the consumer register budget");
   static_assert(kSetMaxNreg || kMI * kAcc <= 64, "more than 64 accumulators need setmaxnreg");
   static_assert(kStages >= 2 && kReleaseCount == 4 * (kPingPong ? 1 : 2), "ring geometry");
+  static constexpr int kAreaKH = 0;  // not a kernel-area config (KxsAreaConfig)
+};
+// Kernel-area tiles (see the top) of kernel height KH on config Base (configs 3..5): the same
+// tile, ring and shared memory as Base; a separate type so that the kernels of configs 0..2 keep
+// their template arguments.
+template <class Base, int KH>
+struct KxsAreaConfig : Base {
+  static constexpr int kAreaKH = KH;
+  static_assert(KH == 2 || KH == 4, "kernel-area tiles: KH 2 or 4");
 };
 // A stage is 128-byte rows whatever the element type (fp32: 32 k per stage instead of 64), so the
 // same stage counts fit for every dtype: the configs are shared.
 using KxsCfg0 = KxsConfig<256, 4, false>;  // 128x256s4   (209 KB; staged store 225 KB)
 using KxsCfg1 = KxsConfig<128, 6, false>;  // 128x128s6   (201 KB; staged store 217 KB)
 using KxsCfg2 = KxsConfig<128, 6, true>;   // 128x128s6pp (201 KB; staged store 217 KB)
-constexpr int kNumConfigs = 3;
+// Configs 3..5: configs 0..2 with kernel-area tiles where those apply (area_tiles_kh), else
+// exactly configs 0..2. Forced only: config -1 never picks them.
+constexpr int kNumConfigs = 6;
 
 struct KxsArgs {
   const void* bias;
@@ -304,6 +341,43 @@ __host__ __device__ __forceinline__ int kxs_logical_col(int pos) {
 template <int PB>
 [[maybe_unused]] __host__ __device__ __forceinline__ int kxs_rstage_offset(int cs, int byte) {
   return cs * 64 * PB + (byte ^ ((cs & 3) << 5));
+}
+// Kernel-area tiles (staged store, KH = RKH in {2, 4}, KW = RKW, see the top): n tile nt holds
+// every tap of channels co0 = nt*CB .. co0 + CB - 1 (CB = BN / (KH*KW)); B box tap (smem rows
+// tap*CB ..) starts at packed row kxs_area_b0(..): tile logical column tap*CB + c is channel
+// co0 + c of tap = kh*KW + kw (whole permutation groups, as for kh-row tiles).
+[[maybe_unused]] __host__ __device__ __forceinline__ int kxs_area_co0(int nt, int cb) {
+  return nt * cb;
+}
+[[maybe_unused]] __host__ __device__ __forceinline__ int kxs_area_b0(const KxsArgs& p, int co0,
+                                                                     int tap) {
+  return tap * p.cout + co0;
+}
+// Kernel-area staging chunk: the kh-row chunk (kxs_rstage_offset) with slot cs = 4x + q holding
+// packets of kernel row kh = x % KH of the lane-q channel x / KH of the chunk: lane q writes its
+// k-th channel's row kh to slot kxs_area_slot(q, k, kh) (cs % 4 == q: conflict-free as kh-row).
+template <int KH>
+[[maybe_unused]] __host__ __device__ __forceinline__ int kxs_area_slot(int q, int k, int kh) {
+  return 4 * (k * KH + kh) + q;
+}
+// Slot of read i2 (0, 1) of reader group rs = ct / UNITS (UNITS 16-byte units per slot: 16 or
+// 32, so a warp holds R = 32 / UNITS groups): slot 4x + q with x = R*i2 + rs % R, q = rs / R.
+// A warp's groups thus read lane-q channel q = warp and x = kk*KH + kh over x = 0..2R-1: the
+// KH rows of the same channel and pixels, side by side in one store instruction (R = 2, KH = 2),
+// in two back-to-back instructions (R = 1, KH = 2: 16-bit KW 4, fp32 KW 2), or rows 0, 1 then
+// 2, 3 (R = 2, KH = 4). The 128 threads x 2 reads cover every slot once.
+template <int UNITS>
+[[maybe_unused]] __host__ __device__ __forceinline__ int kxs_area_read_slot(int rs, int i2) {
+  constexpr int kR = 32 / UNITS;
+  return 4 * (kR * i2 + rs % kR) + rs / kR;
+}
+// Tile column whose t_off is the output column offset of slot cs in chunk sb of 32-channel group
+// gc (kpc channels per lane and chunk): tap (kh, 0) of channel 32gc + 8(cs % 4) + kpc*sb + x / KH.
+template <int KH, int KW>
+[[maybe_unused]] __host__ __device__ __forceinline__ int kxs_area_slot_col(int cs, int cb, int gc,
+                                                                           int kpc, int sb) {
+  const int x = cs >> 2;
+  return (x % KH) * KW * cb + kColGroup * gc + 8 * (cs & 3) + kpc * sb + x / KH;
 }
 
 // Byte offset of 16-byte unit u (0..3) of row r (0..63) in a staging chunk (see the top): the
@@ -390,8 +464,13 @@ __global__ void __launch_bounds__(kThreads, 1)
   static_assert(!NCHW_IN || (sizeof(T) == 2 && STAGED),
                 "MN-major A is 16-bit only; NCHW input always uses the staged store");
   static_assert(RKW == 0 || (STAGED && (RKW == 2 || RKW == 4)), "kh-row tiles: staged, KW 2 / 4");
+  // Kernel-area tiles (Cfg = KxsAreaConfig): KH = RKH, KW = RKW; else 0.
+  constexpr int RKH = Cfg::kAreaKH;
+  static_assert(RKH == 0 || (RKW != 0 && RKH * RKW <= 8), "kernel-area tiles: KW 2 / 4, <= 8 taps");
   constexpr int BN = Cfg::kBN;
-  constexpr int kRowCB = RKW ? BN / RKW : BN;  // kh-row tiles: channels per tile (CB)
+  // kh-row / kernel-area tiles: channels per tile (CB); B boxes per stage (taps per tile).
+  constexpr int kBoxes = RKH ? RKH * RKW : RKW;
+  constexpr int kRowCB = RKW ? BN / kBoxes : BN;
   static_assert(kRowCB % kColGroup == 0, "kh-row B boxes hold whole permutation groups");
   constexpr int S = Cfg::kStages;
   constexpr int MI = Cfg::kMI;
@@ -428,6 +507,13 @@ __global__ void __launch_bounds__(kThreads, 1)
       auto load_b = [&](uint32_t sa, uint32_t bar, int kb, int n0) {
         if constexpr (RKW == 0) {
           tma_load_2d(sa + Cfg::kABytes, &tma_b, bar, kb * kBK<T>, n0);
+        } else if constexpr (RKH != 0) {
+          // Kernel-area tiles: n0 = co0; box tap at smem row tap*CB (kxs_area_b0).
+#pragma unroll
+          for (int tap = 0; tap < kBoxes; ++tap) {
+            tma_load_2d(sa + Cfg::kABytes + tap * kRowCB * kRowBytes, &tma_b, bar, kb * kBK<T>,
+                        kxs_area_b0(p, n0, tap));
+          }
         } else {
 #pragma unroll
           for (int kw = 0; kw < RKW; ++kw) {
@@ -445,7 +531,9 @@ __global__ void __launch_bounds__(kThreads, 1)
           const int p0 = (mt - img * p.pix_tiles) * kBM;
           const int nt = t - mt * p.n_tiles;
           // B: tap-major, packed rows n0..; kh-row tiles, box kw at packed row n0 + kw*Cout.
-          const int n0 = RKW ? kxs_row_b0(p, nt, kRowCB, RKW) : nt * BN;
+          const int n0 = RKH   ? kxs_area_co0(nt, kRowCB)
+                         : RKW ? kxs_row_b0(p, nt, kRowCB, RKW)
+                               : nt * BN;
           const bool second = p0 + kPixBox < p.hw;
           const uint32_t bytes = Cfg::kStageBytes - (second ? 0 : Cfg::kABytes / 2);
           for (int kb = 0; kb < p.kb; ++kb, ++c) {
@@ -463,7 +551,9 @@ __global__ void __launch_bounds__(kThreads, 1)
         } else {
           const int m0 = mt * kBM;
           const int nt = t - mt * p.n_tiles;
-          const int n0 = RKW ? kxs_row_b0(p, nt, kRowCB, RKW) : nt * BN;
+          const int n0 = RKH   ? kxs_area_co0(nt, kRowCB)
+                         : RKW ? kxs_row_b0(p, nt, kRowCB, RKW)
+                               : nt * BN;
           for (int kb = 0; kb < p.kb; ++kb, ++c) {
             const uint32_t s = c % S;
             const uint32_t bar = full_bar + 8 * s;
@@ -510,8 +600,11 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int m0 = NCHW_IN ? 0 : mt * kBM;  // NCHW input: rows from (image, pixel tile) below
     const int n0 = (t - mt * p.n_tiles) * BN;  // tap-major tiles: first logical column
     // kh-row tiles: kernel row and first channel (n0 is then unused).
-    const int row_kh = RKW ? kxs_row_kh(p, t - mt * p.n_tiles) : 0;
-    const int row_co0 = RKW ? kxs_row_co0(p, t - mt * p.n_tiles, kRowCB) : 0;
+    // Kernel-area tiles: row_kh = 0 and the "kw" of the table fill below is the tap.
+    const int row_kh = RKW && !RKH ? kxs_row_kh(p, t - mt * p.n_tiles) : 0;
+    const int row_co0 = RKH   ? kxs_area_co0(t - mt * p.n_tiles, kRowCB)
+                        : RKW ? kxs_row_co0(p, t - mt * p.n_tiles, kRowCB)
+                              : 0;
 
     // Epilogue table inputs of this tile's columns: loaded here, used after the MMAs, so the
     // loads are in flight during the main loop (columns >= NC, or channels >= Cout in kh-row
@@ -536,6 +629,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
       } else {
         // Tile column lc = kw*CB + (co - co0) (logical order; the store reads only kw = 0).
+        // Kernel-area tiles: lc = tap*CB + (co - co0), "kw" = tap, row_kh = 0 (the store reads
+        // the kw = 0 columns of every kernel row, and mul / add of tap 0).
         const int lc = ct + 128 * e;
         const int kw = lc / kRowCB;
         const int co = row_co0 + lc - kw * kRowCB;
@@ -634,7 +729,139 @@ __global__ void __launch_bounds__(kThreads, 1)
     // previous tile, which every thread finished before arriving here: no second barrier.
     named_barrier_sync(kTableBarrier + cw, 128);
 
-    if constexpr (STAGED && RKW != 0) {
+    if constexpr (STAGED && RKH != 0) {
+      // ---- Staged store of kernel-area tiles (see the top). ----
+      constexpr int kPB = RKW * (int)sizeof(T);     // packet: one pixel's KW taps of a channel
+      constexpr int kRPU = 16 / kPB;                 // pixels per 16-byte unit
+      constexpr int kUnits = 64 * kPB / 16;          // units per slot (64 pixels)
+      constexpr int kSlots = kStageRowBytes / kPB;   // slots per chunk: (channel, kh) pairs
+      constexpr int kKPC = kSlots / (4 * RKH);       // channels per lane and chunk (all KH rows)
+      constexpr int kSubs = 8 / kKPC;                // chunks per 32-channel group and m64
+      constexpr int kGroups = kRowCB / kColGroup;    // 32-channel groups per tile
+      static_assert(kKPC >= 1 && kSlots * 64 * kPB == kStageChunkBytes && kKPC * kSubs == 8 &&
+                        2 * (128 / kUnits) == kSlots && RKH % 2 == 0 &&
+                        (kUnits == 16 || kUnits == 32),
+                    "kernel-area chunk geometry");
+      // This thread reads unit ur of slots kxs_area_read_slot(rs, 0 / 1) of every chunk, tile
+      // rows (pixels) 64 * half + ur * kRPU + i, i < kRPU: its warp covers every kernel row of
+      // the same channels and pixels.
+      const int ur = ct % kUnits;
+      const int rs = ct / kUnits;
+      int64_t roff[MI][kRPU];
+      unsigned rmask[MI];  // bit i: row i exists
+      bool rrun[MI];       // all kRPU rows exist and are consecutive pixels of one output row
+#pragma unroll
+      for (int mi = 0; mi < MI; ++mi) {
+        rmask[mi] = 0;
+        rrun[mi] = true;
+#pragma unroll
+        for (int i = 0; i < kRPU; ++i) {
+          const int r = (Cfg::kPingPong ? 64 * mi : 64 * cw) + ur * kRPU + i;  // tile row
+          int m;
+          bool ok;
+          if constexpr (NCHW_IN) {
+            const int img = mt / p.pix_tiles;
+            const int pix = (mt - img * p.pix_tiles) * kBM + r;
+            ok = pix < p.hw;
+            m = img * p.hw + pix;
+          } else {
+            m = m0 + r;
+            ok = m < p.m;
+          }
+          roff[mi][i] = ok ? kxs_row_offset(p, m) : 0;
+          rmask[mi] |= ok ? 1u << i : 0u;
+          rrun[mi] = rrun[mi] && ok && roff[mi][i] == roff[mi][0] + (int64_t)i * RKW;
+        }
+      }
+      unsigned char* const my_staging = smem + Cfg::kStagingOffset + cw * 2 * kStageChunkBytes;
+      // Values exactly as in the other paths; a channel's (mul, add) are those of its tap-0
+      // column (all taps share the channel).
+      auto store_area = [&](auto no_act) {
+        constexpr bool kNoAct = decltype(no_act)::value;
+#pragma unroll
+        for (int gc = 0; gc < kGroups; ++gc) {
+          // Uniform over the warpgroup (Cout % 32 == 0, as kh-row tiles).
+          if (row_co0 + kColGroup * gc >= p.cout) break;
+#pragma unroll
+          for (int mi = 0; mi < MI; ++mi) {
+#pragma unroll
+            for (int sb = 0; sb < kSubs; ++sb) {
+              // Chunk (gc, mi, sb): every kernel row of channels 32gc + 8q' + kKPC*sb + kk.
+              unsigned char* const buf =
+                  my_staging + (((gc * MI + mi) * kSubs + sb) & 1) * kStageChunkBytes;
+              const int cl0 = kColGroup * gc + 8 * q + kKPC * sb;  // this lane's channels cl0..
+#pragma unroll
+              for (int kk = 0; kk < kKPC; ++kk) {
+                const float mul = t_mul[cl0 + kk], add = t_add[cl0 + kk];
+#pragma unroll
+                for (int kh = 0; kh < RKH; ++kh) {
+#pragma unroll
+                  for (int h = 0; h < 2; ++h) {
+                    float v[RKW];
+#pragma unroll
+                    for (int kw = 0; kw < RKW; ++kw) {
+                      // Tile logical column (kh*KW + kw)*CB + cl0 + kk (kxs_area_b0).
+                      const float a =
+                          acc[mi][kxs_acc_index((kh * RKW + kw) * kGroups + gc, h, kKPC * sb + kk)];
+                      if constexpr (kNoAct) {
+                        v[kw] = fmaf(a, mul, add);
+                      } else {
+                        v[kw] = apply_epilogue(a, ChannelAffine{mul, add}, p.epi);
+                      }
+                    }
+                    const int off = kxs_rstage_offset<kPB>(kxs_area_slot<RKH>(q, kk, kh),
+                                                           (16 * wv + rq + 8 * h) * kPB);
+                    if constexpr (kTf32) {
+                      static_assert(!kTf32 || RKW == 2, "fp32 kernel-area packets: KW 2");
+                      *reinterpret_cast<float2*>(buf + off) = make_float2(v[0], v[1]);
+                    } else {
+                      if constexpr (RKW == 2) {
+                        *reinterpret_cast<uint32_t*>(buf + off) = pack2<T>(v[0], v[1]);
+                      } else {
+                        *reinterpret_cast<uint2*>(buf + off) =
+                            make_uint2(pack2<T>(v[0], v[1]), pack2<T>(v[2], v[3]));
+                      }
+                    }
+                  }
+                }
+              }
+              // The chunk is complete; the other buffer's readers are done (as tap-major).
+              named_barrier_sync(kStageBarrier + cw, 128);
+              // Read + store as kh-row tiles; the warp's stores cover the KH adjacent output rows
+              // of its pixels and channels (kxs_area_read_slot).
+#pragma unroll
+              for (int i2 = 0; i2 < 2; ++i2) {
+                const int cs = kxs_area_read_slot<kUnits>(rs, i2);
+                const uint4 w = *reinterpret_cast<const uint4*>(
+                    buf + kxs_rstage_offset<kPB>(cs, 16 * ur));
+                const uint32_t bits[4] = {w.x, w.y, w.z, w.w};
+                const int64_t col = t_off[kxs_area_slot_col<RKH, RKW>(cs, kRowCB, gc, kKPC, sb)];
+                T* const d0 = out + (roff[mi][0] + col);
+                const uintptr_t a0 = reinterpret_cast<uintptr_t>(d0);
+                if (rrun[mi] && (a0 & 15) == 0) {
+                  *reinterpret_cast<uint4*>(d0) = w;
+                } else if (kPB == 4 && rrun[mi] && (a0 & 7) == 0) {
+                  *reinterpret_cast<uint2*>(d0) = make_uint2(w.x, w.y);
+                  *reinterpret_cast<uint2*>(d0 + 8 / (int)sizeof(T)) = make_uint2(w.z, w.w);
+                } else {
+#pragma unroll
+                  for (int i = 0; i < kRPU; ++i) {
+                    if ((rmask[mi] >> i) & 1u) {
+                      kxs_store_packet<T, kPB>(out + (roff[mi][i] + col), bits, i);
+                    }
+                  }
+                }
+              }
+            }
+          }
+        }
+      };
+      if (p.epi.activation == Activation::kNone) {
+        store_area(std::true_type{});
+      } else {
+        store_area(std::false_type{});
+      }
+    } else if constexpr (STAGED && RKW != 0) {
       // ---- Staged store of kh-row tiles (see the top). ----
       constexpr int kPB = RKW * (int)sizeof(T);     // packet: one pixel's KW taps of a channel
       constexpr int kRPU = 16 / kPB;                 // pixels per 16-byte unit
@@ -1126,9 +1353,27 @@ int row_tiles_kw(const ConvTranspose2dParams& p, bool nchw_in) {
     return 0;
   return kw;
 }
-// Column tiles of BN columns: tap-major ceil(NC / BN); kh-row tiles KH * ceil(Cout / (BN / KW)).
-int64_t col_tiles(const ConvTranspose2dParams& p, int bn, int rkw) {
+// Kernel-area tiles (see the top; configs 3..5 only): the KH (2 or 4) of the launches with tiles
+// of BN columns that use them, else 0 (kh-row or tap-major tiles, as configs 0..2). Where kh-row
+// tiles apply (row_tiles_kw), with KH*KW <= 8 (KH 1 would be kh-row tiles), CB = BN / (KH*KW)
+// whole permutation groups, and KH packets of KW elements in 16 bytes (a staging chunk's 4*KH
+// slots per channel quad: 16-bit any, fp32 only k2s2).
+int area_tiles_kh(const ConvTranspose2dParams& p, ScalarKind kind, bool nchw_in, int bn) {
+  const int kw = row_tiles_kw(p, nchw_in);
+  const int kh = p.ph_h.kernel;
+  if (kw == 0 || (kh != 2 && kh != 4) || kh * kw > 8) return 0;
+  const int cb = bn / (kh * kw);
+  if (cb < kColGroup || cb % kColGroup != 0 || kh * kw * elem_bytes(kind) > 16) return 0;
+  return kh;
+}
+// Column tiles of BN columns: tap-major ceil(NC / BN); kh-row tiles KH * ceil(Cout / (BN / KW));
+// kernel-area tiles (rkh = KH) ceil(Cout / (BN / (KH*KW))).
+int64_t col_tiles(const ConvTranspose2dParams& p, int bn, int rkw, int rkh = 0) {
   if (rkw == 0) return (logical_cols(p) + bn - 1) / bn;
+  if (rkh != 0) {
+    const int64_t cb = bn / (rkh * rkw);
+    return (p.out_channels + cb - 1) / cb;
+  }
   const int64_t cb = bn / rkw;
   return p.ph_h.kernel * ((p.out_channels + cb - 1) / cb);
 }
@@ -1145,12 +1390,13 @@ int pick_config(int64_t mt, int64_t nc, int64_t nt256, int64_t nt128, int sms) {
   return waves256 * 18 <= waves128 * 10 ? 0 : 1;
 }
 
-// Kernel arguments for tiles of BN columns (tensor maps aside); rkw: row_tiles_kw.
+// Kernel arguments for tiles of BN columns (tensor maps aside); rkw: row_tiles_kw; rkh:
+// area_tiles_kh for kernel-area kernels, else 0.
 KxsArgs make_kxs_args(const ConvTranspose2dParams& p, ScalarKind kind, int bn, bool nchw,
-                      int rkw) {
+                      int rkw, int rkh = 0) {
   const int64_t M = p.batch * p.in_h * p.in_w;
   const int64_t nc = logical_cols(p);
-  const int64_t n_tiles = col_tiles(p, bn, rkw);
+  const int64_t n_tiles = col_tiles(p, bn, rkw, rkh);
   KxsArgs a{};
   a.bias = p.bias;
   a.out = p.output;
@@ -1198,7 +1444,8 @@ template <typename T, class Cfg, bool NCHW_IN, bool STAGED, int RKW>
 cudaError_t launch_cfg(const ConvTranspose2dParams& p, ScalarKind kind, const void* packed,
                        cudaStream_t stream) {
   constexpr int kSmem = STAGED ? Cfg::kTotalBytesStaged : Cfg::kTotalBytes;
-  const KxsArgs a = make_kxs_args(p, kind, Cfg::kBN, NCHW_IN, RKW);
+  constexpr int kBoxes = Cfg::kAreaKH ? Cfg::kAreaKH * RKW : RKW;  // B boxes per stage, or 0
+  const KxsArgs a = make_kxs_args(p, kind, Cfg::kBN, NCHW_IN, RKW, Cfg::kAreaKH);
   const int device = current_device();
   const int sms = device_sm_count(device);
   if (sms <= 0) return cudaErrorInvalidValue;
@@ -1207,9 +1454,10 @@ cudaError_t launch_cfg(const ConvTranspose2dParams& p, ScalarKind kind, const vo
   const bool map_a_ok =
       NCHW_IN ? encode_nchw(&map_a, kind, p.input, p.in_h * p.in_w, p.in_channels, p.batch)
               : encode_kmajor(&map_a, kind, p.input, p.in_channels, a.m, kBM);
-  // B boxes: BN rows (tap-major) or BN / KW rows (kh-row tiles: KW boxes per stage).
+  // B boxes: BN rows (tap-major), BN / KW rows (kh-row tiles: KW boxes per stage) or
+  // BN / (KH*KW) rows (kernel-area tiles: KH*KW boxes per stage).
   if (!map_a_ok || !encode_kmajor(&map_b, kind, packed, p.in_channels, packed_rows(p),
-                                  RKW ? Cfg::kBN / RKW : Cfg::kBN))
+                                  kBoxes ? Cfg::kBN / kBoxes : Cfg::kBN))
     return cudaErrorInvalidValue;
 
   auto kernel = conv_transpose2d_gemm_kxs_sm90_kernel<T, Cfg, NCHW_IN, STAGED, RKW>;
@@ -1248,6 +1496,81 @@ cudaError_t launch_layout(const ConvTranspose2dParams& p, ScalarKind kind, const
   return launch_cfg<T, Cfg, false, false, 0>(p, kind, packed, stream);
 }
 
+}  // namespace
+
+// Kernel-area launchers (configs 3..5 where area_tiles_kh applies; base_config 0..2), one
+// translation unit per element type (conv_transpose2d_gemm_kxs_sm90_area_{f16,bf16,f32}.cu): their
+// kernels compile in parallel with the per-type units', which keep only configs 0..2's kernels.
+cudaError_t gemm_kxs_sm90_launch_area_f16(const ConvTranspose2dParams& p, ScalarKind kind,
+                                          const void* packed, int base_config,
+                                          cudaStream_t stream);
+cudaError_t gemm_kxs_sm90_launch_area_bf16(const ConvTranspose2dParams& p, ScalarKind kind,
+                                           const void* packed, int base_config,
+                                           cudaStream_t stream);
+cudaError_t gemm_kxs_sm90_launch_area_f32(const ConvTranspose2dParams& p, ScalarKind kind,
+                                          const void* packed, int base_config,
+                                          cudaStream_t stream);
+
+namespace {
+
+// Kernel-area tiles of KH x KW on config Cfg (0..2); instantiated by the area units only.
+template <typename T, class Cfg, int KH, int KW>
+cudaError_t launch_area(const ConvTranspose2dParams& p, ScalarKind kind, const void* packed,
+                        bool nchw_in, cudaStream_t stream) {
+  // The geometries area_tiles_kh can pick for this BN and element size (others never run).
+  if constexpr (Cfg::kBN / (KH * KW) >= kColGroup && KH * KW * (int)sizeof(T) <= 16) {
+    using A = KxsAreaConfig<Cfg, KH>;
+    if (nchw_in) {
+      if constexpr (sizeof(T) == 2) {
+        return launch_cfg<T, A, true, true, KW>(p, kind, packed, stream);
+      } else {
+        return cudaErrorInvalidValue;  // never selected (supports: fp32 NCHW input refused)
+      }
+    }
+    return launch_cfg<T, A, false, true, KW>(p, kind, packed, stream);
+  }
+  return cudaErrorInvalidValue;
+}
+template <typename T, class Cfg>
+cudaError_t launch_area_geometry(const ConvTranspose2dParams& p, ScalarKind kind,
+                                 const void* packed, bool nchw_in, cudaStream_t stream) {
+  const int kh = area_tiles_kh(p, kind, nchw_in, Cfg::kBN);
+  const int kw = row_tiles_kw(p, nchw_in);
+  if (kh == 2 && kw == 2) return launch_area<T, Cfg, 2, 2>(p, kind, packed, nchw_in, stream);
+  if (kh == 2 && kw == 4) return launch_area<T, Cfg, 2, 4>(p, kind, packed, nchw_in, stream);
+  if (kh == 4 && kw == 2) return launch_area<T, Cfg, 4, 2>(p, kind, packed, nchw_in, stream);
+  return cudaErrorInvalidValue;  // launch_layout_area calls only where area_tiles_kh applies
+}
+// The body of gemm_kxs_sm90_launch_area_<type>.
+template <typename T>
+cudaError_t launch_area_typed(const ConvTranspose2dParams& p, ScalarKind kind, const void* packed,
+                              int base_config, cudaStream_t stream) {
+  const bool nchw = input_layout(p, kind) == KxsInput::kNchw;
+  switch (base_config) {
+    case 0: return launch_area_geometry<T, KxsCfg0>(p, kind, packed, nchw, stream);
+    case 1: return launch_area_geometry<T, KxsCfg1>(p, kind, packed, nchw, stream);
+    case 2: return launch_area_geometry<T, KxsCfg2>(p, kind, packed, nchw, stream);
+  }
+  return cudaErrorInvalidValue;
+}
+// Configs 3..5 = base_config 0..2 (Cfg) with kernel-area tiles where area_tiles_kh says so (in
+// the area unit of T), else exactly config 0..2 (launch_layout).
+template <typename T, class Cfg>
+cudaError_t launch_layout_area(const ConvTranspose2dParams& p, ScalarKind kind,
+                               const void* packed, bool nchw_in, int base_config,
+                               cudaStream_t stream) {
+  if (area_tiles_kh(p, kind, nchw_in, Cfg::kBN) == 0) {
+    return launch_layout<T, Cfg>(p, kind, packed, nchw_in, stream);
+  }
+  if constexpr (std::is_same<T, __half>::value) {
+    return gemm_kxs_sm90_launch_area_f16(p, kind, packed, base_config, stream);
+  } else if constexpr (std::is_same<T, __nv_bfloat16>::value) {
+    return gemm_kxs_sm90_launch_area_bf16(p, kind, packed, base_config, stream);
+  } else {
+    return gemm_kxs_sm90_launch_area_f32(p, kind, packed, base_config, stream);
+  }
+}
+
 template <typename T>
 cudaError_t launch_typed(const ConvTranspose2dParams& p, ScalarKind kind, const void* packed,
                          int config, cudaStream_t stream) {
@@ -1263,6 +1586,9 @@ cudaError_t launch_typed(const ConvTranspose2dParams& p, ScalarKind kind, const 
     case 0: return launch_layout<T, KxsCfg0>(p, kind, packed, nchw, stream);
     case 1: return launch_layout<T, KxsCfg1>(p, kind, packed, nchw, stream);
     case 2: return launch_layout<T, KxsCfg2>(p, kind, packed, nchw, stream);
+    case 3: return launch_layout_area<T, KxsCfg0>(p, kind, packed, nchw, 0, stream);
+    case 4: return launch_layout_area<T, KxsCfg1>(p, kind, packed, nchw, 1, stream);
+    case 5: return launch_layout_area<T, KxsCfg2>(p, kind, packed, nchw, 2, stream);
   }
   return cudaErrorInvalidValue;
 }

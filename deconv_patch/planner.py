@@ -76,6 +76,12 @@ SM90_CONFIGS = tuple(f"{GEMM_PHASE_SM90}:{t}" for t in ("128x128s3", "128x128s4"
 # consumer warpgroups.
 KXS_SM90_CONFIGS = tuple(f"{GEMM_KXS_SM90}:{t}" for t in ("128x256s4", "128x128s6",
                                                            "128x128s6pp"))
+# gemm_kxs_sm90's kernel-area configs (the kernel's configs 3-5: configs 0-2 whose tiles for
+# NCHW output hold all KH*KW taps of their channels, so each channel's output rows are stored
+# as one run; elsewhere they run as configs 0-2). Forced only (`use_variant`), never an autotune
+# candidate, until the GPU tests and the layer benchmark have run them (docs/perf-notes.md).
+KXS_SM90_AREA_CONFIGS = tuple(f"{GEMM_KXS_SM90}:{t}area" for t in ("128x256s4", "128x128s6",
+                                                                     "128x128s6pp"))
 # The config the planner runs by default (fastest forced on the suite's layers, H100), for
 # channels_last input and for dense 16-bit NCHW input (read in place as an MN-major operand).
 KXS_SM90_WINNER = KXS_SM90_CONFIGS[2]
@@ -84,7 +90,7 @@ KXS_SM90_WINNER = KXS_SM90_CONFIGS[2]
 PHASE_TMA_CONFIGS = tuple(f"{GEMM_PHASE_TMA}:{t}" for t in ("128x128s6pp", "128x128s6",
                                                                "128x256s4", "128x64s8pp"))
 NAMED_VARIANTS = VARIANTS + PHASE_CONFIGS + (KXS_TAP_MAJOR,) + SM90_CONFIGS + KXS_SM90_CONFIGS + \
-    PHASE_TMA_CONFIGS
+    KXS_SM90_AREA_CONFIGS + PHASE_TMA_CONFIGS
 _GEMM_TILE = 128
 _MIN_PHASE_CHANNELS = 16  # per group, in and out: below this tensor-core tiles are mostly padding
 _MIN_GEMM_OUTPUT_BYTES = 4 * 2**20
@@ -147,6 +153,8 @@ def split_variant(variant: str) -> Tuple[str, int]:
         return GEMM_PHASE_SM90, SM90_CONFIGS.index(variant)
     if variant in KXS_SM90_CONFIGS:
         return GEMM_KXS_SM90, KXS_SM90_CONFIGS.index(variant)
+    if variant in KXS_SM90_AREA_CONFIGS:
+        return GEMM_KXS_SM90, len(KXS_SM90_CONFIGS) + KXS_SM90_AREA_CONFIGS.index(variant)
     if variant in PHASE_TMA_CONFIGS:
         return GEMM_PHASE_TMA, PHASE_TMA_CONFIGS.index(variant)
     if variant == KXS_TAP_MAJOR:

@@ -64,12 +64,44 @@ def test_gemm_kxs_sm90_epilogue_sweep(seed):
     check_epilogue(planner.GEMM_KXS_SM90, _case(seed + 92_000), seed)
 
 
+def _area_case(seed: int) -> Case:
+    """A case in the kernel-area configs' domain (NCHW output, KW 2 or 4, KH*KW taps of 4 or 8,
+    Cout % 32 == 0), with one in five outside it (KW 3, KH*KW 16, Cout % 32 != 0 or channels_last
+    output), where those configs run as configs 0-2: both must be right."""
+    rng = random.Random(seed)
+    base = _case(seed)
+    kernel = rng.choice(((2, 2), (2, 2), (2, 4), (4, 2), (1, 4), (2, 1)))
+    cout = 32 * rng.choice((1, 2, 3, 4, 8))
+    channels_last, non_contiguous = False, rng.random() < 0.2
+    if rng.random() < 0.2:
+        kernel, cout, channels_last = rng.choice((((3, 3), cout, False), ((4, 4), cout, False),
+                                                  ((2, 2), cout - 8, False), ((2, 2), cout, True)))
+    args = ConvTransposeArgs(kernel, (0, 0), (0, 0), (1, 1), 1)
+    return dataclasses.replace(base, out_channels=cout, kernel=kernel, args=args,
+                               channels_last=channels_last, non_contiguous=non_contiguous,
+                               weight_channels_last=False)
+
+
+@pytest.mark.parametrize("variant", planner.KXS_SM90_AREA_CONFIGS)
+@pytest.mark.parametrize("seed", range(80))
+def test_gemm_kxs_sm90_area_sweep(variant, seed):
+    _needs_sm90()
+    check_variant(variant, seed + 93_000, _area_case)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_gemm_kxs_sm90_area_epilogue_sweep(seed):
+    _needs_sm90()
+    check_epilogue(planner.KXS_SM90_AREA_CONFIGS[seed % 3], _area_case(seed + 94_000), seed)
+
+
 def test_gemm_kxs_sm90_configs_match_the_extension():
     from deconv_patch.extension import load_extension
-    assert load_extension().gemm_kxs_sm90_num_configs() == len(planner.KXS_SM90_CONFIGS)
+    assert load_extension().gemm_kxs_sm90_num_configs() == \
+        len(planner.KXS_SM90_CONFIGS) + len(planner.KXS_SM90_AREA_CONFIGS)
 
 
-@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("variant", VARIANTS + planner.KXS_SM90_AREA_CONFIGS)
 @pytest.mark.parametrize("layer", [
     # (batch, cin, cout, hw, k): the benchmark's k == stride layers
     (100, 256, 256, 14, 2),   # Mask R-CNN mask head

@@ -1,10 +1,11 @@
-"""Host emulation of gemm_phase_tma (tests/emulation/gemm_phase_tma_emulation.cu): the kernel's
-host code and index math run on the CPU against a float64 reference, so that changes to them
-are caught without a GPU (see the .cu file's header for what it covers and what it does not).
+"""Host emulations of gemm_phase_tma (tests/emulation/gemm_phase_tma_emulation.cu) and of
+gemm_kxs_sm90's staged store (tests/emulation/gemm_kxs_sm90_emulation.cu): the kernels' host
+code and index math run on the CPU against a float64 reference, so that changes to them are
+caught without a GPU (see each .cu file's header for what it covers and what it does not).
 
 Needs nvcc (host-only build, no GPU): found through $NVCC, $CUDA_HOME / $CUDA_PATH, PATH or
-/usr/local/cuda; skipped without it. The emulator is built once per session; each mode is one
-test. DECONV_PATCH_EMULATION_CUDA_DIR builds it against another copy of cuda/ (e.g. a mutated
+/usr/local/cuda; skipped without it. Each emulator is built once per session; each mode is one
+test. DECONV_PATCH_EMULATION_CUDA_DIR builds them against another copy of cuda/ (e.g. a mutated
 one, to see the emulation fail)."""
 
 from __future__ import annotations
@@ -22,8 +23,14 @@ import pytest
 pytestmark = pytest.mark.emulation
 
 ROOT = Path(__file__).resolve().parent.parent
-SOURCE = ROOT / "tests" / "emulation" / "gemm_phase_tma_emulation.cu"
-MODES = ("light", "strict", "medium")
+EMULATORS = {
+    # name: (source, modes)
+    "gemm_phase_tma": (ROOT / "tests" / "emulation" / "gemm_phase_tma_emulation.cu",
+                       ("light", "strict", "medium")),
+    "gemm_kxs_sm90": (ROOT / "tests" / "emulation" / "gemm_kxs_sm90_emulation.cu",
+                      ("staged", "medium")),
+}
+CASES = [(name, mode) for name, (_, modes) in EMULATORS.items() for mode in modes]
 SUMMARY = re.compile(
     r"^SUMMARY (\w+): cases=(\d+) runs=(\d+) checks=(\d+) failures=(\d+)", re.MULTILINE
 )
@@ -73,18 +80,27 @@ class Build:
     error: str = ""  # the compiler's command and output when the build failed
 
 
-@pytest.fixture(scope="session")
-def emulator(tmp_path_factory) -> Build:
+_BUILDS: dict[str, Build] = {}
+
+
+def _build(name: str, tmp_path_factory) -> Build:
+    """Builds emulator `name` once per session (later calls return the first result)."""
+    if name not in _BUILDS:
+        _BUILDS[name] = _compile(name, tmp_path_factory)
+    return _BUILDS[name]
+
+
+def _compile(name: str, tmp_path_factory) -> Build:
     nvcc = _find_nvcc()
     if nvcc is None:
         pytest.skip("nvcc not found ($NVCC, $CUDA_HOME/bin, PATH, /usr/local/cuda/bin): the "
                     "kernel emulation is compiled with it")
     cuda_dir = Path(os.environ.get("DECONV_PATCH_EMULATION_CUDA_DIR", ROOT / "cuda"))
-    work = tmp_path_factory.mktemp("kernel_emulation")
-    binary = work / "gemm_phase_tma_emulation"
+    work = tmp_path_factory.mktemp(f"kernel_emulation_{name}")
+    binary = work / f"{name}_emulation"
     # Host-only: no -gencode for sm_90a, so no kernel is compiled for the GPU.
     cmd = [nvcc, "-std=c++17", "-O2", "-I", str(cuda_dir), *_openmp_flags(nvcc, work),
-           str(SOURCE), "-o", str(binary)]
+           str(EMULATORS[name][0]), "-o", str(binary)]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
     except subprocess.TimeoutExpired as exc:
@@ -95,21 +111,22 @@ def emulator(tmp_path_factory) -> Build:
     return Build(binary)
 
 
-@pytest.mark.parametrize("mode", MODES)
-def test_gemm_phase_tma_emulation(emulator: Build, mode: str):
+@pytest.mark.parametrize("name,mode", CASES)
+def test_kernel_emulation(name: str, mode: str, tmp_path_factory):
+    emulator = _build(name, tmp_path_factory)
     if emulator.binary is None:
-        pytest.fail(f"building the emulator failed:\n{emulator.error}", pytrace=False)
+        pytest.fail(f"building the {name} emulator failed:\n{emulator.error}", pytrace=False)
     try:
         proc = subprocess.run([str(emulator.binary), mode], capture_output=True, text=True,
                               timeout=RUN_TIMEOUT_S)
     except subprocess.TimeoutExpired as exc:
-        pytest.fail(f"emulation mode {mode} ran past {exc.timeout} s", pytrace=False)
+        pytest.fail(f"{name} emulation mode {mode} ran past {exc.timeout} s", pytrace=False)
     output = proc.stdout + proc.stderr
     summaries = SUMMARY.findall(proc.stdout)
     if proc.returncode != 0 or len(summaries) != 1:
-        pytest.fail(f"emulation mode {mode}: exit {proc.returncode}\n{_report(output)}",
+        pytest.fail(f"{name} emulation mode {mode}: exit {proc.returncode}\n{_report(output)}",
                     pytrace=False)
-    name, cases, runs, checks, failures = summaries[0]
-    if name != mode or int(failures) != 0 or min(int(cases), int(runs), int(checks)) == 0:
-        pytest.fail(f"emulation mode {mode}: unexpected summary\n{_report(output)}",
+    seen_mode, cases, runs, checks, failures = summaries[0]
+    if seen_mode != mode or int(failures) != 0 or min(int(cases), int(runs), int(checks)) == 0:
+        pytest.fail(f"{name} emulation mode {mode}: unexpected summary\n{_report(output)}",
                     pytrace=False)

@@ -47,6 +47,19 @@ def test_k_equal_stride_layers_gemm_kxs_sm90_cannot_run_list_gemm_phase_tma(capa
             assert has_tma == (capability == (9, 0))
 
 
+def test_kernel_area_configs_are_forced_only(capability):
+    """gemm_kxs_sm90's kernel-area configs are the kernel's configs 3-5 and can be forced, but
+    autotune never times them (not yet run on a GPU)."""
+    assert [planner.split_variant(v) for v in planner.KXS_SM90_AREA_CONFIGS] == \
+        [(planner.GEMM_KXS_SM90, 3 + i) for i in range(3)]
+    assert all(planner.is_variant(v) for v in planner.KXS_SM90_AREA_CONFIGS)
+    for kernel in ((2, 2), (2, 4)):
+        args = ConvTransposeArgs.from_values(stride=kernel)
+        for dtype in (torch.bfloat16, torch.float16, torch.float32):
+            chosen = _plan(dtype, kernel, args, (256, 256))
+            assert not set(planner.KXS_SM90_AREA_CONFIGS) & set(chosen.candidates)
+
+
 @pytest.mark.parametrize("cin_g,expected", [(planner.MIN_3XTF32_DEPTH, planner.GEMM_KXS),
                                             (planner.MIN_3XTF32_DEPTH - 1, planner.ATEN)])
 def test_fp32_strict_runs_3xtf32_only_on_deep_k_equal_stride_sums(capability, cin_g, expected):
