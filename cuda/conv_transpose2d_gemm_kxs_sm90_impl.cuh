@@ -356,6 +356,8 @@ template <int PB>
 // Kernel-area staging chunk: the kh-row chunk (kxs_rstage_offset) with slot cs = 4x + q holding
 // packets of kernel row kh = x % KH of the lane-q channel x / KH of the chunk: lane q writes its
 // k-th channel's row kh to slot kxs_area_slot(q, k, kh) (cs % 4 == q: conflict-free as kh-row).
+// With KH = 1 these are the kh-row chunk's slots (4k + q) and columns (kxs_area_slot_col): the
+// store of both tile kinds is one piece of code.
 template <int KH>
 [[maybe_unused]] __host__ __device__ __forceinline__ int kxs_area_slot(int q, int k, int kh) {
   return 4 * (k * KH + kh) + q;
@@ -729,155 +731,30 @@ __global__ void __launch_bounds__(kThreads, 1)
     // previous tile, which every thread finished before arriving here: no second barrier.
     named_barrier_sync(kTableBarrier + cw, 128);
 
-    if constexpr (STAGED && RKH != 0) {
-      // ---- Staged store of kernel-area tiles (see the top). ----
+    if constexpr (STAGED && RKW != 0) {
+      // ---- Staged store of kh-row tiles and of kernel-area tiles (see the top). ----
+      // kh-row tiles are the kernel-area layout with one kernel row (kKH = 1): slot 4kk + q,
+      // tile column kw*CB + c; kernel-area tiles add the row: slot kxs_area_slot, column
+      // (kh*KW + kw)*CB + c. Only the reading threads' slot assignment differs (below).
+      constexpr int kKH = RKH ? RKH : 1;              // kernel rows per tile
       constexpr int kPB = RKW * (int)sizeof(T);     // packet: one pixel's KW taps of a channel
       constexpr int kRPU = 16 / kPB;                 // pixels per 16-byte unit
       constexpr int kUnits = 64 * kPB / 16;          // units per slot (64 pixels)
       constexpr int kSlots = kStageRowBytes / kPB;   // slots per chunk: (channel, kh) pairs
-      constexpr int kKPC = kSlots / (4 * RKH);       // channels per lane and chunk (all KH rows)
-      constexpr int kSubs = 8 / kKPC;                // chunks per 32-channel group and m64
-      constexpr int kGroups = kRowCB / kColGroup;    // 32-channel groups per tile
-      static_assert(kKPC >= 1 && kSlots * 64 * kPB == kStageChunkBytes && kKPC * kSubs == 8 &&
-                        2 * (128 / kUnits) == kSlots && RKH % 2 == 0 &&
-                        (kUnits == 16 || kUnits == 32),
-                    "kernel-area chunk geometry");
-      // This thread reads unit ur of slots kxs_area_read_slot(rs, 0 / 1) of every chunk, tile
-      // rows (pixels) 64 * half + ur * kRPU + i, i < kRPU: its warp covers every kernel row of
-      // the same channels and pixels.
-      const int ur = ct % kUnits;
-      const int rs = ct / kUnits;
-      int64_t roff[MI][kRPU];
-      unsigned rmask[MI];  // bit i: row i exists
-      bool rrun[MI];       // all kRPU rows exist and are consecutive pixels of one output row
-#pragma unroll
-      for (int mi = 0; mi < MI; ++mi) {
-        rmask[mi] = 0;
-        rrun[mi] = true;
-#pragma unroll
-        for (int i = 0; i < kRPU; ++i) {
-          const int r = (Cfg::kPingPong ? 64 * mi : 64 * cw) + ur * kRPU + i;  // tile row
-          int m;
-          bool ok;
-          if constexpr (NCHW_IN) {
-            const int img = mt / p.pix_tiles;
-            const int pix = (mt - img * p.pix_tiles) * kBM + r;
-            ok = pix < p.hw;
-            m = img * p.hw + pix;
-          } else {
-            m = m0 + r;
-            ok = m < p.m;
-          }
-          roff[mi][i] = ok ? kxs_row_offset(p, m) : 0;
-          rmask[mi] |= ok ? 1u << i : 0u;
-          rrun[mi] = rrun[mi] && ok && roff[mi][i] == roff[mi][0] + (int64_t)i * RKW;
-        }
-      }
-      unsigned char* const my_staging = smem + Cfg::kStagingOffset + cw * 2 * kStageChunkBytes;
-      // Values exactly as in the other paths; a channel's (mul, add) are those of its tap-0
-      // column (all taps share the channel).
-      auto store_area = [&](auto no_act) {
-        constexpr bool kNoAct = decltype(no_act)::value;
-#pragma unroll
-        for (int gc = 0; gc < kGroups; ++gc) {
-          // Uniform over the warpgroup (Cout % 32 == 0, as kh-row tiles).
-          if (row_co0 + kColGroup * gc >= p.cout) break;
-#pragma unroll
-          for (int mi = 0; mi < MI; ++mi) {
-#pragma unroll
-            for (int sb = 0; sb < kSubs; ++sb) {
-              // Chunk (gc, mi, sb): every kernel row of channels 32gc + 8q' + kKPC*sb + kk.
-              unsigned char* const buf =
-                  my_staging + (((gc * MI + mi) * kSubs + sb) & 1) * kStageChunkBytes;
-              const int cl0 = kColGroup * gc + 8 * q + kKPC * sb;  // this lane's channels cl0..
-#pragma unroll
-              for (int kk = 0; kk < kKPC; ++kk) {
-                const float mul = t_mul[cl0 + kk], add = t_add[cl0 + kk];
-#pragma unroll
-                for (int kh = 0; kh < RKH; ++kh) {
-#pragma unroll
-                  for (int h = 0; h < 2; ++h) {
-                    float v[RKW];
-#pragma unroll
-                    for (int kw = 0; kw < RKW; ++kw) {
-                      // Tile logical column (kh*KW + kw)*CB + cl0 + kk (kxs_area_b0).
-                      const float a =
-                          acc[mi][kxs_acc_index((kh * RKW + kw) * kGroups + gc, h, kKPC * sb + kk)];
-                      if constexpr (kNoAct) {
-                        v[kw] = fmaf(a, mul, add);
-                      } else {
-                        v[kw] = apply_epilogue(a, ChannelAffine{mul, add}, p.epi);
-                      }
-                    }
-                    const int off = kxs_rstage_offset<kPB>(kxs_area_slot<RKH>(q, kk, kh),
-                                                           (16 * wv + rq + 8 * h) * kPB);
-                    if constexpr (kTf32) {
-                      static_assert(!kTf32 || RKW == 2, "fp32 kernel-area packets: KW 2");
-                      *reinterpret_cast<float2*>(buf + off) = make_float2(v[0], v[1]);
-                    } else {
-                      if constexpr (RKW == 2) {
-                        *reinterpret_cast<uint32_t*>(buf + off) = pack2<T>(v[0], v[1]);
-                      } else {
-                        *reinterpret_cast<uint2*>(buf + off) =
-                            make_uint2(pack2<T>(v[0], v[1]), pack2<T>(v[2], v[3]));
-                      }
-                    }
-                  }
-                }
-              }
-              // The chunk is complete; the other buffer's readers are done (as tap-major).
-              named_barrier_sync(kStageBarrier + cw, 128);
-              // Read + store as kh-row tiles; the warp's stores cover the KH adjacent output rows
-              // of its pixels and channels (kxs_area_read_slot).
-#pragma unroll
-              for (int i2 = 0; i2 < 2; ++i2) {
-                const int cs = kxs_area_read_slot<kUnits>(rs, i2);
-                const uint4 w = *reinterpret_cast<const uint4*>(
-                    buf + kxs_rstage_offset<kPB>(cs, 16 * ur));
-                const uint32_t bits[4] = {w.x, w.y, w.z, w.w};
-                const int64_t col = t_off[kxs_area_slot_col<RKH, RKW>(cs, kRowCB, gc, kKPC, sb)];
-                T* const d0 = out + (roff[mi][0] + col);
-                const uintptr_t a0 = reinterpret_cast<uintptr_t>(d0);
-                if (rrun[mi] && (a0 & 15) == 0) {
-                  *reinterpret_cast<uint4*>(d0) = w;
-                } else if (kPB == 4 && rrun[mi] && (a0 & 7) == 0) {
-                  *reinterpret_cast<uint2*>(d0) = make_uint2(w.x, w.y);
-                  *reinterpret_cast<uint2*>(d0 + 8 / (int)sizeof(T)) = make_uint2(w.z, w.w);
-                } else {
-#pragma unroll
-                  for (int i = 0; i < kRPU; ++i) {
-                    if ((rmask[mi] >> i) & 1u) {
-                      kxs_store_packet<T, kPB>(out + (roff[mi][i] + col), bits, i);
-                    }
-                  }
-                }
-              }
-            }
-          }
-        }
-      };
-      if (p.epi.activation == Activation::kNone) {
-        store_area(std::true_type{});
-      } else {
-        store_area(std::false_type{});
-      }
-    } else if constexpr (STAGED && RKW != 0) {
-      // ---- Staged store of kh-row tiles (see the top). ----
-      constexpr int kPB = RKW * (int)sizeof(T);     // packet: one pixel's KW taps of a channel
-      constexpr int kRPU = 16 / kPB;                 // pixels per 16-byte unit
-      constexpr int kUnits = 64 * kPB / 16;          // units per channel slot (64 pixels)
-      constexpr int kSlots = kStageRowBytes / kPB;   // channel slots per chunk
-      constexpr int kKPC = kSlots / 4;               // channels per lane and chunk
+      constexpr int kKPC = kSlots / (4 * kKH);       // channels per lane and chunk (all KH rows)
       constexpr int kSubs = 8 / kKPC;                // chunks per 32-channel group and m64
       constexpr int kSlotsPerPass = 128 / kUnits;    // slots one pass of 128 unit reads covers
       constexpr int kGroups = kRowCB / kColGroup;    // 32-channel groups per tile
-      static_assert(kSlots * 64 * kPB == kStageChunkBytes && 2 * kSlotsPerPass == kSlots &&
-                        kKPC * kSubs == 8,
-                    "kh-row chunk geometry");
-      // This thread reads unit ur of slots cs0 and cs0 + kSlotsPerPass of every chunk: tile rows
-      // (pixels) 64 * half + ur * kRPU + i, i < kRPU, the same for every chunk of the tile.
+      static_assert(kKPC >= 1 && kSlots * 64 * kPB == kStageChunkBytes &&
+                        2 * kSlotsPerPass == kSlots && kKPC * kSubs == 8 &&
+                        (RKH == 0 || (RKH % 2 == 0 && (kUnits == 16 || kUnits == 32))),
+                    "kh-row / kernel-area chunk geometry");
+      // This thread reads unit ur of two slots of every chunk (kh-row: rs and rs +
+      // kSlotsPerPass; kernel-area: kxs_area_read_slot(rs, 0 / 1), so that its warp covers
+      // every kernel row of the same channels and pixels): tile rows (pixels) 64 * half +
+      // ur * kRPU + i, i < kRPU, the same for every chunk of the tile.
       const int ur = ct % kUnits;
-      const int cs0 = ct / kUnits;
+      const int rs = ct / kUnits;
       int64_t roff[MI][kRPU];
       unsigned rmask[MI];  // bit i: row i exists
       bool rrun[MI];       // all kRPU rows exist and are consecutive pixels of one output row
@@ -908,7 +785,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
       unsigned char* const my_staging = smem + Cfg::kStagingOffset + cw * 2 * kStageChunkBytes;
       // Values exactly as in the other paths: same epilogue expression and rounding; the
-      // channel's (mul, add) are those of its kw = 0 column (all KW columns share the channel).
+      // channel's (mul, add) are those of its first column (all taps share the channel).
       auto store_rows = [&](auto no_act) {
         constexpr bool kNoAct = decltype(no_act)::value;
 #pragma unroll
@@ -920,7 +797,8 @@ __global__ void __launch_bounds__(kThreads, 1)
           for (int mi = 0; mi < MI; ++mi) {
 #pragma unroll
             for (int sb = 0; sb < kSubs; ++sb) {
-              // Chunk (gc, mi, sb): channels 32gc + 8q' + kKPC*sb + kk of all q' (slot 4kk + q').
+              // Chunk (gc, mi, sb): every kernel row of channels 32gc + 8q' + kKPC*sb + kk of
+              // all q' (slot kxs_area_slot(q', kk, kh); kh-row: 4kk + q').
               unsigned char* const buf =
                   my_staging + (((gc * MI + mi) * kSubs + sb) & 1) * kStageChunkBytes;
               const int cl0 = kColGroup * gc + 8 * q + kKPC * sb;  // this lane's channels cl0..
@@ -928,48 +806,56 @@ __global__ void __launch_bounds__(kThreads, 1)
               for (int kk = 0; kk < kKPC; ++kk) {
                 const float mul = t_mul[cl0 + kk], add = t_add[cl0 + kk];
 #pragma unroll
-                for (int h = 0; h < 2; ++h) {
-                  float v[RKW];
+                for (int kh = 0; kh < kKH; ++kh) {
 #pragma unroll
-                  for (int kw = 0; kw < RKW; ++kw) {
-                    // Tile logical column kw*CB + cl0 + kk (see kxs_row_b0).
-                    const float a = acc[mi][kxs_acc_index(kw * kGroups + gc, h, kKPC * sb + kk)];
-                    if constexpr (kNoAct) {
-                      v[kw] = fmaf(a, mul, add);
-                    } else {
-                      v[kw] = apply_epilogue(a, ChannelAffine{mul, add}, p.epi);
+                  for (int h = 0; h < 2; ++h) {
+                    float v[RKW];
+#pragma unroll
+                    for (int kw = 0; kw < RKW; ++kw) {
+                      // Tile logical column (kh*KW + kw)*CB + cl0 + kk (kxs_row_b0 /
+                      // kxs_area_b0).
+                      const float a =
+                          acc[mi][kxs_acc_index((kh * RKW + kw) * kGroups + gc, h, kKPC * sb + kk)];
+                      if constexpr (kNoAct) {
+                        v[kw] = fmaf(a, mul, add);
+                      } else {
+                        v[kw] = apply_epilogue(a, ChannelAffine{mul, add}, p.epi);
+                      }
                     }
-                  }
-                  const int off = kxs_rstage_offset<kPB>(4 * kk + q, (16 * wv + rq + 8 * h) * kPB);
-                  if constexpr (kTf32) {
-                    if constexpr (RKW == 2) {
-                      *reinterpret_cast<float2*>(buf + off) = make_float2(v[0], v[1]);
+                    const int off = kxs_rstage_offset<kPB>(kxs_area_slot<kKH>(q, kk, kh),
+                                                           (16 * wv + rq + 8 * h) * kPB);
+                    if constexpr (kTf32) {
+                      if constexpr (RKW == 2) {
+                        *reinterpret_cast<float2*>(buf + off) = make_float2(v[0], v[1]);
+                      } else {
+                        *reinterpret_cast<float4*>(buf + off) =
+                            make_float4(v[0], v[1], v[2], v[3]);
+                      }
                     } else {
-                      *reinterpret_cast<float4*>(buf + off) = make_float4(v[0], v[1], v[2], v[3]);
-                    }
-                  } else {
-                    if constexpr (RKW == 2) {
-                      *reinterpret_cast<uint32_t*>(buf + off) = pack2<T>(v[0], v[1]);
-                    } else {
-                      *reinterpret_cast<uint2*>(buf + off) =
-                          make_uint2(pack2<T>(v[0], v[1]), pack2<T>(v[2], v[3]));
+                      if constexpr (RKW == 2) {
+                        *reinterpret_cast<uint32_t*>(buf + off) = pack2<T>(v[0], v[1]);
+                      } else {
+                        *reinterpret_cast<uint2*>(buf + off) =
+                            make_uint2(pack2<T>(v[0], v[1]), pack2<T>(v[2], v[3]));
+                      }
                     }
                   }
                 }
               }
               // The chunk is complete; the other buffer's readers are done (as tap-major).
               named_barrier_sync(kStageBarrier + cw, 128);
-              // Read + store: unit ur of slot cs = pixels ur*kRPU.. x KW taps of one channel, in
-              // output order (ow = iw*KW + kw): one 16-byte store where the pixels run along one
-              // output row and the address is aligned, two 8-byte ones (16-bit KW 2), else one
-              // packet (KW elements) per pixel.
+              // Read + store: unit ur of slot cs = pixels ur*kRPU.. x KW taps of one channel and
+              // kernel row, in output order (ow = iw*KW + kw): one 16-byte store where the pixels
+              // run along one output row and the address is aligned, two 8-byte ones (16-bit
+              // KW 2), else one packet (KW elements) per pixel.
 #pragma unroll
               for (int i2 = 0; i2 < 2; ++i2) {
-                const int cs = cs0 + kSlotsPerPass * i2;
+                int cs = rs + kSlotsPerPass * i2;
+                if constexpr (RKH != 0) cs = kxs_area_read_slot<kUnits>(rs, i2);
                 const uint4 w = *reinterpret_cast<const uint4*>(
                     buf + kxs_rstage_offset<kPB>(cs, 16 * ur));
                 const uint32_t bits[4] = {w.x, w.y, w.z, w.w};
-                const int64_t col = t_off[kColGroup * gc + 8 * (cs & 3) + kKPC * sb + (cs >> 2)];
+                const int64_t col = t_off[kxs_area_slot_col<kKH, RKW>(cs, kRowCB, gc, kKPC, sb)];
                 T* const d0 = out + (roff[mi][0] + col);
                 const uintptr_t a0 = reinterpret_cast<uintptr_t>(d0);
                 if (rrun[mi] && (a0 & 15) == 0) {
