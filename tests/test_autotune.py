@@ -38,26 +38,35 @@ def test_autotune_is_off_unless_cudnn_benchmark():
         assert not autotune.enabled()
 
 
-@pytest.mark.parametrize("head_to_head,expected", [((1.00, 1.10), "gemm_kxs"),
-                                                     ((1.00, 1.01), "aten"),
-                                                     ((1.20, 1.00), "aten")])
+@pytest.mark.parametrize("bursts,single,expected", [
+    ((1.00, 1.10), (1.00, 1.00), "gemm_kxs"),  # wins in bursts, ties one call at a time
+    ((1.00, 1.01), None, "aten"),              # burst win below the 3% margin
+    ((1.20, 1.00), None, "aten"),              # loses in bursts
+    ((1.00, 1.10), (1.05, 1.00), "aten"),      # wins in bursts, slower one call at a time
+])
 def test_pick_confirms_a_kernel_head_to_head_before_it_replaces_pytorch(
-        tmp_path, monkeypatch, head_to_head, expected):
-    """The first, all-candidate round says gemm_kxs is 20% faster; the head-to-head re-timing
-    decides (a kernel must still win by the 3% margin there)."""
+        tmp_path, monkeypatch, bursts, single, expected):
+    """The first, all-candidate round says gemm_kxs is 20% faster; the head-to-head re-timings
+    decide: the kernel must still win by the 3% margin in bursts, then be no slower one call
+    at a time (a single call per sample, not a burst)."""
     monkeypatch.setattr(autotune, "_CACHE", AutotuneCache(tmp_path / "a.json"))
     rounds = []
 
     def fake_timing(fns, warmup, reps):
-        rounds.append(len(fns))
+        calls.clear()
+        fns[0]()
+        rounds.append((len(fns), len(calls)))  # candidates, calls per sample of the first
         if len(rounds) == 1:  # gemm_kxs, gemm_phase:64x64, aten
             return [[1.0] * reps, [1.1] * reps, [1.2] * reps]
-        return [[head_to_head[0]] * reps, [head_to_head[1]] * reps]
+        times = bursts if len(rounds) == 2 else single
+        return [[times[0]] * reps, [times[1]] * reps]
 
     monkeypatch.setattr(autotune, "time_interleaved", fake_timing)
     calls = []
     best = autotune.pick("key", ("gemm_kxs", "gemm_phase:64x64", "aten"), calls.append)
-    assert best == expected and rounds == [3, 2]
+    burst = autotune._BURST
+    assert best == expected
+    assert rounds == [(3, burst), (2, burst)] + ([(2, 1)] if single else [])
     assert autotune.cache().choices["key"] == expected
 
 
