@@ -29,6 +29,9 @@ def test_demo_runs_and_passes():
     out = run("demo", "--batch", "4")
     assert out.returncode == 0, out.stderr
     assert "patched 4 ConvTranspose2d layers" in out.stdout and "PASS" in out.stdout
+    # The public API's report: every layer compared with float64 (BatchNorms folded).
+    assert "patched is as accurate as PyTorch against float64" in out.stdout
+    assert out.stdout.count("   ok ") >= 5, out.stdout  # 4 layers + the output, each "ok"
     if not torch.cuda.is_available():
         assert "CUDA is needed for the speedup" in out.stdout
 
