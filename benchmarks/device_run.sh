@@ -66,6 +66,23 @@ gpu_tests() {  # gpu_tests NAME SECONDS PYTEST-ARGS...: a -v log, summarised per
   tail -1 "$L/gpu-tests-$name.log"
 }
 
+# forced VARIANT MODES FORMATS ONLY [SECONDS [NEED]]: the layer benchmark with VARIANT forced on
+# the layers ONLY names (all when empty), within SECONDS (default 60), its rows printed (geomean
+# lines dropped); skipped when fewer than NEED seconds of the call's budget are left.
+forced() {
+  local tag="${1//:/_}_${2//,/-}_${3//,/-}" limit=${5:-60} need=${6:-0}
+  [ "$(left)" -lt "$need" ] && { echo "skipped forced $1 ($2; $3): no time left"; return; }
+  step "layer benchmark ($1 forced; $2; $3)"
+  timeout "$limit" python3 benchmarks/layers.py --variant "$1" --modes "$2" --formats "$3" \
+    ${4:+--only "$4"} --json "$OUT/forced_$tag.json" > "$L/forced_$tag.log" 2>&1
+  grep -vE "skipped|^layer |TFLOP/s|geomean" "$L/forced_$tag.log"
+}
+# The k == stride layers, and the k != stride layers the phase TMA kernel covers.
+kxs_layers="unet.up1,unet.up4,maskrcnn,yolov8seg"
+phase_layers="dcgan.g2,dcgan.g3,pix2pix.u2,cyclegan,simplebl,keypoint,vae,dilated,asym"
+# Names of a planner tuple (e.g. PHASE_TMA_CONFIGS), space-separated.
+planner_names() { python3 -c "from deconv_patch import planner; print(' '.join(planner.$1))"; }
+
 if [ "${PART:-1}" = 1 ] || [ "${PART:-}" = newtests ]; then
 if [ "${SCAN:-1}" = 1 ]; then
 step "fp32-strict (3xTF32) error by reduction depth"
@@ -90,20 +107,12 @@ fi
 if [ "${PART:-}" = new ]; then
 # The session-4 variants and the 3xTF32 fp32-strict mode, each forced on the layers it covers:
 # the numbers behind the planner's rules for them.
-forced() {  # forced VARIANT MODES FORMATS [ONLY]
-  local tag="${1/:/_}_${2//,/-}_${3//,/-}"
-  step "layer benchmark ($1 forced; $2; $3)"
-  timeout 240 python3 benchmarks/layers.py --variant "$1" --modes "$2" --formats "$3" ${4:+--only "$4"} \
-    --json "$OUT/forced_$tag.json" > "$L/forced_$tag.log" 2>&1
-  grep -vE "skipped|^layer |TFLOP/s" "$L/forced_$tag.log"
-}
-kxs_layers="unet.up1,unet.up4,maskrcnn,yolov8seg"
-forced gemm_kxs:tap_major tf32,bf16,fp16 nhwc "$kxs_layers"
-forced gemm_kxs fp32 nchw,nhwc "$kxs_layers"
-forced gemm_kxs:tap_major fp32 nhwc "$kxs_layers"
-forced gemm_phase fp32 nchw,nhwc "dcgan.g2,dcgan.g3,pix2pix,simplebl,vae,cyclegan"
-forced grouped tf32,bf16 nchw,nhwc "depthwise,grouped,fcn8s"
-forced gemm_phase_sm90 bf16,fp16 nchw,nhwc "dcgan,pix2pix,simplebl,vae,cyclegan,dilated,asym"
+forced gemm_kxs:tap_major tf32,bf16,fp16 nhwc "$kxs_layers" 240
+forced gemm_kxs fp32 nchw,nhwc "$kxs_layers" 240
+forced gemm_kxs:tap_major fp32 nhwc "$kxs_layers" 240
+forced gemm_phase fp32 nchw,nhwc "dcgan.g2,dcgan.g3,pix2pix,simplebl,vae,cyclegan" 240
+forced grouped tf32,bf16 nchw,nhwc "depthwise,grouped,fcn8s" 240
+forced gemm_phase_sm90 bf16,fp16 nchw,nhwc "dcgan,pix2pix,simplebl,vae,cyclegan,dilated,asym" 240
 fi
 
 if [ "${PART:-}" = kxs_sm90 ]; then
@@ -112,19 +121,15 @@ gpu_tests kxs_sm90-128x128s6 90 -x -k "128x128s6 and not 128x128s6pp" tests/test
 gpu_tests kxs_sm90-128x256s4 90 -x -k "128x256s4" tests/test_gpu_kxs_sm90.py
 gpu_tests kxs_sm90-128x128s6pp 90 -x -k "128x128s6pp" tests/test_gpu_kxs_sm90.py
 gpu_tests kxs_sm90-default 120 -k "not 128x" tests/test_gpu_kxs_sm90.py
-for cfg in 128x128s6 128x256s4 128x128s6pp; do
-  step "layer benchmark (gemm_kxs_sm90:$cfg forced; bf16,fp16,tf32; nhwc,nchw)"
-  timeout 100 python3 benchmarks/layers.py --variant "gemm_kxs_sm90:$cfg" --modes bf16,fp16,tf32 \
-    --formats nhwc,nchw --only "unet.up1,unet.up4,maskrcnn,yolov8seg" \
-    --json "$OUT/forced_kxs_sm90_$cfg.json" > "$L/forced_kxs_sm90_$cfg.log" 2>&1
-  grep -vE "skipped|^layer |TFLOP/s" "$L/forced_kxs_sm90_$cfg.log" | grep -v geomean
+for v in $(planner_names KXS_SM90_CONFIGS); do
+  forced "$v" bf16,fp16,tf32 nhwc,nchw "$kxs_layers" 100
 done
 fi
 
 if [ "${PART:-}" = phase_tma ]; then
 # Config 0 first, each config's sweep under its own limit (a hung config cannot eat the call),
 # then the 3xTF32 error scan, then gemm_kxs_sm90's tests (its NCHW paths).
-for cfg in $(python3 -c "from deconv_patch import planner; print(' '.join(c.split(':')[1] for c in planner.PHASE_TMA_CONFIGS))"); do
+for cfg in $(planner_names PHASE_TMA_CONFIGS | sed 's/[^ ]*://g'); do
   gpu_tests "phase_tma-$cfg" 75 -x -k "$cfg and not ${cfg}pp" tests/test_gpu_phase_tma.py
 done
 gpu_tests phase_tma-default 90 -k "not 128x" tests/test_gpu_phase_tma.py
@@ -141,13 +146,8 @@ gpu_tests phase_tma-strict 150 -k "strict" tests/test_gpu_phase_tma.py
 step "fp32-strict (3xTF32) error of gemm_phase_tma by reduction depth"
 timeout 90 python3 benchmarks/strict_error_scan.py --cases 400 --variants gemm_phase_tma 2>&1 \
   | tee "$L/strict-scan-phase-tma.log"
-for v in $(python3 -c "from deconv_patch import planner; print(' '.join(planner.PHASE_TMA_CONFIGS))"); do
-  [ "$(left)" -lt 150 ] && { echo "skipped forced $v: no time left"; continue; }
-  step "layer benchmark ($v forced; fp32 strict; nhwc,nchw)"
-  timeout 60 python3 benchmarks/layers.py --variant "$v" --modes fp32 --formats nhwc,nchw \
-    --only "dcgan.g2,dcgan.g3,pix2pix.u2,cyclegan,simplebl,keypoint,vae,dilated,asym" \
-    --json "$OUT/forced_${v/:/_}.json" > "$L/forced_${v/:/_}.log" 2>&1
-  grep -vE "skipped|^layer |TFLOP/s" "$L/forced_${v/:/_}.log" | grep -v geomean
+for v in $(planner_names PHASE_TMA_CONFIGS); do
+  forced "$v" fp32 nhwc,nchw "$phase_layers" 60 150
 done
 step "layer benchmark (planner's choice, --quick, fp32 strict and bf16)"
 timeout $(( $(left) - 15 )) python3 benchmarks/layers.py --quick --modes fp32,bf16 \
@@ -189,17 +189,12 @@ if [ "${PART:-}" = area ]; then
 # gemm_kxs_sm90's kernel-area configs (NCHW output tiles holding every tap of their channels):
 # their sweeps per config, the other configs' tests (same kernel file), then each forced beside
 # its base config on the NCHW k == stride rows, then ncu's L2 write sectors on Mask R-CNN.
-for v in $(python3 -c "from deconv_patch import planner; print(' '.join(c.split(':')[1] for c in planner.KXS_SM90_AREA_CONFIGS))"); do
+for v in $(planner_names KXS_SM90_AREA_CONFIGS | sed 's/[^ ]*://g'); do
   gpu_tests "kxs_sm90-$v" 60 -x -k "$v" tests/test_gpu_kxs_sm90.py
 done
 gpu_tests kxs_sm90-others 100 -k "not area" tests/test_gpu_kxs_sm90.py
 for cfg in 128x256s4 128x256s4area 128x128s6pp 128x128s6pparea; do
-  [ "$(left)" -lt 100 ] && { echo "skipped forced $cfg: no time left"; continue; }
-  step "layer benchmark (gemm_kxs_sm90:$cfg forced; bf16,tf32; nchw)"
-  timeout 60 python3 benchmarks/layers.py --variant "gemm_kxs_sm90:$cfg" --modes bf16,tf32 \
-    --formats nchw --only "unet.up1,unet.up4,maskrcnn,yolov8seg" \
-    --json "$OUT/forced_kxs_sm90_$cfg.json" > "$L/forced_kxs_sm90_$cfg.log" 2>&1
-  grep -vE "skipped|^layer |TFLOP/s" "$L/forced_kxs_sm90_$cfg.log" | grep -v geomean
+  forced "gemm_kxs_sm90:$cfg" bf16,tf32 nchw "$kxs_layers" 60 100
 done
 for cfg in 128x256s4 128x256s4area; do
   [ "$(left)" -lt 45 ] && { echo "skipped ncu $cfg: no time left"; continue; }
@@ -214,21 +209,12 @@ fi
 
 if [ "${PART:-}" = phase_tma_bench ]; then
 if [ -n "${KXS_NCHW:-}" ]; then
-for cfg in 128x128s6 128x256s4 128x128s6pp; do
-  step "layer benchmark (gemm_kxs_sm90:$cfg forced; bf16,tf32; nchw)"
-  timeout 60 python3 benchmarks/layers.py --variant "gemm_kxs_sm90:$cfg" --modes bf16,tf32 \
-    --formats nchw --only "unet.up1,unet.up4,maskrcnn,yolov8seg" \
-    --json "$OUT/forced_kxs_sm90_$cfg.json" > "$L/forced_kxs_sm90_$cfg.log" 2>&1
-  grep -vE "skipped|^layer |TFLOP/s" "$L/forced_kxs_sm90_$cfg.log" | grep -v geomean
+for v in $(planner_names KXS_SM90_CONFIGS); do
+  forced "$v" bf16,tf32 nchw "$kxs_layers"
 done
 fi
-for v in gemm_phase_tma $(python3 -c "from deconv_patch import planner; print(' '.join(planner.PHASE_TMA_CONFIGS))"); do
-  [ "$(left)" -lt 70 ] && { echo "skipped forced $v: no time left"; continue; }
-  step "layer benchmark ($v forced; bf16,tf32,fp32; nhwc,nchw)"
-  timeout 60 python3 benchmarks/layers.py --variant "$v" --modes bf16,tf32,fp32 \
-    --formats nhwc,nchw --only "dcgan.g2,dcgan.g3,pix2pix.u2,cyclegan,simplebl,keypoint,vae,dilated,asym" \
-    --json "$OUT/forced_${v/:/_}.json" > "$L/forced_${v/:/_}.log" 2>&1
-  grep -vE "skipped|^layer |TFLOP/s" "$L/forced_${v/:/_}.log" | grep -v geomean
+for v in gemm_phase_tma $(planner_names PHASE_TMA_CONFIGS); do
+  forced "$v" bf16,tf32,fp32 nhwc,nchw "$phase_layers" 60 70
 done
 fi
 
