@@ -89,10 +89,11 @@ def test_gemm_kxs_sm90_area_sweep(variant, seed):
     check_variant(variant, seed + 93_000, _area_case)
 
 
-@pytest.mark.parametrize("seed", range(12))
-def test_gemm_kxs_sm90_area_epilogue_sweep(seed):
+@pytest.mark.parametrize("variant", planner.KXS_SM90_AREA_CONFIGS)
+@pytest.mark.parametrize("seed", range(6))
+def test_gemm_kxs_sm90_area_epilogue_sweep(variant, seed):
     _needs_sm90()
-    check_epilogue(planner.KXS_SM90_AREA_CONFIGS[seed % 3], _area_case(seed + 94_000), seed)
+    check_epilogue(variant, _area_case(seed + 94_000), seed)
 
 
 def test_gemm_kxs_sm90_configs_match_the_extension():
