@@ -206,25 +206,31 @@ def plan_layer(device: torch.device, dtype: torch.dtype, kernel_hw: Sequence[int
                args: ConvTransposeArgs, channels: Optional[Tuple[int, int]] = None) -> Plan:
     """The variant for a layer's hyperparameters on a device/dtype (input-size independent).
 
-    `channels` = (in, out) channels per group; when given, gemm_phase is ruled out below
-    16 of either (its tensor-core tiles would be mostly padding), grouped layers with few
-    channels per group get the grouped kernel, and fp32 without TF32 may use 3xTF32."""
+    `channels` = (in, out) channels per group; when given, the stride-phase GEMMs are ruled
+    out below 16 input channels (a k step of their tensor-core tiles would be mostly padding)
+    and are no default below 16 output channels (only an autotune candidate there), grouped
+    layers with few channels per group get the grouped kernel, and fp32 without TF32 may use
+    3xTF32."""
     chosen = _plan_layer(device, dtype, kernel_hw, args, channels)
     phase_listed = PHASE_CONFIGS[0] in chosen.candidates or \
         PHASE_TMA_CONFIGS[0] in chosen.candidates
     if channels is None or min(channels) >= _MIN_PHASE_CHANNELS or not phase_listed or \
             _forced_variant.get() is not None:
         return chosen
-    return _without_phase(chosen, f"{channels[0]} in / {channels[1]} out channels per group: "
-                          "too few for tensor-core tiles")
+    why = f"{channels[0]} in / {channels[1]} out channels per group: too few for tensor-core tiles"
+    # Few output channels pad the n tile only (3 of 32 columns for DCGAN's 64 > 3 output layer),
+    # while cuDNN runs such layers 20-80x above the roofline floor (docs/perf-notes.md, version
+    # 1): autotune times the phase GEMMs there, but they are never the untimed default.
+    return _without_phase(chosen, why, keep_candidates=channels[0] >= _MIN_PHASE_CHANNELS)
 
 
-def _without_phase(chosen: Plan, why: str) -> Plan:
+def _without_phase(chosen: Plan, why: str, keep_candidates: bool = False) -> Plan:
     """`chosen` with the stride-phase GEMMs (gemm_phase, gemm_phase_sm90, gemm_phase_tma) ruled
-    out: gone from the candidates and, if it was the choice, replaced by direct where that is a
-    candidate (PyTorch cannot use cuDNN) else PyTorch."""
-    rest = tuple(v for v in chosen.candidates
-                 if v not in PHASE_CONFIGS + SM90_CONFIGS + PHASE_TMA_CONFIGS)
+    out: gone from the candidates (unless keep_candidates) and, if one was the choice, replaced
+    by direct where that is a candidate (PyTorch cannot use cuDNN) else PyTorch."""
+    phase = PHASE_CONFIGS + SM90_CONFIGS + PHASE_TMA_CONFIGS
+    rest = chosen.candidates if keep_candidates else \
+        tuple(v for v in chosen.candidates if v not in phase)
     if chosen.variant not in (GEMM_PHASE, GEMM_PHASE_TMA):
         return Plan(chosen.variant, chosen.reason, candidates=rest)
     fallback = DIRECT if DIRECT in rest else ATEN

@@ -134,12 +134,30 @@ def test_wgmma_configs_are_16_bit_autotune_candidates_on_sm90_only(capability):
 
 
 def test_few_channels_rule_out_every_phase_config(capability):
-    """Below 16 channels per group gemm_phase (and its wgmma twin) would be mostly padding."""
+    """Below 16 input channels per group a k step of gemm_phase (and its wgmma twins) would be
+    mostly padding."""
     args = ConvTransposeArgs.from_values(stride=1, output_padding=1, dilation=2)
     chosen = _plan(torch.bfloat16, (3, 3), args, (8, 4))
     assert chosen.variant == planner.DIRECT
     assert not set(chosen.candidates) & set(planner.PHASE_CONFIGS + planner.SM90_CONFIGS +
                                             planner.PHASE_TMA_CONFIGS)
+
+
+def test_few_output_channels_keep_the_phase_gemms_as_autotune_candidates_only(capability):
+    """DCGAN's 64 > 3 output layer: 16+ input channels fill the k steps, 3 output channels pad
+    the n tile: autotune may time the phase GEMMs, but the untimed default stays cuDNN (or the
+    direct kernel where cuDNN cannot run)."""
+    phase = set(planner.PHASE_CONFIGS)
+    hopper = set(planner.SM90_CONFIGS + planner.PHASE_TMA_CONFIGS)
+    k4s2 = ConvTransposeArgs.from_values(stride=2, padding=1)
+    few = _plan(torch.bfloat16, (4, 4), k4s2, (64, 3))
+    assert few.variant == planner.ATEN and "too few" not in few.reason
+    assert phase <= set(few.candidates) and planner.GROUPED in few.candidates
+    assert (hopper <= set(few.candidates)) == (capability == (9, 0))
+    no_cudnn = ConvTransposeArgs.from_values(stride=1, output_padding=1, dilation=2)
+    chosen = _plan(torch.bfloat16, (3, 3), no_cudnn, (64, 3))
+    assert chosen.variant == planner.DIRECT and "too few" in chosen.reason
+    assert phase <= set(chosen.candidates)
 
 
 def test_may_use_kernel_follows_the_grouped_and_3xtf32_rules():
