@@ -4,7 +4,8 @@ Variants today:
   * ``gemm_kxs`` - kernel == stride, padding 0, dilation 1 (U-Net, Mask R-CNN, YOLO-seg
     up-convs): one tensor-core GEMM per group whose epilogue scatters into the output;
     fp16/bf16, and fp32 through TF32 when torch.backends.cudnn.allow_tf32 is True;
-  * ``gemm_phase`` - any other layer with >= 16 channels per group: the output split into its
+  * ``gemm_phase`` - any other layer with >= 16 input channels per group (the default only with
+    >= 16 output channels too): the output split into its
     stride phases, each a dense implicit GEMM over only the taps that land on it, on tensor
     cores (fp16/bf16, TF32 for fp32 when allowed); weights pre-packed once per weight version;
     four tile configs ("gemm_phase:128x128", ...). Runs where autotune timed it faster than
