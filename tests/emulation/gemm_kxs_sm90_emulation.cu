@@ -20,8 +20,10 @@
 //     kernel row of the (channel, pixels) it stores at all (the sector-completing order);
 //   * the global stores (vector / packet / element, as the kernel picks them by run and
 //     alignment): every output element written exactly once, with the float64 value.
-// The tap-major and kh-row store loops are mirrored here (their index functions are shared);
-// the kernel-area store calls the kernel's functions for every index it computes.
+// The tap-major and kh-row store loops are mirrored here with their own slot / column formulas
+// (the kernel runs kh-row tiles through the kernel-area store with one kernel row, so this is an
+// independent check of that); the kernel-area store calls the kernel's functions for every index
+// it computes.
 //
 // Not covered: the register (channels_last output) path, the pipeline (ring, barriers, TMA and
 // wgmma themselves), rounding (values stay float64), timing. tests/test_gpu_kxs_sm90.py covers
