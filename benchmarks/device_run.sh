@@ -258,5 +258,6 @@ fi
 step summary
 for f in "$L"/gpu-tests-*.log; do [ -f "$f" ] && echo "$(basename "$f" .log): $(tail -1 "$f")"; done
 [ -f "$L/layers.log" ] && grep -E "geomean|slowest" "$L/layers.log"
+[ -f "$L/demo.log" ] && grep -E "^\[|end-to-end|^result" "$L/demo.log"
 tar -czf "$OUT/logs.tgz" -C "$OUT" logs $( [ -d "$OUT/reports" ] && echo reports ) && rm -rf "$L"
 [ -d "$OUT/reports" ] && rm -rf "$OUT/reports"
