@@ -16,7 +16,7 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Dict, Optional
 
 import pytest
 
@@ -80,14 +80,16 @@ class Build:
     error: str = ""  # the compiler's command and output when the build failed
 
 
-_BUILDS: dict[str, Build] = {}
+@pytest.fixture(scope="session")
+def emulator_build(tmp_path_factory) -> Callable[[str], Build]:
+    """build(name): emulator `name`, compiled on first use and kept for the session."""
+    builds: Dict[str, Build] = {}
 
-
-def _build(name: str, tmp_path_factory) -> Build:
-    """Builds emulator `name` once per session (later calls return the first result)."""
-    if name not in _BUILDS:
-        _BUILDS[name] = _compile(name, tmp_path_factory)
-    return _BUILDS[name]
+    def build(name: str) -> Build:
+        if name not in builds:
+            builds[name] = _compile(name, tmp_path_factory)
+        return builds[name]
+    return build
 
 
 def _compile(name: str, tmp_path_factory) -> Build:
@@ -112,8 +114,8 @@ def _compile(name: str, tmp_path_factory) -> Build:
 
 
 @pytest.mark.parametrize("name,mode", CASES)
-def test_kernel_emulation(name: str, mode: str, tmp_path_factory):
-    emulator = _build(name, tmp_path_factory)
+def test_kernel_emulation(name: str, mode: str, emulator_build: Callable[[str], Build]):
+    emulator = emulator_build(name)
     if emulator.binary is None:
         pytest.fail(f"building the {name} emulator failed:\n{emulator.error}", pytrace=False)
     try:
