@@ -28,9 +28,10 @@
 #   PART=probe                               # build + host-overhead table + ncu counters of
 #                                            # Mask R-CNN's layer (NCHW vs NHWC)
 #   PART=area                                # build + gemm_kxs_sm90's kernel-area configs:
-#                                            # their sweeps, the other configs' tests, each
-#                                            # forced on the NCHW k == stride rows, ncu L2
-#                                            # write sectors of Mask R-CNN's layer
+#                                            # their tests, each forced on the NCHW k ==
+#                                            # stride rows, ncu L2 write sectors of Mask
+#                                            # R-CNN's layer, then (time left) the other
+#                                            # configs' tests
 #   LAYERS_ONLY=1                            # with PART=2: the layer benchmark only
 #   BUDGET=450                               # seconds this call may take (default 570)
 #   SANITIZE=1                               # with PART=1: compute-sanitizer memcheck on a
