@@ -22,7 +22,9 @@ Variants today:
     compute capability 9.0 only: an autotune candidate for 16-bit layers;
   * ``gemm_kxs_sm90`` - gemm_kxs as a persistent, warp-specialised TMA + wgmma GEMM (sm_90a,
     compute capability 9.0, 16-bit or TF32, groups 1, no output_padding): the choice for
-    channels_last input there (config 128x128s6pp), an autotune candidate otherwise;
+    channels_last input there (config 128x128s6pp) and for dense 16-bit NCHW input (config
+    128x256s4area: its "kernel-area" tiles store each channel's NCHW output rows as one run),
+    an autotune candidate otherwise (the area configs wherever the output is NCHW);
   * ``gemm_phase_tma`` - the stride-phase GEMM in that design (any layer; 16-bit, TF32 and
     3xTF32): an autotune candidate on Hopper, and the choice there for fp32 without TF32.
 fp32 without TF32 runs 3xTF32 on gemm_kxs and, on Hopper, gemm_phase_tma (x = hi + lo, three TF32
@@ -79,13 +81,18 @@ KXS_SM90_CONFIGS = tuple(f"{GEMM_KXS_SM90}:{t}" for t in ("128x256s4", "128x128s
                                                            "128x128s6pp"))
 # gemm_kxs_sm90's kernel-area configs (the kernel's configs 3-5: configs 0-2 whose tiles for
 # NCHW output hold all KH*KW taps of their channels, so each channel's output rows are stored
-# as one run; elsewhere they run as configs 0-2). Forced only (`use_variant`), never an autotune
-# candidate, until the GPU tests and the layer benchmark have run them (docs/perf-notes.md).
+# as one run; elsewhere they run as configs 0-2). They stand in for configs 0-2 wherever the
+# output is NCHW (kxs_sm90_for_output): forced on the suite's NCHW k == stride rows (H100,
+# docs/perf-notes.md version 12) each one tied or beat its base config, by up to 1.5x.
 KXS_SM90_AREA_CONFIGS = tuple(f"{GEMM_KXS_SM90}:{t}area" for t in ("128x256s4", "128x128s6",
                                                                      "128x128s6pp"))
-# The config the planner runs by default (fastest forced on the suite's layers, H100), for
-# channels_last input and for dense 16-bit NCHW input (read in place as an MN-major operand).
+# The config the planner runs by default for channels_last input (fastest forced on the suite's
+# layers, H100).
 KXS_SM90_WINNER = KXS_SM90_CONFIGS[2]
+# ... and for dense 16-bit NCHW input (read in place as an MN-major operand) with NCHW output:
+# 128x256s4area was the fastest config on all 8 such rows (bf16 and TF32; docs/perf-notes.md
+# version 12), Mask R-CNN's mask head 1.87x -> 2.21x cuDNN.
+KXS_SM90_NCHW_WINNER = KXS_SM90_AREA_CONFIGS[0]
 # gemm_phase_tma's configs, in the kernel's order (the extension's gemm_phase_tma_config_names):
 # tile m x n, ring stages, "pp" = ping-pong consumer warpgroups.
 PHASE_TMA_CONFIGS = tuple(f"{GEMM_PHASE_TMA}:{t}" for t in ("128x128s6pp", "128x128s6",
@@ -367,24 +374,28 @@ def plan(input: torch.Tensor, weight: torch.Tensor, args: ConvTransposeArgs) -> 
                         (weight.shape[0] // args.groups, weight.shape[1]))
     if chosen.variant == GEMM_KXS and _forced_variant.get() is None:
         x = input if input.dim() == 4 else input.unsqueeze(0)
-        if KXS_SM90_WINNER in chosen.candidates and is_channels_last(x) and \
+        out_hw = args.output_hw(x.shape[-2:], weight.shape[-2:])
+        nhwc_out = cuda_output_channels_last(
+            x, weight, args, weight.shape[1] * args.groups * out_hw[0] * out_hw[1])
+        sm90 = KXS_SM90_WINNER in chosen.candidates
+        chosen = kxs_sm90_for_output(chosen, nhwc_out)
+        if sm90 and is_channels_last(x) and \
                 x.shape[1] % (4 if x.dtype == torch.float32 else 8) == 0 and x.shape[0] > 0:
             # Measured on the H100 (docs/perf-notes.md, forced): 2.1-4.4x cuDNN on the suite's
             # channels_last 16-bit k == stride layers (tap-major mma.sync: 1.6-2.8x), at every
             # size and K; its weight is packed, so any weight layout.
             return Plan(KXS_SM90_WINNER, chosen.reason + "; Hopper TMA + wgmma kernel for "
                         "channels_last input", candidates=chosen.candidates)
-        if KXS_SM90_WINNER in chosen.candidates and x.dtype != torch.float32 and \
+        if sm90 and x.dtype != torch.float32 and \
                 x.is_contiguous() and x.shape[1] % 8 == 0 and \
                 (x.shape[2] * x.shape[3]) % 8 == 0 and x.shape[0] > 0:
             # Measured on the H100 (docs/perf-notes.md, forced, bf16 NCHW): 2.3-5.1x cuDNN on
             # U-Net up1/up4 and YOLOv8-seg's proto (mma.sync gemm_kxs: 1.3-3.5x). H*W % 8: the
             # MN-major TMA view's channel stride must be a multiple of 16 bytes.
-            return Plan(KXS_SM90_WINNER, chosen.reason + "; Hopper TMA + wgmma kernel "
-                        "reading NCHW input in place", candidates=chosen.candidates)
-        out_hw = args.output_hw(x.shape[-2:], weight.shape[-2:])
-        if cuda_output_channels_last(x, weight, args,
-                                     weight.shape[1] * args.groups * out_hw[0] * out_hw[1]):
+            winner = KXS_SM90_WINNER if nhwc_out else KXS_SM90_NCHW_WINNER
+            return Plan(winner, chosen.reason + "; Hopper TMA + wgmma kernel reading NCHW "
+                        "input in place", candidates=chosen.candidates)
+        if nhwc_out:
             # channels_last output: tap-major columns store 16 bytes of channels at a time
             # (H100: U-Net up4 bf16 NHWC 1.9x -> 2.8x cuDNN, Mask R-CNN 1.2x -> 1.6x).
             chosen = Plan(KXS_TAP_MAJOR, chosen.reason + "; tap-major for channels_last output",
@@ -412,6 +423,18 @@ def plan(input: torch.Tensor, weight: torch.Tensor, args: ConvTransposeArgs) -> 
             return _without_phase(chosen, "a tensor reaches 2^31 elements (gemm_phase indexes "
                                   "with 32 bits)")
     return chosen
+
+
+def kxs_sm90_for_output(chosen: Plan, nhwc_out: bool) -> Plan:
+    """`chosen` with gemm_kxs_sm90's configs 0-2 swapped for their kernel-area twins (3-5) when
+    the output is NCHW (`nhwc_out` False): there the twins store whole runs of each channel's
+    output rows and were never slower (H100); for channels_last output they are the same
+    machine code as 0-2, so timing both would only double autotune's work."""
+    if nhwc_out:
+        return chosen
+    twin = dict(zip(KXS_SM90_CONFIGS, KXS_SM90_AREA_CONFIGS))
+    return Plan(twin.get(chosen.variant, chosen.variant), chosen.reason, chosen.fallback,
+                tuple(twin.get(v, v) for v in chosen.candidates))
 
 
 def _phase_offsets_fit(input: torch.Tensor, weight: torch.Tensor, args: ConvTransposeArgs

@@ -136,9 +136,10 @@ def test_planner_picks_gemm_kxs_for_kernel_equal_stride():
     x = torch.randn(8, 128, 160, 128, device="cuda", dtype=torch.bfloat16)  # 80 MiB output
     w = torch.randn(128, 64, 2, 2, device="cuda", dtype=torch.bfloat16)
     on_sm90 = torch.cuda.get_device_capability() == (9, 0)
-    # dense 16-bit NCHW: the TMA + wgmma kernel reads it in place on Hopper
+    # dense 16-bit NCHW: the TMA + wgmma kernel reads it in place on Hopper (kernel-area tiles
+    # for the NCHW output)
     assert planner.plan(x, w, ConvTransposeArgs.from_values(stride=2)).variant == (
-        planner.KXS_SM90_WINNER if on_sm90 else "gemm_kxs")
+        planner.KXS_SM90_NCHW_WINNER if on_sm90 else "gemm_kxs")
     assert planner.plan(x[:, :, :, :127], w, ConvTransposeArgs.from_values(stride=2)).variant \
         == "gemm_kxs"  # a view, not dense NCHW
     small = planner.plan(x[:1, :, :16, :16], w, ConvTransposeArgs.from_values(stride=2))

@@ -124,13 +124,20 @@ def test_planner_lists_it_for_16_bit_and_tf32_k_equal_stride_layers_on_sm90():
     w = torch.randn(128, 64, 2, 2, device="cuda", dtype=torch.bfloat16)
     chosen = planner.plan(x, w, ConvTransposeArgs.from_values(2))
     on_sm90 = torch.cuda.get_device_capability() == (9, 0)
-    assert (set(planner.KXS_SM90_CONFIGS) <= set(chosen.candidates)) == on_sm90
+    # NCHW output: the kernel-area configs stand in for configs 0-2; channels_last: 0-2
+    assert (set(planner.KXS_SM90_AREA_CONFIGS) <= set(chosen.candidates)) == on_sm90
+    assert not set(planner.KXS_SM90_CONFIGS) & set(chosen.candidates)
+    nhwc = planner.plan(x.contiguous(memory_format=torch.channels_last), w,
+                        ConvTransposeArgs.from_values(2))
+    assert (set(planner.KXS_SM90_CONFIGS) <= set(nhwc.candidates)) == on_sm90
+    assert not set(planner.KXS_SM90_AREA_CONFIGS) & set(nhwc.candidates)
     with torch.backends.cudnn.flags(enabled=True, allow_tf32=True):
         tf32 = planner.plan(x.float(), w.float(), ConvTransposeArgs.from_values(2))
-    assert (set(planner.KXS_SM90_CONFIGS) <= set(tf32.candidates)) == on_sm90
+    assert (set(planner.KXS_SM90_AREA_CONFIGS) <= set(tf32.candidates)) == on_sm90
     with torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
         strict = planner.plan(x.float(), w.float(), ConvTransposeArgs.from_values(2))
-        assert not set(planner.KXS_SM90_CONFIGS) & set(strict.candidates)
+        assert not set(planner.KXS_SM90_CONFIGS + planner.KXS_SM90_AREA_CONFIGS) & \
+            set(strict.candidates)
         with pytest.raises(RuntimeError, match="does not support"):
             run_variant(planner.GEMM_KXS_SM90, x.float(), w.float(), None,
                         ConvTransposeArgs.from_values(2))

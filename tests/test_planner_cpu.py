@@ -47,17 +47,34 @@ def test_k_equal_stride_layers_gemm_kxs_sm90_cannot_run_list_gemm_phase_tma(capa
             assert has_tma == (capability == (9, 0))
 
 
-def test_kernel_area_configs_are_forced_only(capability):
-    """gemm_kxs_sm90's kernel-area configs are the kernel's configs 3-5 and can be forced, but
-    autotune never times them (not yet run on a GPU)."""
+def test_kernel_area_configs_stand_in_for_their_base_configs_on_nchw_output(capability):
+    """gemm_kxs_sm90's kernel-area configs are the kernel's configs 3-5. The layout-free plan
+    lists configs 0-2; for NCHW output each is swapped for its area twin (the choice too), for
+    channels_last output nothing changes (there the twins are the same machine code)."""
     assert [planner.split_variant(v) for v in planner.KXS_SM90_AREA_CONFIGS] == \
         [(planner.GEMM_KXS_SM90, 3 + i) for i in range(3)]
     assert all(planner.is_variant(v) for v in planner.KXS_SM90_AREA_CONFIGS)
+    assert planner.KXS_SM90_NCHW_WINNER in planner.KXS_SM90_AREA_CONFIGS
     for kernel in ((2, 2), (2, 4)):
         args = ConvTransposeArgs.from_values(stride=kernel)
         for dtype in (torch.bfloat16, torch.float16, torch.float32):
             chosen = _plan(dtype, kernel, args, (256, 256))
             assert not set(planner.KXS_SM90_AREA_CONFIGS) & set(chosen.candidates)
+            assert planner.kxs_sm90_for_output(chosen, nhwc_out=True) == chosen
+            nchw = planner.kxs_sm90_for_output(chosen, nhwc_out=False)
+            base = [v for v in chosen.candidates if v in planner.KXS_SM90_CONFIGS]
+            assert len(base) == (3 if capability == (9, 0) else 0)
+            assert not set(planner.KXS_SM90_CONFIGS) & set(nchw.candidates)
+            assert [v for v in nchw.candidates if v in planner.KXS_SM90_AREA_CONFIGS] == \
+                [planner.KXS_SM90_AREA_CONFIGS[planner.KXS_SM90_CONFIGS.index(v)] for v in base]
+            others = [v for v in chosen.candidates if v not in base]
+            assert [v for v in nchw.candidates if v not in planner.KXS_SM90_AREA_CONFIGS] == \
+                others
+            assert (nchw.variant, nchw.reason) == (chosen.variant, chosen.reason)
+    forced = planner.Plan(planner.KXS_SM90_CONFIGS[1], "why", candidates=planner.KXS_SM90_CONFIGS)
+    twin = planner.kxs_sm90_for_output(forced, nhwc_out=False)
+    assert twin.variant == planner.KXS_SM90_AREA_CONFIGS[1]
+    assert twin.candidates == planner.KXS_SM90_AREA_CONFIGS
 
 
 @pytest.mark.parametrize("cin_g,expected", [(planner.MIN_3XTF32_DEPTH, planner.GEMM_KXS),
