@@ -786,8 +786,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       unsigned char* const my_staging = smem + Cfg::kStagingOffset + cw * 2 * kStageChunkBytes;
       // Values exactly as in the other paths: same epilogue expression and rounding; the
       // channel's (mul, add) are those of its first column (all taps share the channel).
-      auto store_rows = [&](auto no_act) {
-        constexpr bool kNoAct = decltype(no_act)::value;
+      auto store_rows = [&](auto act_c) {
+        constexpr Activation kAct = decltype(act_c)::value;
 #pragma unroll
         for (int gc = 0; gc < kGroups; ++gc) {
           // Uniform over the warpgroup. Cout % 32 == 0: a group is wholly below Cout or wholly
@@ -816,11 +816,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                       // kxs_area_b0).
                       const float a =
                           acc[mi][kxs_acc_index((kh * RKW + kw) * kGroups + gc, h, kKPC * sb + kk)];
-                      if constexpr (kNoAct) {
-                        v[kw] = fmaf(a, mul, add);
-                      } else {
-                        v[kw] = apply_epilogue(a, ChannelAffine{mul, add}, p.epi);
-                      }
+                      v[kw] = epilogue_value<kAct>(a, mul, add, p.epi.negative_slope);
                     }
                     const int off = kxs_rstage_offset<kPB>(kxs_area_slot<kKH>(q, kk, kh),
                                                            (16 * wv + rq + 8 * h) * kPB);
@@ -876,11 +872,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           }
         }
       };
-      if (p.epi.activation == Activation::kNone) {
-        store_rows(std::true_type{});
-      } else {
-        store_rows(std::false_type{});
-      }
+      dispatch_activation(p.epi.activation, store_rows);
     } else if constexpr (STAGED) {
       // ---- Staged store (see the top). ----
       // This thread stores staging row sr of every chunk (tile row 64 * half + sr), 16-byte units
@@ -912,8 +904,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       unsigned char* const my_staging = smem + Cfg::kStagingOffset + cw * 2 * kStageChunkBytes;
       // The values are exactly the register path's: same epilogue expression, same rounding
       // (pack2 / fp32 as is); only the route to global memory differs.
-      auto store_staged = [&](auto no_act) {
-        constexpr bool kNoAct = decltype(no_act)::value;
+      auto store_staged = [&](auto act_c) {
+        constexpr Activation kAct = decltype(act_c)::value;
 #pragma unroll
         for (int g = 0; g < BN / kColGroup; ++g) {
           // Uniform over the warpgroup, as the barriers below need (later groups are past NC too).
@@ -932,11 +924,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
               for (int k = 0; k < 8; ++k) {
                 const float a = acc[mi][kxs_acc_index(g, h, k)];
-                if constexpr (kNoAct) {
-                  v[h][k] = fmaf(a, mul[k], add[k]);
-                } else {
-                  v[h][k] = apply_epilogue(a, ChannelAffine{mul[k], add[k]}, p.epi);
-                }
+                v[h][k] = epilogue_value<kAct>(a, mul[k], add[k], p.epi.negative_slope);
               }
             }
 #pragma unroll
@@ -992,11 +980,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           }
         }
       };
-      if (p.epi.activation == Activation::kNone) {
-        store_staged(std::true_type{});
-      } else {
-        store_staged(std::false_type{});
-      }
+      dispatch_activation(p.epi.activation, store_staged);
     } else {
       int64_t row_off[MI][2];
       bool row_ok[MI][2];
@@ -1010,10 +994,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
       }
 
-      // kNone: fmaf(acc, mul, add) is exactly apply_epilogue's result (without scale, mul == 1
-      // and fmaf(acc, 1, add) rounds acc + add once, as the unfused sum does).
-      auto store_tile = [&](auto no_act) {
-        constexpr bool kNoAct = decltype(no_act)::value;
+      auto store_tile = [&](auto act_c) {
+        constexpr Activation kAct = decltype(act_c)::value;
 #pragma unroll
         for (int g = 0; g < BN / kColGroup; ++g) {
           const int lc = kColGroup * g + 8 * q;  // this lane's 8 logical columns lc..lc+7
@@ -1032,11 +1014,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
               for (int k = 0; k < 8; ++k) {
                 const float a = acc[mi][kxs_acc_index(g, h, k)];
-                if constexpr (kNoAct) {
-                  v[k] = fmaf(a, mul[k], add[k]);
-                } else {
-                  v[k] = apply_epilogue(a, ChannelAffine{mul[k], add[k]}, p.epi);
-                }
+                v[k] = epilogue_value<kAct>(a, mul[k], add[k], p.epi.negative_slope);
               }
               if (p.out_vec) {
                 if constexpr (kTf32) {
@@ -1070,11 +1048,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           }
         }
       };
-      if (p.epi.activation == Activation::kNone) {
-        store_tile(std::true_type{});
-      } else {
-        store_tile(std::false_type{});
-      }
+      dispatch_activation(p.epi.activation, store_tile);
     }
   }
 #endif  // DECONV_PATCH_KXS_SM90A_DEVICE

@@ -936,10 +936,8 @@ __global__ void __launch_bounds__(kPtThreads, 1)
               pt_row_offset(p, ph, tl, pt_frag_row<kPP>(mi, cw, wv, rq, h), row_ok[mi][h]);
         }
       }
-      // kNone: fmaf(acc, mul, add) is exactly apply_epilogue's result (without scale, mul == 1
-      // and fmaf(acc, 1, add) rounds acc + add once, as the unfused sum does).
-      auto store_tile = [&](auto no_act) {
-        constexpr bool kNoAct = decltype(no_act)::value;
+      auto store_tile = [&](auto act_c) {
+        constexpr Activation kAct = decltype(act_c)::value;
 #pragma unroll
         for (int cg = 0; cg < BN / kPtColGroup; ++cg) {
           const int lc = kPtColGroup * cg + 8 * q4;  // this lane's 8 logical columns lc..lc+7
@@ -955,11 +953,7 @@ __global__ void __launch_bounds__(kPtThreads, 1)
 #pragma unroll
               for (int k = 0; k < 8; ++k) {
                 const float a = acc[mi][pt_acc_index(cg, h, k)];
-                if constexpr (kNoAct) {
-                  v[k] = fmaf(a, mul[k], add[k]);
-                } else {
-                  v[k] = apply_epilogue(a, ChannelAffine{mul[k], add[k]}, p.epi);
-                }
+                v[k] = epilogue_value<kAct>(a, mul[k], add[k], p.epi.negative_slope);
               }
               if (p.mode == kPtStoreVec) {
                 T* dst = out + row_off[mi][h] + pt_col_offset(p, tl, lc);  // os_c == 1
@@ -990,11 +984,7 @@ __global__ void __launch_bounds__(kPtThreads, 1)
           }
         }
       };
-      if (p.epi.activation == Activation::kNone) {
-        store_tile(std::true_type{});
-      } else {
-        store_tile(std::false_type{});
-      }
+      dispatch_activation(p.epi.activation, store_tile);
     } else {
       // ---- Staged stores (NCHW and any other layout): chunks of kCols columns. ----
       using St = PtStaging<T, Cfg>;
@@ -1006,8 +996,8 @@ __global__ void __launch_bounds__(kPtThreads, 1)
       const int r_row = ct & (R - 1);
       bool r_ok;
       const int64_t r_off = pt_row_offset(p, ph, tl, (kPP ? 0 : 64 * cw) + r_row, r_ok);
-      auto store_staged = [&](auto no_act) {
-        constexpr bool kNoAct = decltype(no_act)::value;
+      auto store_staged = [&](auto act_c) {
+        constexpr Activation kAct = decltype(act_c)::value;
 #pragma unroll
         for (int chunk = 0; chunk < BN / kCols; ++chunk) {
           // Fragments of the chunk's columns -> epilogue -> one rounding -> stg[col][row].
@@ -1029,11 +1019,7 @@ __global__ void __launch_bounds__(kPtThreads, 1)
                 for (int k = 0; k < 8; ++k) {
                   const float a = acc[mi][pt_acc_index(cg, h, k)];
                   float v;
-                  if constexpr (kNoAct) {
-                    v = fmaf(a, mul[k], add[k]);
-                  } else {
-                    v = apply_epilogue(a, ChannelAffine{mul[k], add[k]}, p.epi);
-                  }
+                  v = epilogue_value<kAct>(a, mul[k], add[k], p.epi.negative_slope);
                   stg[(lc + k - chunk * kCols) * kLd + row] = from_float<T>(v);
                 }
               }
@@ -1060,11 +1046,7 @@ __global__ void __launch_bounds__(kPtThreads, 1)
           if (chunk + 1 < BN / kCols) named_barrier_sync(kPtStagingBarrier + cw, 128);
         }
       };
-      if (p.epi.activation == Activation::kNone) {
-        store_staged(std::true_type{});
-      } else {
-        store_staged(std::false_type{});
-      }
+      dispatch_activation(p.epi.activation, store_staged);
     }
   }
 #endif  // DECONV_PATCH_PT_SM90A_DEVICE

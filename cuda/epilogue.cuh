@@ -6,6 +6,8 @@
 // Activation codes are mirrored in deconv_patch/epilogue.py; keep the two lists in step.
 #pragma once
 
+#include <type_traits>
+
 #include <cuda_runtime.h>
 
 #include "conv_transpose2d_params.h"
@@ -51,6 +53,39 @@ __device__ __forceinline__ float apply_epilogue(float acc, ChannelAffine a,
                                                 const EpilogueParams& e) {
   const float v = e.scale != nullptr ? fmaf(acc, a.mul, a.add) : acc + a.add;
   return activate(v, e.activation, e.negative_slope);
+}
+
+// An activation known at compile time, for kernels whose epilogue sits in fully unrolled loops.
+template <Activation A>
+using ActivationC = std::integral_constant<Activation, A>;
+
+// Calls f(ActivationC<act>{}): such kernels instantiate their store once per activation, so each
+// element runs its own activation's few instructions. A runtime switch there inlined all nine
+// formulas into every unrolled element, and that code (not the arithmetic) made gemm_phase_tma
+// 2.5x slower with a fused ReLU and 3.8x with Tanh than without (H100, docs/perf-notes.md
+// version 12). The host checks the code (a value outside the list runs as kNone).
+template <typename F>
+__device__ __forceinline__ void dispatch_activation(Activation act, F&& f) {
+  switch (act) {
+    case Activation::kReLU: f(ActivationC<Activation::kReLU>{}); break;
+    case Activation::kLeakyReLU: f(ActivationC<Activation::kLeakyReLU>{}); break;
+    case Activation::kSiLU: f(ActivationC<Activation::kSiLU>{}); break;
+    case Activation::kGELU: f(ActivationC<Activation::kGELU>{}); break;
+    case Activation::kGELUTanh: f(ActivationC<Activation::kGELUTanh>{}); break;
+    case Activation::kTanh: f(ActivationC<Activation::kTanh>{}); break;
+    case Activation::kSigmoid: f(ActivationC<Activation::kSigmoid>{}); break;
+    case Activation::kHardswish: f(ActivationC<Activation::kHardswish>{}); break;
+    default: f(ActivationC<Activation::kNone>{}); break;
+  }
+}
+
+// apply_epilogue with the activation fixed at compile time and (mul, add) from the channel's
+// table: fmaf(acc, mul, add) is exactly apply_epilogue's affine part (without a scale mul == 1,
+// and fmaf(acc, 1, add) rounds acc + add once, as the unfused sum does).
+template <Activation A>
+__device__ __forceinline__ float epilogue_value(float acc, float mul, float add,
+                                                float negative_slope) {
+  return activate(fmaf(acc, mul, add), A, negative_slope);
 }
 
 }  // namespace deconv_patch

@@ -15,6 +15,7 @@ import torch
 
 from deconv_patch import planner
 from deconv_patch.arguments import ConvTransposeArgs
+from deconv_patch.epilogue import ACTIVATIONS
 from deconv_patch.ops import run_variant
 from tests.cases import Case, random_kxs_case
 from tests.test_gpu_epilogue import check_epilogue
@@ -58,10 +59,13 @@ def test_gemm_kxs_sm90_sweep(variant, seed):
     check_variant(variant, seed + 91_000, _case)
 
 
-@pytest.mark.parametrize("seed", range(40))
-def test_gemm_kxs_sm90_epilogue_sweep(seed):
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("seed", range(3 * len(ACTIVATIONS)))
+def test_gemm_kxs_sm90_epilogue_sweep(variant, seed):
+    """Every config with every activation (seed % the number of activations picks it, see
+    check_epilogue): each is its own instantiation of the store code."""
     _needs_sm90()
-    check_epilogue(planner.GEMM_KXS_SM90, _case(seed + 92_000), seed)
+    check_epilogue(variant, _case(seed + 92_000), seed)
 
 
 def _area_case(seed: int) -> Case:
@@ -90,7 +94,7 @@ def test_gemm_kxs_sm90_area_sweep(variant, seed):
 
 
 @pytest.mark.parametrize("variant", planner.KXS_SM90_AREA_CONFIGS)
-@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("seed", range(2 * len(ACTIVATIONS)))
 def test_gemm_kxs_sm90_area_epilogue_sweep(variant, seed):
     _needs_sm90()
     check_epilogue(variant, _area_case(seed + 94_000), seed)

@@ -17,6 +17,7 @@ import torch
 
 from deconv_patch import planner
 from deconv_patch.arguments import ConvTransposeArgs
+from deconv_patch.epilogue import ACTIVATIONS
 from deconv_patch.ops import run_variant
 from tests.cases import Case, random_phase_case
 from tests.test_gpu_epilogue import check_epilogue
@@ -84,10 +85,13 @@ def test_gemm_phase_tma_fp32_strict_sweep(variant, seed):
     check_variant(variant, seed + 97_000, _strict_case)
 
 
-@pytest.mark.parametrize("seed", range(40))
-def test_gemm_phase_tma_epilogue_sweep(seed):
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("seed", range(3 * len(ACTIVATIONS)))
+def test_gemm_phase_tma_epilogue_sweep(variant, seed):
+    """Every config with every activation (seed % the number of activations picks it, see
+    check_epilogue): each is its own instantiation of the store code."""
     _needs_sm90()
-    check_epilogue(planner.GEMM_PHASE_TMA, _case(seed + 96_000), seed)
+    check_epilogue(variant, _case(seed + 96_000), seed)
 
 
 def test_gemm_phase_tma_configs_match_the_extension():
