@@ -19,6 +19,7 @@ from typing import Callable, Dict, Optional, Sequence
 import torch
 
 from .arguments import ConvTransposeArgs
+from .epilogue import IDENTITY, Epilogue
 from .planner import ATEN
 from .timing import time_interleaved
 
@@ -39,15 +40,27 @@ def _device_name(index: int) -> str:
 
 
 def call_key(input: torch.Tensor, weight: torch.Tensor, has_bias: bool,
-             args: ConvTransposeArgs) -> str:
-    """The cache key of one call: every property that can change which variant is fastest."""
+             args: ConvTransposeArgs, epilogue: Epilogue = IDENTITY) -> str:
+    """The cache key of one call: every property that can change which variant is fastest,
+    the fused epilogue included (a fused activation can cost one kernel far more than another;
+    a plain call's key has no epilogue part, as before)."""
     device = _device_name(input.device.index if input.device.index is not None
                           else torch.cuda.current_device())
-    return "|".join(str(v) for v in (
-        device, input.dtype, tuple(input.shape), input.stride(), tuple(weight.shape),
-        weight.stride(), has_bias, args.stride, args.padding, args.output_padding,
-        args.dilation, args.groups, torch.backends.cudnn.allow_tf32,
-    ))
+    fields = [device, input.dtype, tuple(input.shape), input.stride(), tuple(weight.shape),
+              weight.stride(), has_bias, args.stride, args.padding, args.output_padding,
+              args.dilation, args.groups, torch.backends.cudnn.allow_tf32]
+    if not epilogue.is_identity:
+        fields.append(epilogue_tag(epilogue))
+    return "|".join(str(v) for v in fields)
+
+
+def epilogue_tag(epilogue: Epilogue) -> str:
+    """The part of an epilogue that changes timings: the activation (with LeakyReLU's slope) and
+    whether a per-channel scale / shift is applied (their values do not matter)."""
+    slope = f"({epilogue.negative_slope})" if epilogue.activation == "leaky_relu" else ""
+    affine = "+".join(n for n, t in (("scale", epilogue.scale), ("shift", epilogue.shift))
+                      if t is not None)
+    return f"epilogue={epilogue.activation}{slope}{'+' + affine if affine else ''}"
 
 
 class AutotuneCache:

@@ -238,7 +238,7 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
         if chosen.fallback and input.is_cuda:  # our kernels cannot run here: say so, once
             warnings.warn(f"deconv_patch: {chosen.reason}", FallbackWarning, stacklevel=4)
         if len(chosen.candidates) > 1 and autotune.enabled():
-            key_t = autotune.call_key(input, weight, bias is not None, args)
+            key_t = autotune.call_key(input, weight, bias is not None, args, self._epilogue())
             known = autotune.cache().choices.get(key_t)
             if known is None:  # not timed yet: the op autotunes this call; re-plan next time
                 return _Entry(chosen, tune=True)

@@ -118,7 +118,7 @@ def _conv_transpose2d_cuda(
     key = op_call_key(input, weight, bias, (stride, padding, output_padding, groups, dilation),
                       IDENTITY)
     entry = _OP_PLANS.lookup(key, input, weight, bias, lambda: ConvTransposeArgs.from_values(
-        stride, padding, output_padding, groups, dilation))
+        stride, padding, output_padding, groups, dilation), IDENTITY)
     return _run_entry(entry, input, weight, bias, IDENTITY)
 
 
@@ -146,18 +146,21 @@ class OpPlanCache:
         self.misses = 0  # tests read it
 
     def lookup(self, key: Optional[tuple], input: torch.Tensor, weight: torch.Tensor,
-               bias: Optional[torch.Tensor], make_args: Callable[[], ConvTransposeArgs]) -> OpPlan:
+               bias: Optional[torch.Tensor], make_args: Callable[[], ConvTransposeArgs],
+               epilogue: Epilogue) -> OpPlan:
         """The cached plan for `key`, else a new one (see plan). `make_args` builds the call's
         ConvTransposeArgs, only on a miss: a hit needs none."""
         found = self.entries.get(key) if key is not None else None
-        return found if found is not None else self.plan(key, input, weight, bias, make_args())
+        return found if found is not None else \
+            self.plan(key, input, weight, bias, make_args(), epilogue)
 
     def plan(self, key: Optional[tuple], input: torch.Tensor, weight: torch.Tensor,
-             bias: Optional[torch.Tensor], args: ConvTransposeArgs) -> OpPlan:
-        """Plans (and autotunes) a call; remembers it under `key` unless key is None or a CUDA
-        graph is being captured (autotune cannot time then, so the plan may not be final)."""
+             bias: Optional[torch.Tensor], args: ConvTransposeArgs, epilogue: Epilogue) -> OpPlan:
+        """Plans (and autotunes, with the call's epilogue) a call; remembers it under `key`
+        unless key is None or a CUDA graph is being captured (autotune cannot time then, so the
+        plan may not be final)."""
         self.misses += 1
-        entry = OpPlan(_plan_call(input, weight, bias, args), args)
+        entry = OpPlan(_plan_call(input, weight, bias, args, epilogue), args)
         if key is not None and not (input.is_cuda and torch.cuda.is_current_stream_capturing()):
             if len(self.entries) >= self.limit:
                 self.entries.clear()
@@ -200,8 +203,9 @@ def op_call_key(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.
 
 
 def _plan_call(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
-               args: ConvTransposeArgs) -> planner.Plan:
-    """The plan of one op call on CUDA (autotuned when cudnn.benchmark is on)."""
+               args: ConvTransposeArgs, epilogue: Epilogue) -> planner.Plan:
+    """The plan of one op call on CUDA (autotuned when cudnn.benchmark is on: each candidate
+    timed with the call's epilogue, since a fused activation can change which one wins)."""
     if find_problem(input, weight, bias, args) is not None or (
             input.dim() == 4 and input.shape[0] == 0):
         # Invalid: PyTorch raises its own error (or, where it accepts the call, computes it).
@@ -209,9 +213,9 @@ def _plan_call(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.T
         return planner.Plan(planner.ATEN, "invalid call or empty batch: PyTorch")
     choice = planner.plan(input, weight, args)
     if len(choice.candidates) > 1 and autotune.enabled():
-        key = autotune.call_key(input, weight, bias is not None, args)
+        key = autotune.call_key(input, weight, bias is not None, args, epilogue)
         best = autotune.pick(key, choice.candidates,
-                             _candidate_runner(input, weight, bias, args))
+                             _candidate_runner(input, weight, bias, args, epilogue))
         choice = planner.Plan(best, "autotuned", candidates=choice.candidates)
     return choice
 
@@ -258,26 +262,30 @@ def _cuda(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor
     key = op_call_key(input, weight, bias, (args.stride, args.padding, args.output_padding,
                                             args.groups, args.dilation), epilogue)
     # (never cached for key None: its call is prepared for this call only)
-    entry = _OP_PLANS.lookup(key, input, weight, bias, lambda: args)
+    entry = _OP_PLANS.lookup(key, input, weight, bias, lambda: args, epilogue)
     return _run_entry(entry, input, weight, bias, epilogue)
 
 
 def _candidate_runner(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
-                      args: ConvTransposeArgs):
-    """run(variant): one call the way a patched model makes it, host overhead included, for
-    autotune. F.conv_transpose2d for ``aten`` (exactly FastConvTranspose2d's PyTorch path; the
-    torch.ops.aten overload costs more host time and would bias short layers towards our
-    kernels), else the variant's kernel call prepared once (the module's inference path), so
-    the timing measures the call, not its one-off preparation."""
+                      args: ConvTransposeArgs, epilogue: Epilogue = IDENTITY):
+    """run(variant): one call the way a patched model makes it, host overhead and the fused
+    epilogue included, for autotune. F.conv_transpose2d (then the epilogue in PyTorch) for
+    ``aten`` (exactly FastConvTranspose2d's PyTorch path; the torch.ops.aten overload costs more
+    host time and would bias short layers towards our kernels), else the variant's kernel call,
+    epilogue fused, prepared once (the module's inference path), so the timing measures the
+    call, not its one-off preparation. Timing without the epilogue picked gemm_phase_tma for
+    Tanh output layers where its fused Tanh made it 3.8x slower (H100, docs/perf-notes.md
+    version 12)."""
     prepared: dict = {}
 
     def run(variant: str) -> torch.Tensor:
         if variant == planner.ATEN:
-            return F.conv_transpose2d(input, weight, bias, args.stride, args.padding,
-                                      args.output_padding, args.groups, args.dilation)
+            return epilogue.apply(F.conv_transpose2d(
+                input, weight, bias, args.stride, args.padding, args.output_padding, args.groups,
+                args.dilation))
         call = prepared.get(variant)
         if call is None:
-            call = prepared[variant] = kernel_call(variant, input, weight, args)
+            call = prepared[variant] = kernel_call(variant, input, weight, args, epilogue)
         return call(input, weight, bias)
 
     return run

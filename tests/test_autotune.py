@@ -8,9 +8,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+import deconv_patch
 from deconv_patch import autotune, planner
 from deconv_patch.arguments import ConvTransposeArgs
 from deconv_patch.autotune import AutotuneCache
+from deconv_patch.epilogue import IDENTITY, Epilogue
+from deconv_patch.ops import _candidate_runner
 
 
 def test_cache_persists_and_round_trips(tmp_path):
@@ -101,6 +104,74 @@ def test_pick_times_bursts_of_back_to_back_calls_of_one_candidate(tmp_path, monk
     assert calls[:2 * autotune._WARMUP] == ["gemm_kxs"] * autotune._WARMUP + \
         ["aten"] * autotune._WARMUP
     assert autotune._BURST > 1
+
+
+def test_call_key_tells_fused_epilogues_apart(monkeypatch):
+    """A fused activation can make one kernel far slower than another (gemm_phase_tma's Tanh,
+    H100), so each epilogue is timed on its own; a plain call keeps its epilogue-free key."""
+    monkeypatch.setattr(autotune, "_device_name", lambda index: "GPU")
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)  # (CPU tensors: no index)
+    x, w = torch.randn(2, 8, 5, 5), torch.randn(8, 4, 4, 4)
+    args = ConvTransposeArgs.from_values(stride=2, padding=1)
+    plain = autotune.call_key(x, w, True, args)
+    assert "epilogue" not in plain and autotune.call_key(x, w, True, args, IDENTITY) == plain
+    keys = {plain}
+    for epi in (Epilogue(activation="relu"), Epilogue(activation="tanh"),
+                Epilogue(activation="leaky_relu", negative_slope=0.2),
+                Epilogue(activation="leaky_relu", negative_slope=0.1),
+                Epilogue(scale=torch.ones(4), activation="relu"),
+                Epilogue(scale=torch.ones(4), shift=torch.zeros(4), activation="relu")):
+        key = autotune.call_key(x, w, True, args, epi)
+        assert key.startswith(plain + "|") and key not in keys
+        keys.add(key)
+    same_values = Epilogue(scale=torch.full((4,), 3.0), activation="relu")
+    assert autotune.call_key(x, w, True, args, same_values) == \
+        autotune.call_key(x, w, True, args, Epilogue(scale=torch.ones(4), activation="relu"))
+
+
+def test_candidate_runner_times_pytorch_with_the_epilogue_applied():
+    """autotune's `aten` candidate is what the patched layer runs on PyTorch's path: the
+    convolution, then the fused epilogue (checked on the CPU, where only that path exists)."""
+    torch.manual_seed(0)
+    x, w, b = torch.randn(2, 8, 5, 5), torch.randn(8, 4, 4, 4), torch.randn(4)
+    args = ConvTransposeArgs.from_values(stride=2, padding=1)
+    scale, shift = torch.rand(4) + 0.5, torch.randn(4)
+    for epi in (IDENTITY, Epilogue(activation="tanh"),
+                Epilogue(scale=scale, shift=shift, activation="leaky_relu", negative_slope=0.3)):
+        got = _candidate_runner(x, w, b, args, epi)(planner.ATEN)
+        conv = F.conv_transpose2d(x.double(), w.double(), b.double(), 2, 1)
+        if epi.scale is not None:
+            conv = conv * scale.double().view(1, -1, 1, 1) + shift.double().view(1, -1, 1, 1)
+        want = {"none": lambda t: t, "tanh": torch.tanh,
+                "leaky_relu": lambda t: F.leaky_relu(t, 0.3)}[epi.activation](conv)
+        assert (got.double() - want).abs().max() < 1e-5
+
+
+@pytest.mark.cuda
+def test_fused_layers_are_autotuned_with_their_epilogue(tmp_path, monkeypatch):
+    """A FastConvTranspose2d with a fused activation autotunes under a key of its own (the
+    epilogue's), picks one of the planner's candidates, and its output matches PyTorch's
+    convolution + activation."""
+    monkeypatch.setattr(autotune, "_CACHE", AutotuneCache(tmp_path / "a.json"))
+    torch.manual_seed(0)
+    conv = torch.nn.ConvTranspose2d(64, 3, 4, 2, 1).cuda().half().eval()
+    fast = deconv_patch.FastConvTranspose2d.from_module(conv)
+    fast.activation = "tanh"
+    x = torch.randn(8, 64, 32, 32, device="cuda", dtype=torch.float16)
+    args = ConvTransposeArgs.from_values(stride=2, padding=1)
+    with torch.no_grad(), torch.backends.cudnn.flags(enabled=True, benchmark=True,
+                                                     allow_tf32=True):
+        out = torch.empty(1)
+        for _ in range(3):  # the first call autotunes, the next ones re-plan and run it
+            out = fast(x)
+        keys = [k for k in autotune.cache().choices if "epilogue=tanh" in k]
+        assert keys == [autotune.call_key(x, fast.weight, True, args, Epilogue(
+            activation="tanh"))]
+        assert autotune.cache().choices[keys[0]] in planner.plan(x, fast.weight, args).candidates
+    ref = torch.tanh(F.conv_transpose2d(x.double(), conv.weight.double(), conv.bias.double(),
+                                        2, 1))
+    torch_err = (torch.tanh(conv(x)).double() - ref).abs().max()
+    assert (out.double() - ref).abs().max() <= 2 * torch_err + 1e-3
 
 
 @pytest.mark.cuda
