@@ -32,6 +32,15 @@
 #                                            # stride rows, ncu L2 write sectors of Mask
 #                                            # R-CNN's layer, then (time left) the other
 #                                            # configs' tests
+#   PART=gan_models                          # build + the planner's tests, the k == stride
+#                                            # rows (planner's choice, every mode/layout),
+#                                            # validate() reports of DCGAN and pix2pix with
+#                                            # autotune on, their end-to-end model rows
+#   PART=gan_profile                         # build + kernels per patched layer of DCGAN and
+#                                            # pix2pix (bf16) in the model, by variant
+#   PART=epilogue                            # build + every epilogue sweep, autotune's tests,
+#                                            # the GAN profile and models, the TMA kernels'
+#                                            # other tests
 #   LAYERS_ONLY=1                            # with PART=2: the layer benchmark only
 #   BUDGET=450                               # seconds this call may take (default 570)
 #   SANITIZE=1                               # with PART=1: compute-sanitizer memcheck on a
@@ -207,6 +216,56 @@ for cfg in 128x256s4 128x256s4area; do
   grep -E "gpu__time|dram__bytes|lts__t_sectors" "$L/ncu_maskrcnn_$cfg.log" | sed 's/  */ /g'
 done
 gpu_tests kxs_sm90-others $(( $(left) - 15 )) -k "not area" tests/test_gpu_kxs_sm90.py
+fi
+
+if [ "${PART:-}" = gan_models ]; then
+# The planner's NCHW choice for k == stride layers (kernel-area tiles), then where the bf16
+# GAN models' eager time goes (benchmarks/models.py, session 12: DCGAN 0.69x, pix2pix 0.89x
+# while each of their layers ran faster): per-layer variants and times under autotune.
+gpu_tests planner 90 -k "planner" tests
+step "layer benchmark (planner's choice; k == stride rows)"
+timeout 150 python3 benchmarks/layers.py --only "$kxs_layers" --json "$OUT/layers_kxs.json" \
+  > "$L/layers_kxs.log" 2>&1 || echo "layers.py exit $?"
+grep -vE "skipped|^layer |TFLOP/s" "$L/layers_kxs.log" | tail -40
+step "validation reports with autotune (DCGAN, pix2pix)"
+timeout 150 python3 benchmarks/validate_examples.py --models dcgan,pix2pix --dtypes bf16,fp32 \
+  --cudnn-benchmark --out "$OUT/reports" > "$L/reports_tuned.log" 2>&1
+sed -n '/^=====/p;/^layer /,/^end-to-end/p' "$L/reports_tuned.log" | grep -v "^---" | \
+  awk '/^=====/ { print; next } { print $1, $2, $(NF-2), $(NF-1), $NF }'
+grep -cE "^PASS" "$L/reports_tuned.log" | sed 's/^/reports passed: /'
+step "model benchmark (DCGAN, pix2pix; eager)"
+timeout 150 python3 benchmarks/models.py --models dcgan,pix2pix --no-compile \
+  --out "$OUT/models_gan.json" > "$L/models_gan.log" 2>&1; tail -8 "$L/models_gan.log"
+fi
+
+if [ "${PART:-}" = epilogue ]; then
+# Activations fixed at compile time in the TMA kernels' stores: every config x activation of
+# their epilogue sweeps, the other epilogue sweeps, autotune (timed with the epilogue) and the
+# planner; then the GAN profile and models below, then the kernels' other tests.
+gpu_tests epilogue 150 -k "epilogue" tests/test_gpu_phase_tma.py tests/test_gpu_kxs_sm90.py \
+  tests/test_gpu_epilogue.py tests/test_gpu_new_kernels.py
+gpu_tests autotune 60 tests/test_autotune.py tests/test_gpu_kernels.py -k "autotune or planner"
+fi
+
+if [ "${PART:-}" = gan_profile ] || [ "${PART:-}" = epilogue ]; then
+# The kernels behind the slow GAN layers of PART=gan_models (the output layers, Tanh fused):
+# each patched layer's calls in the model, planner's choice vs cuDNN vs gemm_phase_tma.
+step "profile: DCGAN bf16"
+timeout 120 python3 benchmarks/profile_model_layers.py --model dcgan --dtype bf16 \
+  --layers main.9,main.12 --variants aten,gemm_phase_tma:128x64s8pp 2>&1 | \
+  tee "$L/profile_dcgan.log" | grep -v "Warning\|_warn_once"
+step "profile: pix2pix bf16 (output layer)"
+timeout 90 python3 benchmarks/profile_model_layers.py --model pix2pix --dtype bf16 \
+  --layers model.up.1 --variants aten,gemm_phase_tma:128x64s8pp 2>&1 | \
+  tee "$L/profile_pix2pix.log" | grep -v "Warning\|_warn_once"
+fi
+
+if [ "${PART:-}" = epilogue ]; then
+step "model benchmark (DCGAN, pix2pix; eager)"
+timeout 150 python3 benchmarks/models.py --models dcgan,pix2pix --no-compile \
+  --out "$OUT/models_gan.json" > "$L/models_gan.log" 2>&1; tail -8 "$L/models_gan.log"
+gpu_tests kernels $(( $(left) - 15 )) -k "not epilogue" tests/test_gpu_phase_tma.py \
+  tests/test_gpu_kxs_sm90.py
 fi
 
 if [ "${PART:-}" = phase_tma_bench ]; then

@@ -1,6 +1,7 @@
 """Patch example models with optimize() and print validate()'s side-by-side report for each.
 
     python benchmarks/validate_examples.py [--models unet,dcgan] [--dtypes fp32,bf16] [--out DIR]
+                                           [--cudnn-benchmark]
 
 Writes report_<model>_<dtype>.{json,html} into --out. Exit code 1 if any report fails.
 """
@@ -28,7 +29,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--dtypes", default="fp32,bf16")
     parser.add_argument("--out", type=Path, default=Path("."))
     parser.add_argument("--small", action="store_true", help="small CPU-friendly sizes")
+    parser.add_argument("--cudnn-benchmark", action="store_true",
+                        help="torch.backends.cudnn.benchmark on, so the planner times its "
+                        "candidates against cuDNN (autotune), as benchmarks/models.py runs")
     args = parser.parse_args(argv)
+    torch.backends.cudnn.benchmark = args.cudnn_benchmark
     device = "cuda" if torch.cuda.is_available() else "cpu"
     args.out.mkdir(parents=True, exist_ok=True)
     ok = True
@@ -45,7 +50,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             print(f"===== {example.title} ({dname}, TF32 allowed: "
                   f"{torch.backends.cudnn.allow_tf32})")
             print(report)
-            stem = args.out / f"report_{name}_{dname}"
+            stem = args.out / f"report_{name}_{dname}{'_tuned' if args.cudnn_benchmark else ''}"
             report.to_json(f"{stem}.json")
             report.to_html(f"{stem}.html")
             ok &= report.passed
