@@ -147,7 +147,7 @@ class OpPlanCache:
 
     def lookup(self, key: Optional[tuple], input: torch.Tensor, weight: torch.Tensor,
                bias: Optional[torch.Tensor], make_args: Callable[[], ConvTransposeArgs],
-               epilogue: Epilogue) -> OpPlan:
+               epilogue: Epilogue = IDENTITY) -> OpPlan:
         """The cached plan for `key`, else a new one (see plan). `make_args` builds the call's
         ConvTransposeArgs, only on a miss: a hit needs none."""
         found = self.entries.get(key) if key is not None else None
@@ -155,7 +155,8 @@ class OpPlanCache:
             self.plan(key, input, weight, bias, make_args(), epilogue)
 
     def plan(self, key: Optional[tuple], input: torch.Tensor, weight: torch.Tensor,
-             bias: Optional[torch.Tensor], args: ConvTransposeArgs, epilogue: Epilogue) -> OpPlan:
+             bias: Optional[torch.Tensor], args: ConvTransposeArgs,
+             epilogue: Epilogue = IDENTITY) -> OpPlan:
         """Plans (and autotunes, with the call's epilogue) a call; remembers it under `key`
         unless key is None or a CUDA graph is being captured (autotune cannot time then, so the
         plan may not be final)."""
