@@ -92,6 +92,12 @@ kxs_layers="unet.up1,unet.up4,maskrcnn,yolov8seg"
 phase_layers="dcgan.g2,dcgan.g3,pix2pix.u2,cyclegan,simplebl,keypoint,vae,dilated,asym"
 # Names of a planner tuple (e.g. PHASE_TMA_CONFIGS), space-separated.
 planner_names() { python3 -c "from deconv_patch import planner; print(' '.join(planner.$1))"; }
+# The bf16 / fp32 GAN models end to end (eager), where fused activations decide the speed.
+gan_models_bench() {
+  step "model benchmark (DCGAN, pix2pix; eager)"
+  timeout 150 python3 benchmarks/models.py --models dcgan,pix2pix --no-compile \
+    --out "$OUT/models_gan.json" > "$L/models_gan.log" 2>&1; tail -8 "$L/models_gan.log"
+}
 
 if [ "${PART:-1}" = 1 ] || [ "${PART:-}" = newtests ]; then
 if [ "${SCAN:-1}" = 1 ]; then
@@ -233,9 +239,7 @@ timeout 150 python3 benchmarks/validate_examples.py --models dcgan,pix2pix --dty
 sed -n '/^=====/p;/^layer /,/^end-to-end/p' "$L/reports_tuned.log" | grep -v "^---" | \
   awk '/^=====/ { print; next } { print $1, $2, $(NF-2), $(NF-1), $NF }'
 grep -cE "^PASS" "$L/reports_tuned.log" | sed 's/^/reports passed: /'
-step "model benchmark (DCGAN, pix2pix; eager)"
-timeout 150 python3 benchmarks/models.py --models dcgan,pix2pix --no-compile \
-  --out "$OUT/models_gan.json" > "$L/models_gan.log" 2>&1; tail -8 "$L/models_gan.log"
+gan_models_bench
 fi
 
 if [ "${PART:-}" = epilogue ]; then
@@ -261,9 +265,7 @@ timeout 90 python3 benchmarks/profile_model_layers.py --model pix2pix --dtype bf
 fi
 
 if [ "${PART:-}" = epilogue ]; then
-step "model benchmark (DCGAN, pix2pix; eager)"
-timeout 150 python3 benchmarks/models.py --models dcgan,pix2pix --no-compile \
-  --out "$OUT/models_gan.json" > "$L/models_gan.log" 2>&1; tail -8 "$L/models_gan.log"
+gan_models_bench
 gpu_tests kernels $(( $(left) - 15 )) -k "not epilogue" tests/test_gpu_phase_tma.py \
   tests/test_gpu_kxs_sm90.py
 fi

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import statistics
 import sys
 from pathlib import Path
 
@@ -23,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: `
 import deconv_patch  # noqa: E402
 from deconv_patch import autotune, planner  # noqa: E402
 from deconv_patch.epilogue import IDENTITY  # noqa: E402
-from deconv_patch.ops import kernel_call  # noqa: E402
+from deconv_patch.ops import _candidate_runner  # noqa: E402
 from deconv_patch.timing import time_interleaved  # noqa: E402
 from examples.registry import get  # noqa: E402
 
@@ -54,36 +55,34 @@ def _kernels(module: torch.nn.Module, x: torch.Tensor, calls: int) -> str:
 
 
 def _as_autotune_times(module, x: torch.Tensor, variants) -> str:
-    """Medians (us per call) of bursts of calls the way autotune.pick times candidates: PyTorch
-    (F.conv_transpose2d), and each kernel variant without and with the module's epilogue."""
+    """Medians (us per call) of bursts of calls timed as autotune.pick times candidates, through
+    autotune's own runner (ops._candidate_runner) and bursts: PyTorch's path, and each kernel
+    variant without and with the module's epilogue."""
     args = module._args(module.output_padding)
     w, b = module.weight, module.bias
-    fns, names = [lambda: torch.nn.functional.conv_transpose2d(
-        x, w, b, args.stride, args.padding, args.output_padding, args.groups, args.dilation)], \
-        ["aten (no activation)"]
-    for v in variants:
-        for epi in (IDENTITY, module._epilogue()):
-            try:
-                call = kernel_call(v, x, w, args, epi)
-                call(x, w, b)
-            except (RuntimeError, ValueError) as e:
-                names.append(f"{v} {epi.activation}: {str(e)[:60]}")
-                fns.append(None)
-                continue
-            fns.append(lambda call=call: call(x, w, b))
-            names.append(f"{v} act={epi.activation}")
-    live = [f for f in fns if f is not None]
+    bare, fused = (_candidate_runner(x, w, b, args, epi) for epi in (IDENTITY, module._epilogue()))
+    candidates = [(f"{planner.ATEN} (no activation)", bare, planner.ATEN)]
+    candidates += [(f"{v} act={epi}", run, v) for v in variants
+                   for epi, run in (("none", bare), (module.activation, fused))]
+    names, bursts = [], []
+    for name, run, variant in candidates:
+        try:
+            run(variant)  # a kernel refusing this layer drops out, as in autotune.pick
+        except (RuntimeError, ValueError) as e:
+            names.append(f"{name}: {str(e)[:60]}")
+            bursts.append(None)
+            continue
+        names.append(name)
+        bursts.append(autotune._burst(run, variant))
     with torch.no_grad():
-        times = time_interleaved([lambda f=f: [f() for _ in range(autotune._BURST)]
-                                  for f in live], 3, 15)
-    it = iter(times)
+        times = iter(time_interleaved([f for f in bursts if f is not None], 3, 15))
     out = []
-    for f, name in zip(fns, names):
-        if f is None:
+    for burst, name in zip(bursts, names):
+        if burst is None:
             out.append(f"    {'-':>8}     {name}")
         else:
-            t = sorted(next(it))
-            out.append(f"    {t[len(t) // 2] / autotune._BURST * 1000:8.1f} us  {name}")
+            median = statistics.median(next(times))
+            out.append(f"    {median / autotune._BURST * 1000:8.1f} us  {name}")
     return "\n".join(out)
 
 
