@@ -41,7 +41,12 @@
 #   PART=epilogue                            # build + every epilogue sweep, autotune's tests,
 #                                            # the GAN profile and models, the TMA kernels'
 #                                            # other tests
+#   PART=phase_act                           # build + the phase GEMMs' epilogue sweeps (every
+#                                            # config x activation), DCGAN / pix2pix layers
+#                                            # with them forced (bare vs fused activation),
+#                                            # ncu of U-Net up1 TF32 NHWC (tensor pipe vs L2)
 #   LAYERS_ONLY=1                            # with PART=2: the layer benchmark only
+#   TANH_PROFILE=1                           # with PART=2: the GANs' Tanh layers, bare / fused
 #   BUDGET=450                               # seconds this call may take (default 570)
 #   SANITIZE=1                               # with PART=1: compute-sanitizer memcheck on a
 #                                            # few configs of each session-4 kernel sweep
@@ -270,6 +275,36 @@ gpu_tests kernels $(( $(left) - 15 )) -k "not epilogue" tests/test_gpu_phase_tma
   tests/test_gpu_kxs_sm90.py
 fi
 
+if [ "${PART:-}" = phase_act ]; then
+# gemm_phase and gemm_phase_sm90 now fix the activation at compile time (dispatch_activation):
+# their epilogue sweeps, then each forced on the GAN layers, bare against fused activation.
+gpu_tests phase_epilogue 120 -k "gemm_phase_config_epilogue or gemm_phase_sm90_epilogue or \
+epilogue_sweep" tests/test_gpu_epilogue.py tests/test_gpu_new_kernels.py
+phase_variants=gemm_phase:128x128,gemm_phase:128x64,gemm_phase:64x64,gemm_phase_sm90:128x128s4,gemm_phase_sm90:128x64s4,gemm_phase_tma:128x64s8pp
+p2p=model.inner.inner.inner.up.1,model.inner.inner.up.1,model.inner.up.1,model.up.1
+for spec in dcgan:main.3,main.6,main.9,main.12 pix2pix:$p2p; do
+  model=${spec%%:*}
+  step "profile: $model bf16, phase GEMMs forced"
+  timeout 150 python3 benchmarks/profile_model_layers.py --model $model --dtype bf16 \
+    --layers "${spec#*:}" --variants "aten,$phase_variants" 2>&1 | \
+    tee "$L/profile_${model}_phase.log" | \
+    grep -E "^[a-z]|act=|no activation"
+done
+# U-Net up1 (K = 1024) TF32 NHWC, issue 3's last row: is gemm_kxs_sm90 tensor-bound or L2-bound?
+for v in "fp32 gemm_kxs_sm90:128x256s4" "fp32 gemm_kxs_sm90:128x128s6pp" \
+         "bf16 gemm_kxs_sm90:128x256s4"; do
+  set -- $v
+  [ "$(left)" -lt 40 ] && { echo "skipped ncu $v: no time left"; continue; }
+  step "ncu: unet.up1 $1 NHWC, $2 and cuDNN"
+  timeout 60 ncu --clock-control none -k regex:"gemm_kxs_sm90_kernel|xmma|dgrad|cutlass" -c 4 \
+    --metrics gpu__time_duration.sum,sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active,lts__t_throughput.avg.pct_of_peak_sustained_elapsed,lts__t_sectors_op_read.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__cycles_elapsed.avg.per_second,smsp__cycles_active.avg.pct_of_peak_sustained_elapsed \
+    python3 benchmarks/profile_layer.py --layer "unet.up1 1024>512 28" --dtype $1 \
+    --channels-last --variant $2 --reps 2 > "$L/ncu_up1_$1_${2//:/_}.log" 2>&1
+  grep -E "^  [a-zA-Z_].*\(|gpu__time|gmma|lts__|dram__|per_second|cycles_active" \
+    "$L/ncu_up1_$1_${2//:/_}.log" | sed 's/  */ /g' | cut -c1-140
+done
+fi
+
 if [ "${PART:-}" = phase_tma_bench ]; then
 if [ -n "${KXS_NCHW:-}" ]; then
 for v in $(planner_names KXS_SM90_CONFIGS); do
@@ -283,6 +318,16 @@ fi
 
 if [ "${PART:-}" = 2 ]; then  # (PART=1 ran them all) the planner's rules, against this build
 gpu_tests planner 90 -k "planner" tests
+fi
+if [ -n "${TANH_PROFILE:-}" ]; then
+# The GANs' Tanh output layers (3 channels: padded n tiles), bare against fused, after the
+# padded columns stopped running the epilogue.
+step "profile: DCGAN / pix2pix bf16 Tanh output layers"
+for spec in dcgan:main.12 pix2pix:model.up.1; do
+  timeout 60 python3 benchmarks/profile_model_layers.py --model ${spec%%:*} --dtype bf16 \
+    --layers "${spec#*:}" --variants aten,gemm_phase_tma:128x64s8pp,gemm_phase_sm90:128x64s4 \
+    2>&1 | tee -a "$L/profile_tanh.log" | grep -E "^[a-z]|act=|no activation|plan:"
+done
 fi
 if [ "${PART:-2}" = 2 ]; then
 step "layer benchmark (planner's choice)"

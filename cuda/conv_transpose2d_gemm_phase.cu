@@ -590,31 +590,40 @@ __global__ void __launch_bounds__(Cfg::kThreads, (min_blocks_per_sm<Cfg, SPLIT>(
   // ---- Epilogue 1: fragments -> epilogue -> one rounding -> shared C tile [m][oc]. ----
   T* Cs = reinterpret_cast<T*>(pipe);
   const int ldc = p.out_along_n ? S::C::kLdN : S::C::kLdM;
+  // One instantiation per activation (epilogue.cuh: dispatch_activation), so every unrolled
+  // element runs only its own activation's instructions.
+  auto stage_c = [&](auto act_tag) {
+    constexpr Activation kAct = decltype(act_tag)::value;
 #pragma unroll
-  for (int mt = 0; mt < kMT; ++mt) {
+    for (int mt = 0; mt < kMT; ++mt) {
 #pragma unroll
-    for (int nt = 0; nt < kNT; ++nt) {
-      const int r = warp_m * Cfg::kWM + mt * 16 + fg;
-      const int c = warp_n * Cfg::kWN + nt * 8 + 2 * ft;
-      const ChannelAffine a0 = col_aff[c], a1 = col_aff[c + 1];
+      for (int nt = 0; nt < kNT; ++nt) {
+        const int r = warp_m * Cfg::kWM + mt * 16 + fg;
+        const int c = warp_n * Cfg::kWN + nt * 8 + 2 * ft;
+        if (n0 + c >= p.cout_g) continue;  // padding columns are never stored: no epilogue
+        const ChannelAffine a0 = col_aff[c], a1 = col_aff[c + 1];
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const T v0 = from_float<T>(apply_epilogue(acc[mt][nt][2 * h], a0, p.epi));
-        const T v1 = from_float<T>(apply_epilogue(acc[mt][nt][2 * h + 1], a1, p.epi));
-        T* dst = Cs + (r + 8 * h) * ldc + c;
-        if constexpr (sizeof(T) == 2) {
-          // ldc and c are even: one 4-byte store per pair.
-          typename PairOf<T>::type pair;
-          pair.x = v0;
-          pair.y = v1;
-          *reinterpret_cast<typename PairOf<T>::type*>(dst) = pair;
-        } else {
-          dst[0] = v0;  // ldc may be odd: no 8-byte store
-          dst[1] = v1;
+        for (int h = 0; h < 2; ++h) {
+          const T v0 = from_float<T>(
+              epilogue_value<kAct>(acc[mt][nt][2 * h], a0.mul, a0.add, p.epi.negative_slope));
+          const T v1 = from_float<T>(
+              epilogue_value<kAct>(acc[mt][nt][2 * h + 1], a1.mul, a1.add, p.epi.negative_slope));
+          T* dst = Cs + (r + 8 * h) * ldc + c;
+          if constexpr (sizeof(T) == 2) {
+            // ldc and c are even: one 4-byte store per pair.
+            typename PairOf<T>::type pair;
+            pair.x = v0;
+            pair.y = v1;
+            *reinterpret_cast<typename PairOf<T>::type*>(dst) = pair;
+          } else {
+            dst[0] = v0;  // ldc may be odd: no 8-byte store
+            dst[1] = v1;
+          }
         }
       }
     }
-  }
+  };
+  dispatch_activation(p.epi.activation, stage_c);
   __syncthreads();
 
   // ---- Epilogue 2: shared C tile -> output, consecutive threads on consecutive addresses. ----

@@ -335,19 +335,28 @@ __global__ void __launch_bounds__(kThreads, Cfg::kMinBlocks)
   T* Cs = reinterpret_cast<T*>(pipe);
   const int ldc = p.out_along_n ? Cfg::C::kLdN : Cfg::C::kLdM;
   const int r0 = wg * 64 + ((tid >> 5) & 3) * 16 + (lane >> 2);
+  // One instantiation per activation (epilogue.cuh: dispatch_activation), so every unrolled
+  // element runs only its own activation's instructions.
+  auto stage_c = [&](auto act_tag) {
+    constexpr Activation kAct = decltype(act_tag)::value;
+    const float slope = p.epi.negative_slope;
 #pragma unroll
-  for (int nc = 0; nc < BN / 8; ++nc) {
-    const int c = nc * 8 + 2 * (lane & 3);
-    const ChannelAffine a0 = col_aff[c], a1 = col_aff[c + 1];
+    for (int nc = 0; nc < BN / 8; ++nc) {
+      const int c = nc * 8 + 2 * (lane & 3);
+      if (n0 + c >= p.cout_g) continue;  // padding columns are never stored: no epilogue
+      const ChannelAffine a0 = col_aff[c], a1 = col_aff[c + 1];
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      typename PairOf<T>::type pair;
-      pair.x = from_float<T>(apply_epilogue(acc[4 * nc + 2 * h], a0, p.epi));
-      pair.y = from_float<T>(apply_epilogue(acc[4 * nc + 2 * h + 1], a1, p.epi));
-      // ldc and c are even: one 4-byte store per pair.
-      *reinterpret_cast<typename PairOf<T>::type*>(Cs + (r0 + 8 * h) * ldc + c) = pair;
+      for (int h = 0; h < 2; ++h) {
+        typename PairOf<T>::type pair;
+        pair.x = from_float<T>(epilogue_value<kAct>(acc[4 * nc + 2 * h], a0.mul, a0.add, slope));
+        pair.y =
+            from_float<T>(epilogue_value<kAct>(acc[4 * nc + 2 * h + 1], a1.mul, a1.add, slope));
+        // ldc and c are even: one 4-byte store per pair.
+        *reinterpret_cast<typename PairOf<T>::type*>(Cs + (r0 + 8 * h) * ldc + c) = pair;
+      }
     }
-  }
+  };
+  dispatch_activation(p.epi.activation, stage_c);
   __syncthreads();
 
   // ---- Epilogue 2: shared C tile -> output, consecutive threads on consecutive addresses. ----

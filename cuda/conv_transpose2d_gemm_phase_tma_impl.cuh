@@ -1008,6 +1008,12 @@ __global__ void __launch_bounds__(kPtThreads, 1)
               continue;  // compile time: group cg does not meet this chunk
             const int lc = kPtColGroup * cg + 8 * q4;
             if (lc / kCols != chunk) continue;  // kCols == 16: half of the group's lanes
+            // Columns past Cout_g (a padded n tile of a few-channel layer) are never stored: no
+            // epilogue for a lane whose 8 columns all lie there (an exact Tanh on DCGAN's
+            // 3-channel output tile cost 13% of the kernel, H100). Per lane, so the chunk's
+            // barriers stay as they are (skipping whole chunks made the 3xTF32 128x128s6pp
+            // kernel spill).
+            if (tl.col0 + lc >= p.cout_g) continue;
             float mul[8], add[8];
             load_affine(lc, mul, add);
 #pragma unroll

@@ -78,6 +78,17 @@ def test_epilogue_sweep(variant, seed):
     check_epilogue(variant, case, seed, via_op=True)
 
 
+@pytest.mark.parametrize("variant", planner.PHASE_CONFIGS)
+@pytest.mark.parametrize("seed", range(2 * len(NAMES)))
+def test_gemm_phase_config_epilogue_sweep(variant, seed):
+    """Every gemm_phase tile config x every activation (the seed picks it), twice: each config
+    instantiates its staging store once per activation (epilogue.cuh: dispatch_activation)."""
+    case = random_phase_case(seed + 31_500)
+    if case.dtype == torch.float32:
+        case = dataclasses.replace(case, tf32=True)
+    check_epilogue(variant, case, seed)
+
+
 def test_identity_epilogue_is_bit_identical_to_the_plain_kernel():
     case = random_phase_case(7)
     x, w, b = case.make("cuda", 7)

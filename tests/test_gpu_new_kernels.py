@@ -13,6 +13,7 @@ import torch.nn.functional as F
 
 from deconv_patch import packed_weights, planner
 from deconv_patch.arguments import ConvTransposeArgs
+from deconv_patch.epilogue import ACTIVATIONS
 from deconv_patch.ops import run_variant
 from deconv_patch.reference import conv_transpose2d_float64, tf32_round
 from tests.cases import Case, random_case, random_kxs_case, random_phase_case
@@ -180,10 +181,13 @@ def test_gemm_phase_sm90_sweep(variant, seed):
     check_variant(variant, seed + 76_000, _sm90_case)
 
 
-@pytest.mark.parametrize("seed", range(40))
-def test_gemm_phase_sm90_epilogue_sweep(seed):
+@pytest.mark.parametrize("variant", (planner.GEMM_PHASE_SM90, *planner.SM90_CONFIGS))
+@pytest.mark.parametrize("seed", range(2 * len(ACTIVATIONS)))
+def test_gemm_phase_sm90_epilogue_sweep(variant, seed):
+    """Every config x every activation (the seed picks it), twice: each config instantiates its
+    store once per activation (epilogue.cuh: dispatch_activation)."""
     _needs_sm90()
-    check_epilogue(planner.GEMM_PHASE_SM90, _sm90_case(seed + 77_000), seed)
+    check_epilogue(variant, _sm90_case(seed + 77_000), seed)
 
 
 def test_gemm_phase_sm90_configs_match_the_extension():
