@@ -45,6 +45,8 @@
 #                                            # config x activation), DCGAN / pix2pix layers
 #                                            # with them forced (bare vs fused activation),
 #                                            # ncu of U-Net up1 TF32 NHWC (tensor pipe vs L2)
+#   PART=host                                # build + host / GPU / event time of small layers
+#                                            # and the host calls of one call (torch.profiler)
 #   LAYERS_ONLY=1                            # with PART=2: the layer benchmark only
 #   TANH_PROFILE=1                           # with PART=2: the GANs' Tanh layers, bare / fused
 #   BUDGET=450                               # seconds this call may take (default 570)
@@ -303,6 +305,15 @@ for v in "fp32 gemm_kxs_sm90:128x256s4" "fp32 gemm_kxs_sm90:128x128s6pp" \
   grep -E "^  [a-zA-Z_].*\(|gpu__time|gmma|lts__|dram__|per_second|cycles_active" \
     "$L/ncu_up1_$1_${2//:/_}.log" | sed 's/  */ /g' | cut -c1-140
 done
+fi
+
+if [ "${PART:-}" = host ]; then
+# Where a small layer's host time goes (event time minus GPU time in the layer table): host /
+# GPU / event time per path and the host calls of one planner call (torch.profiler).
+step "host overhead with traces"
+timeout $(( $(left) - 15 )) python3 benchmarks/host_overhead.py --only "dcgan.g2,pix2pix.u6" \
+  --modes fp16,tf32 --variants gemm_phase_tma --trace > "$L/host_overhead.log" 2>&1
+grep -vE "Warning|warn|^\s*$|STAGE:|profiler_|USDT|ERROR:" "$L/host_overhead.log" | head -150
 fi
 
 if [ "${PART:-}" = phase_tma_bench ]; then

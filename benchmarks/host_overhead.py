@@ -83,7 +83,8 @@ def event_us(fn: Callable[[], object], reps: int = 200) -> float:
     return times[len(times) // 2]
 
 
-def measure(layer: Layer, mode: str, layout: str, variants: List[str]) -> None:
+def measure(layer: Layer, mode: str, layout: str, variants: List[str], trace: bool = False
+            ) -> None:
     dtype, tf32 = MODES[mode]
     torch.backends.cudnn.allow_tf32 = tf32
     fmt = torch.channels_last if layout == "nhwc" else torch.contiguous_format
@@ -150,6 +151,27 @@ def measure(layer: Layer, mode: str, layout: str, variants: List[str]) -> None:
             pieces["piece: armed C++ fast path"] = lambda: armed(x, w, b)
         for name, fn in pieces.items():
             print(f"  {name:34s} {host_us(fn):8.1f}")
+        if trace:
+            print_trace(fns["Fast (planner)"])
+
+
+def print_trace(fn: Callable[[], object], calls: int = 50) -> None:
+    """The host side of `calls` calls under torch.profiler: the ATen ops and CUDA runtime /
+    driver calls one call makes, by self CPU time per call (what the host time above is made
+    of; the profiler adds its own cost to every recorded op)."""
+    from torch.profiler import ProfilerActivity, profile
+    for _ in range(10):
+        fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+    rows = [e for e in prof.key_averages() if e.self_cpu_time_total > 0 and e.count >= calls]
+    rows.sort(key=lambda e: -e.self_cpu_time_total)
+    print(f"  trace of Fast (planner), per call ({calls} calls): self CPU us, count, name")
+    for e in rows[:12]:
+        print(f"    {e.self_cpu_time_total / calls:7.1f}  x{e.count / calls:<4.1f} {e.key[:90]}")
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -159,6 +181,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--formats", default="nhwc,nchw")
     p.add_argument("--variants", default="gemm_phase_tma,gemm_phase,gemm_phase_sm90:128x64s4,"
                    "gemm_kxs_sm90,direct,gemm_kxs")
+    p.add_argument("--trace", action="store_true",
+                   help="also print the host calls of one planner call (torch.profiler)")
     args = p.parse_args(argv)
     torch.backends.cudnn.benchmark = True
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}")
@@ -170,7 +194,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             for layout in args.formats.split(","):
                 variants = [v for v in args.variants.split(",")
                             if not (v.startswith("gemm_phase_sm90") and mode == "tf32")]
-                measure(layer, mode, layout, variants)
+                measure(layer, mode, layout, variants, args.trace)
     return 0
 
 
