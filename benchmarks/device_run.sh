@@ -47,6 +47,8 @@
 #                                            # ncu of U-Net up1 TF32 NHWC (tensor pipe vs L2)
 #   PART=host                                # build + host / GPU / event time of small layers
 #                                            # and the host calls of one call (torch.profiler)
+#   PART=fewch                               # build + ncu of fcn8s.up8 (21 channels): cuDNN
+#                                            # and the phase GEMMs forced, bf16
 #   LAYERS_ONLY=1                            # with PART=2: the layer benchmark only
 #   TANH_PROFILE=1                           # with PART=2: the GANs' Tanh layers, bare / fused
 #   BUDGET=450                               # seconds this call may take (default 570)
@@ -314,6 +316,22 @@ step "host overhead with traces"
 timeout $(( $(left) - 15 )) python3 benchmarks/host_overhead.py --only "dcgan.g2,pix2pix.u6" \
   --modes fp16,tf32 --variants gemm_phase_tma --trace > "$L/host_overhead.log" 2>&1
 grep -vE "Warning|warn|^\s*$|STAGE:|profiler_|USDT|ERROR:" "$L/host_overhead.log" | head -150
+fi
+
+if [ "${PART:-}" = fewch ]; then
+# Few-output-channel layers (fcn8s.up8: 21 channels, k16 s8, 64 phases) tie cuDNN: time, DRAM
+# and L2 traffic of cuDNN's kernels and of the phase GEMMs forced, bf16, both layouts.
+for v in "gemm_phase:128x32" "gemm_phase_tma:128x64s8pp"; do
+  for cl in "" --channels-last; do
+    [ "$(left)" -lt 30 ] && { echo "skipped ncu $v: no time left"; continue; }
+    step "ncu: fcn8s.up8 bf16 ${cl:-NCHW}, $v and cuDNN"
+    timeout 60 ncu --clock-control none -k regex:"conv_transpose2d|dgrad|folded|nchwToNhwc|nhwcAdd|tensorTransform" -c 12 --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sectors_op_write.sum,lts__t_sectors_op_read.sum,smsp__cycles_active.avg.pct_of_peak_sustained_elapsed \
+      python3 benchmarks/profile_layer.py --layer "fcn8s.up8 21 k16s8" --variant "$v" \
+      --reps 2 $cl > "$L/ncu_fcn8s_${v//:/_}${cl:+_cl}.log" 2>&1
+    grep -E "^  [a-zA-Z_].*\(|gpu__time|dram__bytes|lts__t_sectors|cycles_active" \
+      "$L/ncu_fcn8s_${v//:/_}${cl:+_cl}.log" | sed 's/  */ /g' | cut -c1-120
+  done
+done
 fi
 
 if [ "${PART:-}" = phase_tma_bench ]; then
