@@ -101,6 +101,15 @@ kxs_layers="unet.up1,unet.up4,maskrcnn,yolov8seg"
 phase_layers="dcgan.g2,dcgan.g3,pix2pix.u2,cyclegan,simplebl,keypoint,vae,dilated,asym"
 # Names of a planner tuple (e.g. PHASE_TMA_CONFIGS), space-separated.
 planner_names() { python3 -c "from deconv_patch import planner; print(' '.join(planner.$1))"; }
+# ncu_layer LOG SECONDS NCU-ARGS... -- PROFILE-LAYER-ARGS...: ncu (GPU clocks left as they run)
+# on benchmarks/profile_layer.py, output in LOG; prints each profiled kernel's name and metric rows.
+ncu_layer() {
+  local log=$1 limit=$2 ncu_args=(); shift 2
+  while [ "$1" != -- ]; do ncu_args+=("$1"); shift; done; shift
+  timeout "$limit" ncu --clock-control none "${ncu_args[@]}" \
+    python3 benchmarks/profile_layer.py "$@" > "$log" 2>&1
+  grep -E "^  [a-zA-Z_].*\(|^ +[a-z0-9_]+__[a-z0-9_.]+ " "$log" | sed 's/  */ /g' | cut -c1-150
+}
 # The bf16 / fp32 GAN models end to end (eager), where fused activations decide the speed.
 gan_models_bench() {
   step "model benchmark (DCGAN, pix2pix; eager)"
@@ -202,11 +211,8 @@ timeout 200 python3 benchmarks/host_overhead.py --only "dcgan.g2,dcgan.g3,simple
   --modes bf16,tf32 > "$L/host_overhead.log" 2>&1; tail -60 "$L/host_overhead.log"
 for cl in "" --channels-last; do
   step "ncu: maskrcnn.mask bf16 ${cl:-NCHW} (gemm_kxs_sm90:128x128s6pp and cuDNN)"
-  timeout 120 ncu --clock-control none -c 12 --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sectors_op_write.sum,lts__t_sectors_op_read.sum \
-    python3 benchmarks/profile_layer.py --layer "maskrcnn.mask 256>256 14" \
-    --variant gemm_kxs_sm90:128x128s6pp --reps 2 $cl > "$L/ncu_maskrcnn${cl:+_cl}.log" 2>&1
-  grep -E "^  [a-zA-Z_].*\(|gpu__time|dram__bytes|lts__t_sectors" "$L/ncu_maskrcnn${cl:+_cl}.log" | \
-    sed 's/  */ /g' | cut -c1-150
+  ncu_layer "$L/ncu_maskrcnn${cl:+_cl}.log" 120 -c 12 --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sectors_op_write.sum,lts__t_sectors_op_read.sum \
+    -- --layer "maskrcnn.mask 256>256 14" --variant gemm_kxs_sm90:128x128s6pp --reps 2 $cl
 done
 fi
 
@@ -224,11 +230,9 @@ done
 for cfg in 128x256s4 128x256s4area; do
   [ "$(left)" -lt 45 ] && { echo "skipped ncu $cfg: no time left"; continue; }
   step "ncu: maskrcnn.mask bf16 NCHW, gemm_kxs_sm90:$cfg"
-  timeout 40 ncu --clock-control none -k regex:gemm_kxs_sm90_kernel -c 2 \
+  ncu_layer "$L/ncu_maskrcnn_$cfg.log" 40 -k regex:gemm_kxs_sm90_kernel -c 2 \
     --metrics gpu__time_duration.sum,dram__bytes_write.sum,lts__t_sectors_op_write.sum \
-    python3 benchmarks/profile_layer.py --layer "maskrcnn.mask 256>256 14" \
-    --variant "gemm_kxs_sm90:$cfg" --reps 2 > "$L/ncu_maskrcnn_$cfg.log" 2>&1
-  grep -E "gpu__time|dram__bytes|lts__t_sectors" "$L/ncu_maskrcnn_$cfg.log" | sed 's/  */ /g'
+    -- --layer "maskrcnn.mask 256>256 14" --variant "gemm_kxs_sm90:$cfg" --reps 2
 done
 gpu_tests kxs_sm90-others $(( $(left) - 15 )) -k "not area" tests/test_gpu_kxs_sm90.py
 fi
@@ -300,12 +304,9 @@ for v in "fp32 gemm_kxs_sm90:128x256s4" "fp32 gemm_kxs_sm90:128x128s6pp" \
   set -- $v
   [ "$(left)" -lt 40 ] && { echo "skipped ncu $v: no time left"; continue; }
   step "ncu: unet.up1 $1 NHWC, $2 and cuDNN"
-  timeout 60 ncu --clock-control none -k regex:"gemm_kxs_sm90_kernel|xmma|dgrad|cutlass" -c 4 \
+  ncu_layer "$L/ncu_up1_$1_${2//:/_}.log" 60 -k regex:"gemm_kxs_sm90_kernel|xmma|dgrad|cutlass" -c 4 \
     --metrics gpu__time_duration.sum,sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active,lts__t_throughput.avg.pct_of_peak_sustained_elapsed,lts__t_sectors_op_read.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__cycles_elapsed.avg.per_second,smsp__cycles_active.avg.pct_of_peak_sustained_elapsed \
-    python3 benchmarks/profile_layer.py --layer "unet.up1 1024>512 28" --dtype $1 \
-    --channels-last --variant $2 --reps 2 > "$L/ncu_up1_$1_${2//:/_}.log" 2>&1
-  grep -E "^  [a-zA-Z_].*\(|gpu__time|gmma|lts__|dram__|per_second|cycles_active" \
-    "$L/ncu_up1_$1_${2//:/_}.log" | sed 's/  */ /g' | cut -c1-140
+    -- --layer "unet.up1 1024>512 28" --dtype $1 --channels-last --variant $2 --reps 2
 done
 fi
 
@@ -325,11 +326,9 @@ for v in "gemm_phase:128x32" "gemm_phase_tma:128x64s8pp"; do
   for cl in "" --channels-last; do
     [ "$(left)" -lt 30 ] && { echo "skipped ncu $v: no time left"; continue; }
     step "ncu: fcn8s.up8 bf16 ${cl:-NCHW}, $v and cuDNN"
-    timeout 60 ncu --clock-control none -k regex:"conv_transpose2d|dgrad|folded|nchwToNhwc|nhwcAdd|tensorTransform" -c 12 --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sectors_op_write.sum,lts__t_sectors_op_read.sum,smsp__cycles_active.avg.pct_of_peak_sustained_elapsed \
-      python3 benchmarks/profile_layer.py --layer "fcn8s.up8 21 k16s8" --variant "$v" \
-      --reps 2 $cl > "$L/ncu_fcn8s_${v//:/_}${cl:+_cl}.log" 2>&1
-    grep -E "^  [a-zA-Z_].*\(|gpu__time|dram__bytes|lts__t_sectors|cycles_active" \
-      "$L/ncu_fcn8s_${v//:/_}${cl:+_cl}.log" | sed 's/  */ /g' | cut -c1-120
+    ncu_layer "$L/ncu_fcn8s_${v//:/_}${cl:+_cl}.log" 60 \
+      -k regex:"conv_transpose2d|dgrad|folded|nchwToNhwc|nhwcAdd|tensorTransform" -c 12 --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sectors_op_write.sum,lts__t_sectors_op_read.sum,smsp__cycles_active.avg.pct_of_peak_sustained_elapsed \
+      -- --layer "fcn8s.up8 21 k16s8" --variant "$v" --reps 2 $cl
   done
 done
 fi
