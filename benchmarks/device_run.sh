@@ -49,6 +49,14 @@
 #                                            # and the host calls of one call (torch.profiler)
 #   PART=fewch                               # build + ncu of fcn8s.up8 (21 channels): cuDNN
 #                                            # and the phase GEMMs forced, bf16
+#   PART=outtile                             # build + gemm_out_tile's tests, then aten,
+#                                            # gemm_out_tile and each of its configs forced on
+#                                            # the few-channel layers (fcn8s, dcgan.g5, fsrcnn,
+#                                            # keypoint; bf16, fp16, TF32; NCHW, NHWC), ncu of
+#                                            # fcn8s.up8, fsrcnn, dcgan.g5 bf16 (SKIP_TESTS=1:
+#                                            # no tests; OT_VARIANTS="v ...": time only these;
+#                                            # SANITIZE=1: memcheck on a few cases;
+#                                            # EXTRA_TESTS="...": more GPU tests; SKIP_NCU=1)
 #   LAYERS_ONLY=1                            # with PART=2: the layer benchmark only
 #   TANH_PROFILE=1                           # with PART=2: the GANs' Tanh layers, bare / fused
 #   BUDGET=450                               # seconds this call may take (default 570)
@@ -330,6 +338,41 @@ for v in "gemm_phase:128x32" "gemm_phase_tma:128x64s8pp"; do
       -k regex:"conv_transpose2d|dgrad|folded|nchwToNhwc|nhwcAdd|tensorTransform" -c 12 --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sectors_op_write.sum,lts__t_sectors_op_read.sum,smsp__cycles_active.avg.pct_of_peak_sustained_elapsed \
       -- --layer "fcn8s.up8 21 k16s8" --variant "$v" --reps 2 $cl
   done
+done
+fi
+
+if [ "${PART:-}" = outtile ]; then
+# gemm_out_tile (output-tiled stride-phase GEMM for <= 32 output channels per group): its tests
+# (heuristic and config sweeps, epilogues, full-size layers), then PyTorch's path, its heuristic
+# and each config forced on the few-channel layers (each call within 75 s, skipped below 110 s
+# left so the ncu run keeps its time), then ncu of fcn8s.up8 (time, DRAM and L2 sectors: the
+# phase GEMMs wrote 12x the output in L2 write sectors there, NCHW).
+[ -z "${SKIP_TESTS:-}" ] && gpu_tests outtile 200 tests/test_gpu_out_tile.py
+if [ -n "${SANITIZE:-}" ] && [ "$(left)" -gt 60 ]; then
+  step "compute-sanitizer (memcheck) on gemm_out_tile: 3 cases of each sweep, the full layers"
+  ids=$(python3 -m pytest -q --co -p no:cacheprovider tests/test_gpu_out_tile.py 2>/dev/null | \
+        grep -E "sweep\[|benchmark_layers\[bf16" | awk -F'[' '{ if (n[$1]++ < 3) print }')
+  timeout $(( $(left) - 10 < 150 ? $(left) - 10 : 150 )) compute-sanitizer --tool memcheck \
+    --error-exitcode 9 python3 -m pytest -q -m cuda -p no:cacheprovider $ids \
+    > "$L/sanitizer-outtile.log" 2>&1; echo "sanitizer exit $?"
+  grep -E "ERROR SUMMARY|Invalid|out of bounds|passed|failed" "$L/sanitizer-outtile.log" | head -10
+fi
+# EXTRA_TESTS="PYTEST-ARGS": other GPU tests in the same call (the planner's and fast path's).
+[ -n "${EXTRA_TESTS:-}" ] && gpu_tests extra 240 ${EXTRA_TESTS}
+fewch_layers="fcn8s,dcgan.g5,fsrcnn,keypoint"
+for v in ${OT_VARIANTS:-aten gemm_out_tile $(planner_names OUT_TILE_CONFIGS)}; do
+  forced "$v" bf16,fp16,tf32 nchw,nhwc "$fewch_layers" 75 110
+done
+# ncu of the main kernel (time, DRAM / L2 traffic, issue slots, shared-memory bank conflicts,
+# occupancy; the log keeps the warp-state section: why warps stall).
+ot_metrics=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sectors_op_write.sum,lts__t_sectors_op_read.sum,smsp__cycles_active.avg.pct_of_peak_sustained_elapsed,smsp__inst_executed.sum,smsp__issue_active.avg.pct_of_peak_sustained_elapsed,l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum,sm__warps_active.avg.pct_of_peak_sustained_active
+[ -n "${SKIP_NCU:-}" ] || for spec in "fcn8s.up8 21 k16s8:bf16:nchw" "fsrcnn.x3 56>1 k9s3:bf16:nhwc" "dcgan.g5 64>3 32x32:bf16:nchw"; do
+  IFS=: read -r layer dt fmt <<< "$spec"
+  if [ "$(left)" -lt 40 ]; then echo "skipped ncu $layer: no time left"; continue; fi
+  step "ncu: $layer $dt $fmt, gemm_out_tile"
+  ncu_layer "$L/ncu_${layer%% *}_${fmt}_gemm_out_tile.log" $(( $(left) - 10 < 60 ? $(left) - 10 : 60 )) \
+    -k regex:out_tile_kernel -c 1 --section WarpStateStats --metrics "$ot_metrics" \
+    -- --layer "$layer" --variant gemm_out_tile --dtype "$dt" $([ "$fmt" = nhwc ] && echo --channels-last) --reps 1
 done
 fi
 

@@ -10,6 +10,7 @@
 #include "torch_binding.hpp"
 #include "conv_transpose2d_gemm_kxs.h"
 #include "conv_transpose2d_gemm_kxs_sm90.h"
+#include "conv_transpose2d_gemm_out_tile.h"
 #include "conv_transpose2d_gemm_phase.h"
 #include "conv_transpose2d_gemm_phase_tma.h"
 #include "conv_transpose2d_gemm_phase_sm90.h"
@@ -78,16 +79,17 @@ at::Tensor channels_last_copy(const at::Tensor& input, cudaStream_t stream) {
   return input.contiguous(at::MemoryFormat::ChannelsLast);
 }
 
-// The weight re-laid-out for `variant`: "gemm_phase", "gemm_phase_sm90", "gemm_kxs_sm90" and
-// "gemm_phase_tma" pack into their tile layouts; "gemm_kxs" (its tap-major config) takes
-// [Cin, KH*KW, Cout/g]. Depends on the weight and the hyperparameters only;
+// The weight re-laid-out for `variant`: "gemm_phase", "gemm_phase_sm90", "gemm_kxs_sm90",
+// "gemm_phase_tma" and "gemm_out_tile" pack into their tile layouts; "gemm_kxs" (its tap-major
+// config) takes [Cin, KH*KW, Cout/g]. Depends on the weight and the hyperparameters only;
 // deconv_patch/packed_weights.py caches it per version.
 at::Tensor pack_weight(const std::string& variant, const at::Tensor& weight,
                        at::IntArrayRef stride, at::IntArrayRef padding,
                        at::IntArrayRef output_padding, at::IntArrayRef dilation, int64_t groups,
                        bool allow_tf32) {
   TORCH_CHECK(variant == "gemm_phase" || variant == "gemm_phase_sm90" || variant == "gemm_kxs" ||
-                  variant == "gemm_kxs_sm90" || variant == "gemm_phase_tma",
+                  variant == "gemm_kxs_sm90" || variant == "gemm_phase_tma" ||
+                  variant == "gemm_out_tile",
               "deconv_patch: variant ", variant, " reads no packed weight");
   TORCH_CHECK(weight.is_cuda() && weight.dim() == 4, "deconv_patch: weight must be a 4-D CUDA tensor");
   (void)output_padding;
@@ -96,6 +98,16 @@ at::Tensor pack_weight(const std::string& variant, const at::Tensor& weight,
   if (variant == "gemm_kxs") return weight.flatten(2).transpose(1, 2).contiguous();
   ConvTranspose2dParams p;
   fill_weight_params(p, weight, stride, padding, dilation, groups);
+  if (variant == "gemm_out_tile") {
+    const int64_t bytes = gemm_out_tile_packed_weight_bytes(p, kind);
+    TORCH_CHECK(bytes > 0, "deconv_patch: ", variant, " does not support this weight");
+    at::Tensor packed = at::empty({bytes}, weight.options().dtype(at::kByte));
+    const cudaError_t err = launch_gemm_out_tile_pack_weight(
+        p, kind, allow_tf32, packed.data_ptr(), c10::cuda::getCurrentCUDAStream().stream());
+    TORCH_CHECK(err == cudaSuccess, "deconv_patch: weight packing failed: ",
+                cudaGetErrorString(err));
+    return packed;
+  }
   if (variant == "gemm_kxs_sm90" || variant == "gemm_phase_tma") {
     const bool kxs = variant == "gemm_kxs_sm90";
     const int64_t bytes = kxs ? gemm_kxs_sm90_packed_weight_bytes(p, kind)
@@ -123,10 +135,10 @@ at::Tensor pack_weight(const std::string& variant, const at::Tensor& weight,
 }
 
 // Runs one kernel variant ("direct", "grouped", "gemm_kxs", "gemm_kxs_sm90", "gemm_phase",
-// "gemm_phase_sm90" or "gemm_phase_tma") with the fused epilogue in (scale, shift, activation);
-// the planner (Python) has chosen it.
-// config: gemm_phase's tile config (-1: the kernel's choice); for gemm_kxs 1 selects tap-major
-// columns, whose weight comes from pack_weight("gemm_kxs", ...) in `packed`.
+// "gemm_phase_sm90", "gemm_phase_tma" or "gemm_out_tile") with the fused epilogue in (scale,
+// shift, activation); the planner (Python) has chosen it.
+// config: the tile config of the packed-weight GEMMs (-1: the kernel's choice); for gemm_kxs 1
+// selects tap-major columns, whose weight comes from pack_weight("gemm_kxs", ...) in `packed`.
 at::Tensor conv_transpose2d_forward(const std::string& variant, const at::Tensor& input,
                                     const at::Tensor& weight,
                                     const c10::optional<at::Tensor>& bias, at::IntArrayRef stride,
@@ -218,7 +230,7 @@ at::Tensor conv_transpose2d_forward(const std::string& variant, const at::Tensor
   // is cheaper than 2-byte gathers inside the GEMM. gemm_phase_sm90 reads only such input.
   // gemm_kxs_sm90 and gemm_phase_tma load their A operand with TMA (16-byte rows); gemm_kxs_sm90
   // also reads dense 16-bit NCHW input directly (MN-major A) where its build supports that, so
-  // it is asked first.
+  // it is asked first. gemm_out_tile reads NCHW and channels_last input itself (no copy here).
   const bool reads_rows = variant == "gemm_kxs_sm90" || variant == "gemm_phase_tma" ||
                           ((variant == "gemm_phase" || variant == "gemm_phase_sm90") &&
                            kind != ScalarKind::kFloat32);
@@ -274,6 +286,14 @@ at::Tensor conv_transpose2d_forward(const std::string& variant, const at::Tensor
                 "deconv_patch: gemm_phase_tma has no tile config ", config);
     err = launch_conv_transpose2d_gemm_phase_tma(p, kind, allow_tf32, packed->data_ptr(), stream,
                                                  (int)config);
+  } else if (variant == "gemm_out_tile") {
+    TORCH_CHECK(gemm_out_tile_supports(p, kind, allow_tf32),
+                "deconv_patch: the gemm_out_tile kernel does not support this call");
+    check_packed(gemm_out_tile_packed_weight_bytes(p, kind));
+    TORCH_CHECK(config >= -1 && config < gemm_out_tile_num_configs(),
+                "deconv_patch: gemm_out_tile has no tile config ", config);
+    err = launch_conv_transpose2d_gemm_out_tile(p, kind, allow_tf32, packed->data_ptr(),
+                                                (int)config, stream);
   } else if (variant == "gemm_phase_sm90") {
     TORCH_CHECK(gemm_phase_sm90_supports(p, kind, allow_tf32),
                 "deconv_patch: the gemm_phase_sm90 kernel does not support this call");
@@ -338,6 +358,12 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       names.emplace_back(deconv_patch::gemm_phase_tma_config_name(i));
     return names;
   }, "gemm_phase_tma's tile config names, in config order");
+  m.def("gemm_out_tile_config_names", []() {
+    std::vector<std::string> names;
+    for (int i = 0; i < deconv_patch::gemm_out_tile_num_configs(); ++i)
+      names.emplace_back(deconv_patch::gemm_out_tile_config_name(i));
+    return names;
+  }, "gemm_out_tile's tile config names, in config order");
   m.def("gemm_phase_sm90_num_configs", &deconv_patch::gemm_phase_sm90_num_configs,
         "Number of gemm_phase_sm90 tile configs");
   m.def("pack_weight", &deconv_patch::pack_weight,

@@ -26,7 +26,12 @@ Variants today:
     128x256s4area: its "kernel-area" tiles store each channel's NCHW output rows as one run),
     an autotune candidate otherwise (the area configs wherever the output is NCHW);
   * ``gemm_phase_tma`` - the stride-phase GEMM in that design (any layer; 16-bit, TF32 and
-    3xTF32): an autotune candidate on Hopper, and the choice there for fp32 without TF32.
+    3xTF32): an autotune candidate on Hopper, and the choice there for fp32 without TF32;
+  * ``gemm_out_tile`` - output-tiled stride-phase GEMM for <= 32 output channels per group
+    (FCN's x8 up-sampling, DCGAN's 64 > 3, FSRCNN's 56 > 1): a block owns a contiguous output
+    tile across all column phases, so its stores are whole rows, not every stride-th element;
+    16-bit and TF32 (never fp32 strict), any layout: an autotune candidate on compute
+    capability >= 8.0 (seven tile configs, "gemm_out_tile:4x32", ...).
 fp32 without TF32 runs 3xTF32 on gemm_kxs and, on Hopper, gemm_phase_tma (x = hi + lo, three TF32
 products per multiply): fp32-accurate where each output sums at least MIN_3XTF32_DEPTH products,
 so shallower sums stay on cuDNN. gemm_phase has the same mode (forced only: its error reached
@@ -60,11 +65,12 @@ GEMM_PHASE = "gemm_phase"
 GEMM_PHASE_SM90 = "gemm_phase_sm90"
 GEMM_KXS_SM90 = "gemm_kxs_sm90"
 GEMM_PHASE_TMA = "gemm_phase_tma"
+GEMM_OUT_TILE = "gemm_out_tile"
 GROUPED = "grouped"
 DIRECT = "direct"
 ATEN = "aten"
 VARIANTS = (GEMM_KXS, GEMM_PHASE, DIRECT, ATEN, GROUPED, GEMM_PHASE_SM90, GEMM_KXS_SM90,
-            GEMM_PHASE_TMA)
+            GEMM_PHASE_TMA, GEMM_OUT_TILE)
 # gemm_phase's tile configurations, in the kernel's order (launch_conv_transpose2d_gemm_phase's
 # `config`). "gemm_phase" alone lets the kernel pick; "gemm_phase:64x64" forces one (autotune
 # times them all).
@@ -97,8 +103,13 @@ KXS_SM90_NCHW_WINNER = KXS_SM90_AREA_CONFIGS[0]
 # tile m x n, ring stages, "pp" = ping-pong consumer warpgroups.
 PHASE_TMA_CONFIGS = tuple(f"{GEMM_PHASE_TMA}:{t}" for t in ("128x128s6pp", "128x128s6",
                                                                "128x256s4", "128x64s8pp"))
+# gemm_out_tile's configs, in the kernel's order (the extension's gemm_out_tile_config_names):
+# phase rows x phase columns a block computes per phase; "all": every row phase per block
+# (stride_h x as many contiguous output rows), else one row phase.
+OUT_TILE_CONFIGS = tuple(f"{GEMM_OUT_TILE}:{t}" for t in ("4x32", "2x64", "8x16", "8x32all",
+                                                             "4x64all", "2x64all", "4x32all"))
 NAMED_VARIANTS = VARIANTS + PHASE_CONFIGS + (KXS_TAP_MAJOR,) + SM90_CONFIGS + KXS_SM90_CONFIGS + \
-    KXS_SM90_AREA_CONFIGS + PHASE_TMA_CONFIGS
+    KXS_SM90_AREA_CONFIGS + PHASE_TMA_CONFIGS + OUT_TILE_CONFIGS
 _GEMM_TILE = 128
 _MIN_PHASE_CHANNELS = 16  # per group, in and out: below this tensor-core tiles are mostly padding
 _MIN_GEMM_OUTPUT_BYTES = 4 * 2**20
@@ -115,6 +126,13 @@ MIN_3XTF32_DEPTH = 64
 # fp32 strict on Hopper: gemm_phase_tma's 3xTF32 runs by default from this many output channels
 # per group (its 64-wide tiles waste most of their MMAs below; measured, see _plan_layer).
 _MIN_STRICT_TMA_OUT = 32
+# gemm_out_tile's domain: output channels per group (its n tile holds every channel of a group).
+_MAX_OUT_TILE_CHANNELS = 32
+# out channels per group up to which gemm_out_tile is the untimed default (0: autotune candidate
+# only; set from device measurements)
+# It then replaces cuDNN (or gemm_phase where cuDNN cannot run) as the default of 16-bit / TF32
+# layers; the grouped kernel's and gemm_kxs's measured defaults stay (see _plan_layer).
+OUT_TILE_DEFAULT_MAX_CHANNELS = 0
 
 # The variant forced by `use_variant` in this context (thread/task-local, not process-global).
 _forced_variant: contextvars.ContextVar[Optional[str]] = contextvars.ContextVar(
@@ -165,6 +183,8 @@ def split_variant(variant: str) -> Tuple[str, int]:
         return GEMM_KXS_SM90, len(KXS_SM90_CONFIGS) + KXS_SM90_AREA_CONFIGS.index(variant)
     if variant in PHASE_TMA_CONFIGS:
         return GEMM_PHASE_TMA, PHASE_TMA_CONFIGS.index(variant)
+    if variant in OUT_TILE_CONFIGS:
+        return GEMM_OUT_TILE, OUT_TILE_CONFIGS.index(variant)
     if variant == KXS_TAP_MAJOR:
         return GEMM_KXS, 1
     return variant, -1
@@ -173,7 +193,7 @@ def split_variant(variant: str) -> Tuple[str, int]:
 def reads_packed_weight(variant: str) -> bool:
     """Whether a variant reads a pre-packed weight (packed_weights.py) instead of the weight."""
     return split_variant(variant)[0] in (GEMM_PHASE, GEMM_PHASE_SM90, GEMM_KXS_SM90,
-                                         GEMM_PHASE_TMA) or \
+                                         GEMM_PHASE_TMA, GEMM_OUT_TILE) or \
         variant == KXS_TAP_MAJOR
 
 
@@ -217,8 +237,8 @@ def plan_layer(device: torch.device, dtype: torch.dtype, kernel_hw: Sequence[int
     `channels` = (in, out) channels per group; when given, the stride-phase GEMMs are ruled
     out below 16 input channels (a k step of their tensor-core tiles would be mostly padding)
     and are no default below 16 output channels (only an autotune candidate there), grouped
-    layers with few channels per group get the grouped kernel, and fp32 without TF32 may use
-    3xTF32."""
+    layers with few channels per group get the grouped kernel, layers with <= 32 output channels
+    per group list gemm_out_tile's configs, and fp32 without TF32 may use 3xTF32."""
     chosen = _plan_layer(device, dtype, kernel_hw, args, channels)
     phase_listed = PHASE_CONFIGS[0] in chosen.candidates or \
         PHASE_TMA_CONFIGS[0] in chosen.candidates
@@ -229,17 +249,22 @@ def plan_layer(device: torch.device, dtype: torch.dtype, kernel_hw: Sequence[int
     # Few output channels pad the n tile only (3 of 32 columns for DCGAN's 64 > 3 output layer),
     # while cuDNN runs such layers 20-80x above the roofline floor (docs/perf-notes.md, version
     # 1): autotune times the phase GEMMs there, but they are never the untimed default.
+    # gemm_out_tile stays: few output channels are what it is for.
     return _without_phase(chosen, why, keep_candidates=channels[0] >= _MIN_PHASE_CHANNELS)
 
 
-def _without_phase(chosen: Plan, why: str, keep_candidates: bool = False) -> Plan:
-    """`chosen` with the stride-phase GEMMs (gemm_phase, gemm_phase_sm90, gemm_phase_tma) ruled
-    out: gone from the candidates (unless keep_candidates) and, if one was the choice, replaced
-    by direct where that is a candidate (PyTorch cannot use cuDNN) else PyTorch."""
-    phase = PHASE_CONFIGS + SM90_CONFIGS + PHASE_TMA_CONFIGS
+def _without_phase(chosen: Plan, why: str, keep_candidates: bool = False,
+                   out_tile: bool = False) -> Plan:
+    """`chosen` with the stride-phase GEMMs (gemm_phase, gemm_phase_sm90, gemm_phase_tma, and
+    with out_tile gemm_out_tile) ruled out: gone from the candidates (unless keep_candidates)
+    and, if one was the choice, replaced by direct where that is a candidate (PyTorch cannot use
+    cuDNN) else PyTorch. gemm_out_tile is kept unless out_tile: its tiles hold few channels."""
+    phase = PHASE_CONFIGS + SM90_CONFIGS + PHASE_TMA_CONFIGS + (OUT_TILE_CONFIGS if out_tile
+                                                                  else ())
+    kernels = (GEMM_PHASE, GEMM_PHASE_TMA) + ((GEMM_OUT_TILE,) if out_tile else ())
     rest = chosen.candidates if keep_candidates else \
         tuple(v for v in chosen.candidates if v not in phase)
-    if chosen.variant not in (GEMM_PHASE, GEMM_PHASE_TMA):
+    if chosen.variant not in kernels:
         return Plan(chosen.variant, chosen.reason, candidates=rest)
     fallback = DIRECT if DIRECT in rest else ATEN
     return Plan(fallback, f"{why}; {fallback}", candidates=rest)
@@ -254,15 +279,21 @@ def _plan_layer(device: torch.device, dtype: torch.dtype, kernel_hw: Sequence[in
     if forced is not None:
         return Plan(forced, "forced by deconv_patch.use_variant")
     depth = None if channels is None else reduction_depth(channels[0], kernel_hw, args)
+    # gemm_out_tile (16-bit / TF32 tensor cores, <= 32 output channels per group): an autotune
+    # candidate wherever it runs; the untimed default only up to OUT_TILE_DEFAULT_MAX_CHANNELS.
+    out_tile = out_tile_configs(device, dtype, channels)
     if channels is not None and args.groups > 1 and max(channels) <= _MAX_GROUPED_CHANNELS:
         # Measured on the H100 (docs/perf-notes.md): 1.4-10x cuDNN on the suite's depthwise and
         # grouped layers; FFMA, so fp32 without TF32 stays exact. The exception: FCN's x8
         # up-sampling (k16 s8, 64 phases), 0.4-1.3x, so cuDNN there unless autotune disagrees.
         why = f"{channels[0]} in / {channels[1]} out channels per group"
         if args.stride[0] * args.stride[1] > 16:
-            return Plan(ATEN, f"{why}, stride area > 16: cuDNN unless autotune times the "
-                        "grouped kernel faster", candidates=(GROUPED, ATEN))
-        return Plan(GROUPED, f"{why}: register-tiled grouped kernel", candidates=(GROUPED, ATEN))
+            return _out_tile_default(Plan(
+                ATEN, f"{why}, stride area > 16: cuDNN unless autotune times the grouped kernel "
+                "faster", candidates=(GROUPED, *out_tile, ATEN)), channels)
+        # (the grouped kernel's measured wins stay the default; gemm_out_tile is timed there)
+        return Plan(GROUPED, f"{why}: register-tiled grouped kernel",
+                    candidates=(GROUPED, *out_tile, ATEN))
     # The grouped kernel (plain fp32 FFMA, so exact in every mode) also covers dense layers with
     # few channels (DCGAN's 64 > 3 output layer, FSRCNN's 56 > 1): an autotune candidate there.
     grouped = (GROUPED,) if channels is not None and \
@@ -277,8 +308,10 @@ def _plan_layer(device: torch.device, dtype: torch.dtype, kernel_hw: Sequence[in
         how = "3xTF32 " if fp32_strict(dtype) else ""
         wgmma = KXS_SM90_CONFIGS if hopper and args.groups == 1 and \
             not any(args.output_padding) else tma
+        # (gemm_kxs stays the default even where gemm_out_tile would be: plan() picks among its
+        # measured per-layout configs; gemm_out_tile is timed beside them.)
         return Plan(GEMM_KXS, f"kernel == stride: {how}tensor-core GEMM with scatter epilogue",
-                    candidates=(GEMM_KXS, KXS_TAP_MAJOR, *wgmma, *grouped, ATEN))
+                    candidates=(GEMM_KXS, KXS_TAP_MAJOR, *wgmma, *out_tile, *grouped, ATEN))
     # gemm_phase keeps fp32 without TF32 off 3xTF32 (depth None): on deep sums its error still
     # reached 1.11x the tests' bound in benchmarks/strict_error_scan.py (gemm_kxs: 0.58x).
     tensor_cores = tensor_core_problem(dtype) is None
@@ -291,16 +324,19 @@ def _plan_layer(device: torch.device, dtype: torch.dtype, kernel_hw: Sequence[in
         # PyTorch falls back to its slow native kernel here: 8-11x slower than gemm_phase and
         # ~2x slower than direct on the H100 (docs/perf-notes.md).
         if tensor_cores:
-            return Plan(GEMM_PHASE, f"{no_cudnn}; stride-phase implicit GEMM",
-                        candidates=(*phase, DIRECT, *grouped, ATEN))
+            return _out_tile_default(Plan(
+                GEMM_PHASE, f"{no_cudnn}; stride-phase implicit GEMM",
+                candidates=(*phase, *out_tile, DIRECT, *grouped, ATEN)), channels)
+        # (fp32 strict: gemm_out_tile has no such mode, out_tile is empty)
         return Plan(DIRECT, f"{no_cudnn}; direct kernel",
                     candidates=(DIRECT, *tma, *grouped, ATEN))
     if tensor_cores:
         # Measured on the H100 (docs/perf-notes.md): gemm_phase ranges 0.4-1.5x of cuDNN's sm90
         # wgmma kernels across the suite with no size rule separating wins from losses, so it
         # runs where autotune (torch.backends.cudnn.benchmark) timed it faster.
-        return Plan(ATEN, "cuDNN unless autotune times gemm_phase faster (cudnn.benchmark)",
-                    candidates=(*phase, *grouped, ATEN))
+        return _out_tile_default(Plan(
+            ATEN, "cuDNN unless autotune times gemm_phase faster (cudnn.benchmark)",
+            candidates=(*phase, *out_tile, *grouped, ATEN)), channels)
     if tma and channels is not None and min(channels) >= _MIN_PHASE_CHANNELS and \
             channels[1] >= _MIN_STRICT_TMA_OUT:
         # Measured on the H100 (docs/perf-notes.md version 9, GPU time, each config forced):
@@ -315,6 +351,38 @@ def _plan_layer(device: torch.device, dtype: torch.dtype, kernel_hw: Sequence[in
     return Plan(ATEN, f"fp32 without TF32: cuDNN (3xTF32 only on k == stride layers, and on "
                 f"Hopper, whose outputs sum >= {MIN_3XTF32_DEPTH} products)",
                 candidates=(*grouped, ATEN) if grouped else ())
+
+
+def out_tile_configs(device: torch.device, dtype: torch.dtype,
+                     channels: Optional[Tuple[int, int]]) -> Tuple[str, ...]:
+    """gemm_out_tile's configs where it can run a layer, else (): known channels with <= 32
+    output channels per group (its n tile holds a group's every output channel), compute
+    capability >= 8.0 (mma.sync), and 16-bit or TF32 (it has no fp32-strict mode)."""
+    if channels is None or out_tile_problem(dtype, channels[1]) is not None or \
+            _device_capability(device) < (8, 0):
+        return ()
+    return OUT_TILE_CONFIGS
+
+
+def out_tile_problem(dtype: torch.dtype, out_per_group: int) -> Optional[str]:
+    """Why gemm_out_tile cannot run a layer's dtype / output channels, or None when it can."""
+    if fp32_strict(dtype):
+        return "fp32 without TF32"
+    if out_per_group > _MAX_OUT_TILE_CHANNELS:
+        return (f"{out_per_group} output channels per group (at most {_MAX_OUT_TILE_CHANNELS}: "
+                "its n tile holds all of a group's)")
+    return None
+
+
+def _out_tile_default(chosen: Plan, channels: Optional[Tuple[int, int]]) -> Plan:
+    """`chosen` with gemm_out_tile (config -1: the kernel's heuristic) as the untimed default
+    where it is a candidate and the layer has <= OUT_TILE_DEFAULT_MAX_CHANNELS output channels
+    per group (0 today: candidate only, until device measurements set it)."""
+    if channels is None or channels[1] > OUT_TILE_DEFAULT_MAX_CHANNELS or \
+            OUT_TILE_CONFIGS[0] not in chosen.candidates:
+        return chosen
+    return Plan(GEMM_OUT_TILE, f"{channels[1]} out channels per group: output-tiled stride-phase "
+                "GEMM (whole-row stores)", candidates=chosen.candidates)
 
 
 def _is_sm90(device: torch.device) -> bool:
@@ -362,6 +430,8 @@ def may_use_kernel(device: torch.device, dtype: torch.dtype, kernel_hw: Sequence
     return (gemm_kxs_problem(dtype, kernel_hw, args, depth) is None
             or (channels is not None and args.groups > 1
                 and max(channels) <= _MAX_GROUPED_CHANNELS)
+            or (channels is not None and channels[1] <= OUT_TILE_DEFAULT_MAX_CHANNELS
+                and out_tile_problem(dtype, channels[1]) is None)
             or any(op >= s for op, s in zip(args.output_padding, args.stride))
             or not torch.backends.cudnn.enabled)
 
@@ -418,10 +488,11 @@ def plan(input: torch.Tensor, weight: torch.Tensor, args: ConvTransposeArgs) -> 
             # autotune (cudnn.benchmark) measures it exactly.
             return Plan(ATEN, "layer too small for the kernel to matter (host-bound)",
                         candidates=chosen.candidates)
-    if PHASE_CONFIGS[0] in chosen.candidates and _forced_variant.get() is None:
+    if (PHASE_CONFIGS[0] in chosen.candidates or OUT_TILE_CONFIGS[0] in chosen.candidates) and \
+            _forced_variant.get() is None:
         if not _phase_offsets_fit(input, weight, args):  # direct indexes with 64 bits
-            return _without_phase(chosen, "a tensor reaches 2^31 elements (gemm_phase indexes "
-                                  "with 32 bits)")
+            return _without_phase(chosen, "a tensor reaches 2^31 elements (gemm_phase and "
+                                  "gemm_out_tile index with 32 bits)", out_tile=True)
     return chosen
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import dataclass
 from typing import Optional, Tuple
@@ -186,3 +187,67 @@ def random_phase_case(seed: int) -> Case:
         unbatched=base.unbatched,
         tf32=True if dtype == torch.float32 else base.tf32,
     )
+
+
+OUT_TILE_IN = (1, 3, 8, 16, 21, 24, 56, 64)
+OUT_TILE_OUT = (1, 2, 3, 8, 17, 21, 24, 32)
+
+
+def random_out_tile_case(seed: int) -> Case:
+    """A random configuration in gemm_out_tile's domain (<= 32 output channels per group): any
+    stride 1..8 (now and then up to 16, with a kernel at least as large: FCN's k16 s8 kind),
+    kernel 1..9, dilation 1..3, padding, output_padding and grouping; fp16 / bf16, and fp32 with
+    TF32 (the kernel has no fp32-strict mode); NCHW, channels_last and strided input, small
+    batches and asymmetric sizes up to 40. Input channels per group x the taps of one row phase
+    (over all column phases) stay <= 400, so a block's weights fit its shared memory; outputs stay below
+    2^22 elements, so a sweep of hundreds stays quick."""
+    rng = random.Random(seed * 7127 + 11)
+    while True:
+        groups = rng.choice((1, 1, 1, 2, 3))
+        cout_g = rng.choice(OUT_TILE_OUT)
+        square = rng.random() < 0.6
+
+        def axis_pair(lo: int, hi: int) -> Tuple[int, int]:
+            a = rng.randint(lo, hi)
+            return (a, a) if square else (a, rng.randint(lo, hi))
+
+        if rng.random() < 0.1:  # large strides, kernel >= stride
+            stride = axis_pair(2, 16)
+            kernel = tuple(rng.randint(s, 2 * s) for s in stride)
+            dilation = (1, 1)
+        else:
+            stride = axis_pair(1, 8)
+            kernel = axis_pair(1, 9)
+            dilation = axis_pair(1, 3) if rng.random() < 0.35 else (1, 1)
+        # Taps of one row phase over every column phase (a block holds the weights of all its
+        # column phases): kernel rows k with equal k * dilation mod stride, times kernel width.
+        taps = -(-kernel[0] // (stride[0] // math.gcd(stride[0], dilation[0]))) * kernel[1]
+        cin_g = rng.choice([c for c in OUT_TILE_IN if c * taps <= 400])
+        padding = tuple(rng.randint(0, dilation[i] * (kernel[i] - 1) + 2) for i in range(2))
+        output_padding = tuple(
+            rng.randint(0, max(stride[i], dilation[i]) - 1) if rng.random() < 0.4 else 0
+            for i in range(2)
+        )
+        hw = (rng.randint(1, 40), rng.randint(1, 40))
+        args = ConvTransposeArgs(stride, padding, output_padding, dilation, groups)  # type: ignore[arg-type]
+        out_hw = args.output_hw(hw, kernel)
+        batch = rng.choice((0, 1, 1, 2, 3))
+        if any(s <= 0 for s in out_hw) or \
+                max(batch, 1) * cout_g * groups * out_hw[0] * out_hw[1] > 2**22:
+            continue
+        dtype = rng.choice(DTYPES)
+        return Case(
+            batch=batch,
+            in_channels=cin_g * groups,
+            out_channels=cout_g * groups,
+            hw=hw,
+            kernel=kernel,  # type: ignore[arg-type]
+            args=args,
+            bias=rng.random() < 0.6,
+            dtype=dtype,
+            channels_last=rng.random() < 0.35,
+            weight_channels_last=rng.random() < 0.1,
+            non_contiguous=rng.random() < 0.2,
+            unbatched=batch == 1 and rng.random() < 0.3,
+            tf32=True if dtype == torch.float32 else rng.random() < 0.5,  # no fp32 strict
+        )

@@ -201,3 +201,80 @@ def test_grouped_kernel_is_an_autotune_candidate_for_dense_layers_with_few_chann
         assert planner.ATEN in few.candidates
         wide = _plan(dtype, (4, 4), k4s2, (128, 64), tf32=tf32)
         assert planner.GROUPED not in wide.candidates
+
+
+@pytest.mark.parametrize("name,kernel,args,channels", [
+    ("dcgan.g5 64>3 k4 s2", (4, 4), ConvTransposeArgs.from_values(stride=2, padding=1), (64, 3)),
+    ("fcn8s.up8 21>21 k16 s8", (16, 16), ConvTransposeArgs.from_values(stride=8, padding=4),
+     (21, 21)),
+    ("fsrcnn 56>1 k9 s3", (9, 9), ConvTransposeArgs.from_values(stride=3, padding=4,
+                                                               output_padding=2), (56, 1)),
+    ("8>4 op >= stride", (3, 3), ConvTransposeArgs.from_values(stride=1, output_padding=1,
+                                                              dilation=2), (8, 4)),
+    ("depthwise k4 s2", (4, 4), ConvTransposeArgs.from_values(stride=2, padding=1, groups=64),
+     (1, 1)),
+    ("64>3 k2 s2", (2, 2), ConvTransposeArgs.from_values(stride=2), (64, 3)),
+])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_few_output_channel_layers_list_gemm_out_tile(capability, name, kernel, args, channels,
+                                                      dtype):
+    """<= 32 output channels per group, 16-bit or TF32, any GPU of ours: every gemm_out_tile
+    config is an autotune candidate ahead of PyTorch's path, even below the phase GEMMs'
+    16-channel floor (few channels are what it is for); not the untimed default while
+    OUT_TILE_DEFAULT_MAX_CHANNELS is 0."""
+    chosen = _plan(dtype, kernel, args, channels)
+    assert chosen.candidates[-1] == planner.ATEN
+    listed = [v for v in chosen.candidates if v in planner.OUT_TILE_CONFIGS]
+    assert listed == list(planner.OUT_TILE_CONFIGS), (name, chosen)
+    assert chosen.candidates.index(planner.OUT_TILE_CONFIGS[-1]) < \
+        chosen.candidates.index(planner.ATEN)
+    assert chosen.variant != planner.GEMM_OUT_TILE, (name, chosen)
+
+
+def test_gemm_out_tile_is_no_candidate_for_fp32_strict_or_many_output_channels(capability):
+    k4s2 = ConvTransposeArgs.from_values(stride=2, padding=1)
+    for channels in ((64, 3), (21, 21), (512, 17)):
+        strict = _plan(torch.float32, (4, 4), k4s2, channels, tf32=False)
+        assert not set(planner.OUT_TILE_CONFIGS) & set(strict.candidates), strict
+    for channels in ((64, 33), (128, 64), (21, 256)):
+        for dtype in (torch.bfloat16, torch.float32):
+            wide = _plan(dtype, (4, 4), k4s2, channels)
+            assert not set(planner.OUT_TILE_CONFIGS) & set(wide.candidates), wide
+    unknown = _plan(torch.bfloat16, (4, 4), k4s2, None)  # channels unknown: not listed
+    assert not set(planner.OUT_TILE_CONFIGS) & set(unknown.candidates)
+
+
+def test_gemm_out_tile_needs_compute_capability_8(monkeypatch):
+    monkeypatch.setattr(planner, "_capability", lambda index: (7, 5))
+    chosen = _plan(torch.bfloat16, (4, 4), ConvTransposeArgs.from_values(stride=2, padding=1),
+                   (64, 3))
+    assert chosen.variant == planner.ATEN and chosen.fallback
+    assert planner.out_tile_configs(CUDA0, torch.bfloat16, (64, 3)) == ()
+
+
+def test_gemm_out_tile_config_names_split_into_kernel_and_index():
+    assert [planner.split_variant(v) for v in planner.OUT_TILE_CONFIGS] == \
+        [(planner.GEMM_OUT_TILE, i) for i in range(7)]
+    assert all(planner.is_variant(v) and planner.reads_packed_weight(v)
+               for v in (planner.GEMM_OUT_TILE, *planner.OUT_TILE_CONFIGS))
+    assert planner.split_variant(planner.GEMM_OUT_TILE) == (planner.GEMM_OUT_TILE, -1)
+
+
+def test_out_tile_default_switches_on_with_its_constant(capability, monkeypatch):
+    """OUT_TILE_DEFAULT_MAX_CHANNELS > 0 makes gemm_out_tile (its heuristic config) the untimed
+    default in place of cuDNN / gemm_phase up to that many output channels per group; the
+    grouped kernel's and gemm_kxs's defaults and fp32 strict stay as they are."""
+    monkeypatch.setattr(planner, "OUT_TILE_DEFAULT_MAX_CHANNELS", 21)
+    k4s2 = ConvTransposeArgs.from_values(stride=2, padding=1)
+    assert _plan(torch.bfloat16, (4, 4), k4s2, (64, 3)).variant == planner.GEMM_OUT_TILE
+    assert _plan(torch.float32, (16, 16), ConvTransposeArgs.from_values(stride=8, padding=4),
+                 (21, 21)).variant == planner.GEMM_OUT_TILE
+    no_cudnn = ConvTransposeArgs.from_values(stride=1, output_padding=1, dilation=2)
+    assert _plan(torch.bfloat16, (3, 3), no_cudnn, (8, 4)).variant == planner.GEMM_OUT_TILE
+    assert _plan(torch.bfloat16, (4, 4), k4s2, (64, 24)).variant == planner.ATEN
+    assert _plan(torch.float32, (4, 4), k4s2, (64, 3), tf32=False).variant == planner.ATEN
+    assert _plan(torch.bfloat16, (2, 2), ConvTransposeArgs.from_values(stride=2),
+                 (64, 3)).variant == planner.GEMM_KXS
+    dw = ConvTransposeArgs.from_values(stride=2, padding=1, groups=64)
+    assert _plan(torch.bfloat16, (4, 4), dw, (1, 1)).variant == planner.GROUPED
+    assert planner.may_use_kernel(CUDA0, torch.bfloat16, (4, 4), k4s2, (64, 3))

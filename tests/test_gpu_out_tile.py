@@ -1,0 +1,118 @@
+"""GPU correctness of gemm_out_tile (output-tiled stride-phase GEMM for <= 32 output channels per
+group: a block owns a contiguous output tile across every column phase, runs each phase's small
+GEMM on tensor cores and stores whole rows; cuda/conv_transpose2d_gemm_out_tile.cu): the
+kernel's heuristic and every config forced on NaN-poisoned random sweeps of any stride /
+padding / output_padding / dilation / grouping / input layout against a float64 reference with
+the bound of tests/test_gpu_kernels.py (2x PyTorch's own error + 1 ulp of the output), the fused
+epilogue, the benchmark's few-output-channel layers at full size, its refusals, packed-weight
+refreshes and the planner's use of it."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from deconv_patch import packed_weights, planner
+from deconv_patch.arguments import ConvTransposeArgs
+from deconv_patch.epilogue import ACTIVATIONS
+from deconv_patch.ops import run_variant
+from tests.cases import random_out_tile_case
+from tests.test_gpu_epilogue import check_epilogue
+from tests.test_gpu_kernels import check_full_layer, check_variant
+
+pytestmark = pytest.mark.cuda
+VARIANTS = (planner.GEMM_OUT_TILE, *planner.OUT_TILE_CONFIGS)
+
+
+@pytest.mark.parametrize("seed", range(300))
+def test_gemm_out_tile_sweep(seed):
+    check_variant(planner.GEMM_OUT_TILE, seed + 110_000, random_out_tile_case)
+
+
+@pytest.mark.parametrize("variant", planner.OUT_TILE_CONFIGS)
+@pytest.mark.parametrize("seed", range(60))
+def test_gemm_out_tile_config_sweep(variant, seed):
+    """Each config forced (a forced config shrinks its tile until it fits shared memory, so
+    every config runs every supported call)."""
+    check_variant(variant, seed + 111_000, random_out_tile_case)
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("seed", range(2 * len(ACTIVATIONS)))
+def test_gemm_out_tile_epilogue_sweep(variant, seed):
+    """Every config x every activation (the seed picks it, see check_epilogue), twice: each
+    config instantiates its staged store once per activation."""
+    check_epilogue(variant, random_out_tile_case(seed + 112_000), seed)
+
+
+def test_gemm_out_tile_configs_match_the_extension():
+    from deconv_patch.extension import load_extension
+    names = load_extension().gemm_out_tile_config_names()
+    assert [f"{planner.GEMM_OUT_TILE}:{n}" for n in names] == list(planner.OUT_TILE_CONFIGS)
+
+
+# The benchmark's few-output-channel layers (batch, cin, cout, hw, kernel, stride, padding,
+# output_padding, dilation): what the kernel is for.
+_LAYERS = {
+    "fcn8s.up8": (4, 21, 21, (64, 64), 16, 8, 4, 0, 1),
+    "dcgan.g5": (64, 64, 3, (32, 32), 4, 2, 1, 0, 1),
+    "fsrcnn.x3": (16, 56, 1, (64, 64), 9, 3, 4, 2, 1),
+}
+
+
+@pytest.mark.parametrize("variant", (planner.GEMM_OUT_TILE, planner.OUT_TILE_CONFIGS[0],
+                                     planner.OUT_TILE_CONFIGS[3]))
+@pytest.mark.parametrize("layer", list(_LAYERS))
+@pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "nhwc"])
+@pytest.mark.parametrize("mode", ["bf16", "fp16", "tf32"])
+def test_gemm_out_tile_runs_the_benchmark_layers(variant, layer, channels_last, mode):
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "tf32": torch.float32}[mode]
+    check_full_layer(variant, _LAYERS[layer], channels_last, dtype, tf32=True, seed=11)
+
+
+def test_gemm_out_tile_refuses_what_it_does_not_compute():
+    """fp32 without TF32 (it has no strict mode) and > 32 output channels per group: refused,
+    never computed wrongly."""
+    args = ConvTransposeArgs.from_values(stride=2, padding=1)
+    x = torch.randn(2, 16, 8, 8, device="cuda")
+    w = torch.randn(16, 3, 4, 4, device="cuda")
+    with torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
+        for variant in VARIANTS:
+            with pytest.raises(RuntimeError, match="does not support fp32 without TF32"):
+                run_variant(variant, x, w, None, args)
+    wide = torch.randn(16, 33, 4, 4, device="cuda", dtype=torch.bfloat16)
+    with pytest.raises(RuntimeError, match="does not support"):
+        run_variant(planner.GEMM_OUT_TILE, x.bfloat16(), wide, None, args)
+
+
+def test_gemm_out_tile_repacks_after_an_in_place_weight_update():
+    x = torch.randn(2, 24, 9, 7, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(24, 3, 4, 4, device="cuda", dtype=torch.bfloat16)
+    args = ConvTransposeArgs.from_values(stride=2, padding=1)
+    first = run_variant(planner.GEMM_OUT_TILE, x, w, None, args)
+    packs = packed_weights.cache().packs
+    with torch.no_grad():
+        w.mul_(-2.0)
+    second = run_variant(planner.GEMM_OUT_TILE, x, w, None, args)
+    assert packed_weights.cache().packs == packs + 1
+    torch.testing.assert_close(second, first * -2.0, rtol=0, atol=0)  # exact: power-of-2 scale
+
+
+def test_planner_lists_it_for_few_output_channel_layers():
+    """An autotune candidate (not the untimed default while OUT_TILE_DEFAULT_MAX_CHANNELS is 0)
+    for 16-bit and TF32 layers with <= 32 output channels per group; never for fp32 strict."""
+    args = ConvTransposeArgs.from_values(stride=2, padding=1)
+    x = torch.randn(8, 64, 16, 16, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(64, 3, 4, 4, device="cuda", dtype=torch.bfloat16)
+    chosen = planner.plan(x, w, args)
+    assert set(planner.OUT_TILE_CONFIGS) <= set(chosen.candidates), chosen
+    if planner.OUT_TILE_DEFAULT_MAX_CHANNELS < 3:
+        assert chosen.variant != planner.GEMM_OUT_TILE
+    with torch.backends.cudnn.flags(enabled=True, allow_tf32=True):
+        assert set(planner.OUT_TILE_CONFIGS) <= set(planner.plan(x.float(), w.float(),
+                                                                 args).candidates)
+    with torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
+        strict = planner.plan(x.float(), w.float(), args)
+    assert not set(planner.OUT_TILE_CONFIGS) & set(strict.candidates)
+    wide = torch.randn(64, 64, 4, 4, device="cuda", dtype=torch.bfloat16)
+    assert not set(planner.OUT_TILE_CONFIGS) & set(planner.plan(x, wide, args).candidates)
