@@ -783,13 +783,19 @@ cudaError_t launch_pack(const ConvTranspose2dParams& p, ScalarKind kind, void* p
 
 }  // namespace
 
-bool gemm_out_tile_supports(const ConvTranspose2dParams& p, ScalarKind kind, bool allow_tf32) {
-  if (!kind_supported(kind, allow_tf32) || !weight_supported(p) || !io_supported(p)) return false;
+bool gemm_out_tile_weight_fits(const ConvTranspose2dParams& p, ScalarKind kind,
+                               bool allow_tf32) {
+  if (!kind_supported(kind, allow_tf32) || !weight_supported(p)) return false;
   if (packed_bytes(p, kind) >= kIndexLimit) return false;
-  const AxisPlan h = plan_axis(p.ph_h, p.out_h), w = plan_axis(p.ph_w, p.out_w);
+  // The shared-memory layout depends on the phases' taps and offsets, not on the image size.
+  const AxisPlan h = plan_axis(p.ph_h, 0), w = plan_axis(p.ph_w, 0);
   const PackGeometry geo = pack_geometry(p, kind, h, w);
   Layout L;
   return fit_layout(p, kind, h, w, geo, kMinTile, smem_limit(), L);
+}
+
+bool gemm_out_tile_supports(const ConvTranspose2dParams& p, ScalarKind kind, bool allow_tf32) {
+  return io_supported(p) && gemm_out_tile_weight_fits(p, kind, allow_tf32);
 }
 
 int gemm_out_tile_num_configs() { return kNumConfigs; }

@@ -28,6 +28,12 @@ namespace deconv_patch {
 // NCHW / channels_last output).
 bool gemm_out_tile_supports(const ConvTranspose2dParams& p, ScalarKind kind, bool allow_tf32);
 
+// The weight side of gemm_out_tile_supports (dtype mode, channel and group counts, kernel,
+// stride, padding, dilation, and the smallest tile's shared memory on the current device): what
+// the planner asks before it makes gemm_out_tile a layer's untimed default. Only the weight-side
+// fields of p are read (weight strides included; no pointers).
+bool gemm_out_tile_weight_fits(const ConvTranspose2dParams& p, ScalarKind kind, bool allow_tf32);
+
 // Tile configurations; launch_conv_transpose2d_gemm_out_tile takes 0..num-1, or -1 (heuristic).
 int gemm_out_tile_num_configs();
 // "4x32" (one row phase per block, 4 phase rows x 32 phase columns per phase) or "4x32all"

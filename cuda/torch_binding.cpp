@@ -318,6 +318,18 @@ at::Tensor conv_transpose2d_forward(const std::string& variant, const at::Tensor
   return output;
 }
 
+// Whether gemm_out_tile can run a layer with this weight (dtype, shape) and hyperparameters on
+// the weight's device, whatever the input size: its shared memory must hold the smallest tile.
+// The planner asks before making gemm_out_tile a layer's untimed default.
+bool gemm_out_tile_fits(const at::Tensor& weight, at::IntArrayRef stride, at::IntArrayRef padding,
+                        at::IntArrayRef dilation, int64_t groups, bool allow_tf32) {
+  TORCH_CHECK(weight.is_cuda() && weight.dim() == 4, "deconv_patch: weight must be a 4-D CUDA tensor");
+  const c10::cuda::CUDAGuard guard(weight.device());
+  ConvTranspose2dParams p;
+  fill_weight_params(p, weight, stride, padding, dilation, groups);
+  return gemm_out_tile_weight_fits(p, scalar_kind(weight), allow_tf32);
+}
+
 // `t` as ATen's CUDA autocast hands it to a lower-precision op, through ATen's per-region cast
 // cache: a weight is cast once per autocast region, not once per call (and so stays one tensor,
 // whose packed copy is then reused).
@@ -364,6 +376,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       names.emplace_back(deconv_patch::gemm_out_tile_config_name(i));
     return names;
   }, "gemm_out_tile's tile config names, in config order");
+  m.def("gemm_out_tile_fits", &deconv_patch::gemm_out_tile_fits,
+        "Whether gemm_out_tile's smallest tile fits this layer on the weight's device",
+        py::arg("weight"), py::arg("stride"), py::arg("padding"), py::arg("dilation"),
+        py::arg("groups"), py::arg("allow_tf32"));
   m.def("gemm_phase_sm90_num_configs", &deconv_patch::gemm_phase_sm90_num_configs,
         "Number of gemm_phase_sm90 tile configs");
   m.def("pack_weight", &deconv_patch::pack_weight,

@@ -52,7 +52,7 @@ import contextlib
 import contextvars
 import functools
 from dataclasses import dataclass
-from typing import Iterator, Optional, Sequence, Tuple
+from typing import Dict, Iterator, Optional, Sequence, Tuple
 
 import torch
 
@@ -128,11 +128,14 @@ MIN_3XTF32_DEPTH = 64
 _MIN_STRICT_TMA_OUT = 32
 # gemm_out_tile's domain: output channels per group (its n tile holds every channel of a group).
 _MAX_OUT_TILE_CHANNELS = 32
-# out channels per group up to which gemm_out_tile is the untimed default (0: autotune candidate
-# only; set from device measurements)
-# It then replaces cuDNN (or gemm_phase where cuDNN cannot run) as the default of 16-bit / TF32
-# layers; the grouped kernel's and gemm_kxs's measured defaults stay (see _plan_layer).
-OUT_TILE_DEFAULT_MAX_CHANNELS = 0
+# Output channels per group up to which gemm_out_tile is the untimed default of 16-bit layers in
+# place of cuDNN (or gemm_phase where cuDNN cannot run), where its shared memory holds the layer
+# (plan() asks the extension). Measured on the H100 (docs/perf-notes.md version 14), 16-bit, its
+# heuristic config: fcn8s.up8 (21 ch) 2.6-2.7x NCHW / 2.2x NHWC, DCGAN's 64 > 3 2.0-2.4x / 2.3-
+# 2.7x, FSRCNN's 56 > 1 2.8x / 3.7x cuDNN. TF32 stays an autotune candidate (FSRCNN: 0.5-0.7x);
+# the grouped kernel's and gemm_kxs's measured defaults stay (see _plan_layer).
+OUT_TILE_DEFAULT_MAX_CHANNELS = 32
+_OUT_TILE_DEFAULT_DTYPES = (torch.float16, torch.bfloat16)
 
 # The variant forced by `use_variant` in this context (thread/task-local, not process-global).
 _forced_variant: contextvars.ContextVar[Optional[str]] = contextvars.ContextVar(
@@ -231,7 +234,8 @@ def device_support(device: torch.device, dtype: torch.dtype) -> Optional[str]:
 
 
 def plan_layer(device: torch.device, dtype: torch.dtype, kernel_hw: Sequence[int],
-               args: ConvTransposeArgs, channels: Optional[Tuple[int, int]] = None) -> Plan:
+               args: ConvTransposeArgs, channels: Optional[Tuple[int, int]] = None,
+               out_tile_default: bool = True) -> Plan:
     """The variant for a layer's hyperparameters on a device/dtype (input-size independent).
 
     `channels` = (in, out) channels per group; when given, the stride-phase GEMMs are ruled
@@ -239,7 +243,7 @@ def plan_layer(device: torch.device, dtype: torch.dtype, kernel_hw: Sequence[int
     and are no default below 16 output channels (only an autotune candidate there), grouped
     layers with few channels per group get the grouped kernel, layers with <= 32 output channels
     per group list gemm_out_tile's configs, and fp32 without TF32 may use 3xTF32."""
-    chosen = _plan_layer(device, dtype, kernel_hw, args, channels)
+    chosen = _plan_layer(device, dtype, kernel_hw, args, channels, out_tile_default)
     phase_listed = PHASE_CONFIGS[0] in chosen.candidates or \
         PHASE_TMA_CONFIGS[0] in chosen.candidates
     if channels is None or min(channels) >= _MIN_PHASE_CHANNELS or not phase_listed or \
@@ -271,7 +275,8 @@ def _without_phase(chosen: Plan, why: str, keep_candidates: bool = False,
 
 
 def _plan_layer(device: torch.device, dtype: torch.dtype, kernel_hw: Sequence[int],
-                args: ConvTransposeArgs, channels: Optional[Tuple[int, int]]) -> Plan:
+                args: ConvTransposeArgs, channels: Optional[Tuple[int, int]],
+                out_tile_default: bool = True) -> Plan:
     reason = device_support(device, dtype)
     if reason is not None:
         return Plan(ATEN, reason, fallback=True)
@@ -279,6 +284,7 @@ def _plan_layer(device: torch.device, dtype: torch.dtype, kernel_hw: Sequence[in
     if forced is not None:
         return Plan(forced, "forced by deconv_patch.use_variant")
     depth = None if channels is None else reduction_depth(channels[0], kernel_hw, args)
+    default_dtype = dtype if out_tile_default else None  # gemm_out_tile's default rule is on
     # gemm_out_tile (16-bit / TF32 tensor cores, <= 32 output channels per group): an autotune
     # candidate wherever it runs; the untimed default only up to OUT_TILE_DEFAULT_MAX_CHANNELS.
     out_tile = out_tile_configs(device, dtype, channels)
@@ -288,9 +294,9 @@ def _plan_layer(device: torch.device, dtype: torch.dtype, kernel_hw: Sequence[in
         # up-sampling (k16 s8, 64 phases), 0.4-1.3x, so cuDNN there unless autotune disagrees.
         why = f"{channels[0]} in / {channels[1]} out channels per group"
         if args.stride[0] * args.stride[1] > 16:
-            return _out_tile_default(Plan(
+            return Plan(
                 ATEN, f"{why}, stride area > 16: cuDNN unless autotune times the grouped kernel "
-                "faster", candidates=(GROUPED, *out_tile, ATEN)), channels)
+                "faster", candidates=(GROUPED, *out_tile, ATEN))
         # (the grouped kernel's measured wins stay the default; gemm_out_tile is timed there)
         return Plan(GROUPED, f"{why}: register-tiled grouped kernel",
                     candidates=(GROUPED, *out_tile, ATEN))
@@ -326,7 +332,7 @@ def _plan_layer(device: torch.device, dtype: torch.dtype, kernel_hw: Sequence[in
         if tensor_cores:
             return _out_tile_default(Plan(
                 GEMM_PHASE, f"{no_cudnn}; stride-phase implicit GEMM",
-                candidates=(*phase, *out_tile, DIRECT, *grouped, ATEN)), channels)
+                candidates=(*phase, *out_tile, DIRECT, *grouped, ATEN)), channels, default_dtype)
         # (fp32 strict: gemm_out_tile has no such mode, out_tile is empty)
         return Plan(DIRECT, f"{no_cudnn}; direct kernel",
                     candidates=(DIRECT, *tma, *grouped, ATEN))
@@ -336,7 +342,7 @@ def _plan_layer(device: torch.device, dtype: torch.dtype, kernel_hw: Sequence[in
         # runs where autotune (torch.backends.cudnn.benchmark) timed it faster.
         return _out_tile_default(Plan(
             ATEN, "cuDNN unless autotune times gemm_phase faster (cudnn.benchmark)",
-            candidates=(*phase, *out_tile, *grouped, ATEN)), channels)
+            candidates=(*phase, *out_tile, *grouped, ATEN)), channels, default_dtype)
     if tma and channels is not None and min(channels) >= _MIN_PHASE_CHANNELS and \
             channels[1] >= _MIN_STRICT_TMA_OUT:
         # Measured on the H100 (docs/perf-notes.md version 9, GPU time, each config forced):
@@ -374,12 +380,20 @@ def out_tile_problem(dtype: torch.dtype, out_per_group: int) -> Optional[str]:
     return None
 
 
-def _out_tile_default(chosen: Plan, channels: Optional[Tuple[int, int]]) -> Plan:
+def _out_tile_is_default(dtype: Optional[torch.dtype],
+                         channels: Optional[Tuple[int, int]]) -> bool:
+    """gemm_out_tile's default rule: 16-bit, <= OUT_TILE_DEFAULT_MAX_CHANNELS output channels
+    per group (dtype None: the default is off for this plan)."""
+    return dtype in _OUT_TILE_DEFAULT_DTYPES and channels is not None and \
+        channels[1] <= OUT_TILE_DEFAULT_MAX_CHANNELS
+
+
+def _out_tile_default(chosen: Plan, channels: Optional[Tuple[int, int]],
+                      dtype: Optional[torch.dtype]) -> Plan:
     """`chosen` with gemm_out_tile (config -1: the kernel's heuristic) as the untimed default
     where it is a candidate and the layer has <= OUT_TILE_DEFAULT_MAX_CHANNELS output channels
     per group (0 today: candidate only, until device measurements set it)."""
-    if channels is None or channels[1] > OUT_TILE_DEFAULT_MAX_CHANNELS or \
-            OUT_TILE_CONFIGS[0] not in chosen.candidates:
+    if not _out_tile_is_default(dtype, channels) or OUT_TILE_CONFIGS[0] not in chosen.candidates:
         return chosen
     return Plan(GEMM_OUT_TILE, f"{channels[1]} out channels per group: output-tiled stride-phase "
                 "GEMM (whole-row stores)", candidates=chosen.candidates)
@@ -430,18 +444,41 @@ def may_use_kernel(device: torch.device, dtype: torch.dtype, kernel_hw: Sequence
     return (gemm_kxs_problem(dtype, kernel_hw, args, depth) is None
             or (channels is not None and args.groups > 1
                 and max(channels) <= _MAX_GROUPED_CHANNELS)
-            or (channels is not None and channels[1] <= OUT_TILE_DEFAULT_MAX_CHANNELS
-                and out_tile_problem(dtype, channels[1]) is None)
+            or _out_tile_is_default(dtype, channels)
             or any(op >= s for op, s in zip(args.output_padding, args.stride))
             or not torch.backends.cudnn.enabled)
+
+
+# The explicit cache of gemm_out_tile's shared-memory fit per (device, dtype, weight shape,
+# hyperparameters): asked of the extension once per layer geometry.
+_OUT_TILE_FITS: Dict[Tuple[object, ...], bool] = {}
+
+
+def _out_tile_fits(weight: torch.Tensor, args: ConvTransposeArgs) -> bool:
+    """Whether gemm_out_tile's smallest tile's shared memory holds this layer's weights on the
+    weight's device (in the 16-bit mode it is a default for)."""
+    key = (weight.device, weight.dtype, tuple(weight.shape), args)
+    fits = _OUT_TILE_FITS.get(key)
+    if fits is None:
+        from .extension import load_extension  # the binding: the layer below the planner
+        fits = _OUT_TILE_FITS[key] = bool(load_extension().gemm_out_tile_fits(
+            weight, list(args.stride), list(args.padding), list(args.dilation), args.groups,
+            False))
+    return fits
 
 
 def plan(input: torch.Tensor, weight: torch.Tensor, args: ConvTransposeArgs) -> Plan:
     """The variant for this call. Inputs are already validated (see arguments.find_problem)."""
     if input.device.type == "cuda" and not fits_int32(input, weight, args):
         return Plan(ATEN, "a size or hyperparameter exceeds 32 bits; runs on PyTorch", True)
-    chosen = plan_layer(input.device, input.dtype, weight.shape[-2:], args,
-                        (weight.shape[0] // args.groups, weight.shape[1]))
+    channels = (weight.shape[0] // args.groups, weight.shape[1])
+    chosen = plan_layer(input.device, input.dtype, weight.shape[-2:], args, channels)
+    if chosen.variant == GEMM_OUT_TILE and _forced_variant.get() is None and \
+            not _out_tile_fits(weight, args):
+        # Its smallest tile's shared memory cannot hold the layer's weights (e.g. 512 > 17
+        # channels): the plan it replaced.
+        chosen = plan_layer(input.device, input.dtype, weight.shape[-2:], args, channels,
+                            out_tile_default=False)
     if chosen.variant == GEMM_KXS and _forced_variant.get() is None:
         x = input if input.dim() == 4 else input.unsqueeze(0)
         out_hw = args.output_hw(x.shape[-2:], weight.shape[-2:])

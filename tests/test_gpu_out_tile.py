@@ -99,15 +99,19 @@ def test_gemm_out_tile_repacks_after_an_in_place_weight_update():
 
 
 def test_planner_lists_it_for_few_output_channel_layers():
-    """An autotune candidate (not the untimed default while OUT_TILE_DEFAULT_MAX_CHANNELS is 0)
-    for 16-bit and TF32 layers with <= 32 output channels per group; never for fp32 strict."""
+    """An autotune candidate for 16-bit and TF32 layers with <= 32 output channels per group,
+    the untimed 16-bit default where its shared memory holds the layer (Keypoint R-CNN's
+    512 > 17 does not: the plan it replaced); never for fp32 strict."""
     args = ConvTransposeArgs.from_values(stride=2, padding=1)
     x = torch.randn(8, 64, 16, 16, device="cuda", dtype=torch.bfloat16)
     w = torch.randn(64, 3, 4, 4, device="cuda", dtype=torch.bfloat16)
     chosen = planner.plan(x, w, args)
     assert set(planner.OUT_TILE_CONFIGS) <= set(chosen.candidates), chosen
-    if planner.OUT_TILE_DEFAULT_MAX_CHANNELS < 3:
-        assert chosen.variant != planner.GEMM_OUT_TILE
+    assert chosen.variant == planner.GEMM_OUT_TILE, chosen
+    keypoint = planner.plan(torch.randn(4, 512, 14, 14, device="cuda", dtype=torch.bfloat16),
+                            torch.randn(512, 17, 4, 4, device="cuda", dtype=torch.bfloat16), args)
+    assert keypoint.variant != planner.GEMM_OUT_TILE, keypoint
+    assert set(planner.OUT_TILE_CONFIGS) <= set(keypoint.candidates)
     with torch.backends.cudnn.flags(enabled=True, allow_tf32=True):
         assert set(planner.OUT_TILE_CONFIGS) <= set(planner.plan(x.float(), w.float(),
                                                                  args).candidates)
@@ -116,3 +120,31 @@ def test_planner_lists_it_for_few_output_channel_layers():
     assert not set(planner.OUT_TILE_CONFIGS) & set(strict.candidates)
     wide = torch.randn(64, 64, 4, 4, device="cuda", dtype=torch.bfloat16)
     assert not set(planner.OUT_TILE_CONFIGS) & set(planner.plan(x, wide, args).candidates)
+
+
+@pytest.mark.parametrize("layer", [
+    (4, 21, 21, (64, 64), 16, 8, 4, 0, 1),   # fcn8s.up8
+    (64, 64, 3, (32, 32), 4, 2, 1, 0, 1),    # dcgan.g5
+    (16, 56, 1, (64, 64), 9, 3, 4, 2, 1),    # fsrcnn.x3
+])
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_the_op_runs_it_by_default_on_16bit_few_channel_layers(layer, channels_last):
+    """Unforced, through torch.ops.deconv_patch.conv_transpose2d: the planner's untimed 16-bit
+    default for these layers is gemm_out_tile, and the op's output matches float64 within the
+    sweeps' bound."""
+    from deconv_patch.reference import conv_transpose2d_float64
+    from tests.test_gpu_kernels import allowed_error, max_error
+    n, cin, cout, hw, k, s, p, op, d = layer
+    gen = torch.Generator().manual_seed(7)
+    x = torch.randn(n, cin, *hw, generator=gen).cuda().to(torch.bfloat16)
+    if channels_last:
+        x = x.contiguous(memory_format=torch.channels_last)
+    w = (torch.randn(cin, cout, k, k, generator=gen) / cin ** 0.5).cuda().to(torch.bfloat16)
+    b = torch.randn(cout, generator=gen).cuda().to(torch.bfloat16)
+    args = ConvTransposeArgs.from_values(stride=s, padding=p, output_padding=op, dilation=d)
+    assert planner.plan(x, w, args).variant == planner.GEMM_OUT_TILE
+    got = torch.ops.deconv_patch.conv_transpose2d(x, w, b, [s, s], [p, p], [op, op], 1, [d, d])
+    expected = torch.nn.functional.conv_transpose2d(x, w, b, s, p, op, 1, d)
+    assert got.shape == expected.shape and got.stride() == expected.stride()
+    ref = conv_transpose2d_float64(x, w, b, args)
+    assert max_error(got, ref) <= allowed_error(max_error(expected, ref), ref, torch.bfloat16)

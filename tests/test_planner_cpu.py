@@ -150,9 +150,10 @@ def test_wgmma_configs_are_16_bit_autotune_candidates_on_sm90_only(capability):
     assert (set(planner.PHASE_TMA_CONFIGS) <= set(no_cudnn.candidates)) == (capability == (9, 0))
 
 
-def test_few_channels_rule_out_every_phase_config(capability):
+def test_few_channels_rule_out_every_phase_config(capability, monkeypatch):
     """Below 16 input channels per group a k step of gemm_phase (and its wgmma twins) would be
-    mostly padding."""
+    mostly padding (the rules beneath gemm_out_tile's default, which is switched off here)."""
+    monkeypatch.setattr(planner, "OUT_TILE_DEFAULT_MAX_CHANNELS", 0)
     args = ConvTransposeArgs.from_values(stride=1, output_padding=1, dilation=2)
     chosen = _plan(torch.bfloat16, (3, 3), args, (8, 4))
     assert chosen.variant == planner.DIRECT
@@ -160,10 +161,12 @@ def test_few_channels_rule_out_every_phase_config(capability):
                                             planner.PHASE_TMA_CONFIGS)
 
 
-def test_few_output_channels_keep_the_phase_gemms_as_autotune_candidates_only(capability):
+def test_few_output_channels_keep_the_phase_gemms_as_autotune_candidates_only(capability,
+                                                                              monkeypatch):
     """DCGAN's 64 > 3 output layer: 16+ input channels fill the k steps, 3 output channels pad
-    the n tile: autotune may time the phase GEMMs, but the untimed default stays cuDNN (or the
-    direct kernel where cuDNN cannot run)."""
+    the n tile: autotune may time the phase GEMMs, but without gemm_out_tile's default (switched
+    off here) the untimed default stays cuDNN (or the direct kernel where cuDNN cannot run)."""
+    monkeypatch.setattr(planner, "OUT_TILE_DEFAULT_MAX_CHANNELS", 0)
     phase = set(planner.PHASE_CONFIGS)
     hopper = set(planner.SM90_CONFIGS + planner.PHASE_TMA_CONFIGS)
     k4s2 = ConvTransposeArgs.from_values(stride=2, padding=1)
@@ -191,9 +194,12 @@ def test_may_use_kernel_follows_the_grouped_and_3xtf32_rules():
 
 
 @pytest.mark.parametrize("tf32", [True, False])
-def test_grouped_kernel_is_an_autotune_candidate_for_dense_layers_with_few_channels(capability, tf32):
+def test_grouped_kernel_is_an_autotune_candidate_for_dense_layers_with_few_channels(
+        capability, tf32, monkeypatch):
     """DCGAN's 64 > 3 output layer, FSRCNN's 56 > 1: the grouped kernel (FFMA, exact in every
-    mode, fp32 strict included) is timed against cuDNN; wider layers never list it."""
+    mode, fp32 strict included) is timed against cuDNN; wider layers never list it (without
+    gemm_out_tile's 16-bit default, switched off here)."""
+    monkeypatch.setattr(planner, "OUT_TILE_DEFAULT_MAX_CHANNELS", 0)
     k4s2 = ConvTransposeArgs.from_values(stride=2, padding=1)
     for dtype in (torch.bfloat16, torch.float32):
         few = _plan(dtype, (4, 4), k4s2, (64, 3), tf32=tf32)
@@ -220,15 +226,19 @@ def test_few_output_channel_layers_list_gemm_out_tile(capability, name, kernel, 
                                                       dtype):
     """<= 32 output channels per group, 16-bit or TF32, any GPU of ours: every gemm_out_tile
     config is an autotune candidate ahead of PyTorch's path, even below the phase GEMMs'
-    16-channel floor (few channels are what it is for); not the untimed default while
-    OUT_TILE_DEFAULT_MAX_CHANNELS is 0."""
+    16-channel floor (few channels are what it is for); the untimed default in 16-bit where
+    cuDNN (or gemm_phase) was, while gemm_kxs's and the grouped kernel's defaults stay and TF32
+    keeps it a candidate only."""
     chosen = _plan(dtype, kernel, args, channels)
     assert chosen.candidates[-1] == planner.ATEN
     listed = [v for v in chosen.candidates if v in planner.OUT_TILE_CONFIGS]
     assert listed == list(planner.OUT_TILE_CONFIGS), (name, chosen)
     assert chosen.candidates.index(planner.OUT_TILE_CONFIGS[-1]) < \
         chosen.candidates.index(planner.ATEN)
-    assert chosen.variant != planner.GEMM_OUT_TILE, (name, chosen)
+    if dtype == torch.float32 or name in ("depthwise k4 s2", "64>3 k2 s2"):
+        assert chosen.variant != planner.GEMM_OUT_TILE, (name, chosen)
+    else:
+        assert chosen.variant == planner.GEMM_OUT_TILE, (name, chosen)
 
 
 def test_gemm_out_tile_is_no_candidate_for_fp32_strict_or_many_output_channels(capability):
@@ -260,15 +270,20 @@ def test_gemm_out_tile_config_names_split_into_kernel_and_index():
     assert planner.split_variant(planner.GEMM_OUT_TILE) == (planner.GEMM_OUT_TILE, -1)
 
 
-def test_out_tile_default_switches_on_with_its_constant(capability, monkeypatch):
-    """OUT_TILE_DEFAULT_MAX_CHANNELS > 0 makes gemm_out_tile (its heuristic config) the untimed
-    default in place of cuDNN / gemm_phase up to that many output channels per group; the
-    grouped kernel's and gemm_kxs's defaults and fp32 strict stay as they are."""
+def test_out_tile_default_follows_its_constant(capability, monkeypatch):
+    """OUT_TILE_DEFAULT_MAX_CHANNELS makes gemm_out_tile (its heuristic config) the untimed
+    16-bit default in place of cuDNN / gemm_phase up to that many output channels per group;
+    TF32 keeps it a candidate; the grouped kernel's and gemm_kxs's defaults and fp32 strict stay
+    as they are; plan_layer(out_tile_default=False) is the plan it replaces (plan() falls back to
+    it where the kernel's shared memory cannot hold the layer)."""
     monkeypatch.setattr(planner, "OUT_TILE_DEFAULT_MAX_CHANNELS", 21)
     k4s2 = ConvTransposeArgs.from_values(stride=2, padding=1)
     assert _plan(torch.bfloat16, (4, 4), k4s2, (64, 3)).variant == planner.GEMM_OUT_TILE
+    assert _plan(torch.float16, (4, 4), k4s2, (64, 21)).variant == planner.GEMM_OUT_TILE
+    assert planner.plan_layer(CUDA0, torch.bfloat16, (4, 4), k4s2, (64, 3),
+                              out_tile_default=False).variant == planner.ATEN
     assert _plan(torch.float32, (16, 16), ConvTransposeArgs.from_values(stride=8, padding=4),
-                 (21, 21)).variant == planner.GEMM_OUT_TILE
+                 (21, 21)).variant == planner.ATEN
     no_cudnn = ConvTransposeArgs.from_values(stride=1, output_padding=1, dilation=2)
     assert _plan(torch.bfloat16, (3, 3), no_cudnn, (8, 4)).variant == planner.GEMM_OUT_TILE
     assert _plan(torch.bfloat16, (4, 4), k4s2, (64, 24)).variant == planner.ATEN
@@ -278,3 +293,4 @@ def test_out_tile_default_switches_on_with_its_constant(capability, monkeypatch)
     dw = ConvTransposeArgs.from_values(stride=2, padding=1, groups=64)
     assert _plan(torch.bfloat16, (4, 4), dw, (1, 1)).variant == planner.GROUPED
     assert planner.may_use_kernel(CUDA0, torch.bfloat16, (4, 4), k4s2, (64, 3))
+    assert not planner.may_use_kernel(CUDA0, torch.float32, (4, 4), k4s2, (64, 3))
