@@ -68,6 +68,18 @@ class Case:
         return x, w, b
 
 
+def _random_paddings(rng: random.Random, kernel: Tuple[int, int], stride: Tuple[int, int],
+                     dilation: Tuple[int, int]) -> Tuple[Tuple[int, ...], Tuple[int, ...]]:
+    """Padding up to the dilated kernel's reach + 2, and (40% of the time per axis) an
+    output_padding below max(stride, dilation), as PyTorch allows."""
+    padding = tuple(rng.randint(0, dilation[i] * (kernel[i] - 1) + 2) for i in range(2))
+    output_padding = tuple(
+        rng.randint(0, max(stride[i], dilation[i]) - 1) if rng.random() < 0.4 else 0
+        for i in range(2)
+    )
+    return padding, output_padding
+
+
 def random_case(seed: int, dtypes=DTYPES, max_channels: int = 24) -> Case:
     """A valid random configuration; every hyperparameter PyTorch accepts can come up."""
     rng = random.Random(seed)
@@ -93,11 +105,7 @@ def random_case(seed: int, dtypes=DTYPES, max_channels: int = 24) -> Case:
         kernel = axis_pair(1, 7)
         stride = axis_pair(1, 4)
         dilation = axis_pair(1, 3) if rng.random() < 0.35 else (1, 1)
-        padding = tuple(rng.randint(0, dilation[i] * (kernel[i] - 1) + 2) for i in range(2))
-        output_padding = tuple(
-            rng.randint(0, max(stride[i], dilation[i]) - 1) if rng.random() < 0.4 else 0
-            for i in range(2)
-        )
+        padding, output_padding = _random_paddings(rng, kernel, stride, dilation)
         hw = (rng.randint(1, 12), rng.randint(1, 12))
         args = ConvTransposeArgs(stride, padding, output_padding, dilation, groups)  # type: ignore[arg-type]
         if any(s <= 0 for s in args.output_hw(hw, kernel)):
@@ -223,11 +231,7 @@ def random_out_tile_case(seed: int) -> Case:
         # column phases): kernel rows k with equal k * dilation mod stride, times kernel width.
         taps = -(-kernel[0] // (stride[0] // math.gcd(stride[0], dilation[0]))) * kernel[1]
         cin_g = rng.choice([c for c in OUT_TILE_IN if c * taps <= 400])
-        padding = tuple(rng.randint(0, dilation[i] * (kernel[i] - 1) + 2) for i in range(2))
-        output_padding = tuple(
-            rng.randint(0, max(stride[i], dilation[i]) - 1) if rng.random() < 0.4 else 0
-            for i in range(2)
-        )
+        padding, output_padding = _random_paddings(rng, kernel, stride, dilation)
         hw = (rng.randint(1, 40), rng.randint(1, 40))
         args = ConvTransposeArgs(stride, padding, output_padding, dilation, groups)  # type: ignore[arg-type]
         out_hw = args.output_hw(hw, kernel)

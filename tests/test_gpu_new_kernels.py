@@ -60,18 +60,25 @@ def test_gemm_kxs_tap_major_epilogue_sweep(seed):
     check_epilogue(planner.KXS_TAP_MAJOR, case, seed)
 
 
+def check_repacks_after_an_in_place_weight_update(variant: str, x: torch.Tensor,
+                                                  w: torch.Tensor, args: ConvTransposeArgs):
+    """A variant reading a packed weight packs again after w changes in place (version counter)
+    and computes with the new values: w * -2 gives exactly -2x the output."""
+    first = run_variant(variant, x, w, None, args)
+    packs = packed_weights.cache().packs
+    with torch.no_grad():
+        w.mul_(-2.0)
+    second = run_variant(variant, x, w, None, args)
+    assert packed_weights.cache().packs == packs + 1
+    torch.testing.assert_close(second, first * -2.0, rtol=0, atol=0)  # exact: power-of-2 scale
+
+
 def test_gemm_kxs_tap_major_repacks_after_an_in_place_weight_update():
     x = torch.randn(2, 32, 9, 7, device="cuda", dtype=torch.bfloat16
                     ).contiguous(memory_format=torch.channels_last)
     w = torch.randn(32, 16, 2, 2, device="cuda", dtype=torch.bfloat16)
-    args = ConvTransposeArgs.from_values(stride=2)
-    first = run_variant(planner.KXS_TAP_MAJOR, x, w, None, args)
-    packs = packed_weights.cache().packs
-    with torch.no_grad():
-        w.mul_(-2.0)
-    second = run_variant(planner.KXS_TAP_MAJOR, x, w, None, args)
-    assert packed_weights.cache().packs == packs + 1
-    torch.testing.assert_close(second, first * -2.0, rtol=0, atol=0)  # exact: power-of-2 scale
+    check_repacks_after_an_in_place_weight_update(planner.KXS_TAP_MAJOR, x, w,
+                                                  ConvTransposeArgs.from_values(stride=2))
 
 
 # ---- fp32 without TF32: 3xTF32 on gemm_kxs and gemm_phase -----------------------------------

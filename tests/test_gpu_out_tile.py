@@ -12,13 +12,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from deconv_patch import packed_weights, planner
+from deconv_patch import planner
 from deconv_patch.arguments import ConvTransposeArgs
 from deconv_patch.epilogue import ACTIVATIONS
 from deconv_patch.ops import run_variant
 from tests.cases import random_out_tile_case
 from tests.test_gpu_epilogue import check_epilogue
 from tests.test_gpu_kernels import check_full_layer, check_variant
+from tests.test_gpu_new_kernels import check_repacks_after_an_in_place_weight_update
 
 pytestmark = pytest.mark.cuda
 VARIANTS = (planner.GEMM_OUT_TILE, *planner.OUT_TILE_CONFIGS)
@@ -88,14 +89,8 @@ def test_gemm_out_tile_refuses_what_it_does_not_compute():
 def test_gemm_out_tile_repacks_after_an_in_place_weight_update():
     x = torch.randn(2, 24, 9, 7, device="cuda", dtype=torch.bfloat16)
     w = torch.randn(24, 3, 4, 4, device="cuda", dtype=torch.bfloat16)
-    args = ConvTransposeArgs.from_values(stride=2, padding=1)
-    first = run_variant(planner.GEMM_OUT_TILE, x, w, None, args)
-    packs = packed_weights.cache().packs
-    with torch.no_grad():
-        w.mul_(-2.0)
-    second = run_variant(planner.GEMM_OUT_TILE, x, w, None, args)
-    assert packed_weights.cache().packs == packs + 1
-    torch.testing.assert_close(second, first * -2.0, rtol=0, atol=0)  # exact: power-of-2 scale
+    check_repacks_after_an_in_place_weight_update(
+        planner.GEMM_OUT_TILE, x, w, ConvTransposeArgs.from_values(stride=2, padding=1))
 
 
 def test_planner_lists_it_for_few_output_channel_layers():
