@@ -318,16 +318,37 @@ at::Tensor conv_transpose2d_forward(const std::string& variant, const at::Tensor
   return output;
 }
 
-// Whether gemm_out_tile can run a layer with this weight (dtype, shape) and hyperparameters on
-// the weight's device, whatever the input size: its shared memory must hold the smallest tile.
-// The planner asks before making gemm_out_tile a layer's untimed default.
-bool gemm_out_tile_fits(const at::Tensor& weight, at::IntArrayRef stride, at::IntArrayRef padding,
-                        at::IntArrayRef dilation, int64_t groups, bool allow_tf32) {
-  TORCH_CHECK(weight.is_cuda() && weight.dim() == 4, "deconv_patch: weight must be a 4-D CUDA tensor");
-  const c10::cuda::CUDAGuard guard(weight.device());
+// Whether gemm_out_tile can run a layer with a weight of these sizes (dense) and dtype
+// ("float32", "float16" or "bfloat16") and these hyperparameters on CUDA device `device_index`,
+// whatever the input size: its shared memory must hold the smallest tile. The planner asks
+// before making gemm_out_tile a layer's untimed default; it passes sizes, not a tensor, so that
+// planning stays free of tensor data (fake and wrapped tensors plan too).
+bool gemm_out_tile_fits(int64_t device_index, const std::string& dtype,
+                        at::IntArrayRef weight_sizes, at::IntArrayRef stride,
+                        at::IntArrayRef padding, at::IntArrayRef dilation, int64_t groups,
+                        bool allow_tf32) {
+  TORCH_CHECK(weight_sizes.size() == 4 && stride.size() == 2 && padding.size() == 2 &&
+                  dilation.size() == 2 && groups > 0,
+              "deconv_patch: gemm_out_tile_fits takes 4 weight sizes, 2 strides, paddings and "
+              "dilations, and groups > 0");
+  ScalarKind kind;
+  if (dtype == "float32") kind = ScalarKind::kFloat32;
+  else if (dtype == "float16") kind = ScalarKind::kFloat16;
+  else if (dtype == "bfloat16") kind = ScalarKind::kBFloat16;
+  else TORCH_CHECK(false, "deconv_patch: gemm_out_tile_fits: unknown dtype ", dtype);
+  const c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device_index));
+  const int64_t kh = weight_sizes[2], kw = weight_sizes[3];
   ConvTranspose2dParams p;
-  fill_weight_params(p, weight, stride, padding, dilation, groups);
-  return gemm_out_tile_weight_fits(p, scalar_kind(weight), allow_tf32);
+  p.in_channels = weight_sizes[0];
+  p.groups = groups;
+  p.in_per_group = weight_sizes[0] / groups;
+  p.out_per_group = weight_sizes[1];
+  p.out_channels = weight_sizes[1] * groups;
+  p.ph_h = make_axis_phase((int)stride[0], (int)padding[0], (int)dilation[0], (int)kh);
+  p.ph_w = make_axis_phase((int)stride[1], (int)padding[1], (int)dilation[1], (int)kw);
+  const int64_t dense[4] = {weight_sizes[1] * kh * kw, kh * kw, kw, 1};
+  for (int i = 0; i < 4; ++i) p.w_stride[i] = dense[i];
+  return gemm_out_tile_weight_fits(p, kind, allow_tf32);
 }
 
 // `t` as ATen's CUDA autocast hands it to a lower-precision op, through ATen's per-region cast
@@ -377,8 +398,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     return names;
   }, "gemm_out_tile's tile config names, in config order");
   m.def("gemm_out_tile_fits", &deconv_patch::gemm_out_tile_fits,
-        "Whether gemm_out_tile's smallest tile fits this layer on the weight's device",
-        py::arg("weight"), py::arg("stride"), py::arg("padding"), py::arg("dilation"),
+        "Whether gemm_out_tile's smallest tile fits a layer (weight sizes, dtype name, "
+        "hyperparameters) on a CUDA device", py::arg("device_index"), py::arg("dtype"),
+        py::arg("weight_sizes"), py::arg("stride"), py::arg("padding"), py::arg("dilation"),
         py::arg("groups"), py::arg("allow_tf32"));
   m.def("gemm_phase_sm90_num_configs", &deconv_patch::gemm_phase_sm90_num_configs,
         "Number of gemm_phase_sm90 tile configs");

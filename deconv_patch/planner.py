@@ -457,13 +457,20 @@ _OUT_TILE_FITS: Dict[Tuple[object, ...], bool] = {}
 def _out_tile_fits(weight: torch.Tensor, args: ConvTransposeArgs) -> bool:
     """Whether gemm_out_tile's smallest tile's shared memory holds this layer's weights on the
     weight's device (in the 16-bit mode it is a default for)."""
-    key = (weight.device, weight.dtype, tuple(weight.shape), args)
+    index = weight.device.index if weight.device.index is not None else \
+        torch.cuda.current_device()
+    key = (index, weight.dtype, tuple(weight.shape), args)
     fits = _OUT_TILE_FITS.get(key)
     if fits is None:
         from .extension import load_extension  # the binding: the layer below the planner
-        fits = _OUT_TILE_FITS[key] = bool(load_extension().gemm_out_tile_fits(
-            weight, list(args.stride), list(args.padding), list(args.dilation), args.groups,
-            False))
+        try:
+            # Sizes and the dtype's name, not the tensor: planning reads no tensor data.
+            fits = bool(load_extension().gemm_out_tile_fits(
+                index, str(weight.dtype).replace("torch.", ""), list(weight.shape),
+                list(args.stride), list(args.padding), list(args.dilation), args.groups, False))
+        except (RuntimeError, AttributeError):  # an extension that cannot answer: not a default
+            fits = False
+        _OUT_TILE_FITS[key] = fits
     return fits
 
 
@@ -479,6 +486,8 @@ def plan(input: torch.Tensor, weight: torch.Tensor, args: ConvTransposeArgs) -> 
         # channels): the plan it replaced.
         chosen = plan_layer(input.device, input.dtype, weight.shape[-2:], args, channels,
                             out_tile_default=False)
+        chosen = Plan(chosen.variant, f"{chosen.reason} (gemm_out_tile: its shared memory "
+                      "cannot hold this layer)", chosen.fallback, chosen.candidates)
     if chosen.variant == GEMM_KXS and _forced_variant.get() is None:
         x = input if input.dim() == 4 else input.unsqueeze(0)
         out_hw = args.output_hw(x.shape[-2:], weight.shape[-2:])

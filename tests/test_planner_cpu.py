@@ -294,3 +294,50 @@ def test_out_tile_default_follows_its_constant(capability, monkeypatch):
     assert _plan(torch.bfloat16, (4, 4), dw, (1, 1)).variant == planner.GROUPED
     assert planner.may_use_kernel(CUDA0, torch.bfloat16, (4, 4), k4s2, (64, 3))
     assert not planner.may_use_kernel(CUDA0, torch.float32, (4, 4), k4s2, (64, 3))
+
+
+def _fake_cuda_layer(cin, cout, kernel, dtype=torch.bfloat16):
+    """Fake CUDA tensors (no GPU needed): plan() reads only their shapes, dtypes and device."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    with FakeTensorMode():
+        x = torch.empty(2, cin, 8, 8, device="cuda", dtype=dtype)
+        w = torch.empty(cin, cout, kernel, kernel, device="cuda", dtype=dtype)
+    return x, w
+
+
+class _StubExtension:
+    """What plan() asks of the extension: gemm_out_tile_fits, with sizes and a dtype name."""
+
+    def __init__(self, answer):
+        self.answer, self.calls = answer, []
+
+    def gemm_out_tile_fits(self, *args):
+        self.calls.append(args)
+        if isinstance(self.answer, Exception):
+            raise self.answer
+        return self.answer
+
+
+@pytest.mark.parametrize("answer,expected", [(True, planner.GEMM_OUT_TILE),
+                                             (False, planner.ATEN),
+                                             (RuntimeError("no device"), planner.ATEN)])
+def test_plan_asks_the_extension_whether_gemm_out_tile_fits(capability, monkeypatch, answer,
+                                                             expected):
+    """The 16-bit default holds only where the extension says the kernel's shared memory holds
+    the layer; otherwise (or when the extension cannot answer) the plan it replaced runs, and
+    says why. The question carries sizes and the dtype's name (planning reads no tensor data, so
+    fake tensors plan), and is asked once per layer geometry."""
+    from deconv_patch import extension
+    stub = _StubExtension(answer)
+    monkeypatch.setattr(extension, "load_extension", lambda: stub)
+    monkeypatch.setattr(planner, "_OUT_TILE_FITS", {})
+    x, w = _fake_cuda_layer(64, 3, 4)
+    args = ConvTransposeArgs.from_values(stride=2, padding=1)
+    chosen = planner.plan(x, w, args)
+    assert chosen.variant == expected, chosen
+    assert set(planner.OUT_TILE_CONFIGS) <= set(chosen.candidates)
+    if expected != planner.GEMM_OUT_TILE:
+        assert "shared memory cannot hold" in chosen.reason
+    assert stub.calls == [(0, "bfloat16", [64, 3, 4, 4], [2, 2], [1, 1], [1, 1], 1, False)]
+    planner.plan(x, w, args)
+    assert len(stub.calls) == 1  # cached per geometry
