@@ -30,8 +30,9 @@ Variants today:
   * ``gemm_out_tile`` - output-tiled stride-phase GEMM for <= 32 output channels per group
     (FCN's x8 up-sampling, DCGAN's 64 > 3, FSRCNN's 56 > 1): a block owns a contiguous output
     tile across all column phases, so its stores are whole rows, not every stride-th element;
-    16-bit and TF32 (never fp32 strict), any layout: an autotune candidate on compute
-    capability >= 8.0 (seven tile configs, "gemm_out_tile:4x32", ...).
+    16-bit and TF32 (never fp32 strict), any layout, compute capability >= 8.0: the default for
+    16-bit layers where its shared memory holds the layer, an autotune candidate (seven tile
+    configs, "gemm_out_tile:4x32", ...) in 16-bit and TF32.
 fp32 without TF32 runs 3xTF32 on gemm_kxs and, on Hopper, gemm_phase_tma (x = hi + lo, three TF32
 products per multiply): fp32-accurate where each output sums at least MIN_3XTF32_DEPTH products,
 so shallower sums stay on cuDNN. gemm_phase has the same mode (forced only: its error reached
@@ -284,7 +285,8 @@ def _plan_layer(device: torch.device, dtype: torch.dtype, kernel_hw: Sequence[in
     if forced is not None:
         return Plan(forced, "forced by deconv_patch.use_variant")
     depth = None if channels is None else reduction_depth(channels[0], kernel_hw, args)
-    default_dtype = dtype if out_tile_default else None  # gemm_out_tile's default rule is on
+    # gemm_out_tile replaces cuDNN / gemm_phase as the untimed default (plan() may turn it off)
+    out_tile_first = out_tile_default and _out_tile_is_default(dtype, channels)
     # gemm_out_tile (16-bit / TF32 tensor cores, <= 32 output channels per group): an autotune
     # candidate wherever it runs; the untimed default only up to OUT_TILE_DEFAULT_MAX_CHANNELS.
     out_tile = out_tile_configs(device, dtype, channels)
@@ -332,7 +334,7 @@ def _plan_layer(device: torch.device, dtype: torch.dtype, kernel_hw: Sequence[in
         if tensor_cores:
             return _out_tile_default(Plan(
                 GEMM_PHASE, f"{no_cudnn}; stride-phase implicit GEMM",
-                candidates=(*phase, *out_tile, DIRECT, *grouped, ATEN)), channels, default_dtype)
+                candidates=(*phase, *out_tile, DIRECT, *grouped, ATEN)), channels, out_tile_first)
         # (fp32 strict: gemm_out_tile has no such mode, out_tile is empty)
         return Plan(DIRECT, f"{no_cudnn}; direct kernel",
                     candidates=(DIRECT, *tma, *grouped, ATEN))
@@ -342,7 +344,7 @@ def _plan_layer(device: torch.device, dtype: torch.dtype, kernel_hw: Sequence[in
         # runs where autotune (torch.backends.cudnn.benchmark) timed it faster.
         return _out_tile_default(Plan(
             ATEN, "cuDNN unless autotune times gemm_phase faster (cudnn.benchmark)",
-            candidates=(*phase, *out_tile, *grouped, ATEN)), channels, default_dtype)
+            candidates=(*phase, *out_tile, *grouped, ATEN)), channels, out_tile_first)
     if tma and channels is not None and min(channels) >= _MIN_PHASE_CHANNELS and \
             channels[1] >= _MIN_STRICT_TMA_OUT:
         # Measured on the H100 (docs/perf-notes.md version 9, GPU time, each config forced):
@@ -380,20 +382,18 @@ def out_tile_problem(dtype: torch.dtype, out_per_group: int) -> Optional[str]:
     return None
 
 
-def _out_tile_is_default(dtype: Optional[torch.dtype],
-                         channels: Optional[Tuple[int, int]]) -> bool:
+def _out_tile_is_default(dtype: torch.dtype, channels: Optional[Tuple[int, int]]) -> bool:
     """gemm_out_tile's default rule: 16-bit, <= OUT_TILE_DEFAULT_MAX_CHANNELS output channels
-    per group (dtype None: the default is off for this plan)."""
+    per group."""
     return dtype in _OUT_TILE_DEFAULT_DTYPES and channels is not None and \
         channels[1] <= OUT_TILE_DEFAULT_MAX_CHANNELS
 
 
-def _out_tile_default(chosen: Plan, channels: Optional[Tuple[int, int]],
-                      dtype: Optional[torch.dtype]) -> Plan:
+def _out_tile_default(chosen: Plan, channels: Optional[Tuple[int, int]], first: bool) -> Plan:
     """`chosen` with gemm_out_tile (config -1: the kernel's heuristic) as the untimed default
-    where it is a candidate and the layer has <= OUT_TILE_DEFAULT_MAX_CHANNELS output channels
-    per group (0 today: candidate only, until device measurements set it)."""
-    if not _out_tile_is_default(dtype, channels) or OUT_TILE_CONFIGS[0] not in chosen.candidates:
+    where `first` (_out_tile_is_default's rule, unless plan() turned it off) and it is a
+    candidate."""
+    if not first or channels is None or OUT_TILE_CONFIGS[0] not in chosen.candidates:
         return chosen
     return Plan(GEMM_OUT_TILE, f"{channels[1]} out channels per group: output-tiled stride-phase "
                 "GEMM (whole-row stores)", candidates=chosen.candidates)
