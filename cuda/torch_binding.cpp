@@ -44,22 +44,31 @@ const float* channel_vector(const c10::optional<at::Tensor>& t, int64_t channels
   return t->data_ptr<float>();
 }
 
+// The weight-side fields of the params but the pointer (what packing and gemm_out_tile's fit
+// query depend on), from a weight's sizes and element strides.
+void fill_weight_geometry(ConvTranspose2dParams& p, at::IntArrayRef sizes, at::IntArrayRef strides,
+                          at::IntArrayRef stride, at::IntArrayRef padding,
+                          at::IntArrayRef dilation, int64_t groups) {
+  TORCH_CHECK(sizes.size() == 4 && strides.size() == 4 && groups > 0,
+              "deconv_patch: expected a 4-D weight");
+  TORCH_CHECK(stride.size() == 2 && padding.size() == 2 && dilation.size() == 2,
+              "deconv_patch: stride, padding and dilation must have 2 values");
+  const int64_t kh = sizes[2], kw = sizes[3];
+  p.in_channels = sizes[0];
+  p.groups = groups;
+  p.in_per_group = sizes[0] / groups;
+  p.out_per_group = sizes[1];
+  p.out_channels = sizes[1] * groups;
+  p.ph_h = make_axis_phase((int)stride[0], (int)padding[0], (int)dilation[0], (int)kh);
+  p.ph_w = make_axis_phase((int)stride[1], (int)padding[1], (int)dilation[1], (int)kw);
+  for (int i = 0; i < 4; ++i) p.w_stride[i] = strides[i];
+}
+
 // The weight-side fields of the params (everything packing depends on).
 void fill_weight_params(ConvTranspose2dParams& p, const at::Tensor& weight, at::IntArrayRef stride,
                         at::IntArrayRef padding, at::IntArrayRef dilation, int64_t groups) {
-  TORCH_CHECK(weight.dim() == 4 && groups > 0, "deconv_patch: expected a 4-D weight");
-  TORCH_CHECK(stride.size() == 2 && padding.size() == 2 && dilation.size() == 2,
-              "deconv_patch: stride, padding and dilation must have 2 values");
-  const int64_t kh = weight.size(2), kw = weight.size(3);
+  fill_weight_geometry(p, weight.sizes(), weight.strides(), stride, padding, dilation, groups);
   p.weight = weight.data_ptr();
-  p.in_channels = weight.size(0);
-  p.groups = groups;
-  p.in_per_group = weight.size(0) / groups;
-  p.out_per_group = weight.size(1);
-  p.out_channels = weight.size(1) * groups;
-  p.ph_h = make_axis_phase((int)stride[0], (int)padding[0], (int)dilation[0], (int)kh);
-  p.ph_w = make_axis_phase((int)stride[1], (int)padding[1], (int)dilation[1], (int)kw);
-  copy_strides(weight, p.w_stride);
 }
 
 }  // namespace
@@ -327,10 +336,7 @@ bool gemm_out_tile_fits(int64_t device_index, const std::string& dtype,
                         at::IntArrayRef weight_sizes, at::IntArrayRef stride,
                         at::IntArrayRef padding, at::IntArrayRef dilation, int64_t groups,
                         bool allow_tf32) {
-  TORCH_CHECK(weight_sizes.size() == 4 && stride.size() == 2 && padding.size() == 2 &&
-                  dilation.size() == 2 && groups > 0,
-              "deconv_patch: gemm_out_tile_fits takes 4 weight sizes, 2 strides, paddings and "
-              "dilations, and groups > 0");
+  TORCH_CHECK(weight_sizes.size() == 4, "deconv_patch: gemm_out_tile_fits takes 4 weight sizes");
   ScalarKind kind;
   if (dtype == "float32") kind = ScalarKind::kFloat32;
   else if (dtype == "float16") kind = ScalarKind::kFloat16;
@@ -338,16 +344,9 @@ bool gemm_out_tile_fits(int64_t device_index, const std::string& dtype,
   else TORCH_CHECK(false, "deconv_patch: gemm_out_tile_fits: unknown dtype ", dtype);
   const c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device_index));
   const int64_t kh = weight_sizes[2], kw = weight_sizes[3];
-  ConvTranspose2dParams p;
-  p.in_channels = weight_sizes[0];
-  p.groups = groups;
-  p.in_per_group = weight_sizes[0] / groups;
-  p.out_per_group = weight_sizes[1];
-  p.out_channels = weight_sizes[1] * groups;
-  p.ph_h = make_axis_phase((int)stride[0], (int)padding[0], (int)dilation[0], (int)kh);
-  p.ph_w = make_axis_phase((int)stride[1], (int)padding[1], (int)dilation[1], (int)kw);
   const int64_t dense[4] = {weight_sizes[1] * kh * kw, kh * kw, kw, 1};
-  for (int i = 0; i < 4; ++i) p.w_stride[i] = dense[i];
+  ConvTranspose2dParams p;
+  fill_weight_geometry(p, weight_sizes, dense, stride, padding, dilation, groups);
   return gemm_out_tile_weight_fits(p, kind, allow_tf32);
 }
 
