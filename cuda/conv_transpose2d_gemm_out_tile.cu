@@ -89,7 +89,7 @@ struct OutTileArgs {
   const void* bias;
   void* out;
   EpilogueParams epi;
-  int batch, in_h, in_w, out_h, out_w;
+  int in_h, in_w, out_h, out_w;
   int cin_g, cout_g, cp, c8, ps;  // channels, padded channels, chunks per tap, pixel bytes
   int is_n, is_c, is_h, is_w;
   int os_n, os_c, os_h, os_w;
@@ -374,7 +374,8 @@ __global__ void __launch_bounds__(kThreads)
     len = p.cout_g;
     el_stride = p.os_c;
   }
-  // Run r: staging offset and global offset (relative to out_base), or -1 when out of range.
+  // Run r: its staging offset and global offset (relative to out_base); false when the run lies
+  // outside the output.
   const SmallDiv div_sr = make_small_div((uint32_t)sr), div_tw = make_small_div((uint32_t)tw_cols);
   auto run_offsets = [&](int r, int& s_off, int64_t& g_off) {
     if (p.store_mode == kRowsAlongX) {
@@ -431,7 +432,7 @@ struct OutTilePackArgs {
   void* packed;
   int64_t ws[4];  // weight strides: cin, cout/g, kh, kw
   int cin_g, cout_g, c8, nt, ks_group, npairs;
-  int pad_h, pad_w, dil_h, dil_w, kh, kw;
+  int pad_h, pad_w, dil_h, dil_w;
   int64_t total;  // packed elements
   AxisPlan h, w_axis;
   int ks_prefix[kMaxPhases + 1];
@@ -631,10 +632,9 @@ int smem_limit() {
 
 // Heuristic: every row phase per block when all the weights fit in 80 KB (the input footprint is
 // then read once for all of them), else one row phase; 4 x 32 (or 64) pixels per phase.
-int pick_config(const PackGeometry& geo, const AxisPlan& h, const AxisPlan& w, int64_t out_w) {
+int pick_config(const PackGeometry& geo, const AxisPlan& w, int64_t out_w) {
   const int64_t all_b = (int64_t)geo.ks_prefix[geo.npairs] * geo.nt * kFragBytes;
   const int64_t cols = (out_w + w.stride - 1) / w.stride;
-  (void)h;
   if (all_b <= 80 * 1024) return cols >= 48 ? 4 : 3;
   return cols >= 32 ? 0 : 2;
 }
@@ -666,7 +666,7 @@ cudaError_t launch_typed(const ConvTranspose2dParams& p, ScalarKind kind, const 
   const AxisPlan h = plan_axis(p.ph_h, p.out_h);
   const AxisPlan w = plan_axis(p.ph_w, p.out_w);
   const PackGeometry geo = pack_geometry(p, kind, h, w);
-  if (config < 0) config = pick_config(geo, h, w, p.out_w);
+  if (config < 0) config = pick_config(geo, w, p.out_w);
   Layout L;
   if (!fit_layout(p, kind, h, w, geo, kTiles[config], smem_limit(), L)) return cudaErrorInvalidValue;
 
@@ -676,7 +676,6 @@ cudaError_t launch_typed(const ConvTranspose2dParams& p, ScalarKind kind, const 
   a.bias = p.bias;
   a.out = p.output;
   a.epi = p.epi;
-  a.batch = (int)p.batch;
   a.in_h = (int)p.in_h;
   a.in_w = (int)p.in_w;
   a.out_h = (int)p.out_h;
@@ -772,8 +771,6 @@ cudaError_t launch_pack(const ConvTranspose2dParams& p, ScalarKind kind, void* p
   a.pad_w = p.ph_w.pad;
   a.dil_h = p.ph_h.dil;
   a.dil_w = p.ph_w.dil;
-  a.kh = p.ph_h.kernel;
-  a.kw = p.ph_w.kernel;
   for (int i = 0; i <= geo.npairs; ++i) a.ks_prefix[i] = geo.ks_prefix[i];
   a.total = packed_bytes(p, kind) / element_size(kind);
   if (a.total == 0) return cudaSuccess;
