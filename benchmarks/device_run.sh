@@ -93,6 +93,17 @@ gpu_tests() {  # gpu_tests NAME SECONDS PYTEST-ARGS...: a -v log, summarised per
   tail -1 "$L/gpu-tests-$name.log"
 }
 
+# memcheck LOG SECONDS PATTERN PER-FUNCTION FILES...: compute-sanitizer memcheck on the first
+# PER-FUNCTION collected cases of each test function whose ids match PATTERN (extended regex).
+memcheck() {
+  local log=$1 limit=$2 pattern=$3 per=$4 ids; shift 4
+  ids=$(python3 -m pytest -q --co -p no:cacheprovider "$@" 2>/dev/null | grep -E "$pattern" | \
+        awk -F'[' -v per="$per" '{ if (n[$1]++ < per) print }')
+  timeout "$limit" compute-sanitizer --tool memcheck --error-exitcode 9 python3 -m pytest \
+    -q -m cuda -p no:cacheprovider $ids > "$log" 2>&1; echo "sanitizer exit $?"
+  grep -E "ERROR SUMMARY|Invalid|out of bounds|passed|failed" "$log" | head -10
+}
+
 # forced VARIANT MODES FORMATS ONLY [SECONDS [NEED]]: the layer benchmark with VARIANT forced on
 # the layers ONLY names (all when empty), within SECONDS (default 60), its rows printed (geomean
 # lines dropped); skipped when fewer than NEED seconds of the call's budget are left.
@@ -138,11 +149,8 @@ if [ "${PART:-1}" = 1 ]; then
 gpu_tests suite $(( $(left) - 20 )) tests --ignore=tests/test_gpu_new_kernels.py
 if [ -n "${SANITIZE:-}" ] && [ "$(left)" -gt 60 ]; then
   step "compute-sanitizer (memcheck) on a few configs of each new kernel"
-  ids=$(python3 -m pytest -q --co -p no:cacheprovider tests/test_gpu_new_kernels.py \
-        tests/test_gpu_kxs_sm90.py tests/test_gpu_phase_tma.py 2>/dev/null | grep "sweep\[" | awk -F'[' '{ if (n[$1]++ < 2) print }')
-  timeout $(( $(left) - 10 )) compute-sanitizer --tool memcheck --error-exitcode 9 python3 -m pytest \
-    -q -m cuda -p no:cacheprovider $ids > "$L/sanitizer.log" 2>&1; echo "sanitizer exit $?"
-  grep -E "ERROR SUMMARY|Invalid|out of bounds|passed|failed" "$L/sanitizer.log" | head -10
+  memcheck "$L/sanitizer.log" $(( $(left) - 10 )) "sweep\[" 2 tests/test_gpu_new_kernels.py \
+    tests/test_gpu_kxs_sm90.py tests/test_gpu_phase_tma.py
 fi
 fi
 
@@ -350,12 +358,8 @@ if [ "${PART:-}" = outtile ]; then
 [ -z "${SKIP_TESTS:-}" ] && gpu_tests outtile 200 tests/test_gpu_out_tile.py
 if [ -n "${SANITIZE:-}" ] && [ "$(left)" -gt 60 ]; then
   step "compute-sanitizer (memcheck) on gemm_out_tile: 3 cases of each sweep, the full layers"
-  ids=$(python3 -m pytest -q --co -p no:cacheprovider tests/test_gpu_out_tile.py 2>/dev/null | \
-        grep -E "sweep\[|benchmark_layers\[bf16" | awk -F'[' '{ if (n[$1]++ < 3) print }')
-  timeout $(( $(left) - 10 < 150 ? $(left) - 10 : 150 )) compute-sanitizer --tool memcheck \
-    --error-exitcode 9 python3 -m pytest -q -m cuda -p no:cacheprovider $ids \
-    > "$L/sanitizer-outtile.log" 2>&1; echo "sanitizer exit $?"
-  grep -E "ERROR SUMMARY|Invalid|out of bounds|passed|failed" "$L/sanitizer-outtile.log" | head -10
+  memcheck "$L/sanitizer-outtile.log" $(( $(left) - 10 < 150 ? $(left) - 10 : 150 )) \
+    "sweep\[|benchmark_layers\[bf16" 3 tests/test_gpu_out_tile.py
 fi
 # EXTRA_TESTS="PYTEST-ARGS": other GPU tests in the same call (the planner's and fast path's).
 [ -n "${EXTRA_TESTS:-}" ] && gpu_tests extra 240 ${EXTRA_TESTS}
