@@ -52,7 +52,8 @@
 #   PART=outtile                             # build + gemm_out_tile's tests, then aten,
 #                                            # gemm_out_tile and each of its configs forced on
 #                                            # the few-channel layers (fcn8s, dcgan.g5, fsrcnn,
-#                                            # keypoint; bf16, fp16, TF32; NCHW, NHWC), ncu of
+#                                            # keypoint; bf16, fp16, TF32, fp32 strict (3xTF32)
+#                                            # or OT_MODES=...; NCHW, NHWC), ncu of
 #                                            # fcn8s.up8, fsrcnn, dcgan.g5 bf16 (SKIP_TESTS=1:
 #                                            # no tests; OT_VARIANTS="v ...": time only these;
 #                                            # SANITIZE=1: memcheck on a few cases;
@@ -355,7 +356,7 @@ if [ "${PART:-}" = outtile ]; then
 # and each config forced on the few-channel layers (each call within 75 s, skipped below 110 s
 # left so the ncu run keeps its time), then ncu of fcn8s.up8 (time, DRAM and L2 sectors: the
 # phase GEMMs wrote 12x the output in L2 write sectors there, NCHW).
-[ -z "${SKIP_TESTS:-}" ] && gpu_tests outtile 200 tests/test_gpu_out_tile.py
+[ -z "${SKIP_TESTS:-}" ] && gpu_tests outtile "${OT_TEST_SECONDS:-300}" tests/test_gpu_out_tile.py
 if [ -n "${SANITIZE:-}" ] && [ "$(left)" -gt 60 ]; then
   step "compute-sanitizer (memcheck) on gemm_out_tile: 3 cases of each sweep, the full layers"
   memcheck "$L/sanitizer-outtile.log" $(( $(left) - 10 < 150 ? $(left) - 10 : 150 )) \
@@ -365,7 +366,7 @@ fi
 [ -n "${EXTRA_TESTS:-}" ] && gpu_tests extra 240 ${EXTRA_TESTS}
 fewch_layers="fcn8s,dcgan.g5,fsrcnn,keypoint"
 for v in ${OT_VARIANTS:-aten gemm_out_tile $(planner_names OUT_TILE_CONFIGS)}; do
-  forced "$v" bf16,fp16,tf32 nchw,nhwc "$fewch_layers" 75 110
+  forced "$v" ${OT_MODES:-bf16,fp16,tf32,fp32} nchw,nhwc "$fewch_layers" 75 110
 done
 # ncu of the main kernel (time, DRAM / L2 traffic, issue slots, shared-memory bank conflicts,
 # occupancy; the log keeps the warp-state section: why warps stall).

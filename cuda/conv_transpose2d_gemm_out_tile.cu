@@ -31,7 +31,9 @@
 // Packed weight (mma fragment order, zero in padding): per group, per phase pair (rh, rw) in
 // row-major order, [KS][NT][32 lanes][8 bytes], the B fragment of lane (g4 = lane/4, t = lane%4):
 // 16-bit: k = 2t + 8*reg + half, fp32 (TF32-rounded): k = t + 4*reg, column n = 8*nt + g4; k in
-// the step is chunk 2*ks + k/E, channel (chunk % C8)*E + k%E. A block copies the contiguous range
+// the step is chunk 2*ks + k/E, channel (chunk % C8)*E + k%E. 3xTF32 (fp32, TF32 not allowed)
+// packs 16 bytes per lane, the TF32 hi pair then the lo pair ([KS][NT][32][16 bytes]), and keeps
+// the footprint in fp32 (A is split after ldmatrix). A block copies the contiguous range
 // of its phases to shared memory once. ks_prefix[pair] counts the k steps before a pair.
 //
 // Epilogue: each warp applies the fused epilogue to its fragments and writes the tile's staging
@@ -62,6 +64,7 @@ constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 constexpr int kMaxNT = 4;         // Cout_g <= 32
 constexpr int kFragBytes = 256;   // one (k step, n tile) B fragment: 32 lanes x 8 bytes
+constexpr int kSplitFragBytes = 512;  // 3xTF32: 32 lanes x (hi, lo) x 8 bytes
 constexpr int kLoadBatch = 8;     // footprint loads in flight per thread (scalar path)
 
 struct TileShape {
@@ -113,10 +116,24 @@ __device__ __forceinline__ void mma_step(float (&d)[4], const uint32_t (&a)[4], 
   else mma_1688_tf32(d, a, bb);
 }
 
-// 16 bytes of the input's zero-filled footprint, fp32 rounded to TF32 (the kernel's A operand).
-template <typename T>
+// B fragments of one k step for both m tiles' chains: 16-bit / TF32 one 8-byte fragment per n
+// tile, 3xTF32 (hi, lo) in 16 bytes.
+template <bool kSplit>
+struct BFrag;
+template <>
+struct BFrag<false> {
+  using type = uint2;
+};
+template <>
+struct BFrag<true> {
+  using type = uint4;
+};
+
+// 16 bytes of the input's zero-filled footprint, fp32 rounded to TF32 (the kernel's A operand;
+// 3xTF32 keeps fp32 and splits after ldmatrix).
+template <typename T, bool kSplit>
 __device__ __forceinline__ uint4 round_chunk(uint4 v) {
-  if constexpr (sizeof(T) == 4) {
+  if constexpr (sizeof(T) == 4 && !kSplit) {
     v.x = to_tf32(__uint_as_float(v.x));
     v.y = to_tf32(__uint_as_float(v.y));
     v.z = to_tf32(__uint_as_float(v.z));
@@ -125,15 +142,22 @@ __device__ __forceinline__ uint4 round_chunk(uint4 v) {
   return v;
 }
 
-template <typename T>
+template <typename T, bool kSplit>
 __device__ __forceinline__ T round_operand(T v) {
-  if constexpr (sizeof(T) == 4) return __uint_as_float(to_tf32(v));
+  if constexpr (sizeof(T) == 4 && !kSplit) return __uint_as_float(to_tf32(v));
   else return v;
 }
 
-template <typename T, int NT>
-__global__ void __launch_bounds__(kThreads)
+// kSplit (T = float, TF32 not allowed): 3xTF32, a*b = a_hi*b_hi + a_lo*b_hi + a_hi*b_lo with
+// each k step's three products summed in a fresh partial, small terms first, then added to the
+// accumulator in fp32 (the order docs/perf-notes.md version 9 measured for gemm_phase_tma).
+// (2 blocks per SM: shared memory allows no more on the large layers, and without the bound
+// ptxas kept the small-NT instances at 64 registers with spills.)
+template <typename T, int NT, bool kSplit>
+__global__ void __launch_bounds__(kThreads, 2)
     conv_transpose2d_gemm_out_tile_kernel(const __grid_constant__ OutTileArgs p) {
+  static_assert(!kSplit || sizeof(T) == 4, "3xTF32 is an fp32 mode");
+  constexpr int kFrag = kSplit ? kSplitFragBytes : kFragBytes;
   constexpr int E = 16 / (int)sizeof(T);  // channels per 16-byte chunk
   constexpr int V = E;                    // output elements per 16-byte store
   extern __shared__ __align__(16) unsigned char smem[];
@@ -179,8 +203,8 @@ __global__ void __launch_bounds__(kThreads)
   // 1. This block's B fragments: one contiguous range of the packed weight.
   {
     const unsigned char* src = static_cast<const unsigned char*>(p.packed) +
-                               ((int64_t)g * p.ks_group + ks0) * NT * kFragBytes;
-    const int chunks = ks_cta * NT * (kFragBytes / 16);
+                               ((int64_t)g * p.ks_group + ks0) * NT * kFrag;
+    const int chunks = ks_cta * NT * (kFrag / 16);
     for (int c = tid; c < chunks; c += kThreads) cp_async<16>(smem_u32(b_sm + 16 * c), src + 16 * c, 16);
     cp_async_commit();
   }
@@ -205,7 +229,7 @@ __global__ void __launch_bounds__(kThreads)
           cp_async<16>(smem_u32(dst), src, ok ? 16 : 0);
         } else {
           uint4 v = make_uint4(0, 0, 0, 0);
-          if (ok) v = round_chunk<T>(__ldg(reinterpret_cast<const uint4*>(src)));
+          if (ok) v = round_chunk<T, kSplit>(__ldg(reinterpret_cast<const uint4*>(src)));
           *reinterpret_cast<uint4*>(dst) = v;
         }
       }
@@ -245,7 +269,7 @@ __global__ void __launch_bounds__(kThreads)
         }
 #pragma unroll
         for (int b = 0; b < kLoadBatch; ++b)
-          if (off[b] >= 0) *reinterpret_cast<T*>(fp_sm + off[b]) = round_operand<T>(v[b]);
+          if (off[b] >= 0) *reinterpret_cast<T*>(fp_sm + off[b]) = round_operand<T, kSplit>(v[b]);
       }
     }
   }
@@ -285,6 +309,22 @@ __global__ void __launch_bounds__(kThreads)
   const int arow = (lane & 7) | (lane & 8);  // this lane's ldmatrix row (pixel of the m tile)
   const int ahalf = lane >> 4;               // ... and chunk of the k step
   const int g4 = lane >> 2, t4 = lane & 3;
+  // This lane's epilogue channels n = 8*nt + 2*t4 + e: their constants and staging offsets,
+  // read once (not per value).
+  bool ch_ok[NT][2];
+  float ch_mul[NT][2], ch_add[NT][2];
+  int ch_off[NT][2];
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int n = nt * 8 + 2 * t4 + e;
+      ch_ok[nt][e] = n < p.cout_g;
+      const ChannelAffine c = aff[ch_ok[nt][e] ? n : 0];
+      ch_mul[nt][e] = c.mul;
+      ch_add[nt][e] = c.add;
+      ch_off[nt][e] = ch_fast ? n : n * sr * tw_cols;
+    }
   for (int it = warp; it < items; it += kWarps) {
     const int pr = it / mpairs, mt0 = 2 * (it - pr * mpairs);
     const int rh = rh_begin + pr / p.sw, rw = pr % p.sw;
@@ -292,7 +332,8 @@ __global__ void __launch_bounds__(kThreads)
     const int ks_n = p.ks_prefix[pair0 + pr + 1] - kp;
     const int chunks = p.ph_h[rh].taps * p.ph_w[rw].taps * p.c8;
     const int* t = tab + 2 * (kp - ks0);
-    const uint2* bfr = reinterpret_cast<const uint2*>(b_sm + (int64_t)(kp - ks0) * NT * kFragBytes);
+    using Frag = typename BFrag<kSplit>::type;
+    const Frag* bfr = reinterpret_cast<const Frag*>(b_sm + (int64_t)(kp - ks0) * NT * kFrag);
     uint32_t a_addr[2];
 #pragma unroll
     for (int u = 0; u < 2; ++u) {
@@ -305,7 +346,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt)
         acc[u][nt][0] = acc[u][nt][1] = acc[u][nt][2] = acc[u][nt][3] = 0.f;
-#pragma unroll 2
+#pragma unroll(kSplit ? 1 : 2)
     for (int ks = 0; ks < ks_n; ++ks) {
       const uint32_t off = (uint32_t)t[min(2 * ks + ahalf, chunks - 1)];
       const bool odd_last = 2 * ks + 1 >= chunks;  // odd last chunk: no upper half
@@ -315,15 +356,37 @@ __global__ void __launch_bounds__(kThreads)
         ldsm_x4(a_addr[u] + off, a[u][0], a[u][1], a[u][2], a[u][3]);
         if (odd_last) a[u][2] = a[u][3] = 0u;
       }
+      if constexpr (kSplit) {
+        uint32_t a_lo[2][4];
 #pragma unroll
-      for (int nt = 0; nt < NT; ++nt) {
-        const uint2 b = bfr[(ks * NT + nt) * 32 + lane];
-        mma_step<T>(acc[0][nt], a[0], b);
-        mma_step<T>(acc[1][nt], a[1], b);
+        for (int u = 0; u < 2; ++u)
+#pragma unroll
+          for (int r = 0; r < 4; ++r) tf32_hi_lo(__uint_as_float(a[u][r]), a[u][r], a_lo[u][r]);
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+          const uint4 b = bfr[(ks * NT + nt) * 32 + lane];
+          const uint2 b_hi = make_uint2(b.x, b.y), b_lo = make_uint2(b.z, b.w);
+#pragma unroll
+          for (int u = 0; u < 2; ++u) {
+            float part[4] = {0.f, 0.f, 0.f, 0.f};
+            mma_step<T>(part, a_lo[u], b_hi);
+            mma_step<T>(part, a[u], b_lo);
+            mma_step<T>(part, a[u], b_hi);
+#pragma unroll
+            for (int r = 0; r < 4; ++r) acc[u][nt][r] += part[r];
+          }
+        }
+      } else {
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+          const uint2 b = bfr[(ks * NT + nt) * 32 + lane];
+          mma_step<T>(acc[0][nt], a[0], b);
+          mma_step<T>(acc[1][nt], a[1], b);
+        }
       }
     }
     // Epilogue into the staging tile. Fragment element e of tile u: pixel (mt0 + u)*16 + g4 +
-    // 8*(e/2), channel 8*nt + 2*t4 + e%2.
+    // 8*(e/2), channel 8*nt + 2*t4 + e%2 (its constants and staging offset in registers).
     dispatch_activation(p.epi.activation, [&](auto act) {
       constexpr Activation A = decltype(act)::value;
 #pragma unroll
@@ -334,18 +397,14 @@ __global__ void __launch_bounds__(kThreads)
           const int a_row = pp >> p.mj_shift, jj = pp & (p.mj - 1);
           const int s = p.all_rows ? rh + p.sh * a_row : a_row;
           const int xs = rw + p.sw * jj;
-          const int base = ch_fast ? (s * tw_cols + xs) * p.cout_g : s * tw_cols + xs;
-          const int n_step = ch_fast ? 1 : sr * tw_cols;
+          T* const dst = st + (ch_fast ? (s * tw_cols + xs) * p.cout_g : s * tw_cols + xs);
 #pragma unroll
           for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-            for (int e = 0; e < 2; ++e) {
-              const int n = nt * 8 + 2 * t4 + e;
-              if (n >= p.cout_g) continue;
-              const float v = epilogue_value<A>(acc[u][nt][2 * hr + e], aff[n].mul, aff[n].add,
-                                                p.epi.negative_slope);
-              st[base + n * n_step] = from_float<T>(v);
-            }
+            for (int e = 0; e < 2; ++e)
+              if (ch_ok[nt][e])
+                dst[ch_off[nt][e]] = from_float<T>(epilogue_value<A>(
+                    acc[u][nt][2 * hr + e], ch_mul[nt][e], ch_add[nt][e], p.epi.negative_slope));
         }
     });
   }
@@ -445,11 +504,12 @@ __device__ __forceinline__ int first_tap(int ph, int step, int dil, int pad, int
   return 0;
 }
 
-template <typename T>
+template <typename T, bool kSplit>
 __global__ void __launch_bounds__(256)
     gemm_out_tile_pack_weight_kernel(const __grid_constant__ OutTilePackArgs a) {
   constexpr int E = 16 / (int)sizeof(T);
-  constexpr int EL = 8 / (int)sizeof(T);  // elements per lane per fragment
+  // Elements per lane per fragment: 8 bytes of k values; 3xTF32 two TF32 values, hi then lo.
+  constexpr int EL = kSplit ? 4 : 8 / (int)sizeof(T);
   const T* __restrict__ w = static_cast<const T*>(a.w);
   T* __restrict__ packed = static_cast<T*>(a.packed);
   for (int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; idx < a.total;
@@ -469,7 +529,7 @@ __global__ void __launch_bounds__(256)
     const AxisPhaseInfo& ph = a.h.ph[rh];
     const AxisPhaseInfo& pw = a.w_axis.ph[rw];
     const int t4 = lane & 3, g4 = lane >> 2;
-    const int k_in = sizeof(T) == 2 ? 2 * t4 + 8 * (j >> 1) + (j & 1) : t4 + 4 * j;
+    const int k_in = sizeof(T) == 2 ? 2 * t4 + 8 * (j >> 1) + (j & 1) : t4 + 4 * (j & 1);
     const int q = 2 * ks + k_in / E;
     const int tap = q / a.c8;
     const int c = (q % a.c8) * E + k_in % E;
@@ -480,7 +540,13 @@ __global__ void __launch_bounds__(256)
       const int khi = first_tap(rh, a.h.step, a.dil_h, a.pad_h, a.h.stride) + th * a.h.step;
       const int kwi = first_tap(rw, a.w_axis.step, a.dil_w, a.pad_w, sw) + tw * a.w_axis.step;
       v = w[((int64_t)g * a.cin_g + c) * a.ws[0] + n * a.ws[1] + khi * a.ws[2] + kwi * a.ws[3]];
-      v = round_operand<T>(v);
+      if constexpr (kSplit) {
+        uint32_t hi, lo;
+        tf32_hi_lo(v, hi, lo);
+        v = __uint_as_float(j >= 2 ? lo : hi);
+      } else {
+        v = round_operand<T, false>(v);
+      }
     }
     packed[idx] = v;
   }
@@ -521,8 +587,9 @@ bool kind_supported(ScalarKind kind, bool allow_tf32) {
   switch (kind) {
     case ScalarKind::kFloat16:
     case ScalarKind::kBFloat16: return true;
-    case ScalarKind::kFloat32: return allow_tf32;
+    case ScalarKind::kFloat32: return true;  // TF32, or 3xTF32 when TF32 is not allowed
   }
+  (void)allow_tf32;
   return false;
 }
 
@@ -541,10 +608,17 @@ bool weight_supported(const ConvTranspose2dParams& p) {
   return true;
 }
 
-int64_t packed_bytes(const ConvTranspose2dParams& p, ScalarKind kind) {
+// fp32 without TF32 runs 3xTF32: (hi, lo) B fragments.
+bool split_mode(ScalarKind kind, bool allow_tf32) {
+  return kind == ScalarKind::kFloat32 && !allow_tf32;
+}
+
+int frag_bytes(bool split) { return split ? kSplitFragBytes : kFragBytes; }
+
+int64_t packed_bytes(const ConvTranspose2dParams& p, ScalarKind kind, bool split) {
   const AxisPlan h = plan_axis(p.ph_h, 0), w = plan_axis(p.ph_w, 0);
   const PackGeometry geo = pack_geometry(p, kind, h, w);
-  return p.groups * geo.ks_group * geo.nt * kFragBytes;
+  return p.groups * geo.ks_group * geo.nt * frag_bytes(split);
 }
 
 // Shared memory of one tile shape: B fragments, footprint, staging, chunk table, affine table.
@@ -556,7 +630,7 @@ struct Layout {
   int smem_fp, smem_st, smem_tab, smem_aff, total;
 };
 
-Layout make_layout(const ConvTranspose2dParams& p, ScalarKind kind, const AxisPlan& h,
+Layout make_layout(const ConvTranspose2dParams& p, ScalarKind kind, bool split, const AxisPlan& h,
                    const AxisPlan& w, const PackGeometry& geo, TileShape t) {
   Layout L{};
   L.t = t;
@@ -587,7 +661,7 @@ Layout make_layout(const ConvTranspose2dParams& p, ScalarKind kind, const AxisPl
   }
   const int64_t es = element_size(kind);
   const int64_t sr = t.all_rows ? (int64_t)h.stride * t.mi : t.mi;
-  const int64_t b_bytes = (int64_t)L.ks_cta_max * geo.nt * kFragBytes;
+  const int64_t b_bytes = (int64_t)L.ks_cta_max * geo.nt * frag_bytes(split);
   const int64_t fp_bytes = (int64_t)L.fr_max * L.fc * ps;
   const int64_t st_bytes = round_up(sr * w.stride * t.mj * p.out_per_group * es, 16);
   const int64_t tab_bytes = round_up(2 * (int64_t)L.ks_cta_max * 4, 16);
@@ -611,17 +685,17 @@ constexpr TileShape kMinTile{1, 32, false, ""};
 // The config's tile, shrunk until it fits `limit` bytes: one row phase instead of every one,
 // then half the phase rows, then half the phase columns (at least 32 pixels per phase), and
 // last kMinTile (what gemm_out_tile_supports checks).
-bool fit_layout(const ConvTranspose2dParams& p, ScalarKind kind, const AxisPlan& h,
+bool fit_layout(const ConvTranspose2dParams& p, ScalarKind kind, bool split, const AxisPlan& h,
                 const AxisPlan& w, const PackGeometry& geo, TileShape t, int limit, Layout& out) {
   for (;;) {
-    out = make_layout(p, kind, h, w, geo, t);
+    out = make_layout(p, kind, split, h, w, geo, t);
     if (out.total <= limit) return true;
     if (t.all_rows) t.all_rows = false;
     else if (t.mi > 1 && t.mi * t.mj > 32) t.mi /= 2;
     else if (t.mj > 32) t.mj /= 2;
     else break;
   }
-  out = make_layout(p, kind, h, w, geo, kMinTile);
+  out = make_layout(p, kind, split, h, w, geo, kMinTile);
   return out.total <= limit;
 }
 
@@ -632,8 +706,8 @@ int smem_limit() {
 
 // Heuristic: every row phase per block when all the weights fit in 80 KB (the input footprint is
 // then read once for all of them), else one row phase; 4 x 32 (or 64) pixels per phase.
-int pick_config(const PackGeometry& geo, const AxisPlan& w, int64_t out_w) {
-  const int64_t all_b = (int64_t)geo.ks_prefix[geo.npairs] * geo.nt * kFragBytes;
+int pick_config(const PackGeometry& geo, bool split, const AxisPlan& w, int64_t out_w) {
+  const int64_t all_b = (int64_t)geo.ks_prefix[geo.npairs] * geo.nt * frag_bytes(split);
   const int64_t cols = (out_w + w.stride - 1) / w.stride;
   if (all_b <= 80 * 1024) return cols >= 48 ? 4 : 3;
   return cols >= 32 ? 0 : 2;
@@ -648,9 +722,9 @@ bool io_supported(const ConvTranspose2dParams& p) {
   return io_fits_index_limit(p);
 }
 
-template <typename T, int NT>
+template <typename T, int NT, bool kSplit>
 cudaError_t launch_nt(const OutTileArgs& a, dim3 grid, int smem, cudaStream_t stream) {
-  auto kernel = conv_transpose2d_gemm_out_tile_kernel<T, NT>;
+  auto kernel = conv_transpose2d_gemm_out_tile_kernel<T, NT, kSplit>;
   // The attribute is raised once to the device's limit: this kernel's shared memory differs from
   // call to call, and ensure_dynamic_smem remembers one size per kernel as already set.
   const cudaError_t err = ensure_dynamic_smem(kernel, smem_limit(), current_device());
@@ -659,16 +733,17 @@ cudaError_t launch_nt(const OutTileArgs& a, dim3 grid, int smem, cudaStream_t st
   return cudaGetLastError();
 }
 
-template <typename T>
+template <typename T, bool kSplit>
 cudaError_t launch_typed(const ConvTranspose2dParams& p, ScalarKind kind, const void* packed,
                          int config, cudaStream_t stream) {
   constexpr int V = 16 / (int)sizeof(T);
   const AxisPlan h = plan_axis(p.ph_h, p.out_h);
   const AxisPlan w = plan_axis(p.ph_w, p.out_w);
   const PackGeometry geo = pack_geometry(p, kind, h, w);
-  if (config < 0) config = pick_config(geo, w, p.out_w);
+  if (config < 0) config = pick_config(geo, kSplit, w, p.out_w);
   Layout L;
-  if (!fit_layout(p, kind, h, w, geo, kTiles[config], smem_limit(), L)) return cudaErrorInvalidValue;
+  if (!fit_layout(p, kind, kSplit, h, w, geo, kTiles[config], smem_limit(), L))
+    return cudaErrorInvalidValue;
 
   OutTileArgs a{};
   a.in = p.input;
@@ -743,15 +818,15 @@ cudaError_t launch_typed(const ConvTranspose2dParams& p, ScalarKind kind, const 
   if (blocks >= kIndexLimit) return cudaErrorInvalidValue;
   const dim3 grid((unsigned)blocks, (unsigned)p.groups, 1);
   switch (geo.nt) {
-    case 1: return launch_nt<T, 1>(a, grid, L.total, stream);
-    case 2: return launch_nt<T, 2>(a, grid, L.total, stream);
-    case 3: return launch_nt<T, 3>(a, grid, L.total, stream);
-    case 4: return launch_nt<T, 4>(a, grid, L.total, stream);
+    case 1: return launch_nt<T, 1, kSplit>(a, grid, L.total, stream);
+    case 2: return launch_nt<T, 2, kSplit>(a, grid, L.total, stream);
+    case 3: return launch_nt<T, 3, kSplit>(a, grid, L.total, stream);
+    case 4: return launch_nt<T, 4, kSplit>(a, grid, L.total, stream);
   }
   return cudaErrorInvalidValue;
 }
 
-template <typename T>
+template <typename T, bool kSplit>
 cudaError_t launch_pack(const ConvTranspose2dParams& p, ScalarKind kind, void* packed,
                         cudaStream_t stream) {
   OutTilePackArgs a{};
@@ -772,9 +847,9 @@ cudaError_t launch_pack(const ConvTranspose2dParams& p, ScalarKind kind, void* p
   a.dil_h = p.ph_h.dil;
   a.dil_w = p.ph_w.dil;
   for (int i = 0; i <= geo.npairs; ++i) a.ks_prefix[i] = geo.ks_prefix[i];
-  a.total = packed_bytes(p, kind) / element_size(kind);
+  a.total = packed_bytes(p, kind, kSplit) / element_size(kind);
   if (a.total == 0) return cudaSuccess;
-  gemm_out_tile_pack_weight_kernel<T><<<pack_grid(a.total), 256, 0, stream>>>(a);
+  gemm_out_tile_pack_weight_kernel<T, kSplit><<<pack_grid(a.total), 256, 0, stream>>>(a);
   return cudaGetLastError();
 }
 
@@ -783,12 +858,13 @@ cudaError_t launch_pack(const ConvTranspose2dParams& p, ScalarKind kind, void* p
 bool gemm_out_tile_weight_fits(const ConvTranspose2dParams& p, ScalarKind kind,
                                bool allow_tf32) {
   if (!kind_supported(kind, allow_tf32) || !weight_supported(p)) return false;
-  if (packed_bytes(p, kind) >= kIndexLimit) return false;
+  const bool split = split_mode(kind, allow_tf32);
+  if (packed_bytes(p, kind, split) >= kIndexLimit) return false;
   // The shared-memory layout depends on the phases' taps and offsets, not on the image size.
   const AxisPlan h = plan_axis(p.ph_h, 0), w = plan_axis(p.ph_w, 0);
   const PackGeometry geo = pack_geometry(p, kind, h, w);
   Layout L;
-  return fit_layout(p, kind, h, w, geo, kMinTile, smem_limit(), L);
+  return fit_layout(p, kind, split, h, w, geo, kMinTile, smem_limit(), L);
 }
 
 bool gemm_out_tile_supports(const ConvTranspose2dParams& p, ScalarKind kind, bool allow_tf32) {
@@ -801,20 +877,23 @@ const char* gemm_out_tile_config_name(int config) {
   return config >= 0 && config < kNumConfigs ? kTiles[config].name : "";
 }
 
-int64_t gemm_out_tile_packed_weight_bytes(const ConvTranspose2dParams& p, ScalarKind kind) {
+int64_t gemm_out_tile_packed_weight_bytes(const ConvTranspose2dParams& p, ScalarKind kind,
+                                          bool allow_tf32) {
   if (!weight_supported(p)) return 0;
-  return packed_bytes(p, kind);
+  return packed_bytes(p, kind, split_mode(kind, allow_tf32));
 }
 
 cudaError_t launch_gemm_out_tile_pack_weight(const ConvTranspose2dParams& p, ScalarKind kind,
                                              bool allow_tf32, void* packed, cudaStream_t stream) {
   if (!kind_supported(kind, allow_tf32) || !weight_supported(p)) return cudaErrorInvalidValue;
-  if (packed_bytes(p, kind) == 0) return cudaSuccess;
+  if (packed_bytes(p, kind, split_mode(kind, allow_tf32)) == 0) return cudaSuccess;
   if (packed == nullptr || p.weight == nullptr) return cudaErrorInvalidValue;
   switch (kind) {
-    case ScalarKind::kFloat32: return launch_pack<float>(p, kind, packed, stream);
-    case ScalarKind::kFloat16: return launch_pack<__half>(p, kind, packed, stream);
-    case ScalarKind::kBFloat16: return launch_pack<__nv_bfloat16>(p, kind, packed, stream);
+    case ScalarKind::kFloat32:
+      return allow_tf32 ? launch_pack<float, false>(p, kind, packed, stream)
+                        : launch_pack<float, true>(p, kind, packed, stream);
+    case ScalarKind::kFloat16: return launch_pack<__half, false>(p, kind, packed, stream);
+    case ScalarKind::kBFloat16: return launch_pack<__nv_bfloat16, false>(p, kind, packed, stream);
   }
   return cudaErrorInvalidValue;
 }
@@ -827,9 +906,12 @@ cudaError_t launch_conv_transpose2d_gemm_out_tile(const ConvTranspose2dParams& p
   if (p.batch * p.out_channels * p.out_h * p.out_w == 0) return cudaSuccess;
   if (packed == nullptr) return cudaErrorInvalidValue;
   switch (kind) {
-    case ScalarKind::kFloat32: return launch_typed<float>(p, kind, packed, config, stream);
-    case ScalarKind::kFloat16: return launch_typed<__half>(p, kind, packed, config, stream);
-    case ScalarKind::kBFloat16: return launch_typed<__nv_bfloat16>(p, kind, packed, config, stream);
+    case ScalarKind::kFloat32:
+      return allow_tf32 ? launch_typed<float, false>(p, kind, packed, config, stream)
+                        : launch_typed<float, true>(p, kind, packed, config, stream);
+    case ScalarKind::kFloat16: return launch_typed<__half, false>(p, kind, packed, config, stream);
+    case ScalarKind::kBFloat16:
+      return launch_typed<__nv_bfloat16, false>(p, kind, packed, config, stream);
   }
   return cudaErrorInvalidValue;
 }

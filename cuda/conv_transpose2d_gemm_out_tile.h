@@ -19,8 +19,10 @@ namespace deconv_patch {
 // Host-side predicate: true when launch_conv_transpose2d_gemm_out_tile handles `p` exactly with
 // some tile config (a forced config shrinks its tile until it fits shared memory, so every config
 // runs every supported call).
-//   * kind float16 / bfloat16, or float32 with allow_tf32 (TF32 tensor cores, A and B rounded to
-//     TF32 with cvt.rna); fp32 without TF32 is not supported; fp32 accumulate always
+//   * kind float16 / bfloat16, or float32: with allow_tf32 TF32 tensor cores (A and B rounded to
+//     TF32 with cvt.rna), without it 3xTF32 (hi/lo split operands, three MMAs a product; the
+//     caller decides whether a sum is deep enough for its error, see planner.MIN_3XTF32_DEPTH);
+//     fp32 accumulate always
 //   * Cout/groups <= 32, stride 1..16, dilation >= 1, padding >= 0, any output_padding
 //   * the smallest tile's shared memory (input footprint + the phases' weights) fits the device
 //   * every element offset of input and output below 2^31
@@ -41,11 +43,14 @@ int gemm_out_tile_num_configs();
 const char* gemm_out_tile_config_name(int config);
 
 // Bytes of the packed weight for p (16-byte aligned buffer allocated by the caller). Depends on
-// kind, groups, channel counts, kernel size, stride, padding and dilation only.
-int64_t gemm_out_tile_packed_weight_bytes(const ConvTranspose2dParams& p, ScalarKind kind);
+// kind (and for float32 on allow_tf32: 3xTF32 packs hi and lo), groups, channel counts, kernel
+// size, stride, padding and dilation only.
+int64_t gemm_out_tile_packed_weight_bytes(const ConvTranspose2dParams& p, ScalarKind kind,
+                                          bool allow_tf32);
 
 // Packs p.weight (read through p.w_stride) into mma fragment order on `stream`; float32 is
-// rounded to TF32 (cvt.rna). Returns cudaGetLastError() (cudaErrorInvalidValue when unsupported).
+// rounded to TF32 (cvt.rna), or without allow_tf32 split into TF32 hi and lo. Returns
+// cudaGetLastError() (cudaErrorInvalidValue when unsupported).
 cudaError_t launch_gemm_out_tile_pack_weight(const ConvTranspose2dParams& p, ScalarKind kind,
                                              bool allow_tf32, void* packed, cudaStream_t stream);
 

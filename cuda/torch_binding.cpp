@@ -108,7 +108,7 @@ at::Tensor pack_weight(const std::string& variant, const at::Tensor& weight,
   ConvTranspose2dParams p;
   fill_weight_params(p, weight, stride, padding, dilation, groups);
   if (variant == "gemm_out_tile") {
-    const int64_t bytes = gemm_out_tile_packed_weight_bytes(p, kind);
+    const int64_t bytes = gemm_out_tile_packed_weight_bytes(p, kind, allow_tf32);
     TORCH_CHECK(bytes > 0, "deconv_patch: ", variant, " does not support this weight");
     at::Tensor packed = at::empty({bytes}, weight.options().dtype(at::kByte));
     const cudaError_t err = launch_gemm_out_tile_pack_weight(
@@ -298,7 +298,7 @@ at::Tensor conv_transpose2d_forward(const std::string& variant, const at::Tensor
   } else if (variant == "gemm_out_tile") {
     TORCH_CHECK(gemm_out_tile_supports(p, kind, allow_tf32),
                 "deconv_patch: the gemm_out_tile kernel does not support this call");
-    check_packed(gemm_out_tile_packed_weight_bytes(p, kind));
+    check_packed(gemm_out_tile_packed_weight_bytes(p, kind, allow_tf32));
     TORCH_CHECK(config >= -1 && config < gemm_out_tile_num_configs(),
                 "deconv_patch: gemm_out_tile has no tile config ", config);
     err = launch_conv_transpose2d_gemm_out_tile(p, kind, allow_tf32, packed->data_ptr(),

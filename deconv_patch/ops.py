@@ -336,9 +336,10 @@ def kernel_call(variant: str, input: torch.Tensor, weight: torch.Tensor,
     if kernel == planner.GEMM_KXS_SM90 and planner.fp32_strict(input.dtype):
         raise RuntimeError(f"deconv_patch: {kernel} does not support fp32 without TF32")
     if kernel == planner.GEMM_OUT_TILE:
-        # fp32 strict and > 32 output channels per group, with the planner's wording (the
-        # binding would refuse them too, with a less specific one).
-        problem = planner.out_tile_problem(input.dtype, weight.shape[1])
+        # fp32 strict on shallow sums and > 32 output channels per group, with the planner's
+        # wording (the binding would refuse wide layers too, with a less specific one).
+        problem = planner.out_tile_problem(input.dtype, weight.shape[1], planner.reduction_depth(
+            weight.shape[0] // args.groups, weight.shape[-2:], args))
         if problem is not None:
             raise RuntimeError(f"deconv_patch: {kernel} does not support {problem}")
     scale, shift, activation, slope = epilogue.kernel_args(input.device)

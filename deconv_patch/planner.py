@@ -30,13 +30,13 @@ Variants today:
   * ``gemm_out_tile`` - output-tiled stride-phase GEMM for <= 32 output channels per group
     (FCN's x8 up-sampling, DCGAN's 64 > 3, FSRCNN's 56 > 1): a block owns a contiguous output
     tile across all column phases, so its stores are whole rows, not every stride-th element;
-    16-bit and TF32 (never fp32 strict), any layout, compute capability >= 8.0: the default for
-    16-bit layers where its shared memory holds the layer, an autotune candidate (seven tile
-    configs, "gemm_out_tile:4x32", ...) in 16-bit and TF32.
-fp32 without TF32 runs 3xTF32 on gemm_kxs and, on Hopper, gemm_phase_tma (x = hi + lo, three TF32
-products per multiply): fp32-accurate where each output sums at least MIN_3XTF32_DEPTH products,
-so shallower sums stay on cuDNN. gemm_phase has the same mode (forced only: its error reached
-1.11x the bound).
+    16-bit, TF32 and 3xTF32, any layout, compute capability >= 8.0: the default for 16-bit
+    layers where its shared memory holds the layer, an autotune candidate (seven tile configs,
+    "gemm_out_tile:4x32", ...) in every mode.
+fp32 without TF32 runs 3xTF32 on gemm_kxs, gemm_out_tile and, on Hopper, gemm_phase_tma (x =
+hi + lo, three TF32 products per multiply): fp32-accurate where each output sums at least
+MIN_3XTF32_DEPTH products, so shallower sums stay on cuDNN. gemm_phase has the same mode (forced
+only: its error reached 1.11x the bound).
 
 Policy: a variant of ours runs where it is faster than PyTorch; elsewhere PyTorch runs and the
 plan says why. Measured on the H100 (docs/perf-notes.md), the direct kernel loses to cuDNN on
@@ -289,7 +289,7 @@ def _plan_layer(device: torch.device, dtype: torch.dtype, kernel_hw: Sequence[in
     out_tile_first = out_tile_default and _out_tile_is_default(dtype, channels)
     # gemm_out_tile (16-bit / TF32 tensor cores, <= 32 output channels per group): an autotune
     # candidate wherever it runs; the untimed default only up to OUT_TILE_DEFAULT_MAX_CHANNELS.
-    out_tile = out_tile_configs(device, dtype, channels)
+    out_tile = out_tile_configs(device, dtype, channels, depth)
     if channels is not None and args.groups > 1 and max(channels) <= _MAX_GROUPED_CHANNELS:
         # Measured on the H100 (docs/perf-notes.md): 1.4-10x cuDNN on the suite's depthwise and
         # grouped layers; FFMA, so fp32 without TF32 stays exact. The exception: FCN's x8
@@ -335,9 +335,8 @@ def _plan_layer(device: torch.device, dtype: torch.dtype, kernel_hw: Sequence[in
             return _out_tile_default(Plan(
                 GEMM_PHASE, f"{no_cudnn}; stride-phase implicit GEMM",
                 candidates=(*phase, *out_tile, DIRECT, *grouped, ATEN)), channels, out_tile_first)
-        # (fp32 strict: gemm_out_tile has no such mode, out_tile is empty)
         return Plan(DIRECT, f"{no_cudnn}; direct kernel",
-                    candidates=(DIRECT, *tma, *grouped, ATEN))
+                    candidates=(DIRECT, *tma, *out_tile, *grouped, ATEN))
     if tensor_cores:
         # Measured on the H100 (docs/perf-notes.md): gemm_phase ranges 0.4-1.5x of cuDNN's sm90
         # wgmma kernels across the suite with no size rule separating wins from losses, so it
@@ -352,30 +351,38 @@ def _plan_layer(device: torch.device, dtype: torch.dtype, kernel_hw: Sequence[in
         # channels per group (3 TF32 MMAs a product still outrun fp32 FFMA 2.7x); Keypoint
         # R-CNN's 17 (padded to 64) lose, 0.5-0.8x.
         return Plan(GEMM_PHASE_TMA, "fp32 without TF32 on Hopper: stride-phase TMA + wgmma "
-                    "GEMM in 3xTF32", candidates=(*tma, *grouped, ATEN))
-    if tma:
-        return Plan(ATEN, "fp32 without TF32: cuDNN unless autotune times gemm_phase_tma's "
-                    "3xTF32 faster (cudnn.benchmark)", candidates=(*tma, *grouped, ATEN))
-    return Plan(ATEN, f"fp32 without TF32: cuDNN (3xTF32 only on k == stride layers, and on "
-                f"Hopper, whose outputs sum >= {MIN_3XTF32_DEPTH} products)",
+                    "GEMM in 3xTF32", candidates=(*tma, *out_tile, *grouped, ATEN))
+    # (gemm_out_tile's 3xTF32, for <= 32 output channels per group, is an autotune candidate
+    # only: not yet measured against cuDNN's FFMA.)
+    if tma or out_tile:
+        return Plan(ATEN, "fp32 without TF32: cuDNN unless autotune times a 3xTF32 kernel "
+                    "faster (cudnn.benchmark)", candidates=(*tma, *out_tile, *grouped, ATEN))
+    return Plan(ATEN, f"fp32 without TF32: cuDNN (3xTF32 only on k == stride layers, on "
+                f"Hopper, and for <= {_MAX_OUT_TILE_CHANNELS} output channels per group, whose "
+                f"outputs sum >= {MIN_3XTF32_DEPTH} products)",
                 candidates=(*grouped, ATEN) if grouped else ())
 
 
 def out_tile_configs(device: torch.device, dtype: torch.dtype,
-                     channels: Optional[Tuple[int, int]]) -> Tuple[str, ...]:
+                     channels: Optional[Tuple[int, int]],
+                     depth: Optional[int] = None) -> Tuple[str, ...]:
     """gemm_out_tile's configs where it can run a layer, else (): known channels with <= 32
     output channels per group (its n tile holds a group's every output channel), compute
-    capability >= 8.0 (mma.sync), and 16-bit or TF32 (it has no fp32-strict mode)."""
-    if channels is None or out_tile_problem(dtype, channels[1]) is not None or \
+    capability >= 8.0 (mma.sync), and 16-bit, TF32, or fp32 strict (3xTF32) on sums of at
+    least MIN_3XTF32_DEPTH products (`depth`, unknown = not)."""
+    if channels is None or out_tile_problem(dtype, channels[1], depth) is not None or \
             _device_capability(device) < (8, 0):
         return ()
     return OUT_TILE_CONFIGS
 
 
-def out_tile_problem(dtype: torch.dtype, out_per_group: int) -> Optional[str]:
-    """Why gemm_out_tile cannot run a layer's dtype / output channels, or None when it can."""
-    if fp32_strict(dtype):
-        return "fp32 without TF32"
+def out_tile_problem(dtype: torch.dtype, out_per_group: int,
+                     depth: Optional[int] = None) -> Optional[str]:
+    """Why gemm_out_tile cannot run a layer's dtype / output channels, or None when it can
+    (fp32 strict: 3xTF32 where each output sums at least MIN_3XTF32_DEPTH products)."""
+    problem = tensor_core_problem(dtype, depth)
+    if problem is not None:
+        return problem
     if out_per_group > _MAX_OUT_TILE_CHANNELS:
         return (f"{out_per_group} output channels per group (at most {_MAX_OUT_TILE_CHANNELS}: "
                 "its n tile holds all of a group's)")

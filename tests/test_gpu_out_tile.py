@@ -1,13 +1,16 @@
 """GPU correctness of gemm_out_tile (output-tiled stride-phase GEMM for <= 32 output channels per
 group: a block owns a contiguous output tile across every column phase, runs each phase's small
 GEMM on tensor cores and stores whole rows; cuda/conv_transpose2d_gemm_out_tile.cu): the
-kernel's heuristic and every config forced on NaN-poisoned random sweeps of any stride /
+kernel's heuristic and every config forced (16-bit, TF32, and fp32 strict as 3xTF32 on sums of
+at least planner.MIN_3XTF32_DEPTH products) on NaN-poisoned random sweeps of any stride /
 padding / output_padding / dilation / grouping / input layout against a float64 reference with
 the bound of tests/test_gpu_kernels.py (2x PyTorch's own error + 1 ulp of the output), the fused
 epilogue, the benchmark's few-output-channel layers at full size, its refusals, packed-weight
 refreshes and the planner's use of it."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import pytest
 import torch
@@ -16,7 +19,7 @@ from deconv_patch import planner
 from deconv_patch.arguments import ConvTransposeArgs
 from deconv_patch.epilogue import ACTIVATIONS
 from deconv_patch.ops import run_variant
-from tests.cases import random_out_tile_case
+from tests.cases import Case, random_out_tile_case
 from tests.test_gpu_epilogue import check_epilogue
 from tests.test_gpu_kernels import check_full_layer, check_variant
 from tests.test_gpu_new_kernels import check_repacks_after_an_in_place_weight_update
@@ -36,6 +39,26 @@ def test_gemm_out_tile_config_sweep(variant, seed):
     """Each config forced (a forced config shrinks its tile until it fits shared memory, so
     every config runs every supported call)."""
     check_variant(variant, seed + 111_000, random_out_tile_case)
+
+
+def _strict_case(seed: int) -> Case:
+    """random_out_tile_case in fp32 without TF32 (3xTF32), drawn until each output sums at least
+    planner.MIN_3XTF32_DEPTH products (the op refuses shallower sums)."""
+    for attempt in range(1000):
+        case = random_out_tile_case(seed * 1000 + attempt)
+        if case.batch and planner.reduction_depth(case.in_channels // case.args.groups,
+                                                  case.kernel, case.args) >= \
+                planner.MIN_3XTF32_DEPTH:
+            return dataclasses.replace(case, dtype=torch.float32, tf32=False)
+    raise AssertionError("no deep enough case drawn")
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("seed", range(25))
+def test_gemm_out_tile_3xtf32_sweep(variant, seed):
+    """fp32 without TF32: the heuristic and every config, within PyTorch's own fp32 error bound
+    (check_variant with TF32 off)."""
+    check_variant(variant, seed + 113_000, _strict_case)
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
@@ -65,23 +88,26 @@ _LAYERS = {
                                      planner.OUT_TILE_CONFIGS[3]))
 @pytest.mark.parametrize("layer", list(_LAYERS))
 @pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "nhwc"])
-@pytest.mark.parametrize("mode", ["bf16", "fp16", "tf32"])
+@pytest.mark.parametrize("mode", ["bf16", "fp16", "tf32", "fp32"])
 def test_gemm_out_tile_runs_the_benchmark_layers(variant, layer, channels_last, mode):
-    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "tf32": torch.float32}[mode]
-    check_full_layer(variant, _LAYERS[layer], channels_last, dtype, tf32=True, seed=11)
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "tf32": torch.float32,
+             "fp32": torch.float32}[mode]
+    check_full_layer(variant, _LAYERS[layer], channels_last, dtype, tf32=mode != "fp32",
+                     seed=11)
 
 
 def test_gemm_out_tile_refuses_what_it_does_not_compute():
-    """fp32 without TF32 (it has no strict mode) and > 32 output channels per group: refused,
-    never computed wrongly."""
+    """fp32 without TF32 on sums shallower than planner.MIN_3XTF32_DEPTH (3xTF32 would miss the
+    bound there; here 8 channels x 4 taps) and > 32 output channels per group: refused, never
+    computed wrongly."""
     args = ConvTransposeArgs.from_values(stride=2, padding=1)
-    x = torch.randn(2, 16, 8, 8, device="cuda")
-    w = torch.randn(16, 3, 4, 4, device="cuda")
+    x = torch.randn(2, 8, 8, 8, device="cuda")
+    w = torch.randn(8, 3, 4, 4, device="cuda")
     with torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
         for variant in VARIANTS:
             with pytest.raises(RuntimeError, match="does not support fp32 without TF32"):
                 run_variant(variant, x, w, None, args)
-    wide = torch.randn(16, 33, 4, 4, device="cuda", dtype=torch.bfloat16)
+    wide = torch.randn(8, 33, 4, 4, device="cuda", dtype=torch.bfloat16)
     with pytest.raises(RuntimeError, match="does not support"):
         run_variant(planner.GEMM_OUT_TILE, x.bfloat16(), wide, None, args)
 
@@ -96,7 +122,8 @@ def test_gemm_out_tile_repacks_after_an_in_place_weight_update():
 def test_planner_lists_it_for_few_output_channel_layers():
     """An autotune candidate for 16-bit and TF32 layers with <= 32 output channels per group,
     the untimed 16-bit default where its shared memory holds the layer (Keypoint R-CNN's
-    512 > 17 does not: the plan it replaced); never for fp32 strict."""
+    512 > 17 does not: the plan it replaced); for fp32 strict a candidate on deep sums only,
+    never the default."""
     args = ConvTransposeArgs.from_values(stride=2, padding=1)
     x = torch.randn(8, 64, 16, 16, device="cuda", dtype=torch.bfloat16)
     w = torch.randn(64, 3, 4, 4, device="cuda", dtype=torch.bfloat16)
@@ -111,8 +138,11 @@ def test_planner_lists_it_for_few_output_channel_layers():
         assert set(planner.OUT_TILE_CONFIGS) <= set(planner.plan(x.float(), w.float(),
                                                                  args).candidates)
     with torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
-        strict = planner.plan(x.float(), w.float(), args)
-    assert not set(planner.OUT_TILE_CONFIGS) & set(strict.candidates)
+        strict = planner.plan(x.float(), w.float(), args)  # 64 x 4 taps = 256 products a sum
+        shallow = planner.plan(x[:, :8].float(), w[:8].float(), args)  # 32 products
+    assert set(planner.OUT_TILE_CONFIGS) <= set(strict.candidates), strict
+    assert strict.variant != planner.GEMM_OUT_TILE, strict
+    assert not set(planner.OUT_TILE_CONFIGS) & set(shallow.candidates), shallow
     wide = torch.randn(64, 64, 4, 4, device="cuda", dtype=torch.bfloat16)
     assert not set(planner.OUT_TILE_CONFIGS) & set(planner.plan(x, wide, args).candidates)
 

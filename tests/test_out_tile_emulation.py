@@ -1,7 +1,8 @@
 """A CPU model of gemm_out_tile's index math (cuda/conv_transpose2d_gemm_out_tile.cu), checked
 against PyTorch's conv_transpose2d: the phase tables, the packed weight's fragment order, the
 input footprint and its chunk-offset table, the lane mapping of ldmatrix.x4 and of the mma
-fragments (m16n8k16 for 16-bit, m16n8k8 for TF32), the staging tile and the run stores.
+fragments (m16n8k16 for 16-bit, m16n8k8 for TF32; 3xTF32's hi / lo fragments and split A), the
+staging tile and the run stores.
 
 It models the design, not the compiled kernel (the GPU tests in tests/test_gpu_out_tile.py run
 that); its use is to catch index errors on a machine without a GPU. Each function names the step
@@ -48,8 +49,19 @@ def plan_axis(stride: int, pad: int, dil: int, kernel: int, out: int) -> Axis:
     return Axis(stride, stride // g, dil // g, taps, off0, rows, first)
 
 
-def pack(w: np.ndarray, groups: int, h: Axis, wa: Axis, E: int, bits16: bool):
-    """gemm_out_tile_pack_weight_kernel: [group][pair][ks][nt][lane][EL] fragments."""
+def tf32_split(x: np.ndarray):
+    """tf32_hi_lo: hi keeps 11 significant bits (rounded), lo = the rest rounded alike."""
+    def tf32(v):
+        m, e = np.frexp(v)
+        return np.ldexp(np.round(m * 2.0 ** 11) / 2.0 ** 11, e)
+    hi = tf32(x)
+    return hi, tf32(x - hi)
+
+
+def pack(w: np.ndarray, groups: int, h: Axis, wa: Axis, E: int, bits16: bool,
+         split: bool = False):
+    """gemm_out_tile_pack_weight_kernel: [group][pair][ks][nt][lane][EL] fragments (3xTF32:
+    EL = 4, the TF32 hi pair then the lo pair)."""
     cin, cout_g = w.shape[0], w.shape[1]
     cin_g = cin // groups
     c8 = -(-cin_g // E)
@@ -60,7 +72,7 @@ def pack(w: np.ndarray, groups: int, h: Axis, wa: Axis, E: int, bits16: bool):
             prefix.append(ks)
             ks += -(-(h.taps[rh] * wa.taps[rw] * c8) // 2)
     prefix.append(ks)
-    EL = 4 if bits16 else 2
+    EL = 4 if bits16 or split else 2
     packed = np.zeros((groups, ks, nt, 32, EL))
     for g in range(groups):
         for pr in range(h.stride * wa.stride):
@@ -70,7 +82,8 @@ def pack(w: np.ndarray, groups: int, h: Axis, wa: Axis, E: int, bits16: bool):
                     for lane in range(32):
                         t4, g4 = lane & 3, lane >> 2
                         for j in range(EL):
-                            k_in = 2 * t4 + 8 * (j >> 1) + (j & 1) if bits16 else t4 + 4 * j
+                            k_in = 2 * t4 + 8 * (j >> 1) + (j & 1) if bits16 else \
+                                t4 + 4 * (j & 1)
                             q = 2 * k + k_in // E
                             tap, c = q // c8, (q % c8) * E + k_in % E
                             n = n_t * 8 + g4
@@ -78,25 +91,28 @@ def pack(w: np.ndarray, groups: int, h: Axis, wa: Axis, E: int, bits16: bool):
                                 th, tw = divmod(tap, wa.taps[rw])
                                 khi = h.first[rh] + th * h.step
                                 kwi = wa.first[rw] + tw * wa.step
-                                packed[g, prefix[pr] + k, n_t, lane, j] = \
-                                    w[g * cin_g + c, n, khi, kwi]
+                                v = w[g * cin_g + c, n, khi, kwi]
+                                if split:
+                                    v = tf32_split(v)[j >> 1]
+                                packed[g, prefix[pr] + k, n_t, lane, j] = v
     return packed, prefix, c8, nt
 
 
-def b_fragment(frag: np.ndarray, bits16: bool) -> np.ndarray:
-    """One (ks, nt) fragment [32][EL] as the B matrix [k][8] the mma sees."""
+def b_fragment(frag: np.ndarray, bits16: bool, part: int = 0) -> np.ndarray:
+    """One (ks, nt) fragment [32][EL] as the B matrix [k][8] the mma sees (3xTF32: part 0 the
+    hi fragment, lanes' elements 0-1, part 1 the lo one, elements 2-3)."""
     kdim = 16 if bits16 else 8
     b = np.zeros((kdim, 8))
     for lane in range(32):
         t4, g4 = lane & 3, lane >> 2
-        for j in range(frag.shape[1]):
+        for j in range(4 if bits16 else 2):
             k = 2 * t4 + 8 * (j >> 1) + (j & 1) if bits16 else t4 + 4 * j
-            b[k, g4] = frag[lane, j]
+            b[k, g4] = frag[lane, j + 2 * part]
     return b
 
 
 def run_model(x: np.ndarray, w: np.ndarray, bias, stride, padding, dilation, groups, out_hw,
-              tile, bits16: bool) -> np.ndarray:
+              tile, bits16: bool, split: bool = False) -> np.ndarray:
     batch, cin, ih_n, iw_n = x.shape
     cout_g = w.shape[1]
     cin_g = cin // groups
@@ -104,7 +120,7 @@ def run_model(x: np.ndarray, w: np.ndarray, bias, stride, padding, dilation, gro
     E = 8 if bits16 else 4
     h = plan_axis(stride[0], padding[0], dilation[0], w.shape[2], oh_n)
     wa = plan_axis(stride[1], padding[1], dilation[1], w.shape[3], ow_n)
-    packed, prefix, c8, nt = pack(w, groups, h, wa, E, bits16)
+    packed, prefix, c8, nt = pack(w, groups, h, wa, E, bits16, split)
     cp = c8 * E
     mi, mj, all_rows = tile
     cols = [(wa.off0[r] - (wa.taps[r] - 1) * wa.in_step, wa.off0[r])
@@ -170,8 +186,15 @@ def run_model(x: np.ndarray, w: np.ndarray, bias, stride, padding, dilation, gro
                                     if 2 * ks + 1 >= chunks:
                                         a_mat[:, E:] = 0
                                     for n_t in range(nt):
-                                        b = b_fragment(packed[g, kp + ks, n_t], bits16)
-                                        acc[:, n_t * 8:(n_t + 1) * 8] += a_mat @ b
+                                        frag = packed[g, kp + ks, n_t]
+                                        b = b_fragment(frag, bits16)
+                                        if split:  # small terms first, then hi * hi
+                                            a_hi, a_lo = tf32_split(a_mat)
+                                            b_lo = b_fragment(frag, bits16, part=1)
+                                            part = a_lo @ b + a_hi @ b_lo + a_hi @ b
+                                        else:
+                                            part = a_mat @ b
+                                        acc[:, n_t * 8:(n_t + 1) * 8] += part
                                 for r in range(16):
                                     pp = mt * 16 + r
                                     a_row, jj = divmod(pp, mj)
@@ -222,3 +245,30 @@ def test_out_tile_model_matches_pytorch(seed):
                     tuple(ref.shape[-2:]), tile, bits16=seed % 2 == 0)
     assert not np.isnan(got).any(), "unwritten output elements"
     np.testing.assert_allclose(got, ref.numpy(), rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_out_tile_3xtf32_model_matches_pytorch(seed):
+    """fp32 strict (3xTF32): the hi / lo fragment order of the packed weight and the split A
+    operand. hi + lo carries 22 of fp32's 24 bits, so each product is within ~2^-21 of the
+    exact one (the model sums in float64); a wrong lane map would miss by O(1)."""
+    stride, dil, kernel, pad, opad, groups, cin_g, cout_g, hw = random_layer(seed + 500)
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(2, cin_g * groups, *hw, generator=gen, dtype=torch.float64)
+    w = torch.randn(cin_g * groups, cout_g, *kernel, generator=gen, dtype=torch.float64)
+    try:
+        ref = F.conv_transpose2d(x, w, None, stride, pad, opad, groups, dil)
+    except RuntimeError:
+        pytest.skip("PyTorch rejects these hyperparameters")
+    got = run_model(x.numpy(), w.numpy(), None, stride, pad, dil, groups, tuple(ref.shape[-2:]),
+                    TILES[seed % len(TILES)], bits16=False, split=True)
+    assert not np.isnan(got).any(), "unwritten output elements"
+    bound = 1e-5 * float(F.conv_transpose2d(x.abs(), w.abs(), None, stride, pad, opad, groups,
+                                            dil).max())
+    np.testing.assert_allclose(got, ref.numpy(), rtol=0, atol=bound)
+    # The TF32-only model (hi * hi alone) misses that bound: the lo terms are really used.
+    coarse = run_model(*[tf32_split(a)[0] for a in (x.numpy(), w.numpy())], None, stride, pad,
+                       dil, groups, tuple(ref.shape[-2:]), TILES[seed % len(TILES)],
+                       bits16=False)
+    if x.numel() and float(np.abs(coarse - ref.numpy()).max()) > 0:
+        assert float(np.abs(got - ref.numpy()).max()) < float(np.abs(coarse - ref.numpy()).max())

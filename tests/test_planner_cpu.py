@@ -241,11 +241,25 @@ def test_few_output_channel_layers_list_gemm_out_tile(capability, name, kernel, 
         assert chosen.variant == planner.GEMM_OUT_TILE, (name, chosen)
 
 
-def test_gemm_out_tile_is_no_candidate_for_fp32_strict_or_many_output_channels(capability):
+def test_gemm_out_tile_3xtf32_is_a_candidate_on_deep_fp32_strict_sums(capability):
+    """fp32 strict: gemm_out_tile's 3xTF32 is an autotune candidate (never the untimed
+    default) where each output sums >= MIN_3XTF32_DEPTH products, and absent below."""
     k4s2 = ConvTransposeArgs.from_values(stride=2, padding=1)
-    for channels in ((64, 3), (21, 21), (512, 17)):
+    for channels in ((64, 3), (21, 21), (512, 17), (16, 32)):  # 256, 84, 2048, 64 products
+        strict = _plan(torch.float32, (4, 4), k4s2, channels, tf32=False)
+        assert set(planner.OUT_TILE_CONFIGS) <= set(strict.candidates), strict
+        assert strict.variant != planner.GEMM_OUT_TILE and strict.candidates[-1] == \
+            planner.ATEN, strict
+    for channels in ((8, 3), (15, 21)):  # 32, 60 products
         strict = _plan(torch.float32, (4, 4), k4s2, channels, tf32=False)
         assert not set(planner.OUT_TILE_CONFIGS) & set(strict.candidates), strict
+    grouped = _plan(torch.float32, (3, 3), ConvTransposeArgs.from_values(
+        stride=2, padding=1, output_padding=1, groups=8), (16, 16), tf32=False)  # 32 products
+    assert not set(planner.OUT_TILE_CONFIGS) & set(grouped.candidates), grouped
+
+
+def test_gemm_out_tile_is_no_candidate_for_many_output_channels(capability):
+    k4s2 = ConvTransposeArgs.from_values(stride=2, padding=1)
     for channels in ((64, 33), (128, 64), (21, 256)):
         for dtype in (torch.bfloat16, torch.float32):
             wide = _plan(dtype, (4, 4), k4s2, channels)
