@@ -17,6 +17,7 @@
 #include "conv_transpose2d_grouped.h"
 #include "conv_transpose2d_params.h"
 #include "relayout_channels_last.h"
+#include "relayout_workspace.hpp"
 
 namespace deconv_patch {
 namespace {
@@ -239,17 +240,32 @@ at::Tensor conv_transpose2d_forward(const std::string& variant, const at::Tensor
   // is cheaper than 2-byte gathers inside the GEMM. gemm_phase_sm90 reads only such input.
   // gemm_kxs_sm90 and gemm_phase_tma load their A operand with TMA (16-byte rows); gemm_kxs_sm90
   // also reads dense 16-bit NCHW input directly (MN-major A) where its build supports that, so
-  // it is asked first. gemm_out_tile reads NCHW and channels_last input itself (no copy here).
+  // it is asked first. gemm_out_tile reads any layout, but NCHW one element at a time: from
+  // 1 MiB of input a re-layout pass plus its 16-byte cp.async path is the faster pair
+  // (docs/perf-notes.md version 15); smaller inputs are read in place.
   const bool reads_rows = variant == "gemm_kxs_sm90" || variant == "gemm_phase_tma" ||
                           ((variant == "gemm_phase" || variant == "gemm_phase_sm90") &&
-                           kind != ScalarKind::kFloat32);
+                           kind != ScalarKind::kFloat32) ||
+                          (variant == "gemm_out_tile" &&
+                           input.numel() * input.element_size() >= (int64_t{1} << 20));
   const int64_t per_16_bytes = 16 / input.element_size();  // channels in one 16-byte row chunk
   if (reads_rows && (input.size(1) / groups) % per_16_bytes == 0 &&
       !input.is_contiguous(at::MemoryFormat::ChannelsLast) &&
       !(variant == "gemm_kxs_sm90" && gemm_kxs_sm90_supports(p, kind, allow_tf32))) {
-    x = channels_last_copy(input, stream);
-    p.input = x.data_ptr();
-    copy_strides(x, p.in_stride);
+    // This thread's reused buffer for the stream where it can (no allocation per call), else a
+    // fresh channels_last copy.
+    if (const void* relaid = relayout_into_workspace(input, stream)) {
+      const int64_t c = input.size(1), h = input.size(2), w = input.size(3);
+      p.input = relaid;
+      p.in_stride[0] = c * h * w;
+      p.in_stride[1] = 1;
+      p.in_stride[2] = w * c;
+      p.in_stride[3] = c;
+    } else {
+      x = channels_last_copy(input, stream);
+      p.input = x.data_ptr();
+      copy_strides(x, p.in_stride);
+    }
   }
 
   cudaError_t err;
@@ -377,6 +393,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         input, c10::cuda::getCurrentCUDAStream().stream());
   }, "A channels_last copy of a 4-D CUDA tensor, as the kernels' input re-layout makes it",
         py::arg("input"));
+  m.def("release_relayout_workspaces", &deconv_patch::release_relayout_workspaces,
+        "Frees this thread's cached NCHW -> channels_last re-layout buffers");
   m.def("autocast_cast", &deconv_patch::autocast_cast,
         "A tensor cast as CUDA autocast casts it (with autocast's cast cache)", py::arg("tensor"),
         py::arg("dtype"));
