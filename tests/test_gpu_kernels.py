@@ -157,14 +157,18 @@ def test_planner_picks_gemm_kxs_for_kernel_equal_stride():
 
 
 def test_planner_where_cudnn_cannot_run():
-    """output_padding >= stride: gemm_phase where channels fill tensor-core tiles, else direct;
-    k != stride elsewhere: cuDNN unless autotune times gemm_phase faster."""
+    """output_padding >= stride: gemm_phase where channels fill tensor-core tiles, else direct,
+    and in 16-bit with <= OUT_TILE_DEFAULT_MAX_CHANNELS output channels per group gemm_out_tile
+    (either way); k != stride elsewhere: cuDNN unless autotune times gemm_phase faster."""
     args = ConvTransposeArgs.from_values(stride=1, output_padding=1, dilation=2)
-    w = torch.randn(64, 32, 3, 3, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(64, 48, 3, 3, device="cuda", dtype=torch.bfloat16)
     x = torch.randn(2, 64, 16, 16, device="cuda", dtype=torch.bfloat16)
     assert planner.plan(x, w, args).variant == planner.GEMM_PHASE
-    assert planner.plan(x[:, :8], w[:8, :4], args).variant == planner.DIRECT
-    common = planner.plan(x, w[:, :, :, :].contiguous(), ConvTransposeArgs.from_values(2, 1))
+    assert planner.plan(x[:, :8], w[:8, :40].contiguous(), args).variant == planner.DIRECT
+    for few in (w[:, :32], w[:8, :4]):  # few output channels: the output-tiled kernel
+        assert planner.plan(x[:, :few.shape[0]], few.contiguous(), args).variant == \
+            planner.GEMM_OUT_TILE
+    common = planner.plan(x, w, ConvTransposeArgs.from_values(2, 1))
     assert common.variant == planner.ATEN and planner.PHASE_CONFIGS[0] in common.candidates
     for tile in planner.PHASE_CONFIGS:  # every named tile config runs and agrees
         got = run_variant(tile, x, w, None, args)
