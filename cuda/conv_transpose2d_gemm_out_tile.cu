@@ -28,13 +28,22 @@
 // items: per k step one ldmatrix.x4 per m tile (16 pixels x 2 chunks) and NT B fragments from
 // shared memory shared by both tiles' MMAs (two independent accumulator chains).
 //
-// Packed weight (mma fragment order, zero in padding): per group, per phase pair (rh, rw) in
-// row-major order, [KS][NT][32 lanes][8 bytes], the B fragment of lane (g4 = lane/4, t = lane%4):
-// 16-bit: k = 2t + 8*reg + half, fp32 (TF32-rounded): k = t + 4*reg, column n = 8*nt + g4; k in
-// the step is chunk 2*ks + k/E, channel (chunk % C8)*E + k%E. 3xTF32 (fp32, TF32 not allowed)
+// Channel blocks (the K loop). When the weights of all Cin_g channels do not fit shared memory
+// (Keypoint R-CNN's 512 > 17), the C8 chunks are split into NB blocks of C8b = ceil(C8/NB)
+// chunks (pack_geometry picks NB without the device, so a packed weight serves any GPU); a
+// block then loads, per channel block kb, that block's weights and footprint (channels
+// [kb*C8b*E, (kb+1)*C8b*E)), and each warp accumulates its one item across the blocks. Below,
+// C8 and CP are those of one channel block (C8 = C8b), and NB = 1 is the common case.
+//
+// Packed weight (mma fragment order, zero in padding): per group, per channel block, per phase
+// pair (rh, rw) in row-major order, [KS][NT][32 lanes][8 bytes], the B fragment of lane
+// (g4 = lane/4, t = lane%4): 16-bit: k = 2t + 8*reg + half, fp32 (TF32-rounded): k = t + 4*reg,
+// column n = 8*nt + g4; k in the step is chunk 2*ks + k/E, channel (kb*C8 + chunk % C8)*E + k%E.
+// 3xTF32 (fp32, TF32 not allowed)
 // packs 16 bytes per lane, the TF32 hi pair then the lo pair ([KS][NT][32][16 bytes]), and keeps
 // the footprint in fp32 (A is split after ldmatrix). A block copies the contiguous range
-// of its phases to shared memory once. ks_prefix[pair] counts the k steps before a pair.
+// of its phases to shared memory (once per channel block). ks_prefix[pair] counts the k steps
+// before a pair within a channel block.
 //
 // Epilogue: each warp applies the fused epilogue to its fragments and writes the tile's staging
 // buffer ([channel][row][x] for NCHW-like output, [row][x][channel] for channels_last); after a
@@ -100,7 +109,8 @@ struct OutTileArgs {
   int mi, mj, mj_shift, all_rows;
   int row_groups, row_blocks, col_blocks;
   int cmin, fc;        // footprint columns: j0 + cmin ..., width FC
-  int ks_group;        // k steps of one group's packed weight
+  int ks_block;        // k steps of one channel block of one group's packed weight
+  int nblocks;         // channel blocks (the K loop; 1 when all channels fit)
   int store_mode;
   bool in_vec;         // input read as 16-byte channel chunks
   bool out_vec;        // runs stored 16 bytes at a time
@@ -200,105 +210,11 @@ __global__ void __launch_bounds__(kThreads, 2)
   int* tab = reinterpret_cast<int*>(smem + p.smem_tab);
   ChannelAffine* aff = reinterpret_cast<ChannelAffine*>(smem + p.smem_aff);
 
-  // 1. This block's B fragments: one contiguous range of the packed weight.
-  {
-    const unsigned char* src = static_cast<const unsigned char*>(p.packed) +
-                               ((int64_t)g * p.ks_group + ks0) * NT * kFrag;
-    const int chunks = ks_cta * NT * (kFrag / 16);
-    for (int c = tid; c < chunks; c += kThreads) cp_async<16>(smem_u32(b_sm + 16 * c), src + 16 * c, 16);
-    cp_async_commit();
-  }
-
-  // 2. The input footprint, zero outside the input and in the padded channels.
-  if (fr > 0) {
-    const T* in = static_cast<const T*>(p.in);
-    const int ih0 = i0 + rmin, iw0 = j0 + p.cmin;
-    const int64_t base = (int64_t)n_img * p.is_n + (int64_t)g * p.cin_g * p.is_c;
-    if (p.in_vec) {
-      // channels_last-like input, Cin_g % E == 0: one 16-byte chunk per (pixel, cc).
-      const int total = fr * FC * p.c8;
-      for (int u = tid; u < total; u += kThreads) {
-        const int cc = u % p.c8;
-        const int pix = u / p.c8;
-        const int fc = pix % FC, frr = pix / FC;
-        const int ih = ih0 + frr, iw = iw0 + fc;
-        const bool ok = ih >= 0 && ih < p.in_h && iw >= 0 && iw < p.in_w;
-        unsigned char* dst = fp_sm + pix * PS + 16 * cc;
-        const T* src = in + (ok ? base + (int64_t)ih * p.is_h + (int64_t)iw * p.is_w + cc * E : 0);
-        if constexpr (sizeof(T) == 2) {
-          cp_async<16>(smem_u32(dst), src, ok ? 16 : 0);
-        } else {
-          uint4 v = make_uint4(0, 0, 0, 0);
-          if (ok) v = round_chunk<T, kSplit>(__ldg(reinterpret_cast<const uint4*>(src)));
-          *reinterpret_cast<uint4*>(dst) = v;
-        }
-      }
-      cp_async_commit();
-    } else {
-      // Any strides, one element at a time in the order that keeps a warp's reads adjacent:
-      // along w (NCHW-like) or along the channels. Padded channels are written as zeros.
-      const bool along_w = p.is_w <= p.is_c;
-      const int total = fr * FC * p.cp;
-      // Quotients by multiply-high (exact here: numerators and divisors far below 2^16).
-      const SmallDiv div_fc = make_small_div((uint32_t)FC), div_fr = make_small_div((uint32_t)fr),
-                     div_cp = make_small_div((uint32_t)p.cp);
-      for (int e0 = tid; e0 < total; e0 += kThreads * kLoadBatch) {
-        T v[kLoadBatch];
-        int off[kLoadBatch];
-#pragma unroll
-        for (int b = 0; b < kLoadBatch; ++b) {
-          const int e = e0 + b * kThreads;
-          int c, fcc, frr;
-          if (along_w) {
-            const int t = (int)small_div((uint32_t)e, div_fc);
-            fcc = e - t * FC;
-            c = (int)small_div((uint32_t)t, div_fr);
-            frr = t - c * fr;
-          } else {
-            const int t = (int)small_div((uint32_t)e, div_cp);
-            c = e - t * p.cp;
-            frr = (int)small_div((uint32_t)t, div_fc);
-            fcc = t - frr * FC;
-          }
-          const int ih = ih0 + frr, iw = iw0 + fcc;
-          const bool ok = e < total && c < p.cin_g && ih >= 0 && ih < p.in_h && iw >= 0 &&
-                          iw < p.in_w;
-          v[b] = ok ? in[base + (int64_t)c * p.is_c + (int64_t)ih * p.is_h + (int64_t)iw * p.is_w]
-                    : from_float<T>(0.f);
-          off[b] = e < total ? (frr * FC + fcc) * PS + c * (int)sizeof(T) : -1;
-        }
-#pragma unroll
-        for (int b = 0; b < kLoadBatch; ++b)
-          if (off[b] >= 0) *reinterpret_cast<T*>(fp_sm + off[b]) = round_operand<T, kSplit>(v[b]);
-      }
-    }
-  }
-
-  // 3. Chunk offset table of each phase pair (2*KS entries reserved per pair) and the channels'
-  //    epilogue constants.
-  for (int pr = warp; pr < npairs; pr += kWarps) {
-    const AxisPhaseInfo& ah = p.ph_h[rh_begin + pr / p.sw];
-    const AxisPhaseInfo& aw = p.ph_w[pr % p.sw];
-    const int chunks = ah.taps * aw.taps * p.c8;
-    int* t = tab + 2 * (p.ks_prefix[pair0 + pr] - ks0);
-    for (int q = lane; q < chunks; q += 32) {
-      const int tap = q / p.c8, cc = q % p.c8;
-      const int th = tap / aw.taps, tw = tap % aw.taps;
-      const int dr = ah.off0 - th * p.in_step_h - rmin;
-      const int dc = aw.off0 - tw * p.in_step_w - p.cmin;
-      t[q] = (dr * FC + dc) * PS + 16 * cc;
-    }
-  }
-  if (tid < p.cout_g) {
-    const int oc = g * p.cout_g + tid;
-    const float bias = p.bias != nullptr ? to_float(static_cast<const T*>(p.bias)[oc]) : 0.f;
-    aff[tid] = channel_affine(p.epi, bias, oc);
-  }
-  cp_async_wait<0>();
-  __syncthreads();
-
-  // 4. The phases' GEMMs, one (phase, pair of 16-pixel m tiles) item per warp at a time: the
-  //    two tiles share the B fragments and give two independent MMA chains.
+  // Channel blocks (the K loop): block kb holds channels [kb*CB, (kb+1)*CB), CB = C8 chunks of
+  // E channels (p.c8, the padded channels p.cp); one block (nblocks == 1) when the weights of
+  // all channels fit shared memory, which is every layer but those with many input channels
+  // (Keypoint R-CNN's 512 > 17). With several blocks each warp owns at most one item (the
+  // launcher's tile guarantees items <= warps), whose accumulators run across the blocks.
   const int mtiles = (p.mi * p.mj) >> 4;  // even (the launcher keeps MI*MJ >= 32)
   const int tw_cols = p.sw * p.mj;        // staging row width
   const int sr = p.all_rows ? p.sh * p.mi : p.mi;
@@ -309,23 +225,16 @@ __global__ void __launch_bounds__(kThreads, 2)
   const int arow = (lane & 7) | (lane & 8);  // this lane's ldmatrix row (pixel of the m tile)
   const int ahalf = lane >> 4;               // ... and chunk of the k step
   const int g4 = lane >> 2, t4 = lane & 3;
-  // This lane's epilogue channels n = 8*nt + 2*t4 + e: their constants and staging offsets,
-  // read once (not per value).
-  bool ch_ok[NT][2];
-  float ch_mul[NT][2], ch_add[NT][2];
-  int ch_off[NT][2];
+  float kacc[2][NT][4];  // the warp's item's accumulators across channel blocks
 #pragma unroll
-  for (int nt = 0; nt < NT; ++nt)
+  for (int u = 0; u < 2; ++u)
 #pragma unroll
-    for (int e = 0; e < 2; ++e) {
-      const int n = nt * 8 + 2 * t4 + e;
-      ch_ok[nt][e] = n < p.cout_g;
-      const ChannelAffine c = aff[ch_ok[nt][e] ? n : 0];
-      ch_mul[nt][e] = c.mul;
-      ch_add[nt][e] = c.add;
-      ch_off[nt][e] = ch_fast ? n : n * sr * tw_cols;
-    }
-  for (int it = warp; it < items; it += kWarps) {
+    for (int nt = 0; nt < NT; ++nt) kacc[u][nt][0] = kacc[u][nt][1] = kacc[u][nt][2] = kacc[u][nt][3] = 0.f;
+
+  // One item's GEMM (phase pair pr of the block, m tiles mt0 and mt0 + 1) over the channel
+  // block in shared memory, accumulated into acc: per k step one ldmatrix.x4 per m tile and NT
+  // B fragments shared by both tiles' MMAs.
+  auto run_gemm = [&](int it, float (&acc)[2][NT][4]) {
     const int pr = it / mpairs, mt0 = 2 * (it - pr * mpairs);
     const int rh = rh_begin + pr / p.sw, rw = pr % p.sw;
     const int kp = p.ks_prefix[pair0 + pr];
@@ -340,12 +249,6 @@ __global__ void __launch_bounds__(kThreads, 2)
       const int pix = (mt0 + u) * 16 + arow;
       a_addr[u] = fp_base + (uint32_t)(((pix >> p.mj_shift) * FC + (pix & (p.mj - 1))) * PS);
     }
-    float acc[2][NT][4];
-#pragma unroll
-    for (int u = 0; u < 2; ++u)
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt)
-        acc[u][nt][0] = acc[u][nt][1] = acc[u][nt][2] = acc[u][nt][3] = 0.f;
 #pragma unroll(kSplit ? 1 : 2)
     for (int ks = 0; ks < ks_n; ++ks) {
       const uint32_t off = (uint32_t)t[min(2 * ks + ahalf, chunks - 1)];
@@ -385,8 +288,141 @@ __global__ void __launch_bounds__(kThreads, 2)
         }
       }
     }
-    // Epilogue into the staging tile. Fragment element e of tile u: pixel (mt0 + u)*16 + g4 +
-    // 8*(e/2), channel 8*nt + 2*t4 + e%2 (its constants and staging offset in registers).
+  };
+
+  for (int kb = 0; kb < p.nblocks; ++kb) {
+    if (kb > 0) __syncthreads();  // every warp is done with the previous block's operands
+    // 1. This block's B fragments for channel block kb: one contiguous range of the packed
+    //    weight ([group][channel block][pair][k step][n tile]).
+    {
+      const unsigned char* src =
+          static_cast<const unsigned char*>(p.packed) +
+          (((int64_t)g * p.nblocks + kb) * p.ks_block + ks0) * NT * kFrag;
+      const int chunks = ks_cta * NT * (kFrag / 16);
+      for (int c = tid; c < chunks; c += kThreads)
+        cp_async<16>(smem_u32(b_sm + 16 * c), src + 16 * c, 16);
+      cp_async_commit();
+    }
+
+    // 2. The input footprint of the channel block, zero outside the input and in the padded
+    //    channels.
+    if (fr > 0) {
+      const T* in = static_cast<const T*>(p.in);
+      const int ih0 = i0 + rmin, iw0 = j0 + p.cmin;
+      const int c_first = kb * p.cp;  // group-relative channel of the block's first
+      const int64_t base = (int64_t)n_img * p.is_n + ((int64_t)g * p.cin_g + c_first) * p.is_c;
+      if (p.in_vec) {
+        // channels_last-like input, Cin_g % E == 0: one 16-byte chunk per (pixel, cc).
+        const int total = fr * FC * p.c8;
+        for (int u = tid; u < total; u += kThreads) {
+          const int cc = u % p.c8;
+          const int pix = u / p.c8;
+          const int fc = pix % FC, frr = pix / FC;
+          const int ih = ih0 + frr, iw = iw0 + fc;
+          const bool ok = ih >= 0 && ih < p.in_h && iw >= 0 && iw < p.in_w &&
+                          c_first + cc * E < p.cin_g;
+          unsigned char* dst = fp_sm + pix * PS + 16 * cc;
+          const T* src =
+              in + (ok ? base + (int64_t)ih * p.is_h + (int64_t)iw * p.is_w + cc * E : 0);
+          if constexpr (sizeof(T) == 2) {
+            cp_async<16>(smem_u32(dst), src, ok ? 16 : 0);
+          } else {
+            uint4 v = make_uint4(0, 0, 0, 0);
+            if (ok) v = round_chunk<T, kSplit>(__ldg(reinterpret_cast<const uint4*>(src)));
+            *reinterpret_cast<uint4*>(dst) = v;
+          }
+        }
+        cp_async_commit();
+      } else {
+        // Any strides, one element at a time in the order that keeps a warp's reads adjacent:
+        // along w (NCHW-like) or along the channels. Padded channels are written as zeros.
+        const bool along_w = p.is_w <= p.is_c;
+        const int total = fr * FC * p.cp;
+        const int c_valid = p.cin_g - c_first;  // channels of this block that exist
+        // Quotients by multiply-high (exact here: numerators and divisors far below 2^16).
+        const SmallDiv div_fc = make_small_div((uint32_t)FC), div_fr = make_small_div((uint32_t)fr),
+                       div_cp = make_small_div((uint32_t)p.cp);
+        for (int e0 = tid; e0 < total; e0 += kThreads * kLoadBatch) {
+          T v[kLoadBatch];
+          int off[kLoadBatch];
+#pragma unroll
+          for (int b = 0; b < kLoadBatch; ++b) {
+            const int e = e0 + b * kThreads;
+            int c, fcc, frr;
+            if (along_w) {
+              const int t = (int)small_div((uint32_t)e, div_fc);
+              fcc = e - t * FC;
+              c = (int)small_div((uint32_t)t, div_fr);
+              frr = t - c * fr;
+            } else {
+              const int t = (int)small_div((uint32_t)e, div_cp);
+              c = e - t * p.cp;
+              frr = (int)small_div((uint32_t)t, div_fc);
+              fcc = t - frr * FC;
+            }
+            const int ih = ih0 + frr, iw = iw0 + fcc;
+            const bool ok = e < total && c < c_valid && ih >= 0 && ih < p.in_h && iw >= 0 &&
+                            iw < p.in_w;
+            v[b] = ok ? in[base + (int64_t)c * p.is_c + (int64_t)ih * p.is_h +
+                           (int64_t)iw * p.is_w]
+                      : from_float<T>(0.f);
+            off[b] = e < total ? (frr * FC + fcc) * PS + c * (int)sizeof(T) : -1;
+          }
+#pragma unroll
+          for (int b = 0; b < kLoadBatch; ++b)
+            if (off[b] >= 0)
+              *reinterpret_cast<T*>(fp_sm + off[b]) = round_operand<T, kSplit>(v[b]);
+        }
+      }
+    }
+
+    if (kb == 0) {
+      // 3. Chunk offset table of each phase pair (2*KS entries reserved per pair; the same for
+      //    every channel block) and the channels' epilogue constants.
+      for (int pr = warp; pr < npairs; pr += kWarps) {
+        const AxisPhaseInfo& ah = p.ph_h[rh_begin + pr / p.sw];
+        const AxisPhaseInfo& aw = p.ph_w[pr % p.sw];
+        const int chunks = ah.taps * aw.taps * p.c8;
+        int* t = tab + 2 * (p.ks_prefix[pair0 + pr] - ks0);
+        for (int q = lane; q < chunks; q += 32) {
+          const int tap = q / p.c8, cc = q % p.c8;
+          const int th = tap / aw.taps, tw = tap % aw.taps;
+          const int dr = ah.off0 - th * p.in_step_h - rmin;
+          const int dc = aw.off0 - tw * p.in_step_w - p.cmin;
+          t[q] = (dr * FC + dc) * PS + 16 * cc;
+        }
+      }
+      if (tid < p.cout_g) {
+        const int oc = g * p.cout_g + tid;
+        const float bias = p.bias != nullptr ? to_float(static_cast<const T*>(p.bias)[oc]) : 0.f;
+        aff[tid] = channel_affine(p.epi, bias, oc);
+      }
+    }
+    cp_async_wait<0>();
+    __syncthreads();
+    if (p.nblocks > 1 && warp < items) run_gemm(warp, kacc);
+  }
+
+  // 4. The phases' GEMMs and the epilogue into the staging tile. This lane's epilogue channels
+  //    n = 8*nt + 2*t4 + e: their constants and staging offsets, read once (not per value).
+  bool ch_ok[NT][2];
+  float ch_mul[NT][2], ch_add[NT][2];
+  int ch_off[NT][2];
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int n = nt * 8 + 2 * t4 + e;
+      ch_ok[nt][e] = n < p.cout_g;
+      const ChannelAffine c = aff[ch_ok[nt][e] ? n : 0];
+      ch_mul[nt][e] = c.mul;
+      ch_add[nt][e] = c.add;
+      ch_off[nt][e] = ch_fast ? n : n * sr * tw_cols;
+    }
+  // Fragment element e of tile u: pixel (mt0 + u)*16 + g4 + 8*(e/2), channel 8*nt + 2*t4 + e%2.
+  auto run_epilogue = [&](int it, const float (&acc)[2][NT][4]) {
+    const int pr = it / mpairs, mt0 = 2 * (it - pr * mpairs);
+    const int rh = rh_begin + pr / p.sw, rw = pr % p.sw;
     dispatch_activation(p.epi.activation, [&](auto act) {
       constexpr Activation A = decltype(act)::value;
 #pragma unroll
@@ -407,6 +443,21 @@ __global__ void __launch_bounds__(kThreads, 2)
                     acc[u][nt][2 * hr + e], ch_mul[nt][e], ch_add[nt][e], p.epi.negative_slope));
         }
     });
+  };
+  if (p.nblocks > 1) {
+    if (warp < items) run_epilogue(warp, kacc);
+  } else {
+    // One channel block: every (phase, pair of 16-pixel m tiles) item, one per warp at a time.
+    for (int it = warp; it < items; it += kWarps) {
+      float acc[2][NT][4];
+#pragma unroll
+      for (int u = 0; u < 2; ++u)
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+          acc[u][nt][0] = acc[u][nt][1] = acc[u][nt][2] = acc[u][nt][3] = 0.f;
+      run_gemm(it, acc);
+      run_epilogue(it, acc);
+    }
   }
   __syncthreads();
 
@@ -490,7 +541,7 @@ struct OutTilePackArgs {
   const void* w;
   void* packed;
   int64_t ws[4];  // weight strides: cin, cout/g, kh, kw
-  int cin_g, cout_g, c8, nt, ks_group, npairs;
+  int cin_g, cout_g, c8, nt, ks_block, nblocks, npairs;  // c8: chunks per channel block
   int pad_h, pad_w, dil_h, dil_w;
   int64_t total;  // packed elements
   AxisPlan h, w_axis;
@@ -518,9 +569,10 @@ __global__ void __launch_bounds__(256)
     const int lane = (int)((idx / EL) % 32);
     const int64_t f = idx / (EL * 32);
     const int nt = (int)(f % a.nt);
-    const int64_t kk = f / a.nt;
-    const int g = (int)(kk / a.ks_group);
-    const int kg = (int)(kk % a.ks_group);
+    const int64_t kk = f / a.nt;  // [group][channel block][k step of the block]
+    const int g = (int)(kk / ((int64_t)a.nblocks * a.ks_block));
+    const int kbk = (int)(kk % ((int64_t)a.nblocks * a.ks_block));
+    const int kb = kbk / a.ks_block, kg = kbk % a.ks_block;
     int pr = 0;
     while (pr + 1 < a.npairs && a.ks_prefix[pr + 1] <= kg) ++pr;
     const int ks = kg - a.ks_prefix[pr];
@@ -532,7 +584,7 @@ __global__ void __launch_bounds__(256)
     const int k_in = sizeof(T) == 2 ? 2 * t4 + 8 * (j >> 1) + (j & 1) : t4 + 4 * (j & 1);
     const int q = 2 * ks + k_in / E;
     const int tap = q / a.c8;
-    const int c = (q % a.c8) * E + k_in % E;
+    const int c = (kb * a.c8 + q % a.c8) * E + k_in % E;
     const int n = nt * 8 + g4;
     T v = from_float<T>(0.f);
     if (tap < ph.taps * pw.taps && c < a.cin_g && n < a.cout_g) {
@@ -556,19 +608,23 @@ __global__ void __launch_bounds__(256)
 // Host side.
 int64_t element_size(ScalarKind kind) { return kind == ScalarKind::kFloat32 ? 4 : 2; }
 
-// Weight-side geometry: chunks, n tiles and each phase pair's k steps.
+// Weight-side geometry: chunks, channel blocks, n tiles and each phase pair's k steps (within
+// one channel block).
 struct PackGeometry {
-  int e, cp, c8, nt, npairs;
-  int64_t ks_group;
+  int e, cp, c8, nt, npairs;  // cp, c8: padded channels and chunks of one channel block
+  int nblocks;                // channel blocks (C8 chunks of all channels split evenly)
+  int64_t ks_block, ks_group;
   int ks_prefix[kMaxPhases + 1];
 };
 
-PackGeometry pack_geometry(const ConvTranspose2dParams& p, ScalarKind kind, const AxisPlan& h,
-                           const AxisPlan& w) {
+PackGeometry pack_geometry_blocks(const ConvTranspose2dParams& p, ScalarKind kind,
+                                  const AxisPlan& h, const AxisPlan& w, int nblocks) {
   PackGeometry geo{};
   geo.e = (int)(16 / element_size(kind));
-  geo.cp = (int)round_up(p.in_per_group, geo.e);
-  geo.c8 = geo.cp / geo.e;
+  const int c8_all = (int)((p.in_per_group + geo.e - 1) / geo.e);
+  geo.c8 = (c8_all + nblocks - 1) / nblocks;
+  geo.nblocks = (c8_all + geo.c8 - 1) / geo.c8;
+  geo.cp = geo.c8 * geo.e;
   geo.nt = (int)((p.out_per_group + 7) / 8);
   geo.npairs = h.stride * w.stride;
   int64_t ks = 0;
@@ -579,7 +635,8 @@ PackGeometry pack_geometry(const ConvTranspose2dParams& p, ScalarKind kind, cons
       if (ks >= (1 << 24)) ks = 1 << 24;  // absurd sizes: rejected by the caller's checks
     }
   geo.ks_prefix[geo.npairs] = (int)ks;
-  geo.ks_group = ks;
+  geo.ks_block = ks;
+  geo.ks_group = ks * geo.nblocks;
   return geo;
 }
 
@@ -614,12 +671,6 @@ bool split_mode(ScalarKind kind, bool allow_tf32) {
 }
 
 int frag_bytes(bool split) { return split ? kSplitFragBytes : kFragBytes; }
-
-int64_t packed_bytes(const ConvTranspose2dParams& p, ScalarKind kind, bool split) {
-  const AxisPlan h = plan_axis(p.ph_h, 0), w = plan_axis(p.ph_w, 0);
-  const PackGeometry geo = pack_geometry(p, kind, h, w);
-  return p.groups * geo.ks_group * geo.nt * frag_bytes(split);
-}
 
 // Shared memory of one tile shape: B fragments, footprint, staging, chunk table, affine table.
 struct Layout {
@@ -682,21 +733,68 @@ Layout make_layout(const ConvTranspose2dParams& p, ScalarKind kind, bool split, 
 // The smallest tile: 32 pixels per phase (a warp item is two 16-pixel m tiles).
 constexpr TileShape kMinTile{1, 32, false, ""};
 
-// The config's tile, shrunk until it fits `limit` bytes: one row phase instead of every one,
-// then half the phase rows, then half the phase columns (at least 32 pixels per phase), and
-// last kMinTile (what gemm_out_tile_supports checks).
+// Warp items of a tile: (phase pair, two 16-pixel m tiles). With several channel blocks a warp
+// keeps one item's accumulators across them, so a tile may have at most kWarps items.
+int tile_items(TileShape t, const AxisPlan& h, const AxisPlan& w) {
+  return (t.all_rows ? h.stride : 1) * w.stride * (t.mi * t.mj / 32);
+}
+
+bool items_ok(TileShape t, const AxisPlan& h, const AxisPlan& w, const PackGeometry& geo) {
+  return geo.nblocks == 1 || tile_items(t, h, w) <= kWarps;
+}
+
+// The config's tile, shrunk until it fits `limit` bytes (and, with channel blocks, kWarps
+// items): one row phase instead of every one, then half the phase rows, then half the phase
+// columns (at least 32 pixels per phase), and last kMinTile (what gemm_out_tile_supports
+// checks).
 bool fit_layout(const ConvTranspose2dParams& p, ScalarKind kind, bool split, const AxisPlan& h,
                 const AxisPlan& w, const PackGeometry& geo, TileShape t, int limit, Layout& out) {
   for (;;) {
-    out = make_layout(p, kind, split, h, w, geo, t);
-    if (out.total <= limit) return true;
+    if (items_ok(t, h, w, geo)) {
+      out = make_layout(p, kind, split, h, w, geo, t);
+      if (out.total <= limit) return true;
+    }
     if (t.all_rows) t.all_rows = false;
     else if (t.mi > 1 && t.mi * t.mj > 32) t.mi /= 2;
     else if (t.mj > 32) t.mj /= 2;
     else break;
   }
   out = make_layout(p, kind, split, h, w, geo, kMinTile);
-  return out.total <= limit;
+  return items_ok(kMinTile, h, w, geo) && out.total <= limit;
+}
+
+// Channel blocks of a weight, chosen without the device (so one packed weight serves any GPU of
+// ours): one block when the smallest tile holds every channel in kOneBlockBytes; else the
+// fewest blocks with which a 4 x 32 one-row-phase tile (shrunk to kWarps items) fits
+// kBlockedTileBytes (two blocks per SM), failing that the fewest with which the smallest tile
+// fits kOneBlockBytes.
+constexpr int kOneBlockBytes = 160 * 1024;  // below sm_80's 163 KB opt-in limit
+constexpr int kBlockedTileBytes = 96 * 1024;
+
+PackGeometry pack_geometry(const ConvTranspose2dParams& p, ScalarKind kind, bool split,
+                           const AxisPlan& h, const AxisPlan& w) {
+  PackGeometry geo = pack_geometry_blocks(p, kind, h, w, 1);
+  Layout L;
+  if (fit_layout(p, kind, split, h, w, geo, kMinTile, kOneBlockBytes, L)) return geo;
+  const int c8_all = geo.c8;
+  TileShape ref{4, 32, false, ""};
+  while (ref.mi > 1 && tile_items(ref, h, w) > kWarps) ref.mi /= 2;
+  for (int pass = 0; pass < 2; ++pass)
+    for (int nb = 2; nb <= c8_all; ++nb) {
+      geo = pack_geometry_blocks(p, kind, h, w, nb);
+      if (geo.nblocks != nb) continue;  // the same chunks per block as a smaller count
+      if (pass == 0 ? tile_items(ref, h, w) <= kWarps &&
+                          make_layout(p, kind, split, h, w, geo, ref).total <= kBlockedTileBytes
+                    : fit_layout(p, kind, split, h, w, geo, kMinTile, kOneBlockBytes, L))
+        return geo;
+    }
+  return pack_geometry_blocks(p, kind, h, w, c8_all);  // fits nothing: the fit checks refuse it
+}
+
+int64_t packed_bytes(const ConvTranspose2dParams& p, ScalarKind kind, bool split) {
+  const AxisPlan h = plan_axis(p.ph_h, 0), w = plan_axis(p.ph_w, 0);
+  const PackGeometry geo = pack_geometry(p, kind, split, h, w);
+  return p.groups * geo.ks_group * geo.nt * frag_bytes(split);
 }
 
 int smem_limit() {
@@ -709,6 +807,7 @@ int smem_limit() {
 int pick_config(const PackGeometry& geo, bool split, const AxisPlan& w, int64_t out_w) {
   const int64_t all_b = (int64_t)geo.ks_prefix[geo.npairs] * geo.nt * frag_bytes(split);
   const int64_t cols = (out_w + w.stride - 1) / w.stride;
+  if (geo.nblocks > 1) return cols >= 32 ? 0 : 2;  // channel blocks: one row phase
   if (all_b <= 80 * 1024) return cols >= 48 ? 4 : 3;
   return cols >= 32 ? 0 : 2;
 }
@@ -739,7 +838,7 @@ cudaError_t launch_typed(const ConvTranspose2dParams& p, ScalarKind kind, const 
   constexpr int V = 16 / (int)sizeof(T);
   const AxisPlan h = plan_axis(p.ph_h, p.out_h);
   const AxisPlan w = plan_axis(p.ph_w, p.out_w);
-  const PackGeometry geo = pack_geometry(p, kind, h, w);
+  const PackGeometry geo = pack_geometry(p, kind, kSplit, h, w);
   if (config < 0) config = pick_config(geo, kSplit, w, p.out_w);
   Layout L;
   if (!fit_layout(p, kind, kSplit, h, w, geo, kTiles[config], smem_limit(), L))
@@ -782,7 +881,8 @@ cudaError_t launch_typed(const ConvTranspose2dParams& p, ScalarKind kind, const 
   a.col_blocks = (int)(((p.out_w + w.stride - 1) / w.stride + a.mj - 1) / a.mj);
   a.cmin = L.cmin;
   a.fc = L.fc;
-  a.ks_group = (int)geo.ks_group;
+  a.ks_block = (int)geo.ks_block;
+  a.nblocks = geo.nblocks;
   for (int r = 0; r < kMaxStride; ++r) {
     a.ph_h[r] = h.ph[r];
     a.ph_w[r] = w.ph[r];
@@ -832,7 +932,7 @@ cudaError_t launch_pack(const ConvTranspose2dParams& p, ScalarKind kind, void* p
   OutTilePackArgs a{};
   a.h = plan_axis(p.ph_h, 0);
   a.w_axis = plan_axis(p.ph_w, 0);
-  const PackGeometry geo = pack_geometry(p, kind, a.h, a.w_axis);
+  const PackGeometry geo = pack_geometry(p, kind, kSplit, a.h, a.w_axis);
   a.w = p.weight;
   a.packed = packed;
   for (int i = 0; i < 4; ++i) a.ws[i] = p.w_stride[i];
@@ -840,7 +940,8 @@ cudaError_t launch_pack(const ConvTranspose2dParams& p, ScalarKind kind, void* p
   a.cout_g = (int)p.out_per_group;
   a.c8 = geo.c8;
   a.nt = geo.nt;
-  a.ks_group = (int)geo.ks_group;
+  a.ks_block = (int)geo.ks_block;
+  a.nblocks = geo.nblocks;
   a.npairs = geo.npairs;
   a.pad_h = p.ph_h.pad;
   a.pad_w = p.ph_w.pad;
@@ -862,7 +963,7 @@ bool gemm_out_tile_weight_fits(const ConvTranspose2dParams& p, ScalarKind kind,
   if (packed_bytes(p, kind, split) >= kIndexLimit) return false;
   // The shared-memory layout depends on the phases' taps and offsets, not on the image size.
   const AxisPlan h = plan_axis(p.ph_h, 0), w = plan_axis(p.ph_w, 0);
-  const PackGeometry geo = pack_geometry(p, kind, h, w);
+  const PackGeometry geo = pack_geometry(p, kind, split, h, w);
   Layout L;
   return fit_layout(p, kind, split, h, w, geo, kMinTile, smem_limit(), L);
 }

@@ -24,7 +24,9 @@ namespace deconv_patch {
 //     caller decides whether a sum is deep enough for its error, see planner.MIN_3XTF32_DEPTH);
 //     fp32 accumulate always
 //   * Cout/groups <= 32, stride 1..16, dilation >= 1, padding >= 0, any output_padding
-//   * the smallest tile's shared memory (input footprint + the phases' weights) fits the device
+//   * the smallest tile's shared memory (input footprint + the phases' weights, of one channel
+//     block where the weights of all channels do not fit: the kernel then loops over channel
+//     blocks) fits the device
 //   * every element offset of input and output below 2^31
 // Any input / output strides are accepted (16-byte paths for channels_last input and for dense
 // NCHW / channels_last output).

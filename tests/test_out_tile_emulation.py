@@ -59,12 +59,15 @@ def tf32_split(x: np.ndarray):
 
 
 def pack(w: np.ndarray, groups: int, h: Axis, wa: Axis, E: int, bits16: bool,
-         split: bool = False):
-    """gemm_out_tile_pack_weight_kernel: [group][pair][ks][nt][lane][EL] fragments (3xTF32:
-    EL = 4, the TF32 hi pair then the lo pair)."""
+         split: bool = False, nblocks: int = 1):
+    """gemm_out_tile_pack_weight_kernel: [group][channel block][pair][ks][nt][lane][EL]
+    fragments (3xTF32: EL = 4, the TF32 hi pair then the lo pair); pack_geometry_blocks splits
+    the C8 chunks into `nblocks` blocks of c8 = ceil(C8 / nblocks) (fewer if that divides)."""
     cin, cout_g = w.shape[0], w.shape[1]
     cin_g = cin // groups
-    c8 = -(-cin_g // E)
+    c8_all = -(-cin_g // E)
+    c8 = -(-c8_all // nblocks)
+    nblocks = -(-c8_all // c8)
     nt = -(-cout_g // 8)
     prefix, ks = [], 0
     for rh in range(h.stride):
@@ -73,8 +76,8 @@ def pack(w: np.ndarray, groups: int, h: Axis, wa: Axis, E: int, bits16: bool,
             ks += -(-(h.taps[rh] * wa.taps[rw] * c8) // 2)
     prefix.append(ks)
     EL = 4 if bits16 or split else 2
-    packed = np.zeros((groups, ks, nt, 32, EL))
-    for g in range(groups):
+    packed = np.zeros((groups, nblocks, ks, nt, 32, EL))
+    for g, kb in np.ndindex(groups, nblocks):
         for pr in range(h.stride * wa.stride):
             rh, rw = divmod(pr, wa.stride)
             for k in range(prefix[pr + 1] - prefix[pr]):
@@ -85,7 +88,7 @@ def pack(w: np.ndarray, groups: int, h: Axis, wa: Axis, E: int, bits16: bool,
                             k_in = 2 * t4 + 8 * (j >> 1) + (j & 1) if bits16 else \
                                 t4 + 4 * (j & 1)
                             q = 2 * k + k_in // E
-                            tap, c = q // c8, (q % c8) * E + k_in % E
+                            tap, c = q // c8, (kb * c8 + q % c8) * E + k_in % E
                             n = n_t * 8 + g4
                             if tap < h.taps[rh] * wa.taps[rw] and c < cin_g and n < cout_g:
                                 th, tw = divmod(tap, wa.taps[rw])
@@ -94,8 +97,8 @@ def pack(w: np.ndarray, groups: int, h: Axis, wa: Axis, E: int, bits16: bool,
                                 v = w[g * cin_g + c, n, khi, kwi]
                                 if split:
                                     v = tf32_split(v)[j >> 1]
-                                packed[g, prefix[pr] + k, n_t, lane, j] = v
-    return packed, prefix, c8, nt
+                                packed[g, kb, prefix[pr] + k, n_t, lane, j] = v
+    return packed, prefix, c8, nt, nblocks
 
 
 def b_fragment(frag: np.ndarray, bits16: bool, part: int = 0) -> np.ndarray:
@@ -112,7 +115,7 @@ def b_fragment(frag: np.ndarray, bits16: bool, part: int = 0) -> np.ndarray:
 
 
 def run_model(x: np.ndarray, w: np.ndarray, bias, stride, padding, dilation, groups, out_hw,
-              tile, bits16: bool, split: bool = False) -> np.ndarray:
+              tile, bits16: bool, split: bool = False, nblocks: int = 1) -> np.ndarray:
     batch, cin, ih_n, iw_n = x.shape
     cout_g = w.shape[1]
     cin_g = cin // groups
@@ -120,7 +123,7 @@ def run_model(x: np.ndarray, w: np.ndarray, bias, stride, padding, dilation, gro
     E = 8 if bits16 else 4
     h = plan_axis(stride[0], padding[0], dilation[0], w.shape[2], oh_n)
     wa = plan_axis(stride[1], padding[1], dilation[1], w.shape[3], ow_n)
-    packed, prefix, c8, nt = pack(w, groups, h, wa, E, bits16, split)
+    packed, prefix, c8, nt, nblocks = pack(w, groups, h, wa, E, bits16, split, nblocks)
     cp = c8 * E
     mi, mj, all_rows = tile
     cols = [(wa.off0[r] - (wa.taps[r] - 1) * wa.in_step, wa.off0[r])
@@ -147,12 +150,18 @@ def run_model(x: np.ndarray, w: np.ndarray, bias, stride, padding, dilation, gro
                         rmin = min(r[0] for r in rr) if rr else 0
                         fr = mi + max(r[1] for r in rr) - rmin if rr else 0
                         # Footprint [fr][fc][cp], zero outside the input / padded channels.
-                        fp = np.zeros((max(fr, 1), max(fc, 1), cp))
-                        for a in range(fr):
-                            for c in range(fc):
-                                iy, ix = i0 + rmin + a, j0 + cmin + c
-                                if 0 <= iy < ih_n and 0 <= ix < iw_n:
-                                    fp[a, c, :cin_g] = x[n_img, g * cin_g:(g + 1) * cin_g, iy, ix]
+                        # One footprint per channel block: channels [kb*cp, (kb+1)*cp).
+                        fps = []
+                        for kb in range(nblocks):
+                            fp = np.zeros((max(fr, 1), max(fc, 1), cp))
+                            c_lo, c_hi = kb * cp, min(cin_g, (kb + 1) * cp)
+                            for a in range(fr):
+                                for c in range(fc):
+                                    iy, ix = i0 + rmin + a, j0 + cmin + c
+                                    if 0 <= iy < ih_n and 0 <= ix < iw_n:
+                                        fp[a, c, :c_hi - c_lo] = \
+                                            x[n_img, g * cin_g + c_lo:g * cin_g + c_hi, iy, ix]
+                            fps.append(fp)
                         st = np.full((sr, tw_cols, cout_g), np.nan)
                         pair0 = rh_begin * wa.stride
                         for pr in range(rh_count * wa.stride):
@@ -169,7 +178,8 @@ def run_model(x: np.ndarray, w: np.ndarray, bias, stride, padding, dilation, gro
                             ks_n = prefix[pair0 + pr + 1] - kp
                             for mt in range(mi * mj // 16):
                                 acc = np.zeros((16, nt * 8))
-                                for ks in range(ks_n):
+                                for kb, ks in np.ndindex(nblocks, ks_n):
+                                    fp = fps[kb]
                                     # ldmatrix.x4: lanes give rows (pixel arow, chunk ahalf).
                                     a_mat = np.zeros((16, 2 * E))
                                     for lane in range(32):
@@ -186,7 +196,7 @@ def run_model(x: np.ndarray, w: np.ndarray, bias, stride, padding, dilation, gro
                                     if 2 * ks + 1 >= chunks:
                                         a_mat[:, E:] = 0
                                     for n_t in range(nt):
-                                        frag = packed[g, kp + ks, n_t]
+                                        frag = packed[g, kb, kp + ks, n_t]
                                         b = b_fragment(frag, bits16)
                                         if split:  # small terms first, then hi * hi
                                             a_hi, a_lo = tf32_split(a_mat)
@@ -243,6 +253,33 @@ def test_out_tile_model_matches_pytorch(seed):
     tile = TILES[seed % len(TILES)]
     got = run_model(x.numpy(), w.numpy(), b.numpy(), stride, pad, dil, groups,
                     tuple(ref.shape[-2:]), tile, bits16=seed % 2 == 0)
+    assert not np.isnan(got).any(), "unwritten output elements"
+    np.testing.assert_allclose(got, ref.numpy(), rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_out_tile_channel_blocks_model_matches_pytorch(seed):
+    """The K loop over channel blocks (layers whose weights do not fit shared memory at once):
+    the packed weight's [block][pair][ks] order, each block's footprint and the accumulation
+    across blocks, with block counts that divide the chunks and that leave a partial last
+    block."""
+    stride, dil, kernel, pad, opad, groups, _, cout_g, hw = random_layer(seed + 900)
+    rng = random.Random(seed)
+    cin_g = rng.choice((17, 24, 40, 64))
+    nblocks = rng.choice((2, 3, 5))
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(2, cin_g * groups, *hw, generator=gen, dtype=torch.float64)
+    w = torch.randn(cin_g * groups, cout_g, *kernel, generator=gen, dtype=torch.float64)
+    b = torch.randn(cout_g * groups, generator=gen, dtype=torch.float64)
+    try:
+        ref = F.conv_transpose2d(x, w, b, stride, pad, opad, groups, dil)
+    except RuntimeError:
+        pytest.skip("PyTorch rejects these hyperparameters")
+    bits16 = seed % 2 == 0
+    E = 8 if bits16 else 4
+    assert -(-cin_g // E) >= 2, "more than one chunk, so the blocks are real"
+    got = run_model(x.numpy(), w.numpy(), b.numpy(), stride, pad, dil, groups,
+                    tuple(ref.shape[-2:]), TILES[seed % 3], bits16=bits16, nblocks=nblocks)
     assert not np.isnan(got).any(), "unwritten output elements"
     np.testing.assert_allclose(got, ref.numpy(), rtol=1e-9, atol=1e-9)
 
