@@ -954,22 +954,30 @@ cudaError_t launch_pack(const ConvTranspose2dParams& p, ScalarKind kind, void* p
   return cudaGetLastError();
 }
 
-}  // namespace
-
-bool gemm_out_tile_weight_fits(const ConvTranspose2dParams& p, ScalarKind kind,
-                               bool allow_tf32) {
+// The weight side of gemm_out_tile_supports; *blocks = the channel blocks it runs in.
+bool weight_runs(const ConvTranspose2dParams& p, ScalarKind kind, bool allow_tf32, int* blocks) {
   if (!kind_supported(kind, allow_tf32) || !weight_supported(p)) return false;
   const bool split = split_mode(kind, allow_tf32);
   if (packed_bytes(p, kind, split) >= kIndexLimit) return false;
   // The shared-memory layout depends on the phases' taps and offsets, not on the image size.
   const AxisPlan h = plan_axis(p.ph_h, 0), w = plan_axis(p.ph_w, 0);
   const PackGeometry geo = pack_geometry(p, kind, split, h, w);
+  *blocks = geo.nblocks;
   Layout L;
   return fit_layout(p, kind, split, h, w, geo, kMinTile, smem_limit(), L);
 }
 
+}  // namespace
+
+bool gemm_out_tile_weight_fits(const ConvTranspose2dParams& p, ScalarKind kind,
+                               bool allow_tf32) {
+  int blocks = 0;
+  return weight_runs(p, kind, allow_tf32, &blocks) && blocks == 1;
+}
+
 bool gemm_out_tile_supports(const ConvTranspose2dParams& p, ScalarKind kind, bool allow_tf32) {
-  return io_supported(p) && gemm_out_tile_weight_fits(p, kind, allow_tf32);
+  int blocks = 0;
+  return io_supported(p) && weight_runs(p, kind, allow_tf32, &blocks);
 }
 
 int gemm_out_tile_num_configs() { return kNumConfigs; }

@@ -32,10 +32,12 @@ namespace deconv_patch {
 // NCHW / channels_last output).
 bool gemm_out_tile_supports(const ConvTranspose2dParams& p, ScalarKind kind, bool allow_tf32);
 
-// The weight side of gemm_out_tile_supports (dtype mode, channel and group counts, kernel,
-// stride, padding, dilation, and the smallest tile's shared memory on the current device): what
-// the planner asks before it makes gemm_out_tile a layer's untimed default. Only the weight-side
-// fields of p are read (weight strides included; no pointers).
+// Whether the weights of all input channels fit the smallest tile's shared memory at once (one
+// channel block), besides the weight side of gemm_out_tile_supports (dtype mode, channel and
+// group counts, kernel, stride, padding, dilation): what the planner asks before it makes
+// gemm_out_tile a layer's untimed default (its K loop over channel blocks measured slower than
+// the phase GEMMs on Keypoint R-CNN's 512 > 17). Only the weight-side fields of p are read
+// (weight strides included; no pointers).
 bool gemm_out_tile_weight_fits(const ConvTranspose2dParams& p, ScalarKind kind, bool allow_tf32);
 
 // Tile configurations; launch_conv_transpose2d_gemm_out_tile takes 0..num-1, or -1 (heuristic).

@@ -489,8 +489,9 @@ def plan(input: torch.Tensor, weight: torch.Tensor, args: ConvTransposeArgs) -> 
     chosen = plan_layer(input.device, input.dtype, weight.shape[-2:], args, channels)
     if chosen.variant == GEMM_OUT_TILE and _forced_variant.get() is None and \
             not _out_tile_fits(weight, args):
-        # Its smallest tile's shared memory cannot hold even one channel block of the layer's
-        # weights (a very large kernel area): the plan it replaced.
+        # Its smallest tile's shared memory cannot hold the layer's weights at once (e.g. 512 >
+        # 17 channels): the plan it replaced. (The kernel then loops over channel blocks, which
+        # measured slower than gemm_phase_tma there: an autotune candidate only.)
         chosen = plan_layer(input.device, input.dtype, weight.shape[-2:], args, channels,
                             out_tile_default=False)
         chosen = Plan(chosen.variant, f"{chosen.reason} (gemm_out_tile: its shared memory "

@@ -65,20 +65,27 @@ def test_gemm_out_tile_3xtf32_sweep(variant, seed):
 def _channel_block_case(seed: int) -> Case:
     """random_out_tile_case with so many input channels that one row phase's weights exceed
     the kernel's one-block budget (160 KB; 16-bit: 16 bytes per channel, tap and n tile), so it
-    runs its K loop over channel blocks; small images keep the float64 reference quick. Every
-    mode, fp32 strict on its deep sums included."""
+    runs its K loop over channel blocks; column stride <= 8 (a warp keeps one item across the
+    blocks, so a tile has at most 8 column phases) and small images keep the float64 reference
+    quick. Every mode, fp32 strict on its deep sums included."""
     import math
-    case = random_out_tile_case(seed)
-    (kh, kw), (sh, _), (dh, _) = case.kernel, case.args.stride, case.args.dilation
-    taps = -(-kh // (sh // math.gcd(sh, dh))) * kw
-    nt = -(-(case.out_channels // case.args.groups) // 8)
-    cin_g = -(-12_000 // (taps * nt) // 8) * 8 + 8 * (seed % 3)
     rng = random.Random(seed)
-    hw = (min(case.hw[0], rng.randint(1, 12)), min(case.hw[1], rng.randint(1, 12)))
-    strict = case.dtype == torch.float32 and rng.random() < 0.3
-    return dataclasses.replace(case, in_channels=cin_g * case.args.groups, hw=hw,
-                               batch=max(case.batch, 1), unbatched=False,
-                               tf32=not strict if case.dtype == torch.float32 else case.tf32)
+    for attempt in range(1000):
+        case = random_out_tile_case(seed * 1000 + attempt)
+        if case.args.stride[1] > 8:
+            continue
+        hw = (min(case.hw[0], rng.randint(1, 12)), min(case.hw[1], rng.randint(1, 12)))
+        if any(s <= 0 for s in case.args.output_hw(hw, case.kernel)):
+            hw = case.hw
+        (kh, kw), (sh, _), (dh, _) = case.kernel, case.args.stride, case.args.dilation
+        taps = -(-kh // (sh // math.gcd(sh, dh))) * kw
+        nt = -(-(case.out_channels // case.args.groups) // 8)
+        cin_g = -(-12_000 // (taps * nt) // 8) * 8 + 8 * (seed % 3)
+        strict = case.dtype == torch.float32 and rng.random() < 0.3
+        return dataclasses.replace(case, in_channels=cin_g * case.args.groups, hw=hw,
+                                   batch=max(case.batch, 1), unbatched=False,
+                                   tf32=not strict if case.dtype == torch.float32 else case.tf32)
+    raise AssertionError("no case drawn")
 
 
 @pytest.mark.parametrize("variant", (planner.GEMM_OUT_TILE, planner.OUT_TILE_CONFIGS[0],
@@ -151,8 +158,9 @@ def test_gemm_out_tile_repacks_after_an_in_place_weight_update():
 
 def test_planner_lists_it_for_few_output_channel_layers():
     """An autotune candidate for 16-bit and TF32 layers with <= 32 output channels per group,
-    the untimed 16-bit default (Keypoint R-CNN's 512 > 17 too, whose weights it takes in channel
-    blocks); for fp32 strict a candidate on deep sums only, never the default."""
+    the untimed 16-bit default where all its weights fit shared memory at once (Keypoint R-CNN's
+    512 > 17 needs channel blocks: the plan it replaced); for fp32 strict a candidate on deep
+    sums only, never the default."""
     args = ConvTransposeArgs.from_values(stride=2, padding=1)
     x = torch.randn(8, 64, 16, 16, device="cuda", dtype=torch.bfloat16)
     w = torch.randn(64, 3, 4, 4, device="cuda", dtype=torch.bfloat16)
@@ -161,7 +169,7 @@ def test_planner_lists_it_for_few_output_channel_layers():
     assert chosen.variant == planner.GEMM_OUT_TILE, chosen
     keypoint = planner.plan(torch.randn(4, 512, 14, 14, device="cuda", dtype=torch.bfloat16),
                             torch.randn(512, 17, 4, 4, device="cuda", dtype=torch.bfloat16), args)
-    assert keypoint.variant == planner.GEMM_OUT_TILE, keypoint
+    assert keypoint.variant != planner.GEMM_OUT_TILE, keypoint
     assert set(planner.OUT_TILE_CONFIGS) <= set(keypoint.candidates)
     with torch.backends.cudnn.flags(enabled=True, allow_tf32=True):
         assert set(planner.OUT_TILE_CONFIGS) <= set(planner.plan(x.float(), w.float(),
@@ -180,7 +188,6 @@ def test_planner_lists_it_for_few_output_channel_layers():
     (4, 21, 21, (64, 64), 16, 8, 4, 0, 1),   # fcn8s.up8
     (64, 64, 3, (32, 32), 4, 2, 1, 0, 1),    # dcgan.g5
     (16, 56, 1, (64, 64), 9, 3, 4, 2, 1),    # fsrcnn.x3
-    (100, 512, 17, (14, 14), 4, 2, 1, 0, 1),  # keypointrcnn (channel blocks)
 ])
 @pytest.mark.parametrize("channels_last", [False, True])
 def test_the_op_runs_it_by_default_on_16bit_few_channel_layers(layer, channels_last):
