@@ -151,7 +151,7 @@ gpu_tests suite $(( $(left) - 20 )) tests --ignore=tests/test_gpu_new_kernels.py
 if [ -n "${SANITIZE:-}" ] && [ "$(left)" -gt 60 ]; then
   step "compute-sanitizer (memcheck) on a few configs of each new kernel"
   memcheck "$L/sanitizer.log" $(( $(left) - 10 )) "sweep\[" 2 tests/test_gpu_new_kernels.py \
-    tests/test_gpu_kxs_sm90.py tests/test_gpu_phase_tma.py
+    tests/test_gpu_kxs_sm90.py tests/test_gpu_phase_tma.py tests/test_gpu_out_tile.py
 fi
 fi
 
