@@ -234,9 +234,19 @@ __global__ void __launch_bounds__(kThreads, 2)
   // One item's GEMM (phase pair pr of the block, m tiles mt0 and mt0 + 1) over the channel
   // block in shared memory, accumulated into acc: per k step one ldmatrix.x4 per m tile and NT
   // B fragments shared by both tiles' MMAs.
+  // Item it: phase pair pr = it / mpairs of the block (row phase rh_begin + pr / sw, column
+  // phase pr % sw), m tiles mt0 and mt0 + 1 (quotients by multiply-high: items < 2^16).
+  const SmallDiv div_mpairs = make_small_div((uint32_t)mpairs), div_sw = make_small_div((uint32_t)p.sw);
+  auto item_coords = [&](int it, int& pr, int& mt0, int& rh, int& rw) {
+    pr = (int)small_div((uint32_t)it, div_mpairs);
+    mt0 = 2 * (it - pr * mpairs);
+    const int rr = (int)small_div((uint32_t)pr, div_sw);
+    rh = rh_begin + rr;
+    rw = pr - rr * p.sw;
+  };
   auto run_gemm = [&](int it, float (&acc)[2][NT][4]) {
-    const int pr = it / mpairs, mt0 = 2 * (it - pr * mpairs);
-    const int rh = rh_begin + pr / p.sw, rw = pr % p.sw;
+    int pr, mt0, rh, rw;
+    item_coords(it, pr, mt0, rh, rw);
     const int kp = p.ks_prefix[pair0 + pr];
     const int ks_n = p.ks_prefix[pair0 + pr + 1] - kp;
     const int chunks = p.ph_h[rh].taps * p.ph_w[rw].taps * p.c8;
@@ -313,11 +323,16 @@ __global__ void __launch_bounds__(kThreads, 2)
       const int64_t base = (int64_t)n_img * p.is_n + ((int64_t)g * p.cin_g + c_first) * p.is_c;
       if (p.in_vec) {
         // channels_last-like input, Cin_g % E == 0: one 16-byte chunk per (pixel, cc).
+        // Quotients by multiply-high (exact: numerator and divisor far below 2^16), not the
+        // ~20-instruction integer division (it was most of this loop's instructions).
         const int total = fr * FC * p.c8;
+        const SmallDiv div_c8 = make_small_div((uint32_t)p.c8),
+                       div_fc = make_small_div((uint32_t)FC);
         for (int u = tid; u < total; u += kThreads) {
-          const int cc = u % p.c8;
-          const int pix = u / p.c8;
-          const int fc = pix % FC, frr = pix / FC;
+          const int pix = (int)small_div((uint32_t)u, div_c8);
+          const int cc = u - pix * p.c8;
+          const int frr = (int)small_div((uint32_t)pix, div_fc);
+          const int fc = pix - frr * FC;
           const int ih = ih0 + frr, iw = iw0 + fc;
           const bool ok = ih >= 0 && ih < p.in_h && iw >= 0 && iw < p.in_w &&
                           c_first + cc * E < p.cin_g;
@@ -421,8 +436,8 @@ __global__ void __launch_bounds__(kThreads, 2)
     }
   // Fragment element e of tile u: pixel (mt0 + u)*16 + g4 + 8*(e/2), channel 8*nt + 2*t4 + e%2.
   auto run_epilogue = [&](int it, const float (&acc)[2][NT][4]) {
-    const int pr = it / mpairs, mt0 = 2 * (it - pr * mpairs);
-    const int rh = rh_begin + pr / p.sw, rw = pr % p.sw;
+    int pr, mt0, rh, rw;
+    item_coords(it, pr, mt0, rh, rw);
     dispatch_activation(p.epi.activation, [&](auto act) {
       constexpr Activation A = decltype(act)::value;
 #pragma unroll
