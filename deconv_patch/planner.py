@@ -31,8 +31,9 @@ Variants today:
     (FCN's x8 up-sampling, DCGAN's 64 > 3, FSRCNN's 56 > 1): a block owns a contiguous output
     tile across all column phases, so its stores are whole rows, not every stride-th element;
     16-bit, TF32 and 3xTF32, any layout, compute capability >= 8.0: the default for 16-bit
-    layers where its shared memory holds the layer, an autotune candidate (seven tile configs,
-    "gemm_out_tile:4x32", ...) in every mode.
+    layers (and TF32 ones with >= 8 output channels per group) where its shared memory holds
+    the layer's weights at once, an autotune candidate (seven tile configs, "gemm_out_tile:4x32",
+    ...) in every mode.
 fp32 without TF32 runs 3xTF32 on gemm_kxs, gemm_out_tile and, on Hopper, gemm_phase_tma (x =
 hi + lo, three TF32 products per multiply): fp32-accurate where each output sums at least
 MIN_3XTF32_DEPTH products, so shallower sums stay on cuDNN. gemm_phase has the same mode (forced
@@ -133,10 +134,19 @@ _MAX_OUT_TILE_CHANNELS = 32
 # place of cuDNN (or gemm_phase where cuDNN cannot run), where its shared memory holds the layer
 # (plan() asks the extension). Measured on the H100 (docs/perf-notes.md version 14), 16-bit, its
 # heuristic config: fcn8s.up8 (21 ch) 2.6-2.7x NCHW / 2.2x NHWC, DCGAN's 64 > 3 2.0-2.4x / 2.3-
-# 2.7x, FSRCNN's 56 > 1 2.8x / 3.7x cuDNN. TF32 stays an autotune candidate (FSRCNN: 0.5-0.7x);
-# the grouped kernel's and gemm_kxs's measured defaults stay (see _plan_layer).
+# 2.7x, FSRCNN's 56 > 1 2.8x / 3.7x cuDNN. The grouped kernel's and gemm_kxs's measured defaults
+# stay (see _plan_layer).
 OUT_TILE_DEFAULT_MAX_CHANNELS = 32
 _OUT_TILE_DEFAULT_DTYPES = (torch.float16, torch.bfloat16)
+# fp32 with TF32: the default from this many output channels per group (up to the maximum above)
+# on layers whose stride area is at least OUT_TILE_TF32_DEFAULT_MIN_STRIDE_AREA (FCN's x8
+# up-sampling kind, where cuDNN writes a phase-major temporary). Measured on the H200
+# (docs/perf-notes.md version 15): fcn8s.up8 (21 ch, k16 s8) 2.9x NCHW / 3.4x NHWC cuDNN. Below
+# 8 channels TF32 wastes most of an n8 tile and cuDNN's TF32 kernels are strong (DCGAN's 64 > 3,
+# stride 2: 1.0-1.2x NCHW; FSRCNN's 56 > 1: 0.5-0.7x); dense stride-2 layers with 8-32 channels
+# are unmeasured: autotune candidates only.
+OUT_TILE_TF32_DEFAULT_MIN_CHANNELS = 8
+OUT_TILE_TF32_DEFAULT_MIN_STRIDE_AREA = 16
 
 # The variant forced by `use_variant` in this context (thread/task-local, not process-global).
 _forced_variant: contextvars.ContextVar[Optional[str]] = contextvars.ContextVar(
@@ -286,7 +296,7 @@ def _plan_layer(device: torch.device, dtype: torch.dtype, kernel_hw: Sequence[in
         return Plan(forced, "forced by deconv_patch.use_variant")
     depth = None if channels is None else reduction_depth(channels[0], kernel_hw, args)
     # gemm_out_tile replaces cuDNN / gemm_phase as the untimed default (plan() may turn it off)
-    out_tile_first = out_tile_default and _out_tile_is_default(dtype, channels)
+    out_tile_first = out_tile_default and _out_tile_is_default(dtype, channels, args)
     # gemm_out_tile (16-bit / TF32 tensor cores, <= 32 output channels per group): an autotune
     # candidate wherever it runs; the untimed default only up to OUT_TILE_DEFAULT_MAX_CHANNELS.
     out_tile = out_tile_configs(device, dtype, channels, depth)
@@ -389,11 +399,18 @@ def out_tile_problem(dtype: torch.dtype, out_per_group: int,
     return None
 
 
-def _out_tile_is_default(dtype: torch.dtype, channels: Optional[Tuple[int, int]]) -> bool:
-    """gemm_out_tile's default rule: 16-bit, <= OUT_TILE_DEFAULT_MAX_CHANNELS output channels
-    per group."""
-    return dtype in _OUT_TILE_DEFAULT_DTYPES and channels is not None and \
-        channels[1] <= OUT_TILE_DEFAULT_MAX_CHANNELS
+def _out_tile_is_default(dtype: torch.dtype, channels: Optional[Tuple[int, int]],
+                         args: ConvTransposeArgs) -> bool:
+    """gemm_out_tile's default rule: <= OUT_TILE_DEFAULT_MAX_CHANNELS output channels per group
+    in 16-bit; in fp32 with TF32 from OUT_TILE_TF32_DEFAULT_MIN_CHANNELS of them, on strides
+    of area >= OUT_TILE_TF32_DEFAULT_MIN_STRIDE_AREA."""
+    if channels is None or channels[1] > OUT_TILE_DEFAULT_MAX_CHANNELS:
+        return False
+    if dtype in _OUT_TILE_DEFAULT_DTYPES:
+        return True
+    return dtype == torch.float32 and not fp32_strict(dtype) and \
+        channels[1] >= OUT_TILE_TF32_DEFAULT_MIN_CHANNELS and \
+        args.stride[0] * args.stride[1] >= OUT_TILE_TF32_DEFAULT_MIN_STRIDE_AREA
 
 
 def _out_tile_default(chosen: Plan, channels: Optional[Tuple[int, int]], first: bool) -> Plan:
@@ -451,7 +468,7 @@ def may_use_kernel(device: torch.device, dtype: torch.dtype, kernel_hw: Sequence
     return (gemm_kxs_problem(dtype, kernel_hw, args, depth) is None
             or (channels is not None and args.groups > 1
                 and max(channels) <= _MAX_GROUPED_CHANNELS)
-            or _out_tile_is_default(dtype, channels)
+            or _out_tile_is_default(dtype, channels, args)
             or any(op >= s for op, s in zip(args.output_padding, args.stride))
             or not torch.backends.cudnn.enabled)
 

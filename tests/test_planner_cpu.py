@@ -227,15 +227,17 @@ def test_few_output_channel_layers_list_gemm_out_tile(capability, name, kernel, 
     """<= 32 output channels per group, 16-bit or TF32, any GPU of ours: every gemm_out_tile
     config is an autotune candidate ahead of PyTorch's path, even below the phase GEMMs'
     16-channel floor (few channels are what it is for); the untimed default in 16-bit where
-    cuDNN (or gemm_phase) was, while gemm_kxs's and the grouped kernel's defaults stay and TF32
-    keeps it a candidate only."""
+    cuDNN (or gemm_phase) was, and in TF32 from 8 output channels per group (fcn8s), while
+    gemm_kxs's and the grouped kernel's defaults stay (TF32 from stride area 16: fcn8s)."""
     chosen = _plan(dtype, kernel, args, channels)
     assert chosen.candidates[-1] == planner.ATEN
     listed = [v for v in chosen.candidates if v in planner.OUT_TILE_CONFIGS]
     assert listed == list(planner.OUT_TILE_CONFIGS), (name, chosen)
     assert chosen.candidates.index(planner.OUT_TILE_CONFIGS[-1]) < \
         chosen.candidates.index(planner.ATEN)
-    if dtype == torch.float32 or name in ("depthwise k4 s2", "64>3 k2 s2"):
+    tf32_default = channels[1] >= planner.OUT_TILE_TF32_DEFAULT_MIN_CHANNELS and \
+        args.stride[0] * args.stride[1] >= planner.OUT_TILE_TF32_DEFAULT_MIN_STRIDE_AREA
+    if (dtype == torch.float32 and not tf32_default) or name in ("depthwise k4 s2", "64>3 k2 s2"):
         assert chosen.variant != planner.GEMM_OUT_TILE, (name, chosen)
     else:
         assert chosen.variant == planner.GEMM_OUT_TILE, (name, chosen)
@@ -286,18 +288,26 @@ def test_gemm_out_tile_config_names_split_into_kernel_and_index():
 
 def test_out_tile_default_follows_its_constant(capability, monkeypatch):
     """OUT_TILE_DEFAULT_MAX_CHANNELS makes gemm_out_tile (its heuristic config) the untimed
-    16-bit default in place of cuDNN / gemm_phase up to that many output channels per group;
-    TF32 keeps it a candidate; the grouped kernel's and gemm_kxs's defaults and fp32 strict stay
-    as they are; plan_layer(out_tile_default=False) is the plan it replaces (plan() falls back to
-    it where the kernel's shared memory cannot hold the layer)."""
+    16-bit default in place of cuDNN / gemm_phase up to that many output channels per group, and
+    the TF32 one from OUT_TILE_TF32_DEFAULT_MIN_CHANNELS; the grouped kernel's and gemm_kxs's
+    defaults and fp32 strict stay as they are; plan_layer(out_tile_default=False) is the plan it
+    replaces (plan() falls back to it where the kernel's shared memory cannot hold the layer)."""
     monkeypatch.setattr(planner, "OUT_TILE_DEFAULT_MAX_CHANNELS", 21)
     k4s2 = ConvTransposeArgs.from_values(stride=2, padding=1)
     assert _plan(torch.bfloat16, (4, 4), k4s2, (64, 3)).variant == planner.GEMM_OUT_TILE
     assert _plan(torch.float16, (4, 4), k4s2, (64, 21)).variant == planner.GEMM_OUT_TILE
     assert planner.plan_layer(CUDA0, torch.bfloat16, (4, 4), k4s2, (64, 3),
                               out_tile_default=False).variant == planner.ATEN
-    assert _plan(torch.float32, (16, 16), ConvTransposeArgs.from_values(stride=8, padding=4),
-                 (21, 21)).variant == planner.ATEN
+    fcn = ConvTransposeArgs.from_values(stride=8, padding=4)
+    assert _plan(torch.float32, (16, 16), fcn, (21, 21)).variant == planner.GEMM_OUT_TILE
+    assert _plan(torch.float32, (16, 16), fcn, (21, 21), tf32=False).variant == planner.ATEN
+    assert _plan(torch.float32, (16, 16), fcn, (21, 7)).variant == planner.ATEN  # < 8 in TF32
+    assert _plan(torch.float32, (4, 4), k4s2, (64, 16)).variant == planner.ATEN  # stride 2
+    monkeypatch.setattr(planner, "OUT_TILE_TF32_DEFAULT_MIN_CHANNELS", 3)
+    monkeypatch.setattr(planner, "OUT_TILE_TF32_DEFAULT_MIN_STRIDE_AREA", 4)
+    assert _plan(torch.float32, (4, 4), k4s2, (64, 3)).variant == planner.GEMM_OUT_TILE
+    monkeypatch.setattr(planner, "OUT_TILE_TF32_DEFAULT_MIN_CHANNELS", 8)
+    monkeypatch.setattr(planner, "OUT_TILE_TF32_DEFAULT_MIN_STRIDE_AREA", 16)
     no_cudnn = ConvTransposeArgs.from_values(stride=1, output_padding=1, dilation=2)
     assert _plan(torch.bfloat16, (3, 3), no_cudnn, (8, 4)).variant == planner.GEMM_OUT_TILE
     assert _plan(torch.bfloat16, (4, 4), k4s2, (64, 24)).variant == planner.ATEN
