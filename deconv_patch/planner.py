@@ -479,11 +479,13 @@ _OUT_TILE_FITS: Dict[Tuple[object, ...], bool] = {}
 
 
 def _out_tile_fits(weight: torch.Tensor, args: ConvTransposeArgs) -> bool:
-    """Whether gemm_out_tile's smallest tile's shared memory holds this layer's weights on the
-    weight's device (in the 16-bit mode it is a default for)."""
+    """Whether gemm_out_tile's smallest tile's shared memory holds this layer's weights at once
+    on the weight's device, in the mode it would run (fp32: TF32 when allowed, else 3xTF32,
+    whose packed weight is twice as large)."""
     index = weight.device.index if weight.device.index is not None else \
         torch.cuda.current_device()
-    key = (index, weight.dtype, tuple(weight.shape), args)
+    tf32 = weight.dtype == torch.float32 and not fp32_strict(weight.dtype)
+    key = (index, weight.dtype, tf32, tuple(weight.shape), args)
     fits = _OUT_TILE_FITS.get(key)
     if fits is None:
         from .extension import load_extension  # the binding: the layer below the planner
@@ -491,7 +493,7 @@ def _out_tile_fits(weight: torch.Tensor, args: ConvTransposeArgs) -> bool:
             # Sizes and the dtype's name, not the tensor: planning reads no tensor data.
             fits = bool(load_extension().gemm_out_tile_fits(
                 index, str(weight.dtype).replace("torch.", ""), list(weight.shape),
-                list(args.stride), list(args.padding), list(args.dilation), args.groups, False))
+                list(args.stride), list(args.padding), list(args.dilation), args.groups, tf32))
         except (RuntimeError, AttributeError):  # an extension that cannot answer: not a default
             fits = False
         _OUT_TILE_FITS[key] = fits

@@ -365,3 +365,10 @@ def test_plan_asks_the_extension_whether_gemm_out_tile_fits(capability, monkeypa
     assert stub.calls == [(0, "bfloat16", [64, 3, 4, 4], [2, 2], [1, 1], [1, 1], 1, False)]
     planner.plan(x, w, args)
     assert len(stub.calls) == 1  # cached per geometry
+    # fp32 with TF32 (FCN's x8 up-sampling, the TF32 default): asked in TF32 mode, not 3xTF32
+    # (whose packed weight is twice as large).
+    x32, w32 = _fake_cuda_layer(21, 21, 16, torch.float32)
+    with torch.backends.cudnn.flags(enabled=True, allow_tf32=True):
+        assert planner.plan(x32, w32, ConvTransposeArgs.from_values(stride=8, padding=4)
+                            ).variant == expected
+    assert stub.calls[-1] == (0, "float32", [21, 21, 16, 16], [8, 8], [4, 4], [1, 1], 1, True)
