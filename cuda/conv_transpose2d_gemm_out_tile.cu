@@ -56,6 +56,7 @@
 #include <algorithm>
 #include <climits>
 #include <cstdint>
+#include <type_traits>
 
 #include "conv_transpose2d_gemm_out_tile.h"
 #include "conv_transpose2d_phase_common.cuh"
@@ -126,18 +127,9 @@ __device__ __forceinline__ void mma_step(float (&d)[4], const uint32_t (&a)[4], 
   else mma_1688_tf32(d, a, bb);
 }
 
-// B fragments of one k step for both m tiles' chains: 16-bit / TF32 one 8-byte fragment per n
-// tile, 3xTF32 (hi, lo) in 16 bytes.
+// A lane's B fragment of one (k step, n tile): 16-bit / TF32 8 bytes, 3xTF32 (hi, lo) 16 bytes.
 template <bool kSplit>
-struct BFrag;
-template <>
-struct BFrag<false> {
-  using type = uint2;
-};
-template <>
-struct BFrag<true> {
-  using type = uint4;
-};
+using BFrag = std::conditional_t<kSplit, uint4, uint2>;
 
 // 16 bytes of the input's zero-filled footprint, fp32 rounded to TF32 (the kernel's A operand;
 // 3xTF32 keeps fp32 and splits after ldmatrix).
@@ -251,7 +243,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     const int ks_n = p.ks_prefix[pair0 + pr + 1] - kp;
     const int chunks = p.ph_h[rh].taps * p.ph_w[rw].taps * p.c8;
     const int* t = tab + 2 * (kp - ks0);
-    using Frag = typename BFrag<kSplit>::type;
+    using Frag = BFrag<kSplit>;
     const Frag* bfr = reinterpret_cast<const Frag*>(b_sm + (int64_t)(kp - ks0) * NT * kFrag);
     uint32_t a_addr[2];
 #pragma unroll

@@ -239,9 +239,10 @@ def random_layer(seed: int):
     return stride, dil, kernel, pad, opad, groups, cin_g, cout_g, hw
 
 
-@pytest.mark.parametrize("seed", range(80))
-def test_out_tile_model_matches_pytorch(seed):
-    stride, dil, kernel, pad, opad, groups, cin_g, cout_g, hw = random_layer(seed)
+def _check_model(seed: int, layer, tile, bits16: bool, nblocks: int = 1) -> None:
+    """run_model on fresh float64 data for `layer` (random_layer's tuple) against PyTorch,
+    every element, to 1e-9."""
+    stride, dil, kernel, pad, opad, groups, cin_g, cout_g, hw = layer
     gen = torch.Generator().manual_seed(seed)
     x = torch.randn(2, cin_g * groups, *hw, generator=gen, dtype=torch.float64)
     w = torch.randn(cin_g * groups, cout_g, *kernel, generator=gen, dtype=torch.float64)
@@ -250,11 +251,15 @@ def test_out_tile_model_matches_pytorch(seed):
         ref = F.conv_transpose2d(x, w, b, stride, pad, opad, groups, dil)
     except RuntimeError:
         pytest.skip("PyTorch rejects these hyperparameters")
-    tile = TILES[seed % len(TILES)]
     got = run_model(x.numpy(), w.numpy(), b.numpy(), stride, pad, dil, groups,
-                    tuple(ref.shape[-2:]), tile, bits16=seed % 2 == 0)
+                    tuple(ref.shape[-2:]), tile, bits16=bits16, nblocks=nblocks)
     assert not np.isnan(got).any(), "unwritten output elements"
     np.testing.assert_allclose(got, ref.numpy(), rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize("seed", range(80))
+def test_out_tile_model_matches_pytorch(seed):
+    _check_model(seed, random_layer(seed), TILES[seed % len(TILES)], bits16=seed % 2 == 0)
 
 
 @pytest.mark.parametrize("seed", range(30))
@@ -263,25 +268,12 @@ def test_out_tile_channel_blocks_model_matches_pytorch(seed):
     the packed weight's [block][pair][ks] order, each block's footprint and the accumulation
     across blocks, with block counts that divide the chunks and that leave a partial last
     block."""
-    stride, dil, kernel, pad, opad, groups, _, cout_g, hw = random_layer(seed + 900)
+    layer = list(random_layer(seed + 900))
     rng = random.Random(seed)
-    cin_g = rng.choice((17, 24, 40, 64))
-    nblocks = rng.choice((2, 3, 5))
-    gen = torch.Generator().manual_seed(seed)
-    x = torch.randn(2, cin_g * groups, *hw, generator=gen, dtype=torch.float64)
-    w = torch.randn(cin_g * groups, cout_g, *kernel, generator=gen, dtype=torch.float64)
-    b = torch.randn(cout_g * groups, generator=gen, dtype=torch.float64)
-    try:
-        ref = F.conv_transpose2d(x, w, b, stride, pad, opad, groups, dil)
-    except RuntimeError:
-        pytest.skip("PyTorch rejects these hyperparameters")
+    layer[6] = cin_g = rng.choice((17, 24, 40, 64))
     bits16 = seed % 2 == 0
-    E = 8 if bits16 else 4
-    assert -(-cin_g // E) >= 2, "more than one chunk, so the blocks are real"
-    got = run_model(x.numpy(), w.numpy(), b.numpy(), stride, pad, dil, groups,
-                    tuple(ref.shape[-2:]), TILES[seed % 3], bits16=bits16, nblocks=nblocks)
-    assert not np.isnan(got).any(), "unwritten output elements"
-    np.testing.assert_allclose(got, ref.numpy(), rtol=1e-9, atol=1e-9)
+    assert -(-cin_g // (8 if bits16 else 4)) >= 2, "more than one chunk, so the blocks are real"
+    _check_model(seed, tuple(layer), TILES[seed % 3], bits16, nblocks=rng.choice((2, 3, 5)))
 
 
 @pytest.mark.parametrize("seed", range(24))
