@@ -32,8 +32,7 @@
 // (Keypoint R-CNN's 512 > 17), the C8 chunks are split into NB blocks of C8b = ceil(C8/NB)
 // chunks (pack_geometry picks NB without the device, so a packed weight serves any GPU); a
 // block then loads, per channel block kb, that block's weights and footprint (channels
-// [kb*C8b*E, (kb+1)*C8b*E)) into one of two stages (kb + 1 loads while kb computes), and each
-// warp accumulates its one item across the blocks. Below,
+// [kb*C8b*E, (kb+1)*C8b*E)), and each warp accumulates its one item across the blocks. Below,
 // C8 and CP are those of one channel block (C8 = C8b), and NB = 1 is the common case.
 //
 // Packed weight (mma fragment order, zero in padding): per group, per channel block, per phase
@@ -117,7 +116,6 @@ struct OutTileArgs {
   bool in_vec;         // input read as 16-byte channel chunks
   bool out_vec;        // runs stored 16 bytes at a time
   int smem_fp, smem_st, smem_tab, smem_aff;  // byte offsets of the regions (B at 0)
-  int b_stage, fp_stage;  // bytes of one stage of B / footprint (two stages with channel blocks)
   AxisPhaseInfo ph_h[kMaxStride], ph_w[kMaxStride];
   int ks_prefix[kMaxPhases + 1];
 };
@@ -198,10 +196,8 @@ __global__ void __launch_bounds__(kThreads, 2)
   const int ks0 = p.ks_prefix[pair0];
   const int ks_cta = p.ks_prefix[pair0 + npairs] - ks0;
 
-  // Stage s (0, or 1 with channel blocks: block kb+1 loads while block kb computes) of the B
-  // fragments and of the footprint.
-  auto b_sm = [&](int s) { return smem + s * p.b_stage; };
-  auto fp_sm = [&](int s) { return smem + p.smem_fp + s * p.fp_stage; };
+  unsigned char* b_sm = smem;
+  unsigned char* fp_sm = smem + p.smem_fp;
   T* st = reinterpret_cast<T*>(smem + p.smem_st);
   int* tab = reinterpret_cast<int*>(smem + p.smem_tab);
   ChannelAffine* aff = reinterpret_cast<ChannelAffine*>(smem + p.smem_aff);
@@ -217,7 +213,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   const bool ch_fast = p.store_mode != kRowsAlongX;
   const int mpairs = mtiles >> 1;
   const int items = npairs * mpairs;
-  const uint32_t fp_base0 = smem_u32(fp_sm(0));
+  const uint32_t fp_base = smem_u32(fp_sm);
   const int arow = (lane & 7) | (lane & 8);  // this lane's ldmatrix row (pixel of the m tile)
   const int ahalf = lane >> 4;               // ... and chunk of the k step
   const int g4 = lane >> 2, t4 = lane & 3;
@@ -240,17 +236,15 @@ __global__ void __launch_bounds__(kThreads, 2)
     rh = rh_begin + rr;
     rw = pr - rr * p.sw;
   };
-  auto run_gemm = [&](int it, float (&acc)[2][NT][4], int stage) {
+  auto run_gemm = [&](int it, float (&acc)[2][NT][4]) {
     int pr, mt0, rh, rw;
     item_coords(it, pr, mt0, rh, rw);
-    const uint32_t fp_base = fp_base0 + stage * p.fp_stage;
     const int kp = p.ks_prefix[pair0 + pr];
     const int ks_n = p.ks_prefix[pair0 + pr + 1] - kp;
     const int chunks = p.ph_h[rh].taps * p.ph_w[rw].taps * p.c8;
     const int* t = tab + 2 * (kp - ks0);
     using Frag = BFrag<kSplit>;
-    const Frag* bfr =
-        reinterpret_cast<const Frag*>(b_sm(stage) + (int64_t)(kp - ks0) * NT * kFrag);
+    const Frag* bfr = reinterpret_cast<const Frag*>(b_sm + (int64_t)(kp - ks0) * NT * kFrag);
     uint32_t a_addr[2];
 #pragma unroll
     for (int u = 0; u < 2; ++u) {
@@ -298,9 +292,8 @@ __global__ void __launch_bounds__(kThreads, 2)
     }
   };
 
-  // Loads of channel block kb into stage `stage`, one cp.async group (the scalar and fp32 paths
-  // store synchronously).
-  auto load_block = [&](int kb, int stage) {
+  for (int kb = 0; kb < p.nblocks; ++kb) {
+    if (kb > 0) __syncthreads();  // every warp is done with the previous block's operands
     // 1. This block's B fragments for channel block kb: one contiguous range of the packed
     //    weight ([group][channel block][pair][k step][n tile]).
     {
@@ -309,7 +302,8 @@ __global__ void __launch_bounds__(kThreads, 2)
           (((int64_t)g * p.nblocks + kb) * p.ks_block + ks0) * NT * kFrag;
       const int chunks = ks_cta * NT * (kFrag / 16);
       for (int c = tid; c < chunks; c += kThreads)
-        cp_async<16>(smem_u32(b_sm(stage) + 16 * c), src + 16 * c, 16);
+        cp_async<16>(smem_u32(b_sm + 16 * c), src + 16 * c, 16);
+      cp_async_commit();
     }
 
     // 2. The input footprint of the channel block, zero outside the input and in the padded
@@ -334,7 +328,7 @@ __global__ void __launch_bounds__(kThreads, 2)
           const int ih = ih0 + frr, iw = iw0 + fc;
           const bool ok = ih >= 0 && ih < p.in_h && iw >= 0 && iw < p.in_w &&
                           c_first + cc * E < p.cin_g;
-          unsigned char* dst = fp_sm(stage) + pix * PS + 16 * cc;
+          unsigned char* dst = fp_sm + pix * PS + 16 * cc;
           const T* src =
               in + (ok ? base + (int64_t)ih * p.is_h + (int64_t)iw * p.is_w + cc * E : 0);
           if constexpr (sizeof(T) == 2) {
@@ -345,6 +339,7 @@ __global__ void __launch_bounds__(kThreads, 2)
             *reinterpret_cast<uint4*>(dst) = v;
           }
         }
+        cp_async_commit();
       } else {
         // Any strides, one element at a time in the order that keeps a warp's reads adjacent:
         // along w (NCHW-like) or along the channels. Padded channels are written as zeros.
@@ -383,45 +378,36 @@ __global__ void __launch_bounds__(kThreads, 2)
 #pragma unroll
           for (int b = 0; b < kLoadBatch; ++b)
             if (off[b] >= 0)
-              *reinterpret_cast<T*>(fp_sm(stage) + off[b]) = round_operand<T, kSplit>(v[b]);
+              *reinterpret_cast<T*>(fp_sm + off[b]) = round_operand<T, kSplit>(v[b]);
         }
       }
     }
-    cp_async_commit();
-  };
 
-  load_block(0, 0);
-  // 3. Chunk offset table of each phase pair (2*KS entries reserved per pair; the same for
-  //    every channel block) and the channels' epilogue constants.
-  for (int pr = warp; pr < npairs; pr += kWarps) {
-    const AxisPhaseInfo& ah = p.ph_h[rh_begin + pr / p.sw];
-    const AxisPhaseInfo& aw = p.ph_w[pr % p.sw];
-    const int chunks = ah.taps * aw.taps * p.c8;
-    int* t = tab + 2 * (p.ks_prefix[pair0 + pr] - ks0);
-    for (int q = lane; q < chunks; q += 32) {
-      const int tap = q / p.c8, cc = q % p.c8;
-      const int th = tap / aw.taps, tw = tap % aw.taps;
-      const int dr = ah.off0 - th * p.in_step_h - rmin;
-      const int dc = aw.off0 - tw * p.in_step_w - p.cmin;
-      t[q] = (dr * FC + dc) * PS + 16 * cc;
+    if (kb == 0) {
+      // 3. Chunk offset table of each phase pair (2*KS entries reserved per pair; the same for
+      //    every channel block) and the channels' epilogue constants.
+      for (int pr = warp; pr < npairs; pr += kWarps) {
+        const AxisPhaseInfo& ah = p.ph_h[rh_begin + pr / p.sw];
+        const AxisPhaseInfo& aw = p.ph_w[pr % p.sw];
+        const int chunks = ah.taps * aw.taps * p.c8;
+        int* t = tab + 2 * (p.ks_prefix[pair0 + pr] - ks0);
+        for (int q = lane; q < chunks; q += 32) {
+          const int tap = q / p.c8, cc = q % p.c8;
+          const int th = tap / aw.taps, tw = tap % aw.taps;
+          const int dr = ah.off0 - th * p.in_step_h - rmin;
+          const int dc = aw.off0 - tw * p.in_step_w - p.cmin;
+          t[q] = (dr * FC + dc) * PS + 16 * cc;
+        }
+      }
+      if (tid < p.cout_g) {
+        const int oc = g * p.cout_g + tid;
+        const float bias = p.bias != nullptr ? to_float(static_cast<const T*>(p.bias)[oc]) : 0.f;
+        aff[tid] = channel_affine(p.epi, bias, oc);
+      }
     }
-  }
-  if (tid < p.cout_g) {
-    const int oc = g * p.cout_g + tid;
-    const float bias = p.bias != nullptr ? to_float(static_cast<const T*>(p.bias)[oc]) : 0.f;
-    aff[tid] = channel_affine(p.epi, bias, oc);
-  }
-  for (int kb = 0; kb < p.nblocks; ++kb) {
-    const int stage = kb & 1;
-    if (kb + 1 < p.nblocks) {
-      load_block(kb + 1, stage ^ 1);  // its stage was last read in iteration kb - 1
-      cp_async_wait<1>();
-    } else {
-      cp_async_wait<0>();
-    }
+    cp_async_wait<0>();
     __syncthreads();
-    if (p.nblocks > 1 && warp < items) run_gemm(warp, kacc, stage);
-    if (kb + 1 < p.nblocks) __syncthreads();  // every warp is done with this stage
+    if (p.nblocks > 1 && warp < items) run_gemm(warp, kacc);
   }
 
   // 4. The phases' GEMMs and the epilogue into the staging tile. This lane's epilogue channels
@@ -476,7 +462,7 @@ __global__ void __launch_bounds__(kThreads, 2)
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt)
           acc[u][nt][0] = acc[u][nt][1] = acc[u][nt][2] = acc[u][nt][3] = 0.f;
-      run_gemm(it, acc, 0);
+      run_gemm(it, acc);
       run_epilogue(it, acc);
     }
   }
@@ -700,7 +686,6 @@ struct Layout {
   int cmin;
   int ks_cta_max;
   int smem_fp, smem_st, smem_tab, smem_aff, total;
-  int b_stage, fp_stage;
 };
 
 Layout make_layout(const ConvTranspose2dParams& p, ScalarKind kind, bool split, const AxisPlan& h,
@@ -734,11 +719,8 @@ Layout make_layout(const ConvTranspose2dParams& p, ScalarKind kind, bool split, 
   }
   const int64_t es = element_size(kind);
   const int64_t sr = t.all_rows ? (int64_t)h.stride * t.mi : t.mi;
-  // Channel blocks double-buffer B and the footprint (block kb + 1 loads while kb computes).
-  const int stages = geo.nblocks > 1 ? 2 : 1;
-  const int64_t b_stage = (int64_t)L.ks_cta_max * geo.nt * frag_bytes(split);
-  const int64_t fp_stage = (int64_t)L.fr_max * L.fc * ps;
-  const int64_t b_bytes = stages * b_stage, fp_bytes = stages * fp_stage;
+  const int64_t b_bytes = (int64_t)L.ks_cta_max * geo.nt * frag_bytes(split);
+  const int64_t fp_bytes = (int64_t)L.fr_max * L.fc * ps;
   const int64_t st_bytes = round_up(sr * w.stride * t.mj * p.out_per_group * es, 16);
   const int64_t tab_bytes = round_up(2 * (int64_t)L.ks_cta_max * 4, 16);
   const int64_t aff_bytes = 8 * kMaxNT * 8;
@@ -747,8 +729,6 @@ Layout make_layout(const ConvTranspose2dParams& p, ScalarKind kind, bool split, 
     L.total = 1 << 30;
     return L;
   }
-  L.b_stage = (int)b_stage;
-  L.fp_stage = (int)fp_stage;
   L.smem_fp = (int)b_bytes;
   L.smem_st = (int)(b_bytes + fp_bytes);
   L.smem_tab = (int)(b_bytes + fp_bytes + st_bytes);
@@ -916,8 +896,6 @@ cudaError_t launch_typed(const ConvTranspose2dParams& p, ScalarKind kind, const 
   }
   for (int i = 0; i <= geo.npairs; ++i) a.ks_prefix[i] = geo.ks_prefix[i];
   a.smem_fp = L.smem_fp;
-  a.b_stage = L.b_stage;
-  a.fp_stage = L.fp_stage;
   a.smem_st = L.smem_st;
   a.smem_tab = L.smem_tab;
   a.smem_aff = L.smem_aff;
