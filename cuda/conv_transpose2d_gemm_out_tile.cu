@@ -13,11 +13,11 @@
 //
 // Input footprint. Over the block's phases the input rows read are i0 + [rmin, rmax + MI) with
 // rmin = min over its row phases with taps of off0_h - (taps_h - 1)*in_step_h, rmax = max off0_h;
-// columns j0 + [cmin, cmax + MJ) alike over every column phase. The footprint is copied once to
-// shared memory as [FR][FC] pixels of PS bytes: Cin_g channels zero-padded to CP (16-byte chunks
-// of E = 16/sizeof(T) channels, C8 = CP/E chunks), PS an odd number of 16-byte units, so the 8
-// pixel rows an ldmatrix reads (consecutive jj) hit 8 different bank groups. Pixels outside the
-// input are zero.
+// columns j0 + [cmin, cmax + MJ) alike over every column phase. The footprint is copied (once
+// per channel block, below) to shared memory as [FR][FC] pixels of PS bytes: Cin_g channels
+// zero-padded to CP (16-byte chunks of E = 16/sizeof(T) channels, C8 = CP/E chunks), PS an odd
+// number of 16-byte units, so the 8 pixel rows an ldmatrix reads (consecutive jj) hit 8
+// different bank groups. Pixels outside the input are zero.
 //
 // GEMM of phase (rh, rw): M = MI*MJ pixels p = a*MJ + jj, N = Cout_g (NT = ceil(Cout_g/8) n8
 // tiles), K = taps_h*taps_w*C8 chunks q = (th*taps_w + tw)*C8 + cc, chunk q of pixel (a, jj) at
@@ -39,11 +39,10 @@
 // pair (rh, rw) in row-major order, [KS][NT][32 lanes][8 bytes], the B fragment of lane
 // (g4 = lane/4, t = lane%4): 16-bit: k = 2t + 8*reg + half, fp32 (TF32-rounded): k = t + 4*reg,
 // column n = 8*nt + g4; k in the step is chunk 2*ks + k/E, channel (kb*C8 + chunk % C8)*E + k%E.
-// 3xTF32 (fp32, TF32 not allowed)
-// packs 16 bytes per lane, the TF32 hi pair then the lo pair ([KS][NT][32][16 bytes]), and keeps
-// the footprint in fp32 (A is split after ldmatrix). A block copies the contiguous range
-// of its phases to shared memory (once per channel block). ks_prefix[pair] counts the k steps
-// before a pair within a channel block.
+// 3xTF32 (fp32, TF32 not allowed) packs 16 bytes per lane, the TF32 hi pair then the lo pair
+// ([KS][NT][32][16 bytes]), and keeps the footprint in fp32 (A is split after ldmatrix). A
+// block copies the contiguous range of its phases to shared memory (once per channel block).
+// ks_prefix[pair] counts the k steps before a pair within a channel block.
 //
 // Epilogue: each warp applies the fused epilogue to its fragments and writes the tile's staging
 // buffer ([channel][row][x] for NCHW-like output, [row][x][channel] for channels_last); after a
