@@ -205,10 +205,11 @@ def random_out_tile_case(seed: int) -> Case:
     """A random configuration in gemm_out_tile's domain (<= 32 output channels per group): any
     stride 1..8 (now and then up to 16, with a kernel at least as large: FCN's k16 s8 kind),
     kernel 1..9, dilation 1..3, padding, output_padding and grouping; fp16 / bf16, and fp32 with
-    TF32 (the kernel has no fp32-strict mode); NCHW, channels_last and strided input, small
-    batches and asymmetric sizes up to 40. Input channels per group x the taps of one row phase
-    (over all column phases) stay <= 400, so a block's weights fit its shared memory; outputs stay below
-    2^22 elements, so a sweep of hundreds stays quick."""
+    TF32 (its 3xTF32 mode has its own deep-sum cases in tests/test_gpu_out_tile.py); NCHW,
+    channels_last and strided input, small batches and asymmetric sizes up to 40. Input channels
+    per group x the taps of one row phase (over all column phases) stay <= 400, so a block's
+    weights fit its shared memory at once; outputs stay below 2^22 elements, so a sweep of
+    hundreds stays quick."""
     rng = random.Random(seed * 7127 + 11)
     while True:
         groups = rng.choice((1, 1, 1, 2, 3))
@@ -253,5 +254,5 @@ def random_out_tile_case(seed: int) -> Case:
             weight_channels_last=rng.random() < 0.1,
             non_contiguous=rng.random() < 0.2,
             unbatched=batch == 1 and rng.random() < 0.3,
-            tf32=True if dtype == torch.float32 else rng.random() < 0.5,  # no fp32 strict
+            tf32=True if dtype == torch.float32 else rng.random() < 0.5,  # fp32: TF32
         )
