@@ -216,18 +216,20 @@ __global__ void __launch_bounds__(kThreads, 2)
   const int arow = (lane & 7) | (lane & 8);  // this lane's ldmatrix row (pixel of the m tile)
   const int ahalf = lane >> 4;               // ... and chunk of the k step
   const int g4 = lane >> 2, t4 = lane & 3;
+  auto clear = [](float (&acc)[2][NT][4]) {
+#pragma unroll
+    for (int u = 0; u < 2; ++u)
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+        acc[u][nt][0] = acc[u][nt][1] = acc[u][nt][2] = acc[u][nt][3] = 0.f;
+  };
   float kacc[2][NT][4];  // the warp's item's accumulators across channel blocks
-#pragma unroll
-  for (int u = 0; u < 2; ++u)
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt) kacc[u][nt][0] = kacc[u][nt][1] = kacc[u][nt][2] = kacc[u][nt][3] = 0.f;
+  clear(kacc);
 
-  // One item's GEMM (phase pair pr of the block, m tiles mt0 and mt0 + 1) over the channel
-  // block in shared memory, accumulated into acc: per k step one ldmatrix.x4 per m tile and NT
-  // B fragments shared by both tiles' MMAs.
   // Item it: phase pair pr = it / mpairs of the block (row phase rh_begin + pr / sw, column
   // phase pr % sw), m tiles mt0 and mt0 + 1 (quotients by multiply-high: items < 2^16).
-  const SmallDiv div_mpairs = make_small_div((uint32_t)mpairs), div_sw = make_small_div((uint32_t)p.sw);
+  const SmallDiv div_mpairs = make_small_div((uint32_t)mpairs),
+                 div_sw = make_small_div((uint32_t)p.sw);
   auto item_coords = [&](int it, int& pr, int& mt0, int& rh, int& rw) {
     pr = (int)small_div((uint32_t)it, div_mpairs);
     mt0 = 2 * (it - pr * mpairs);
@@ -235,6 +237,8 @@ __global__ void __launch_bounds__(kThreads, 2)
     rh = rh_begin + rr;
     rw = pr - rr * p.sw;
   };
+  // One item's GEMM over the channel block in shared memory, accumulated into acc: per k step
+  // one ldmatrix.x4 per m tile and NT B fragments shared by both tiles' MMAs.
   auto run_gemm = [&](int it, float (&acc)[2][NT][4]) {
     int pr, mt0, rh, rw;
     item_coords(it, pr, mt0, rh, rw);
@@ -456,11 +460,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     // One channel block: every (phase, pair of 16-pixel m tiles) item, one per warp at a time.
     for (int it = warp; it < items; it += kWarps) {
       float acc[2][NT][4];
-#pragma unroll
-      for (int u = 0; u < 2; ++u)
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt)
-          acc[u][nt][0] = acc[u][nt][1] = acc[u][nt][2] = acc[u][nt][3] = 0.f;
+      clear(acc);
       run_gemm(it, acc);
       run_epilogue(it, acc);
     }
@@ -646,14 +646,10 @@ PackGeometry pack_geometry_blocks(const ConvTranspose2dParams& p, ScalarKind kin
   return geo;
 }
 
-bool kind_supported(ScalarKind kind, bool allow_tf32) {
-  switch (kind) {
-    case ScalarKind::kFloat16:
-    case ScalarKind::kBFloat16: return true;
-    case ScalarKind::kFloat32: return true;  // TF32, or 3xTF32 when TF32 is not allowed
-  }
-  (void)allow_tf32;
-  return false;
+// Every dtype of ours: fp32 as TF32, or 3xTF32 when TF32 is not allowed.
+bool kind_supported(ScalarKind kind) {
+  return kind == ScalarKind::kFloat16 || kind == ScalarKind::kBFloat16 ||
+         kind == ScalarKind::kFloat32;
 }
 
 // Weight-side checks (what packing needs).
@@ -797,10 +793,13 @@ PackGeometry pack_geometry(const ConvTranspose2dParams& p, ScalarKind kind, bool
   return pack_geometry_blocks(p, kind, h, w, c8_all);  // fits nothing: the fit checks refuse it
 }
 
+int64_t packed_bytes(const ConvTranspose2dParams& p, const PackGeometry& geo, bool split) {
+  return p.groups * geo.ks_group * geo.nt * frag_bytes(split);
+}
+
 int64_t packed_bytes(const ConvTranspose2dParams& p, ScalarKind kind, bool split) {
   const AxisPlan h = plan_axis(p.ph_h, 0), w = plan_axis(p.ph_w, 0);
-  const PackGeometry geo = pack_geometry(p, kind, split, h, w);
-  return p.groups * geo.ks_group * geo.nt * frag_bytes(split);
+  return packed_bytes(p, pack_geometry(p, kind, split, h, w), split);
 }
 
 int smem_limit() {
@@ -954,7 +953,7 @@ cudaError_t launch_pack(const ConvTranspose2dParams& p, ScalarKind kind, void* p
   a.dil_h = p.ph_h.dil;
   a.dil_w = p.ph_w.dil;
   for (int i = 0; i <= geo.npairs; ++i) a.ks_prefix[i] = geo.ks_prefix[i];
-  a.total = packed_bytes(p, kind, kSplit) / element_size(kind);
+  a.total = packed_bytes(p, geo, kSplit) / element_size(kind);
   if (a.total == 0) return cudaSuccess;
   gemm_out_tile_pack_weight_kernel<T, kSplit><<<pack_grid(a.total), 256, 0, stream>>>(a);
   return cudaGetLastError();
@@ -962,12 +961,12 @@ cudaError_t launch_pack(const ConvTranspose2dParams& p, ScalarKind kind, void* p
 
 // The weight side of gemm_out_tile_supports; *blocks = the channel blocks it runs in.
 bool weight_runs(const ConvTranspose2dParams& p, ScalarKind kind, bool allow_tf32, int* blocks) {
-  if (!kind_supported(kind, allow_tf32) || !weight_supported(p)) return false;
+  if (!kind_supported(kind) || !weight_supported(p)) return false;
   const bool split = split_mode(kind, allow_tf32);
-  if (packed_bytes(p, kind, split) >= kIndexLimit) return false;
   // The shared-memory layout depends on the phases' taps and offsets, not on the image size.
   const AxisPlan h = plan_axis(p.ph_h, 0), w = plan_axis(p.ph_w, 0);
   const PackGeometry geo = pack_geometry(p, kind, split, h, w);
+  if (packed_bytes(p, geo, split) >= kIndexLimit) return false;
   *blocks = geo.nblocks;
   Layout L;
   return fit_layout(p, kind, split, h, w, geo, kMinTile, smem_limit(), L);
@@ -1000,7 +999,7 @@ int64_t gemm_out_tile_packed_weight_bytes(const ConvTranspose2dParams& p, Scalar
 
 cudaError_t launch_gemm_out_tile_pack_weight(const ConvTranspose2dParams& p, ScalarKind kind,
                                              bool allow_tf32, void* packed, cudaStream_t stream) {
-  if (!kind_supported(kind, allow_tf32) || !weight_supported(p)) return cudaErrorInvalidValue;
+  if (!kind_supported(kind) || !weight_supported(p)) return cudaErrorInvalidValue;
   if (packed_bytes(p, kind, split_mode(kind, allow_tf32)) == 0) return cudaSuccess;
   if (packed == nullptr || p.weight == nullptr) return cudaErrorInvalidValue;
   switch (kind) {
