@@ -41,9 +41,7 @@ bool stream_capturing(cudaStream_t stream) {
 }  // namespace
 
 const void* relayout_into_workspace(const at::Tensor& input, cudaStream_t stream) {
-  if (input.dim() != 4 || !input.is_contiguous() ||
-      (input.element_size() != 2 && input.element_size() != 4) || stream_capturing(stream))
-    return nullptr;
+  if (!relayout_kernel_takes(input) || stream_capturing(stream)) return nullptr;
   const int64_t bytes = input.numel() * input.element_size();
   at::Tensor& buffer =
       thread_workspaces()[{input.get_device(), reinterpret_cast<std::uintptr_t>(stream)}];

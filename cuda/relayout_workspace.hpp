@@ -7,6 +7,13 @@
 
 namespace deconv_patch {
 
+// Whether our tiled transpose (relayout_channels_last.h) re-lays `input`: 4-D, dense NCHW, 16- or
+// 32-bit elements. Other tensors take PyTorch's own channels_last copy.
+inline bool relayout_kernel_takes(const at::Tensor& input) {
+  return input.dim() == 4 && input.is_contiguous() &&
+         (input.element_size() == 2 || input.element_size() == 4);
+}
+
 // Re-lays dense NCHW `input` (16- or 32-bit elements) on `stream` into this thread's cached
 // buffer for (device, stream), grown as needed, and returns the buffer: `input`'s sizes in
 // channels_last order, strides (C*H*W, 1, W*C, C). Returns nullptr, launching nothing, where the

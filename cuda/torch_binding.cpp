@@ -78,8 +78,7 @@ void fill_weight_params(ConvTranspose2dParams& p, const at::Tensor& weight, at::
 // transpose for dense NCHW input of 16- or 32-bit elements, PyTorch's copy for any other layout
 // (or sizes the transpose's grid cannot hold).
 at::Tensor channels_last_copy(const at::Tensor& input, cudaStream_t stream) {
-  if (input.dim() == 4 && input.is_contiguous() &&
-      (input.element_size() == 2 || input.element_size() == 4)) {
+  if (relayout_kernel_takes(input)) {
     at::Tensor x = at::empty_like(input, at::MemoryFormat::ChannelsLast);
     if (launch_relayout_nchw_to_nhwc(input.data_ptr(), x.data_ptr(), input.size(0),
                                      input.size(1), input.size(2) * input.size(3),
@@ -345,9 +344,10 @@ at::Tensor conv_transpose2d_forward(const std::string& variant, const at::Tensor
 
 // Whether gemm_out_tile can run a layer with a weight of these sizes (dense) and dtype
 // ("float32", "float16" or "bfloat16") and these hyperparameters on CUDA device `device_index`,
-// whatever the input size: its shared memory must hold the smallest tile. The planner asks
-// before making gemm_out_tile a layer's untimed default; it passes sizes, not a tensor, so that
-// planning stays free of tensor data (fake and wrapped tensors plan too).
+// whatever the input size, with the weights of all channels in shared memory at once (one
+// channel block): gemm_out_tile_weight_fits. The planner asks before making gemm_out_tile a
+// layer's untimed default; it passes sizes, not a tensor, so that planning stays free of tensor
+// data (fake and wrapped tensors plan too).
 bool gemm_out_tile_fits(int64_t device_index, const std::string& dtype,
                         at::IntArrayRef weight_sizes, at::IntArrayRef stride,
                         at::IntArrayRef padding, at::IntArrayRef dilation, int64_t groups,
@@ -415,8 +415,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     return names;
   }, "gemm_out_tile's tile config names, in config order");
   m.def("gemm_out_tile_fits", &deconv_patch::gemm_out_tile_fits,
-        "Whether gemm_out_tile's smallest tile fits a layer (weight sizes, dtype name, "
-        "hyperparameters) on a CUDA device", py::arg("device_index"), py::arg("dtype"),
+        "Whether gemm_out_tile's smallest tile holds a layer's weights at once (weight sizes, "
+        "dtype name, hyperparameters) on a CUDA device", py::arg("device_index"), py::arg("dtype"),
         py::arg("weight_sizes"), py::arg("stride"), py::arg("padding"), py::arg("dilation"),
         py::arg("groups"), py::arg("allow_tf32"));
   m.def("gemm_phase_sm90_num_configs", &deconv_patch::gemm_phase_sm90_num_configs,

@@ -326,10 +326,10 @@ def kernel_call(variant: str, input: torch.Tensor, weight: torch.Tensor,
     channels_last = cuda_output_channels_last(
         x, weight, args, weight.shape[1] * args.groups * out_hw[0] * out_hw[1])
     allow_tf32 = bool(torch.backends.cudnn.allow_tf32)
+    depth = planner.reduction_depth(weight.shape[0] // args.groups, weight.shape[-2:], args)
     if kernel in (planner.GEMM_KXS, planner.GEMM_PHASE, planner.GEMM_PHASE_TMA):
         # The planner's 3xTF32 rule, for forced calls too.
-        problem = planner.tensor_core_problem(input.dtype, planner.reduction_depth(
-            weight.shape[0] // args.groups, weight.shape[-2:], args))
+        problem = planner.tensor_core_problem(input.dtype, depth)
         if problem is not None:
             raise RuntimeError(f"deconv_patch: {kernel} does not support {problem} (3xTF32 "
                                "would exceed fp32's error bound; see planner.MIN_3XTF32_DEPTH)")
@@ -338,8 +338,7 @@ def kernel_call(variant: str, input: torch.Tensor, weight: torch.Tensor,
     if kernel == planner.GEMM_OUT_TILE:
         # fp32 strict on shallow sums and > 32 output channels per group, with the planner's
         # wording (the binding would refuse wide layers too, with a less specific one).
-        problem = planner.out_tile_problem(input.dtype, weight.shape[1], planner.reduction_depth(
-            weight.shape[0] // args.groups, weight.shape[-2:], args))
+        problem = planner.out_tile_problem(input.dtype, weight.shape[1], depth)
         if problem is not None:
             raise RuntimeError(f"deconv_patch: {kernel} does not support {problem}")
     scale, shift, activation, slope = epilogue.kernel_args(input.device)

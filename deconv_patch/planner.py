@@ -31,9 +31,9 @@ Variants today:
     (FCN's x8 up-sampling, DCGAN's 64 > 3, FSRCNN's 56 > 1): a block owns a contiguous output
     tile across all column phases, so its stores are whole rows, not every stride-th element;
     16-bit, TF32 and 3xTF32, any layout, compute capability >= 8.0: the default for 16-bit
-    layers (and TF32 ones with >= 8 output channels per group) where its shared memory holds
-    the layer's weights at once, an autotune candidate (seven tile configs, "gemm_out_tile:4x32",
-    ...) in every mode.
+    layers (and TF32 ones with >= 8 output channels per group on strides of area >= 16) where
+    its shared memory holds the layer's weights at once, an autotune candidate (seven tile
+    configs, "gemm_out_tile:4x32", ...) in every mode.
 fp32 without TF32 runs 3xTF32 on gemm_kxs, gemm_out_tile and, on Hopper, gemm_phase_tma (x =
 hi + lo, three TF32 products per multiply): fp32-accurate where each output sums at least
 MIN_3XTF32_DEPTH products, so shallower sums stay on cuDNN. gemm_phase has the same mode (forced
@@ -297,8 +297,8 @@ def _plan_layer(device: torch.device, dtype: torch.dtype, kernel_hw: Sequence[in
     depth = None if channels is None else reduction_depth(channels[0], kernel_hw, args)
     # gemm_out_tile replaces cuDNN / gemm_phase as the untimed default (plan() may turn it off)
     out_tile_first = out_tile_default and _out_tile_is_default(dtype, channels, args)
-    # gemm_out_tile (16-bit / TF32 tensor cores, <= 32 output channels per group): an autotune
-    # candidate wherever it runs; the untimed default only up to OUT_TILE_DEFAULT_MAX_CHANNELS.
+    # gemm_out_tile (<= 32 output channels per group; 16-bit, TF32, 3xTF32 on deep sums): an
+    # autotune candidate wherever it runs; the untimed default by _out_tile_is_default's rule.
     out_tile = out_tile_configs(device, dtype, channels, depth)
     if channels is not None and args.groups > 1 and max(channels) <= _MAX_GROUPED_CHANNELS:
         # Measured on the H100 (docs/perf-notes.md): 1.4-10x cuDNN on the suite's depthwise and
@@ -363,7 +363,8 @@ def _plan_layer(device: torch.device, dtype: torch.dtype, kernel_hw: Sequence[in
         return Plan(GEMM_PHASE_TMA, "fp32 without TF32 on Hopper: stride-phase TMA + wgmma "
                     "GEMM in 3xTF32", candidates=(*tma, *out_tile, *grouped, ATEN))
     # (gemm_out_tile's 3xTF32, for <= 32 output channels per group, is an autotune candidate
-    # only: not yet measured against cuDNN's FFMA.)
+    # only: measured against cuDNN's FFMA it wins on FCN x8 (2.8-3.5x) and loses on DCGAN's
+    # 64 > 3 and FSRCNN's 56 > 1, docs/perf-notes.md version 15.)
     if tma or out_tile:
         return Plan(ATEN, "fp32 without TF32: cuDNN unless autotune times a 3xTF32 kernel "
                     "faster (cudnn.benchmark)", candidates=(*tma, *out_tile, *grouped, ATEN))
