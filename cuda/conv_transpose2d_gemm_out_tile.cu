@@ -216,15 +216,12 @@ __global__ void __launch_bounds__(kThreads, 2)
   const int arow = (lane & 7) | (lane & 8);  // this lane's ldmatrix row (pixel of the m tile)
   const int ahalf = lane >> 4;               // ... and chunk of the k step
   const int g4 = lane >> 2, t4 = lane & 3;
-  auto clear = [](float (&acc)[2][NT][4]) {
-#pragma unroll
-    for (int u = 0; u < 2; ++u)
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt)
-        acc[u][nt][0] = acc[u][nt][1] = acc[u][nt][2] = acc[u][nt][3] = 0.f;
-  };
   float kacc[2][NT][4];  // the warp's item's accumulators across channel blocks
-  clear(kacc);
+#pragma unroll
+  for (int u = 0; u < 2; ++u)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+      kacc[u][nt][0] = kacc[u][nt][1] = kacc[u][nt][2] = kacc[u][nt][3] = 0.f;
 
   // Item it: phase pair pr = it / mpairs of the block (row phase rh_begin + pr / sw, column
   // phase pr % sw), m tiles mt0 and mt0 + 1 (quotients by multiply-high: items < 2^16).
@@ -460,7 +457,11 @@ __global__ void __launch_bounds__(kThreads, 2)
     // One channel block: every (phase, pair of 16-pixel m tiles) item, one per warp at a time.
     for (int it = warp; it < items; it += kWarps) {
       float acc[2][NT][4];
-      clear(acc);
+#pragma unroll
+      for (int u = 0; u < 2; ++u)
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+          acc[u][nt][0] = acc[u][nt][1] = acc[u][nt][2] = acc[u][nt][3] = 0.f;
       run_gemm(it, acc);
       run_epilogue(it, acc);
     }
