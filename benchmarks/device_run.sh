@@ -58,6 +58,10 @@
 #                                            # no tests; OT_VARIANTS="v ...": time only these;
 #                                            # SANITIZE=1: memcheck on a few cases;
 #                                            # EXTRA_TESTS="...": more GPU tests; SKIP_NCU=1)
+#   PART=round                               # build + gemm_kxs_sm90's and gemm_phase_tma's
+#                                            # tests, their configs forced in TF32 on their
+#                                            # layers (ROUND_KXS / ROUND_PT="variant ..."),
+#                                            # the planner's TF32 table (ROUND_TABLE=0: not)
 #   LAYERS_ONLY=1                            # with PART=2: the layer benchmark only
 #   TANH_PROFILE=1                           # with PART=2: the GANs' Tanh layers, bare / fused
 #   BUDGET=450                               # seconds this call may take (default 570)
@@ -252,6 +256,26 @@ for cfg in 128x256s4 128x256s4area; do
     -- --layer "maskrcnn.mask 256>256 14" --variant "gemm_kxs_sm90:$cfg" --reps 2
 done
 gpu_tests kxs_sm90-others $(( $(left) - 15 )) -k "not area" tests/test_gpu_kxs_sm90.py
+fi
+
+if [ "${PART:-}" = round ]; then
+# TF32 A operands read into registers and rounded there (session 16) in gemm_kxs_sm90 and
+# gemm_phase_tma: their tests (fp32 cases are TF32), then each kernel's configs forced in TF32
+# on its layers, then the planner's TF32 table (ROUND_TABLE=0: not).
+gpu_tests kxs_sm90 90 tests/test_gpu_kxs_sm90.py
+gpu_tests phase_tma 150 -k "not strict" tests/test_gpu_phase_tma.py
+for v in ${ROUND_KXS:-$(planner_names KXS_SM90_CONFIGS) $(planner_names KXS_SM90_AREA_CONFIGS)}; do
+  forced "$v" tf32 nhwc,nchw "$kxs_layers" 45 60
+done
+for v in ${ROUND_PT:-$(planner_names PHASE_TMA_CONFIGS)}; do
+  forced "$v" tf32 nhwc,nchw "$phase_layers" 60 70
+done
+if [ "${ROUND_TABLE:-1}" = 1 ] && [ "$(left)" -gt 100 ]; then
+  step "layer benchmark (planner's choice, TF32)"
+  timeout $(( $(left) - 15 )) python3 benchmarks/layers.py --modes tf32 \
+    --json "$OUT/layers_tf32.json" > "$L/layers_tf32.log" 2>&1 || echo "layers.py exit $?"
+  tail -6 "$L/layers_tf32.log"
+fi
 fi
 
 if [ "${PART:-}" = gan_models ]; then

@@ -56,8 +56,8 @@
 // round r = c / STAGES:
 //     producer: wait empty[s] parity (r & 1) ^ 1   (round 0: passes on the fresh barrier)
 //               arrive.expect_tx(full[s], A box + B box bytes); TMA A, TMA B -> full[s]
-//     consumer: wait full[s] parity r & 1; [fp32: round its A rows of stage s to TF32, below];
-//               wgmma (4 k steps of 32 bytes); commit; wgmma.wait_group(1)
+//     consumer: wait full[s] parity r & 1; wgmma (4 k steps of 32 bytes); commit;
+//               wgmma.wait_group(1) (fp32: A from registers, one group per k step, below)
 //               -> the previous k block's wgmmas are done: each warp's lane 0 arrives on
 //               empty[prev s] (count = consumer warps reading a stage: 8 cooperative, 4
 //               ping-pong). After the last k block: wait_group(0), arrive.
@@ -75,14 +75,17 @@
 //
 // fp32 (TF32 allowed). Tensor cores read only the top 19 bits of a tf32 operand (truncation), so
 // both operands are rounded to TF32 by round-to-nearest, ties away (cvt.rna) first: B once, by the
-// packing kernel; A (raw fp32 input, loaded by TMA) in shared memory, by the consumer warpgroup
-// that reads those rows, after the full-barrier wait and before its wgmmas: each of its 128
-// threads rounds its share in place (16-byte ld/st.shared), then fence.proxy.async.shared::cta
-// (generic-proxy writes later read by the async proxy) and a named barrier over the warpgroup
-// (kRoundBarrier + w). A warpgroup's wgmmas read only the A rows it rounded itself (cooperative:
-// rows 64w..64w+63; ping-pong: all 128 rows of its own tiles' stages), so no other warpgroup
-// takes part. The stage is released as before, after the wgmmas that read it completed. TMA
-// writes the stage again only after that release, so rounding never races a load.
+// packing kernel; A (raw fp32 input, loaded by TMA) in registers: the TF32 wgmmas take A from
+// registers ("RS" form, WgmmaRsTf32). Per k step, each warp loads the fragment of its 16 rows x
+// 8 k of each m64 half with one ldmatrix.x4 (b16 8x8 matrices of 16-byte rows = 4 tf32: matrix
+// i = rows 8(i & 1).. of 16-byte chunk 2ks + (i >> 1), un-swizzling the 128-byte rows: chunk q
+// of row r at q ^ (r % 8)), which lands exactly in mma.m16n8k8's A fragment order, rounds the 4
+// values (cvt.rna) and issues the wgmma. Each k step is its own commit group, so the fragment
+// registers of step ks are rewritten only after wgmma_wait<3>, when step ks of the previous k
+// block (their last reader) is done; the stage of k block kb-1 is released at step 3 of block kb.
+// (Until session 15 the consumers rounded their A rows in shared memory in place before
+// shared-memory wgmmas: 16 KB more read and written per stage, in a kernel bound by shared-
+// memory bandwidth: docs/perf-notes.md version 16.)
 //
 // NCHW paths (PyTorch's default layout). Independent parts, chosen by template flags:
 // * Staged store (STAGED: output channel stride os_c != 1, and every NCHW-input launch), here with
@@ -197,15 +200,13 @@ constexpr int64_t kMaxTiles = (int64_t)1 << 30;
 constexpr int64_t kInt32Limit = (int64_t)1 << 31;
 // Named barriers (0 is __syncthreads): consumer w's table barrier kTableBarrier + w (its 128
 // threads); ping-pong "your main loop may start" barrier kOrderBarrier + w (256 threads: the
-// other consumer arrives, w syncs); fp32: consumer w's "A stage rounded" barrier
-// kRoundBarrier + w (its 128 threads); staged store: consumer w's "chunk staged" barrier
+// other consumer arrives, w syncs); staged store: consumer w's "chunk staged" barrier
 // kStageBarrier + w (its 128 threads).
 constexpr int kTableBarrier = 1;
 constexpr int kOrderBarrier = 3;
-constexpr int kRoundBarrier = 5;
 constexpr int kStageBarrier = 7;
-static_assert(kTableBarrier + 2 <= kOrderBarrier && kOrderBarrier + 2 <= kRoundBarrier &&
-                  kRoundBarrier + 2 <= kStageBarrier && kStageBarrier + 2 <= 16,
+static_assert(kTableBarrier + 2 <= kOrderBarrier && kOrderBarrier + 2 <= kStageBarrier &&
+                  kStageBarrier + 2 <= 16,
               "barrier ids");
 // Staged store (see the top): a chunk is 64 rows x 64 bytes; two chunk buffers per consumer.
 constexpr int kStageRowBytes = 64;
@@ -588,6 +589,17 @@ __global__ void __launch_bounds__(kThreads, 1)
   const uint32_t a_addr0 = base + (uint32_t)((Cfg::kPingPong ? 0 : cw) * 64 * kRowBytes);
   const uint64_t a_desc0 = NCHW_IN ? kxs_smem_desc_mn(a_addr0) : smem_desc_k128(a_addr0);
   const uint64_t b_desc0 = smem_desc_k128(base + Cfg::kABytes);
+  // TF32: this lane's ldmatrix row (stage offset, m64 half mi) and 16-byte chunk (see the top):
+  // matrix lane / 8 = rows 8 * (matrix & 1) + lane % 8 of the warp's 16, chunk 2ks + matrix / 2.
+  [[maybe_unused]] uint32_t a_row_off[MI];
+#pragma unroll
+  for (int mi = 0; mi < MI; ++mi) {
+    const int row = (Cfg::kPingPong ? 64 * mi : 64 * cw) + 16 * wv + 8 * ((lane >> 3) & 1) +
+                    (lane & 7);
+    a_row_off[mi] = (uint32_t)(row * kRowBytes);
+  }
+  [[maybe_unused]] const uint32_t a_chunk = (uint32_t)(lane >> 4);
+  [[maybe_unused]] const uint32_t a_rr = (uint32_t)(lane & 7);
   constexpr uint64_t kStageDesc = Cfg::kStageBytes >> 4;  // descriptor units of 16 bytes
   constexpr uint64_t kHalfDesc = (64 * kRowBytes) >> 4;   // next 64 rows of A
 
@@ -659,20 +671,44 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     uint32_t c = (uint32_t)i * (uint32_t)p.kb;
     uint32_t prev = 0;
+    if constexpr (kTf32) {
+      // TF32: A from registers, one commit group per k step (see the top).
+      uint32_t afr[4][MI][4];
+      for (int kb = 0; kb < p.kb; ++kb, ++c) {
+        const uint32_t s = c % S;
+        mbar_wait(full_bar + 8 * s, (c / S) & 1);
+        const uint32_t stage = base + s * (uint32_t)Cfg::kStageBytes;
+        const uint64_t bs = b_desc0 + (uint64_t)s * kStageDesc;
+#pragma unroll
+        for (int ks = 0; ks < 4; ++ks) {
+          wgmma_wait<3>();  // step ks of k block kb-1 is done: afr[ks] is free
+          if (ks == 3 && kb > 0) {
+            // ... and so is all of k block kb-1: release its stage.
+#pragma unroll
+            for (int mi = 0; mi < MI; ++mi) fence_acc(acc[mi]);
+            if (lane == 0) mbar_arrive(empty_bar + 8 * prev);
+          }
+#pragma unroll
+          for (int mi = 0; mi < MI; ++mi) {
+            uint32_t(&a)[4] = afr[ks][mi];
+            ldsm_x4(stage + a_row_off[mi] + ((((uint32_t)(2 * ks) + a_chunk) ^ a_rr) << 4), a[0],
+                    a[1], a[2], a[3]);
+#pragma unroll
+            for (int e = 0; e < 4; ++e) a[e] = to_tf32(__uint_as_float(a[e]));
+          }
+#pragma unroll
+          for (int mi = 0; mi < MI; ++mi) fence_acc(acc[mi]);
+          wgmma_fence();
+#pragma unroll
+          for (int mi = 0; mi < MI; ++mi) WgmmaRsTf32<BN>::run(acc[mi], afr[ks][mi], bs + 2 * ks);
+          wgmma_commit();
+        }
+        prev = s;
+      }
+    } else {
     for (int kb = 0; kb < p.kb; ++kb, ++c) {
       const uint32_t s = c % S;
       mbar_wait(full_bar + 8 * s, (c / S) & 1);
-      if constexpr (kTf32) {
-        // Round the A rows this warpgroup's wgmmas read (MI x 64 rows of 128 bytes from
-        // a_desc0's rows, 4 * MI chunks of 16 bytes per thread; the swizzle does not matter for
-        // an elementwise op) to TF32 in place, make the writes visible to the async proxy, and
-        // wait for the whole warpgroup before any of its wgmmas reads them.
-        const uint32_t rows = base + s * (uint32_t)Cfg::kStageBytes +
-                              (uint32_t)((Cfg::kPingPong ? 0 : cw) * 64 * kRowBytes);
-        round_tf32_smem<MI * 64 * kRowBytes / 16 / 128>(rows + 16u * (uint32_t)ct, 16u * 128u);
-        fence_proxy_async_smem();
-        named_barrier_sync(kRoundBarrier + cw, 128);
-      }
 #pragma unroll
       for (int mi = 0; mi < MI; ++mi) fence_acc(acc[mi]);
       wgmma_fence();
@@ -698,6 +734,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         if (lane == 0) mbar_arrive(empty_bar + 8 * prev);
       }
       prev = s;
+    }
     }
     // Ping-pong: let the other consumer start its next tile (if this CTA has one; it then
     // syncs on this barrier exactly once per arrival).

@@ -95,8 +95,8 @@
 //     producer: wait empty[s] parity (r & 1) ^ 1; arrive.expect_tx(full[s], A box + B box bytes,
 //               strict + a second B box: TMA counts the full box even where it zero-fills);
 //               TMA A (4-D), TMA B (2-D; strict: B_hi, and B_lo at row + G*P*Cout_pad)
-//     consumer: wait full[s] parity r & 1; [fp32: round its own A rows to TF32 in place, fence
-//               proxy, warpgroup barrier]; 4 wgmma k steps; commit; wait_group(1) -> the previous
+//     consumer: wait full[s] parity r & 1; 4 wgmma k steps (TF32: A from registers, below);
+//               commit; wait_group(1) -> the previous
 //               block's stage is free: lane 0 of each warp arrives on its empty barrier (count 8
 //               cooperative, 4 ping-pong); after the last block wait_group(0) and arrive.
 //               (fp32 strict: below; a block's stage is released at the end of the block.)
@@ -104,9 +104,10 @@
 // empty tile skips the epilogue as well).
 // Ping-pong order barrier: a consumer starts a tile's main loop only once the other has issued
 // the main loop of the CTA's previous tile, so no parity wait ever meets a barrier a full round
-// behind (and the tensor cores alternate). TF32: the rounding race rules of kxs_sm90 hold (a
-// warpgroup rounds only rows its own wgmmas read, after the full wait, before its wgmmas; the
-// stage is released after those wgmmas complete, and TMA refills it only after the release).
+// behind (and the tensor cores alternate). TF32: A is read into registers and rounded there, as
+// in gemm_kxs_sm90 (ldmatrix per k step, cvt.rna, register-A wgmma, one commit group per k step,
+// wait_group 3 before a step's registers are rewritten; the stage of k block kb-1 is released at
+// step 3 of block kb). Until session 15 the consumers rounded their A rows in shared memory.
 //
 // Epilogue, per consumer and tile: bias/scale/shift loads issued before the main loop, (mul, add)
 // tabulated in shared memory after it (channel_affine), then one of three store paths:
@@ -190,7 +191,8 @@ constexpr int64_t kPtMaxTiles = (int64_t)1 << 30;
 constexpr int64_t kPtInt32Limit = (int64_t)1 << 31;
 constexpr int64_t kPtSizeLimit = (int64_t)1 << 30;  // batch, H, W, OH, OW (int32 coordinates)
 // Named barriers (0 is __syncthreads), each + consumer index: table (its 128 threads), ping-pong
-// order (256: the other consumer arrives, this one syncs), fp32 A rounding (128), staging (128).
+// order (256: the other consumer arrives, this one syncs), fp32 strict A split (128), staging
+// (128).
 constexpr int kPtTableBarrier = 1;
 constexpr int kPtOrderBarrier = 3;
 constexpr int kPtRoundBarrier = 5;
@@ -690,6 +692,17 @@ __global__ void __launch_bounds__(kPtThreads, 1)
   // Cooperative: consumer cw reads A rows 64cw..; ping-pong: both m64 halves (mi * 64 rows).
   const uint64_t a_desc0 = smem_desc_k128(base + (uint32_t)((kPP ? 0 : cw) * 64 * kPtRowBytes));
   const uint64_t b_desc0 = smem_desc_k128(base + Cfg::kBOffset);
+  // TF32: this lane's ldmatrix row (stage offset, m64 half mi) and 16-byte chunk, as in
+  // gemm_kxs_sm90 (see the top): matrix lane / 8 = rows 8 * (matrix & 1) + lane % 8 of the
+  // warp's 16, chunk 2ks + matrix / 2.
+  [[maybe_unused]] uint32_t a_row_off[MI];
+#pragma unroll
+  for (int mi = 0; mi < MI; ++mi) {
+    const int row = (kPP ? 64 * mi : 64 * cw) + 16 * wv + 8 * ((lane >> 3) & 1) + (lane & 7);
+    a_row_off[mi] = (uint32_t)(row * kPtRowBytes);
+  }
+  [[maybe_unused]] const uint32_t a_chunk = (uint32_t)(lane >> 4);
+  [[maybe_unused]] const uint32_t a_rr = (uint32_t)(lane & 7);
   constexpr uint64_t kStageDesc = Cfg::kStageBytes >> 4;  // descriptor units of 16 bytes
   constexpr uint64_t kHalfDesc = (64 * kPtRowBytes) >> 4;  // next 64 rows of A
 
@@ -840,21 +853,47 @@ __global__ void __launch_bounds__(kPtThreads, 1)
     } else {
       uint32_t cc = c;
       uint32_t prev = 0;
+      if constexpr (kTf32) {
+        // TF32: A from registers, one commit group per k step (gemm_kxs_sm90's scheme, see the
+        // top).
+        uint32_t afr[4][MI][4];
+        for (int kb = 0; kb < nkb; ++kb, ++cc) {
+          const uint32_t s = cc % S;
+          mbar_wait(full_bar + 8 * s, (cc / S) & 1);
+          const uint32_t stage = base + s * (uint32_t)Cfg::kStageBytes;
+          const uint64_t bs = b_desc0 + (uint64_t)s * kStageDesc;
+#pragma unroll
+          for (int ks = 0; ks < 4; ++ks) {
+            wgmma_wait<3>();  // step ks of k block kb-1 is done: afr[ks] is free
+            if (ks == 3 && kb > 0) {
+              // ... and so is all of k block kb-1: release its stage.
+#pragma unroll
+              for (int mi = 0; mi < MI; ++mi) fence_acc(acc[mi]);
+              if (lane == 0) mbar_arrive(empty_bar + 8 * prev);
+            }
+#pragma unroll
+            for (int mi = 0; mi < MI; ++mi) {
+              uint32_t(&a)[4] = afr[ks][mi];
+              ldsm_x4(stage + a_row_off[mi] + ((((uint32_t)(2 * ks) + a_chunk) ^ a_rr) << 4),
+                      a[0], a[1], a[2], a[3]);
+#pragma unroll
+              for (int e = 0; e < 4; ++e) a[e] = to_tf32(__uint_as_float(a[e]));
+            }
+#pragma unroll
+            for (int mi = 0; mi < MI; ++mi) fence_acc(acc[mi]);
+            wgmma_fence();
+#pragma unroll
+            for (int mi = 0; mi < MI; ++mi) {
+              WgmmaRsTf32<BN>::run(acc[mi], afr[ks][mi], bs + 2 * ks);
+            }
+            wgmma_commit();
+          }
+          prev = s;
+        }
+      } else {
       for (int kb = 0; kb < nkb; ++kb, ++cc) {
         const uint32_t s = cc % S;
         mbar_wait(full_bar + 8 * s, (cc / S) & 1);
-        if constexpr (kTf32) {
-          // Round the A rows this warpgroup's wgmmas read (MI x 64 rows of 128 bytes from
-          // a_desc0's rows, 4 * MI chunks of 16 bytes per thread; the swizzle does not matter for
-          // an elementwise op) to TF32 in place, make the writes visible to the async proxy, and
-          // wait for the whole warpgroup before any of its wgmmas reads them.
-          const uint32_t rows = base + s * (uint32_t)Cfg::kStageBytes +
-                                (uint32_t)((kPP ? 0 : cw) * 64 * kPtRowBytes);
-          round_tf32_smem<MI * 64 * kPtRowBytes / 16 / 128>(rows + 16u * (uint32_t)ct,
-                                                             16u * 128u);
-          fence_proxy_async_smem();
-          named_barrier_sync(kPtRoundBarrier + cw, 128);
-        }
 #pragma unroll
         for (int mi = 0; mi < MI; ++mi) fence_acc(acc[mi]);
         wgmma_fence();
@@ -877,6 +916,7 @@ __global__ void __launch_bounds__(kPtThreads, 1)
           if (lane == 0) mbar_arrive(empty_bar + 8 * prev);
         }
         prev = s;
+      }
       }
       // Ping-pong: let the other consumer start its next tile (if this CTA has one; it then
       // syncs on this barrier exactly once per arrival).

@@ -200,6 +200,29 @@ struct Wgmma;
 HP_DEFINE_WGMMA_N(64, HP_R32, HP_ACC64, "%32", "%33", "%34")
 HP_DEFINE_WGMMA_N(128, HP_R64, HP_ACC128, "%64", "%65", "%66")
 HP_DEFINE_WGMMA_N(256, HP_R128, HP_ACC256, "%128", "%129", "%130")
+// D(64 x N, fp32) += A(64 x 8, tf32, registers) * B(8 x N, tf32, shared memory, K-major), scale-d
+// 1: the register-A form ("RS"). Warp v of the warpgroup holds rows 16v..16v+15 of A as in
+// mma.m16n8k8: lane l, g = l/4, t = l%4: a[0] = (g, t), a[1] = (g + 8, t), a[2] = (g, t + 4),
+// a[3] = (g + 8, t + 4). The registers must stay unchanged until the wgmma has completed
+// (wgmma_wait), and a wgmma_fence must separate their writes from the wgmma.
+template <int N>
+struct WgmmaRsTf32;
+#define HP_DEFINE_WGMMA_RS_TF32(N, REGS, ACCS, A0, A1, A2, A3, DB, SD)                       \
+  template <>                                                                                \
+  struct WgmmaRsTf32<N> {                                                                    \
+    static __device__ __forceinline__ void run(float (&d)[N / 2], const uint32_t (&a)[4],     \
+                                               uint64_t db) {                                \
+      asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " SD ", 0;\n"                          \
+                   "wgmma.mma_async.sync.aligned.m64n" #N "k8.f32.tf32.tf32"                 \
+                   " {" REGS "}, {" A0 ", " A1 ", " A2 ", " A3 "}, " DB ", p, 1, 1;\n}\n"      \
+                   : ACCS()                                                                  \
+                   : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));          \
+    }                                                                                        \
+  };
+HP_DEFINE_WGMMA_RS_TF32(64, HP_R32, HP_ACC64, "%32", "%33", "%34", "%35", "%36", "%37")
+HP_DEFINE_WGMMA_RS_TF32(128, HP_R64, HP_ACC128, "%64", "%65", "%66", "%67", "%68", "%69")
+HP_DEFINE_WGMMA_RS_TF32(256, HP_R128, HP_ACC256, "%128", "%129", "%130", "%131", "%132", "%133")
+#undef HP_DEFINE_WGMMA_RS_TF32
 #undef HP_ACC256
 #undef HP_ACC128
 #undef HP_ACC64
