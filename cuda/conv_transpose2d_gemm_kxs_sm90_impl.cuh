@@ -706,35 +706,35 @@ __global__ void __launch_bounds__(kThreads, 1)
         prev = s;
       }
     } else {
-    for (int kb = 0; kb < p.kb; ++kb, ++c) {
-      const uint32_t s = c % S;
-      mbar_wait(full_bar + 8 * s, (c / S) & 1);
-#pragma unroll
-      for (int mi = 0; mi < MI; ++mi) fence_acc(acc[mi]);
-      wgmma_fence();
-      const uint64_t so = (uint64_t)s * kStageDesc;
-#pragma unroll
-      for (int ks = 0; ks < 4; ++ks) {
-#pragma unroll
-        for (int mi = 0; mi < MI; ++mi) {
-          // k step (k16 16-bit, k8 tf32): 32 bytes further along every 128-byte row (2
-          // descriptor units); in-atom K offsets of a 128B-swizzled K-major tile go into the
-          // start address, the hardware applies the swizzle to the full address. MN-major A
-          // (NCHW input): 16 k rows = 2 whole atoms further (kKStepDescA).
-          Wgmma<T, BN, NCHW_IN>::run(
-              acc[mi], a_desc0 + so + mi * kHalfDesc + kKStepDescA<NCHW_IN> * ks,
-              b_desc0 + so + 2 * ks);
-        }
-      }
-      wgmma_commit();
-      if (kb > 0) {
-        wgmma_wait<1>();  // this warp's wgmmas of k block kb-1 are done: release its stage
+      for (int kb = 0; kb < p.kb; ++kb, ++c) {
+        const uint32_t s = c % S;
+        mbar_wait(full_bar + 8 * s, (c / S) & 1);
 #pragma unroll
         for (int mi = 0; mi < MI; ++mi) fence_acc(acc[mi]);
-        if (lane == 0) mbar_arrive(empty_bar + 8 * prev);
+        wgmma_fence();
+        const uint64_t so = (uint64_t)s * kStageDesc;
+#pragma unroll
+        for (int ks = 0; ks < 4; ++ks) {
+#pragma unroll
+          for (int mi = 0; mi < MI; ++mi) {
+            // k step (k16 16-bit, k8 tf32): 32 bytes further along every 128-byte row (2
+            // descriptor units); in-atom K offsets of a 128B-swizzled K-major tile go into the
+            // start address, the hardware applies the swizzle to the full address. MN-major A
+            // (NCHW input): 16 k rows = 2 whole atoms further (kKStepDescA).
+            Wgmma<T, BN, NCHW_IN>::run(
+                acc[mi], a_desc0 + so + mi * kHalfDesc + kKStepDescA<NCHW_IN> * ks,
+                b_desc0 + so + 2 * ks);
+          }
+        }
+        wgmma_commit();
+        if (kb > 0) {
+          wgmma_wait<1>();  // this warp's wgmmas of k block kb-1 are done: release its stage
+#pragma unroll
+          for (int mi = 0; mi < MI; ++mi) fence_acc(acc[mi]);
+          if (lane == 0) mbar_arrive(empty_bar + 8 * prev);
+        }
+        prev = s;
       }
-      prev = s;
-    }
     }
     // Ping-pong: let the other consumer start its next tile (if this CTA has one; it then
     // syncs on this barrier exactly once per arrival).

@@ -538,8 +538,8 @@ struct PtKCursor {
 #if defined(DECONV_PATCH_PT_SM90A_DEVICE)
 // fp32 strict A split in shared memory: CHUNKS 16-byte chunks of fp32, chunk i at
 // addr + i * stride_bytes, become hi = tf32_rna(x) in place and lo = tf32_rna(x - hi) at
-// lo_offset bytes further (cvt.rna, as round_tf32_smem). Four chunks at a time: loads first,
-// then converts and stores (fewer live registers than round_tf32_smem's all-loads-first).
+// lo_offset bytes further (cvt.rna). Four chunks at a time: loads first, then converts and
+// stores (fewer live registers than loading every chunk first).
 template <int CHUNKS>
 __device__ __forceinline__ void pt_split_tf32_smem(uint32_t addr, uint32_t stride_bytes,
                                                    uint32_t lo_offset) {
@@ -891,32 +891,32 @@ __global__ void __launch_bounds__(kPtThreads, 1)
           prev = s;
         }
       } else {
-      for (int kb = 0; kb < nkb; ++kb, ++cc) {
-        const uint32_t s = cc % S;
-        mbar_wait(full_bar + 8 * s, (cc / S) & 1);
-#pragma unroll
-        for (int mi = 0; mi < MI; ++mi) fence_acc(acc[mi]);
-        wgmma_fence();
-        const uint64_t so = (uint64_t)s * kStageDesc;
-#pragma unroll
-        for (int ks = 0; ks < 4; ++ks) {
-#pragma unroll
-          for (int mi = 0; mi < MI; ++mi) {
-            // k step (k16 16-bit, k8 tf32): 32 bytes further along every 128-byte row (2
-            // descriptor units); the hardware applies the swizzle to the full address.
-            Wgmma<T, BN>::run(acc[mi], a_desc0 + so + mi * kHalfDesc + 2 * ks,
-                                b_desc0 + so + 2 * ks);
-          }
-        }
-        wgmma_commit();
-        if (kb > 0) {
-          wgmma_wait<1>();  // this warp's wgmmas of k block kb-1 are done: release its stage
+        for (int kb = 0; kb < nkb; ++kb, ++cc) {
+          const uint32_t s = cc % S;
+          mbar_wait(full_bar + 8 * s, (cc / S) & 1);
 #pragma unroll
           for (int mi = 0; mi < MI; ++mi) fence_acc(acc[mi]);
-          if (lane == 0) mbar_arrive(empty_bar + 8 * prev);
+          wgmma_fence();
+          const uint64_t so = (uint64_t)s * kStageDesc;
+#pragma unroll
+          for (int ks = 0; ks < 4; ++ks) {
+#pragma unroll
+            for (int mi = 0; mi < MI; ++mi) {
+              // k step (k16 16-bit, k8 tf32): 32 bytes further along every 128-byte row (2
+              // descriptor units); the hardware applies the swizzle to the full address.
+              Wgmma<T, BN>::run(acc[mi], a_desc0 + so + mi * kHalfDesc + 2 * ks,
+                                b_desc0 + so + 2 * ks);
+            }
+          }
+          wgmma_commit();
+          if (kb > 0) {
+            wgmma_wait<1>();  // this warp's wgmmas of k block kb-1 are done: release its stage
+#pragma unroll
+            for (int mi = 0; mi < MI; ++mi) fence_acc(acc[mi]);
+            if (lane == 0) mbar_arrive(empty_bar + 8 * prev);
+          }
+          prev = s;
         }
-        prev = s;
-      }
       }
       // Ping-pong: let the other consumer start its next tile (if this CTA has one; it then
       // syncs on this barrier exactly once per arrival).

@@ -1,8 +1,9 @@
 // Hopper (sm_90a) PTX wrappers shared by the TMA + wgmma kernels (gemm_kxs_sm90, gemm_phase_tma,
 // gemm_phase_sm90): mbarriers, TMA tile loads, register reallocation, named barriers, wgmma
-// issue / commit / wait, shared-memory matrix descriptors and TF32 rounding. The device-only
-// wrappers compile only for sm_90a (DECONV_PATCH_HOPPER_PTX); the integer helpers are host +
-// device so the packing kernels run anywhere and host emulations check the same functions.
+// issue / commit / wait (shared-memory operands, and register-A TF32), shared-memory matrix
+// descriptors and the TF32 rounding of packed weights. The device-only wrappers compile only for
+// sm_90a (DECONV_PATCH_HOPPER_PTX); the integer helpers are host + device so the packing kernels
+// run anywhere and host emulations check the same functions.
 // No torch headers: kernel files that include this still compile on their own.
 #pragma once
 
@@ -252,28 +253,6 @@ template <>
 __device__ __forceinline__ uint32_t pack2<__half>(float lo, float hi) {
   const __half2 v = __floats2half2_rn(lo, hi);
   return *reinterpret_cast<const uint32_t*>(&v);
-}
-
-// Rounds CHUNKS 16-byte chunks of fp32 in shared memory to TF32 in place (cvt.rna): chunk i at
-// addr + i * stride_bytes. All loads first, then converts and stores.
-template <int CHUNKS>
-__device__ __forceinline__ void round_tf32_smem(uint32_t addr, uint32_t stride_bytes) {
-  uint32_t v[CHUNKS][4];
-#pragma unroll
-  for (int i = 0; i < CHUNKS; ++i) {
-    asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(v[i][0]), "=r"(v[i][1]), "=r"(v[i][2]), "=r"(v[i][3])
-                 : "r"(addr + i * stride_bytes)
-                 : "memory");
-  }
-#pragma unroll
-  for (int i = 0; i < CHUNKS; ++i) {
-#pragma unroll
-    for (int e = 0; e < 4; ++e) v[i][e] = tc::to_tf32(__uint_as_float(v[i][e]));
-    asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr + i * stride_bytes),
-                 "r"(v[i][0]), "r"(v[i][1]), "r"(v[i][2]), "r"(v[i][3])
-                 : "memory");
-  }
 }
 
 #endif  // DECONV_PATCH_HOPPER_PTX
