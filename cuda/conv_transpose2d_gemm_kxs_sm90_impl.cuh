@@ -717,10 +717,11 @@ __global__ void __launch_bounds__(kThreads, 1)
         for (int ks = 0; ks < 4; ++ks) {
 #pragma unroll
           for (int mi = 0; mi < MI; ++mi) {
-            // k step (k16 16-bit, k8 tf32): 32 bytes further along every 128-byte row (2
-            // descriptor units); in-atom K offsets of a 128B-swizzled K-major tile go into the
-            // start address, the hardware applies the swizzle to the full address. MN-major A
-            // (NCHW input): 16 k rows = 2 whole atoms further (kKStepDescA).
+            // k16 step (16-bit; TF32 runs the register-A loop above): 32 bytes further along
+            // every 128-byte row (2 descriptor units); in-atom K offsets of a 128B-swizzled
+            // K-major tile go into the start address, the hardware applies the swizzle to the
+            // full address. MN-major A (NCHW input): 16 k rows = 2 whole atoms further
+            // (kKStepDescA).
             Wgmma<T, BN, NCHW_IN>::run(
                 acc[mi], a_desc0 + so + mi * kHalfDesc + kKStepDescA<NCHW_IN> * ks,
                 b_desc0 + so + 2 * ks);

@@ -902,8 +902,9 @@ __global__ void __launch_bounds__(kPtThreads, 1)
           for (int ks = 0; ks < 4; ++ks) {
 #pragma unroll
             for (int mi = 0; mi < MI; ++mi) {
-              // k step (k16 16-bit, k8 tf32): 32 bytes further along every 128-byte row (2
-              // descriptor units); the hardware applies the swizzle to the full address.
+              // k16 step (16-bit; TF32 runs the register-A loop above): 32 bytes further along
+              // every 128-byte row (2 descriptor units); the hardware applies the swizzle to the
+              // full address.
               Wgmma<T, BN>::run(acc[mi], a_desc0 + so + mi * kHalfDesc + 2 * ks,
                                 b_desc0 + so + 2 * ks);
             }
