@@ -677,32 +677,9 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int kb = 0; kb < p.kb; ++kb, ++c) {
         const uint32_t s = c % S;
         mbar_wait(full_bar + 8 * s, (c / S) & 1);
-        const uint32_t stage = base + s * (uint32_t)Cfg::kStageBytes;
-        const uint64_t bs = b_desc0 + (uint64_t)s * kStageDesc;
-#pragma unroll
-        for (int ks = 0; ks < 4; ++ks) {
-          wgmma_wait<3>();  // step ks of k block kb-1 is done: afr[ks] is free
-          if (ks == 3 && kb > 0) {
-            // ... and so is all of k block kb-1: release its stage.
-#pragma unroll
-            for (int mi = 0; mi < MI; ++mi) fence_acc(acc[mi]);
-            if (lane == 0) mbar_arrive(empty_bar + 8 * prev);
-          }
-#pragma unroll
-          for (int mi = 0; mi < MI; ++mi) {
-            uint32_t(&a)[4] = afr[ks][mi];
-            ldsm_x4(stage + a_row_off[mi] + ((((uint32_t)(2 * ks) + a_chunk) ^ a_rr) << 4), a[0],
-                    a[1], a[2], a[3]);
-#pragma unroll
-            for (int e = 0; e < 4; ++e) a[e] = to_tf32(__uint_as_float(a[e]));
-          }
-#pragma unroll
-          for (int mi = 0; mi < MI; ++mi) fence_acc(acc[mi]);
-          wgmma_fence();
-#pragma unroll
-          for (int mi = 0; mi < MI; ++mi) WgmmaRsTf32<BN>::run(acc[mi], afr[ks][mi], bs + 2 * ks);
-          wgmma_commit();
-        }
+        tf32_rs_k_block<BN>(acc, afr, base + s * (uint32_t)Cfg::kStageBytes,
+                            b_desc0 + (uint64_t)s * kStageDesc, a_row_off, a_chunk, a_rr, kb > 0,
+                            empty_bar + 8 * prev, lane);
         prev = s;
       }
     } else {

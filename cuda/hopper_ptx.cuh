@@ -224,6 +224,46 @@ HP_DEFINE_WGMMA_RS_TF32(64, HP_R32, HP_ACC64, "%32", "%33", "%34", "%35", "%36",
 HP_DEFINE_WGMMA_RS_TF32(128, HP_R64, HP_ACC128, "%64", "%65", "%66", "%67", "%68", "%69")
 HP_DEFINE_WGMMA_RS_TF32(256, HP_R128, HP_ACC256, "%128", "%129", "%130", "%131", "%132", "%133")
 #undef HP_DEFINE_WGMMA_RS_TF32
+
+// One k block (4 k steps of k8) of a TF32 tile with A from registers, for gemm_kxs_sm90 and
+// gemm_phase_tma (the scheme and its index math: conv_transpose2d_gemm_kxs_sm90_impl.cuh, "fp32").
+// Per k step ks: wait until at most 3 commit groups are pending (step ks of the previous k block,
+// the last reader of afr[ks], is then done); at step 3, when `release` is set, the whole previous
+// block is done and lane 0 arrives on `release_bar` (its stage's empty barrier); load this
+// warp's fragment of each m64 half mi with ldmatrix.x4 at stage + row_off[mi] + 16 * ((2ks +
+// chunk) ^ rr), round it (cvt.rna) and issue the register-A wgmmas against B at b_desc (+ 32
+// bytes per step) as one commit group.
+template <int BN, int MI, int ACC>
+__device__ __forceinline__ void tf32_rs_k_block(float (&acc)[MI][ACC], uint32_t (&afr)[4][MI][4],
+                                                uint32_t stage, uint64_t b_desc,
+                                                const uint32_t (&row_off)[MI], uint32_t chunk,
+                                                uint32_t rr, bool release, uint32_t release_bar,
+                                                int lane) {
+  static_assert(ACC == BN / 2, "an m64nBN accumulator per m64 half");
+#pragma unroll
+  for (int ks = 0; ks < 4; ++ks) {
+    wgmma_wait<3>();
+    if (ks == 3 && release) {
+#pragma unroll
+      for (int mi = 0; mi < MI; ++mi) fence_acc(acc[mi]);
+      if (lane == 0) mbar_arrive(release_bar);
+    }
+#pragma unroll
+    for (int mi = 0; mi < MI; ++mi) {
+      uint32_t(&a)[4] = afr[ks][mi];
+      tc::ldsm_x4(stage + row_off[mi] + ((((uint32_t)(2 * ks) + chunk) ^ rr) << 4), a[0], a[1],
+                  a[2], a[3]);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) a[e] = tc::to_tf32(__uint_as_float(a[e]));
+    }
+#pragma unroll
+    for (int mi = 0; mi < MI; ++mi) fence_acc(acc[mi]);
+    wgmma_fence();
+#pragma unroll
+    for (int mi = 0; mi < MI; ++mi) WgmmaRsTf32<BN>::run(acc[mi], afr[ks][mi], b_desc + 2 * ks);
+    wgmma_commit();
+  }
+}
 #undef HP_ACC256
 #undef HP_ACC128
 #undef HP_ACC64
