@@ -99,6 +99,51 @@ def check_full_layer(variant: str, layer: tuple, channels_last: bool, dtype: tor
         f"{variant} {layer}: error {err:.3e} vs PyTorch {torch_err:.3e}")
 
 
+def _tf32_truncated(x: torch.Tensor) -> torch.Tensor:
+    """x (float64 holding fp32 values) with its 13 bits below TF32 cleared (truncation)."""
+    return (x.float().view(torch.int32) & ~0x1FFF).view(torch.float32).double()
+
+
+def _tf32_ties_to_even(x: torch.Tensor) -> torch.Tensor:
+    """x (float64 holding fp32 values) rounded to TF32 to nearest, ties to even."""
+    bits = x.float().view(torch.int32)
+    low, lsb = bits & 0x1FFF, (bits >> 13) & 1
+    up = (low > 0x1000) | ((low == 0x1000) & (lsb == 1))
+    return ((bits & ~0x1FFF) + up.int() * 0x2000).view(torch.float32).double()
+
+
+def check_tf32_rounds_to_nearest_away(variant: str, args: ConvTransposeArgs,
+                                       kernel: tuple, channels_last: bool) -> None:
+    """TF32 mode rounds the input to nearest, ties away from zero (cvt.rna), before the tensor
+    cores, exactly as the reference's tf32_round. The inputs have 12 significant bits (one
+    more than TF32), about half of them ending in 1 (a tie); the weights are small multiples of
+    1/2, so every product and partial sum is exact in fp32 and the output must equal the float64
+    result of the rounded inputs bit for bit. Truncation (how the tensor cores read raw fp32) and
+    ties to even give other outputs on the same data (checked)."""
+    gen = torch.Generator().manual_seed(7)
+    n, cin, cout, hw = 2, 8, 32, (12, 10)
+    mant = torch.randint(2048, 4096, (n, cin, *hw), generator=gen)
+    sign = torch.randint(0, 2, mant.shape, generator=gen) * 2 - 1
+    x = (sign * mant).double() / 4096
+    w = torch.randint(-4, 5, (cin, cout, *kernel), generator=gen).double() / 2
+    expected = conv_transpose2d_float64(tf32_round(x), w, None, args)
+    for other in (_tf32_truncated(x), _tf32_ties_to_even(x)):
+        differs = conv_transpose2d_float64(other, w, None, args) != expected
+        assert differs.double().mean() > 0.2, "the data must tell the roundings apart"
+    xc = x.float().cuda()
+    if channels_last:
+        xc = xc.contiguous(memory_format=torch.channels_last)
+    ref_shape = F.conv_transpose2d(xc, w.float().cuda(), None, args.stride, args.padding,
+                                   args.output_padding, args.groups, args.dilation)
+    poisoned = torch.full_like(ref_shape, float("nan"))
+    with torch.backends.cudnn.flags(enabled=True, allow_tf32=True):
+        got = run_variant(variant, xc, w.float().cuda(), None, args, out=poisoned)
+    torch.cuda.synchronize()
+    assert got.data_ptr() == poisoned.data_ptr()
+    wrong = (got.double().cpu() != expected).sum().item()
+    assert wrong == 0, f"{variant}: {wrong} of {expected.numel()} outputs differ"
+
+
 @pytest.mark.parametrize("seed", range(SWEEP_SIZE))
 def test_direct_kernel_random_sweep(seed):
     check_variant(planner.DIRECT, seed)

@@ -19,7 +19,8 @@ from deconv_patch.epilogue import ACTIVATIONS
 from deconv_patch.ops import run_variant
 from tests.cases import Case, random_kxs_case
 from tests.test_gpu_epilogue import check_epilogue
-from tests.test_gpu_kernels import check_full_layer, check_variant
+from tests.test_gpu_kernels import (check_full_layer, check_tf32_rounds_to_nearest_away,
+                                     check_variant)
 
 pytestmark = pytest.mark.cuda
 VARIANTS = (planner.GEMM_KXS_SM90, *planner.KXS_SM90_CONFIGS)
@@ -98,6 +99,16 @@ def test_gemm_kxs_sm90_area_sweep(variant, seed):
 def test_gemm_kxs_sm90_area_epilogue_sweep(variant, seed):
     _needs_sm90()
     check_epilogue(variant, _area_case(seed + 94_000), seed)
+
+
+@pytest.mark.parametrize("variant", VARIANTS + planner.KXS_SM90_AREA_CONFIGS)
+@pytest.mark.parametrize("channels_last", [True, False])
+def test_gemm_kxs_sm90_tf32_rounds_a_to_nearest_ties_away(variant, channels_last):
+    """A is read into registers and rounded there (cvt.rna): bit-exact against the float64
+    result of tf32_round'ed inputs (NCHW input is re-laid to channels_last, NCHW output staged)."""
+    _needs_sm90()
+    check_tf32_rounds_to_nearest_away(variant, ConvTransposeArgs.from_values(2), (2, 2),
+                                      channels_last)
 
 
 def test_gemm_kxs_sm90_configs_match_the_extension():

@@ -21,7 +21,8 @@ from deconv_patch.epilogue import ACTIVATIONS
 from deconv_patch.ops import run_variant
 from tests.cases import Case, random_phase_case
 from tests.test_gpu_epilogue import check_epilogue
-from tests.test_gpu_kernels import check_full_layer, check_variant
+from tests.test_gpu_kernels import (check_full_layer, check_tf32_rounds_to_nearest_away,
+                                     check_variant)
 
 pytestmark = pytest.mark.cuda
 VARIANTS = (planner.GEMM_PHASE_TMA, *planner.PHASE_TMA_CONFIGS)
@@ -159,3 +160,13 @@ def test_planner_lists_it_for_phase_layers_on_sm90():
         shallow = planner.plan(x[:, :8].float(), w[:8].float(), args)  # 32 products
     assert (set(planner.PHASE_TMA_CONFIGS) <= set(strict.candidates)) == on_sm90
     assert not set(planner.PHASE_TMA_CONFIGS) & set(shallow.candidates)
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("channels_last", [True, False])
+def test_gemm_phase_tma_tf32_rounds_a_to_nearest_ties_away(variant, channels_last):
+    """TF32: A is read into registers and rounded there (cvt.rna): bit-exact against the float64
+    result of tf32_round'ed inputs, on DCGAN's k4 s2 p1 (four phases of four taps)."""
+    _needs_sm90()
+    check_tf32_rounds_to_nearest_away(variant, ConvTransposeArgs.from_values(2, 1), (4, 4),
+                                      channels_last)
