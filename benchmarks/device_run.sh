@@ -61,7 +61,8 @@
 #   PART=round                               # build + gemm_kxs_sm90's and gemm_phase_tma's
 #                                            # tests, their configs forced in TF32 on their
 #                                            # layers (ROUND_KXS / ROUND_PT="variant ..."),
-#                                            # the planner's TF32 table (ROUND_TABLE=0: not)
+#                                            # the planner's TF32 table (ROUND_TABLE=0: not;
+#                                            # SKIP_TESTS=1: no tests; ROUND_FORMATS=nhwc)
 #   LAYERS_ONLY=1                            # with PART=2: the layer benchmark only
 #   TANH_PROFILE=1                           # with PART=2: the GANs' Tanh layers, bare / fused
 #   BUDGET=450                               # seconds this call may take (default 570)
@@ -262,13 +263,15 @@ if [ "${PART:-}" = round ]; then
 # TF32 A operands read into registers and rounded there (session 16) in gemm_kxs_sm90 and
 # gemm_phase_tma: their tests (fp32 cases are TF32), then each kernel's configs forced in TF32
 # on its layers, then the planner's TF32 table (ROUND_TABLE=0: not).
-gpu_tests kxs_sm90 90 tests/test_gpu_kxs_sm90.py
-gpu_tests phase_tma 150 -k "not strict" tests/test_gpu_phase_tma.py
+if [ -z "${SKIP_TESTS:-}" ]; then
+  gpu_tests kxs_sm90 90 tests/test_gpu_kxs_sm90.py
+  gpu_tests phase_tma 150 -k "not strict" tests/test_gpu_phase_tma.py
+fi
 for v in ${ROUND_KXS:-$(planner_names KXS_SM90_CONFIGS) $(planner_names KXS_SM90_AREA_CONFIGS)}; do
-  forced "$v" tf32 nhwc,nchw "$kxs_layers" 45 60
+  forced "$v" tf32 "${ROUND_FORMATS:-nhwc,nchw}" "$kxs_layers" 45 60
 done
 for v in ${ROUND_PT:-$(planner_names PHASE_TMA_CONFIGS)}; do
-  forced "$v" tf32 nhwc,nchw "$phase_layers" 60 70
+  forced "$v" tf32 "${ROUND_FORMATS:-nhwc,nchw}" "$phase_layers" 60 70
 done
 if [ "${ROUND_TABLE:-1}" = 1 ] && [ "$(left)" -gt 100 ]; then
   step "layer benchmark (planner's choice, TF32)"

@@ -589,17 +589,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   const uint32_t a_addr0 = base + (uint32_t)((Cfg::kPingPong ? 0 : cw) * 64 * kRowBytes);
   const uint64_t a_desc0 = NCHW_IN ? kxs_smem_desc_mn(a_addr0) : smem_desc_k128(a_addr0);
   const uint64_t b_desc0 = smem_desc_k128(base + Cfg::kABytes);
-  // TF32: this lane's ldmatrix row (stage offset, m64 half mi) and 16-byte chunk (see the top):
-  // matrix lane / 8 = rows 8 * (matrix & 1) + lane % 8 of the warp's 16, chunk 2ks + matrix / 2.
-  [[maybe_unused]] uint32_t a_row_off[MI];
-#pragma unroll
-  for (int mi = 0; mi < MI; ++mi) {
-    const int row = (Cfg::kPingPong ? 64 * mi : 64 * cw) + 16 * wv + 8 * ((lane >> 3) & 1) +
-                    (lane & 7);
-    a_row_off[mi] = (uint32_t)(row * kRowBytes);
-  }
-  [[maybe_unused]] const uint32_t a_chunk = (uint32_t)(lane >> 4);
-  [[maybe_unused]] const uint32_t a_rr = (uint32_t)(lane & 7);
+  // TF32: this lane's ldmatrix addresses (see the top): rows 64cw.. (cooperative) or 0..
+  // (ping-pong, both halves).
+  static_assert(kRowBytes == 128, "Tf32RsLane: 128-byte swizzled rows");
+  [[maybe_unused]] const Tf32RsLane<MI> a_lane(Cfg::kPingPong ? 0 : 64 * cw, wv, lane);
   constexpr uint64_t kStageDesc = Cfg::kStageBytes >> 4;  // descriptor units of 16 bytes
   constexpr uint64_t kHalfDesc = (64 * kRowBytes) >> 4;   // next 64 rows of A
 
@@ -677,9 +670,10 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int kb = 0; kb < p.kb; ++kb, ++c) {
         const uint32_t s = c % S;
         mbar_wait(full_bar + 8 * s, (c / S) & 1);
-        tf32_rs_k_block<BN>(acc, afr, base + s * (uint32_t)Cfg::kStageBytes,
-                            b_desc0 + (uint64_t)s * kStageDesc, a_row_off, a_chunk, a_rr, kb > 0,
-                            empty_bar + 8 * prev, lane);
+        // No prefetch of the next step's fragment: slower here (hopper_ptx.cuh).
+        tf32_rs_k_block<false, BN>(acc, afr, base + s * (uint32_t)Cfg::kStageBytes,
+                                   b_desc0 + (uint64_t)s * kStageDesc, a_lane, kb > 0,
+                                   empty_bar + 8 * prev, lane);
         prev = s;
       }
     } else {

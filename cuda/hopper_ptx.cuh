@@ -225,21 +225,70 @@ HP_DEFINE_WGMMA_RS_TF32(128, HP_R64, HP_ACC128, "%64", "%65", "%66", "%67", "%68
 HP_DEFINE_WGMMA_RS_TF32(256, HP_R128, HP_ACC256, "%128", "%129", "%130", "%131", "%132", "%133")
 #undef HP_DEFINE_WGMMA_RS_TF32
 
+// This lane's ldmatrix.x4 addresses for the TF32 register-A k block (tf32_rs_k_block), computed
+// once per kernel. The warpgroup reads A rows first_row + 64 * mi.. (m64 half mi) of a stage of
+// 128-byte swizzled rows; warp wv holds rows 16wv..16wv+15 of each half. Matrix lane / 8 of the
+// x4 load is rows 8 * (matrix & 1) + lane % 8 of the warp's 16, 16-byte chunk 2ks + matrix / 2,
+// stored at chunk ^ (row % 8) (the 128-byte swizzle; rows start 8-aligned, so row % 8 = lane % 8).
+template <int MI>
+struct Tf32RsLane {
+  uint32_t row_off[MI];  // byte offset of this lane's row in a stage, per m64 half
+  uint32_t chunk;        // matrix / 2: 0 or 1
+  uint32_t rr;           // row % 8: the swizzle's XOR
+  __device__ __forceinline__ Tf32RsLane(int first_row, int wv, int lane) {
+#pragma unroll
+    for (int mi = 0; mi < MI; ++mi) {
+      const int row = first_row + 64 * mi + 16 * wv + 8 * ((lane >> 3) & 1) + (lane & 7);
+      row_off[mi] = (uint32_t)(row * 128);
+    }
+    chunk = (uint32_t)(lane >> 4);
+    rr = (uint32_t)(lane & 7);
+  }
+};
+
+// ldmatrix.x4 of this warp's fragment of k step ks, each m64 half mi (unrounded fp32 bits).
+template <int MI>
+__device__ __forceinline__ void tf32_rs_load(uint32_t (&a)[MI][4], uint32_t stage,
+                                             const Tf32RsLane<MI>& a_lane, int ks) {
+#pragma unroll
+  for (int mi = 0; mi < MI; ++mi) {
+    const uint32_t chunk = ((uint32_t)(2 * ks) + a_lane.chunk) ^ a_lane.rr;
+    tc::ldsm_x4(stage + a_lane.row_off[mi] + (chunk << 4), a[mi][0], a[mi][1], a[mi][2],
+                a[mi][3]);
+  }
+}
+// dst = src rounded to TF32 (cvt.rna); dst may be src.
+template <int MI>
+__device__ __forceinline__ void tf32_rs_round(uint32_t (&dst)[MI][4],
+                                              const uint32_t (&src)[MI][4]) {
+#pragma unroll
+  for (int mi = 0; mi < MI; ++mi) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) dst[mi][e] = tc::to_tf32(__uint_as_float(src[mi][e]));
+  }
+}
+
 // One k block (4 k steps of k8) of a TF32 tile with A from registers, for gemm_kxs_sm90 and
 // gemm_phase_tma (the scheme and its index math: conv_transpose2d_gemm_kxs_sm90_impl.cuh, "fp32").
 // Per k step ks: wait until at most 3 commit groups are pending (step ks of the previous k block,
 // the last reader of afr[ks], is then done); at step 3, when `release` is set, the whole previous
-// block is done and lane 0 arrives on `release_bar` (its stage's empty barrier); load this
-// warp's fragment of each m64 half mi with ldmatrix.x4 at stage + row_off[mi] + 16 * ((2ks +
-// chunk) ^ rr), round it (cvt.rna) and issue the register-A wgmmas against B at b_desc (+ 32
-// bytes per step) as one commit group.
-template <int BN, int MI, int ACC>
+// block is done and lane 0 arrives on `release_bar` (its stage's empty barrier); round this
+// warp's fragment of each m64 half (tf32_rs_load: ldmatrix.x4 at stage + a_lane.row_off[mi] +
+// 16 * ((2ks + a_lane.chunk) ^ a_lane.rr)) into afr[ks] (cvt.rna) and issue the register-A
+// wgmmas against B at b_desc (+ 32 bytes per step) as one commit group.
+// PREFETCH: step ks + 1's ldmatrix is issued before step ks's wgmmas, into 4 * MI more
+// registers, so its latency is not on the next step's path. Measured per kernel (H100, forced,
+// TF32 NHWC, docs/perf-notes.md version 17): gemm_phase_tma's ping-pong configs 10-15% faster
+// with it; gemm_kxs_sm90's ping-pong config 7-8% slower on Mask R-CNN and YOLO (K = 256), so
+// gemm_kxs_sm90 loads each step's fragment at the step.
+template <bool PREFETCH, int BN, int MI, int ACC>
 __device__ __forceinline__ void tf32_rs_k_block(float (&acc)[MI][ACC], uint32_t (&afr)[4][MI][4],
                                                 uint32_t stage, uint64_t b_desc,
-                                                const uint32_t (&row_off)[MI], uint32_t chunk,
-                                                uint32_t rr, bool release, uint32_t release_bar,
-                                                int lane) {
+                                                const Tf32RsLane<MI>& a_lane, bool release,
+                                                uint32_t release_bar, int lane) {
   static_assert(ACC == BN / 2, "an m64nBN accumulator per m64 half");
+  [[maybe_unused]] uint32_t raw[MI][4];
+  if constexpr (PREFETCH) tf32_rs_load<MI>(raw, stage, a_lane, 0);
 #pragma unroll
   for (int ks = 0; ks < 4; ++ks) {
     wgmma_wait<3>();
@@ -248,13 +297,12 @@ __device__ __forceinline__ void tf32_rs_k_block(float (&acc)[MI][ACC], uint32_t 
       for (int mi = 0; mi < MI; ++mi) fence_acc(acc[mi]);
       if (lane == 0) mbar_arrive(release_bar);
     }
-#pragma unroll
-    for (int mi = 0; mi < MI; ++mi) {
-      uint32_t(&a)[4] = afr[ks][mi];
-      tc::ldsm_x4(stage + row_off[mi] + ((((uint32_t)(2 * ks) + chunk) ^ rr) << 4), a[0], a[1],
-                  a[2], a[3]);
-#pragma unroll
-      for (int e = 0; e < 4; ++e) a[e] = tc::to_tf32(__uint_as_float(a[e]));
+    if constexpr (PREFETCH) {
+      tf32_rs_round<MI>(afr[ks], raw);
+      if (ks < 3) tf32_rs_load<MI>(raw, stage, a_lane, ks + 1);
+    } else {
+      tf32_rs_load<MI>(afr[ks], stage, a_lane, ks);
+      tf32_rs_round<MI>(afr[ks], afr[ks]);
     }
 #pragma unroll
     for (int mi = 0; mi < MI; ++mi) fence_acc(acc[mi]);
