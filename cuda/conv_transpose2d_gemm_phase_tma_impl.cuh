@@ -107,7 +107,9 @@
 // behind (and the tensor cores alternate). TF32: A is read into registers and rounded there, as
 // in gemm_kxs_sm90 (ldmatrix per k step, cvt.rna, register-A wgmma, one commit group per k step,
 // wait_group 3 before a step's registers are rewritten; the stage of k block kb-1 is released at
-// step 3 of block kb). Until session 15 the consumers rounded their A rows in shared memory.
+// step 3 of block kb), except that step ks + 1's ldmatrix is issued before step ks's wgmmas
+// (tf32_rs_k_block's PREFETCH: 10-15% faster on the ping-pong configs here, slower in
+// gemm_kxs_sm90). Until session 15 the consumers rounded their A rows in shared memory.
 //
 // Epilogue, per consumer and tile: bias/scale/shift loads issued before the main loop, (mul, add)
 // tabulated in shared memory after it (channel_affine), then one of three store paths:
