@@ -63,6 +63,13 @@
 #                                            # layers (ROUND_KXS / ROUND_PT="variant ..."),
 #                                            # the planner's TF32 table (ROUND_TABLE=0: not;
 #                                            # SKIP_TESTS=1: no tests; ROUND_FORMATS=nhwc)
+#   PART=epi_ncu                             # build + ncu warp-state / source counters of
+#                                            # gemm_kxs_sm90 128x256s4 on U-Net up1 (fp32,
+#                                            # bf16; EPI_CASES="dtype|variant|layer" lines)
+#   PART=ab                                  # build + AB_TESTS (pytest args), AB_FORCED
+#                                            # timings ("variant|modes|formats|layers"
+#                                            # lines), then the same timings with the files
+#                                            # of folder AB_BASE over cuda/ (rebuilt)
 #   LAYERS_ONLY=1                            # with PART=2: the layer benchmark only
 #   TANH_PROFILE=1                           # with PART=2: the GANs' Tanh layers, bare / fused
 #   BUDGET=450                               # seconds this call may take (default 570)
@@ -83,6 +90,13 @@ step env
 } 2>&1 | tee "$L/env.txt"
 
 step build
+# A source change gives a new build directory; seed it from the newest earlier one on this
+# machine so ninja recompiles only the units whose sources changed.
+cache_now=$(python3 -c "from deconv_patch import extension as e; print(e.cache_dir())" 2>/dev/null)
+if [ -n "$cache_now" ] && [ ! -d "$cache_now" ]; then
+  seed=$(ls -dt "$DECONV_PATCH_CACHE"/*/ 2>/dev/null | head -1)
+  [ -n "$seed" ] && cp -a "$seed" "$cache_now" && echo "build directory seeded from $seed"
+fi
 python3 -m deconv_patch.cli build 2>&1 | tee "$L/build.log" | tail -3
 
 # Seconds left of the call's budget (BUDGET, default 570 s from the start of this script, for
@@ -281,6 +295,36 @@ if [ "${ROUND_TABLE:-1}" = 1 ] && [ "$(left)" -gt 100 ]; then
 fi
 fi
 
+if [ "${PART:-}" = ab ]; then
+# A/B of kernel sources in one call: tests (AB_TESTS, pytest args) and forced timings
+# (AB_FORCED: "variant|modes|formats|layers" lines) on this tree, then the files of AB_BASE
+# (a folder of cuda/ files, e.g. the previous commit's) copied over cuda/, the extension
+# rebuilt from a copy of this build's directory (ninja recompiles what changed), the same
+# timings again (JSON tags base_*), and the tree restored.
+[ -n "${AB_TESTS:-}" ] && gpu_tests ab ${AB_TEST_SECONDS:-150} $AB_TESTS
+ab_forced() {  # ab_forced TAG-PREFIX
+  while IFS='|' read -r v m f only; do
+    [ -z "$v" ] && continue
+    forced "$v" "$m" "$f" "$only" 45 40
+    local t="${v//:/_}_${m//,/-}_${f//,/-}"
+    cp "$OUT/forced_$t.json" "$OUT/$1_$t.json" 2>/dev/null
+  done <<< "$AB_FORCED"
+}
+ab_forced new
+if [ -n "${AB_BASE:-}" ] && [ "$(left)" -gt 150 ]; then
+  cache_of() { python3 -c "from deconv_patch import extension as e; print(e.cache_dir())"; }
+  prev=$(cache_of)
+  mkdir -p /tmp/ab_saved
+  for f in "$AB_BASE"/*; do cp "cuda/$(basename "$f")" /tmp/ab_saved/; cp "$f" cuda/; done
+  next=$(cache_of)
+  [ -d "$next" ] || cp -a "$prev" "$next"
+  step "build (AB_BASE=$AB_BASE)"
+  python3 -m deconv_patch.cli build > "$L/build_base.log" 2>&1 || tail -20 "$L/build_base.log"
+  ab_forced base
+  cp /tmp/ab_saved/* cuda/
+fi
+fi
+
 if [ "${PART:-}" = gan_models ]; then
 # The planner's NCHW choice for k == stride layers (kernel-area tiles), then where the bf16
 # GAN models' eager time goes (benchmarks/models.py, session 12: DCGAN 0.69x, pix2pix 0.89x
@@ -352,6 +396,29 @@ for v in "fp32 gemm_kxs_sm90:128x256s4" "fp32 gemm_kxs_sm90:128x128s6pp" \
     --metrics gpu__time_duration.sum,sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active,lts__t_throughput.avg.pct_of_peak_sustained_elapsed,lts__t_sectors_op_read.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__cycles_elapsed.avg.per_second,smsp__cycles_active.avg.pct_of_peak_sustained_elapsed \
     -- --layer "unet.up1 1024>512 28" --dtype $1 --channels-last --variant $2 --reps 2
 done
+fi
+
+if [ "${PART:-}" = epi_ncu ]; then
+# Where gemm_kxs_sm90's cooperative 128x256 tile spends its epilogue (U-Net up1 NHWC: 26 of
+# 93.5 us in TF32): ncu warp-state and source counters (stall reasons per SASS line), saved as
+# reports and as the source page (CSV) for reading on the host.
+while IFS='|' read -r dt var layer; do
+  [ -z "$dt" ] && continue
+  [ "$(left)" -lt 60 ] && { echo "skipped ncu $dt $var $layer: no time left"; continue; }
+  tag="${layer%% *}_${dt}_${var##*:}"
+  step "ncu: $layer $dt NHWC, $var"
+  timeout 150 ncu --clock-control none -k regex:gemm_kxs_sm90_kernel -c 1 --import-source yes \
+    --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats \
+    --section SourceCounters --section SchedulerStats -f -o "$OUT/ncu_$tag" \
+    python3 benchmarks/profile_layer.py --layer "$layer" --dtype "$dt" --channels-last \
+    --variant "$var" --reps 1 > "$L/ncu_$tag.log" 2>&1; echo "ncu exit $?"
+  ncu --import "$OUT/ncu_$tag.ncu-rep" --page details > "$L/ncu_${tag}_details.txt" 2>&1
+  ncu --import "$OUT/ncu_$tag.ncu-rep" --page source --print-source sass --csv \
+    > "$L/ncu_${tag}_sass.csv" 2>&1
+  grep -E "Duration|Stall|Throughput|Warp Cycles|Issued Ipc|lg_throttle|Memory \[" \
+    "$L/ncu_${tag}_details.txt" | head -30
+done <<< "${EPI_CASES:-fp32|gemm_kxs_sm90:128x256s4|unet.up1 1024>512 28
+bf16|gemm_kxs_sm90:128x256s4|unet.up1 1024>512 28}"
 fi
 
 if [ "${PART:-}" = host ]; then

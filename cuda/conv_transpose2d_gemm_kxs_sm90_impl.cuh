@@ -176,6 +176,7 @@
 #include "epilogue.cuh"
 #include "scalar_convert.cuh"
 #include "hopper_ptx.cuh"
+#include "quad_regroup.cuh"
 #include "tensor_core_ptx.cuh"
 
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -1008,7 +1009,14 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
         for (int g = 0; g < BN / kColGroup; ++g) {
           const int lc = kColGroup * g + 8 * q;  // this lane's 8 logical columns lc..lc+7
-          if (n0 + lc >= p.nc) continue;
+          // fp32 vectors: the quad regroups its values (quad_regroup.cuh) so that each warp
+          // store fills whole 32-byte sectors. Every lane takes part in the shuffles, so the
+          // column tail is tested per store below, and here only for the whole group (uniform).
+          const bool regroup = kTf32 && p.out_vec;
+          if (regroup ? n0 + kColGroup * g >= p.nc : n0 + lc >= p.nc) {
+            if (regroup) break;
+            continue;
+          }
           float mul[8], add[8];
           *reinterpret_cast<float4*>(mul) = *reinterpret_cast<const float4*>(t_mul + lc);
           *reinterpret_cast<float4*>(mul + 4) = *reinterpret_cast<const float4*>(t_mul + lc + 4);
@@ -1018,7 +1026,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           for (int mi = 0; mi < MI; ++mi) {
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
-              if (!row_ok[mi][h]) continue;
+              if (!regroup && !row_ok[mi][h]) continue;
               float v[8];
 #pragma unroll
               for (int k = 0; k < 8; ++k) {
@@ -1027,14 +1035,18 @@ __global__ void __launch_bounds__(kThreads, 1)
               }
               if (p.out_vec) {
                 if constexpr (kTf32) {
-                  // os_c == 1, Cout % 4 == 0: columns lc..lc+3 and lc+4..lc+7 are each 4
-                  // consecutive channels of one tap (not necessarily the same tap), 16-byte
-                  // aligned; nc % 4 == 0, so lc < nc - n0 covers the first 4, and the second 4
-                  // exist iff lc + 4 < nc - n0.
-                  *reinterpret_cast<float4*>(out + row_off[mi][h] + t_off[lc]) =
-                      make_float4(v[0], v[1], v[2], v[3]);
-                  if (n0 + lc + 4 < p.nc) {
-                    *reinterpret_cast<float4*>(out + row_off[mi][h] + t_off[lc + 4]) =
+                  // os_c == 1, Cout % 4 == 0: after the regroup v[0..3] are logical columns
+                  // lo..lo+3 (lo = 32g + 4q) and v[4..7] columns lo+16..lo+19, each 4
+                  // consecutive channels of one tap, 16-byte aligned; nc % 4 == 0, so each
+                  // vector exists iff its first column is below nc - n0.
+                  regroup_quad_f32(v, lane);
+                  const int lo = kColGroup * g + 4 * q;
+                  if (row_ok[mi][h] && n0 + lo < p.nc) {
+                    *reinterpret_cast<float4*>(out + row_off[mi][h] + t_off[lo]) =
+                        make_float4(v[0], v[1], v[2], v[3]);
+                  }
+                  if (row_ok[mi][h] && n0 + lo + 16 < p.nc) {
+                    *reinterpret_cast<float4*>(out + row_off[mi][h] + t_off[lo + 16]) =
                         make_float4(v[4], v[5], v[6], v[7]);
                   }
                 } else {

@@ -167,6 +167,7 @@
 #include "epilogue.cuh"
 #include "scalar_convert.cuh"
 #include "hopper_ptx.cuh"
+#include "quad_regroup.cuh"
 #include "tensor_core_ptx.cuh"
 #include "tensor_map_encoder.h"
 
@@ -953,14 +954,21 @@ __global__ void __launch_bounds__(kPtThreads, 1)
 #pragma unroll
         for (int cg = 0; cg < BN / kPtColGroup; ++cg) {
           const int lc = kPtColGroup * cg + 8 * q4;  // this lane's 8 logical columns lc..lc+7
-          if (tl.col0 + lc >= p.cout_g) continue;
+          // fp32 vectors: the quad regroups its values (quad_regroup.cuh) so that each warp
+          // store fills whole 32-byte sectors. Every lane takes part in the shuffles, so the
+          // channel tail is tested per store below, and here only for the whole group (uniform).
+          const bool regroup = kTf32 && p.mode == kPtStoreVec;
+          if (regroup ? tl.col0 + kPtColGroup * cg >= p.cout_g : tl.col0 + lc >= p.cout_g) {
+            if (regroup) break;
+            continue;
+          }
           float mul[8], add[8];
           load_affine(lc, mul, add);
 #pragma unroll
           for (int mi = 0; mi < MI; ++mi) {
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
-              if (!row_ok[mi][h]) continue;
+              if (!regroup && !row_ok[mi][h]) continue;
               float v[8];
 #pragma unroll
               for (int k = 0; k < 8; ++k) {
@@ -968,15 +976,23 @@ __global__ void __launch_bounds__(kPtThreads, 1)
                 v[k] = epilogue_value<kAct>(a, mul[k], add[k], p.epi.negative_slope);
               }
               if (p.mode == kPtStoreVec) {
-                T* dst = out + row_off[mi][h] + pt_col_offset(p, tl, lc);  // os_c == 1
                 if constexpr (kTf32) {
-                  // Cout_g % 4 == 0: lc < Cout_g - col0 covers the first 4 channels, the
-                  // second 4 exist iff lc + 4 < Cout_g - col0; both 16-byte aligned.
-                  *reinterpret_cast<float4*>(dst) = make_float4(v[0], v[1], v[2], v[3]);
-                  if (tl.col0 + lc + 4 < p.cout_g) {
-                    *reinterpret_cast<float4*>(dst + 4) = make_float4(v[4], v[5], v[6], v[7]);
+                  // Cout_g % 4 == 0: after the regroup v[0..3] are channels lo..lo+3 (lo =
+                  // 32cg + 4q) and v[4..7] channels lo+16..lo+19, each vector 16-byte aligned
+                  // (os_c == 1) and present iff its first channel is below Cout_g - col0.
+                  regroup_quad_f32(v, lane);
+                  const int lo = kPtColGroup * cg + 4 * q4;
+                  if (row_ok[mi][h] && tl.col0 + lo < p.cout_g) {
+                    *reinterpret_cast<float4*>(out + row_off[mi][h] + pt_col_offset(p, tl, lo)) =
+                        make_float4(v[0], v[1], v[2], v[3]);
+                  }
+                  if (row_ok[mi][h] && tl.col0 + lo + 16 < p.cout_g) {
+                    *reinterpret_cast<float4*>(out + row_off[mi][h] +
+                                               pt_col_offset(p, tl, lo + 16)) =
+                        make_float4(v[4], v[5], v[6], v[7]);
                   }
                 } else {
+                  T* dst = out + row_off[mi][h] + pt_col_offset(p, tl, lc);  // os_c == 1
                   // Cout_g % 8 == 0: all 8 channels exist, 16-byte aligned.
                   uint4 pk;
                   pk.x = pack2<T>(v[0], v[1]);

@@ -22,7 +22,7 @@ Variants today:
     compute capability 9.0 only: an autotune candidate for 16-bit layers;
   * ``gemm_kxs_sm90`` - gemm_kxs as a persistent, warp-specialised TMA + wgmma GEMM (sm_90a,
     compute capability 9.0, 16-bit or TF32, groups 1, no output_padding): the choice for
-    channels_last input there (config 128x128s6pp) and for dense 16-bit NCHW input (config
+    channels_last input there (config 128x128s6pp, TF32 128x256s4) and for dense 16-bit NCHW input (config
     128x256s4area: its "kernel-area" tiles store each channel's NCHW output rows as one run),
     an autotune candidate otherwise (the area configs wherever the output is NCHW);
   * ``gemm_phase_tma`` - the stride-phase GEMM in that design (any layer; 16-bit, TF32 and
@@ -94,9 +94,14 @@ KXS_SM90_CONFIGS = tuple(f"{GEMM_KXS_SM90}:{t}" for t in ("128x256s4", "128x128s
 # docs/perf-notes.md version 12) each one tied or beat its base config, by up to 1.5x.
 KXS_SM90_AREA_CONFIGS = tuple(f"{GEMM_KXS_SM90}:{t}area" for t in ("128x256s4", "128x128s6",
                                                                      "128x128s6pp"))
-# The config the planner runs by default for channels_last input (fastest forced on the suite's
-# layers, H100).
+# The config the planner runs by default for 16-bit channels_last input (fastest forced on the
+# suite's layers, H100).
 KXS_SM90_WINNER = KXS_SM90_CONFIGS[2]
+# ... and for TF32 channels_last input: since its fp32 stores fill whole sectors (session 18,
+# cuda/quad_regroup.cuh) the cooperative 128x256 tile is the fastest on all 4 such rows (H100,
+# forced: U-Net up1 76.7 / up4 179.3 / Mask R-CNN 54.2 / YOLOv8-seg 137.6 us against the
+# ping-pong tile's 108.8 / 179.7 / 60.9 / 145.2; docs/perf-notes.md version 18).
+KXS_SM90_TF32_WINNER = KXS_SM90_CONFIGS[0]
 # ... and for dense 16-bit NCHW input (read in place as an MN-major operand) with NCHW output:
 # 128x256s4area was the fastest config on all 8 such rows (bf16 and TF32; docs/perf-notes.md
 # version 12), Mask R-CNN's mask head 1.87x -> 2.21x cuDNN.
@@ -528,7 +533,8 @@ def plan(input: torch.Tensor, weight: torch.Tensor, args: ConvTransposeArgs) -> 
             # Measured on the H100 (docs/perf-notes.md, forced): 2.1-4.4x cuDNN on the suite's
             # channels_last 16-bit k == stride layers (tap-major mma.sync: 1.6-2.8x), at every
             # size and K; its weight is packed, so any weight layout.
-            return Plan(KXS_SM90_WINNER, chosen.reason + "; Hopper TMA + wgmma kernel for "
+            winner = KXS_SM90_TF32_WINNER if x.dtype == torch.float32 else KXS_SM90_WINNER
+            return Plan(winner, chosen.reason + "; Hopper TMA + wgmma kernel for "
                         "channels_last input", candidates=chosen.candidates)
         if sm90 and x.dtype != torch.float32 and \
                 x.is_contiguous() and x.shape[1] % 8 == 0 and \

@@ -193,6 +193,11 @@ def test_planner_picks_gemm_kxs_for_kernel_equal_stride():
                         ConvTransposeArgs.from_values(stride=2))
     # channels_last: the TMA + wgmma kernel on Hopper, else tap-major (16-byte stores)
     assert nhwc.variant == (planner.KXS_SM90_WINNER if on_sm90 else planner.KXS_TAP_MAJOR)
+    # TF32 channels_last input: the cooperative 128x256 tile on Hopper (fp32 stores regrouped)
+    nhwc32 = planner.plan(x[:2].float().contiguous(memory_format=torch.channels_last), w.float(),
+                          ConvTransposeArgs.from_values(stride=2))
+    if on_sm90:
+        assert nhwc32.variant == planner.KXS_SM90_TF32_WINNER, nhwc32
     with torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
         strict = planner.plan(x.float(), w.float(), ConvTransposeArgs.from_values(stride=2))
         shallow = planner.plan(x[:, :8].float(), w[:8].float(),

@@ -134,6 +134,18 @@ def test_gemm_kxs_sm90_runs_the_benchmark_layers(variant, layer, channels_last, 
                      seed=cin + hw)
 
 
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("cout, k", [(4, 3), (12, 3), (20, 3), (28, 3), (44, 1), (100, 2)])
+def test_gemm_kxs_sm90_fp32_vector_store_column_tails(variant, cout, k):
+    """fp32 channels_last output: each quad regroups its values before the 16-byte stores
+    (cuda/quad_regroup.cuh), so a 32-column group's two store halves are predicated apart.
+    NC = k*k*Cout % 32 of 4, 12, 20, 28 leaves every split of the last group; odd sizes
+    leave row tails."""
+    _needs_sm90()
+    check_full_layer(variant, (6, 40, cout, (13, 11), k, k, 0, 0, 1), True, torch.float32,
+                     seed=cout + k)
+
+
 def test_planner_lists_it_for_16_bit_and_tf32_k_equal_stride_layers_on_sm90():
     x = torch.randn(8, 128, 64, 64, device="cuda", dtype=torch.bfloat16)
     w = torch.randn(128, 64, 2, 2, device="cuda", dtype=torch.bfloat16)

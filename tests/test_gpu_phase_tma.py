@@ -134,6 +134,18 @@ def test_gemm_phase_tma_runs_the_benchmark_layers_fp32_strict(variant, layer, ch
                      seed=layer[1] + layer[3][0] + layer[4])
 
 
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("cout", [4, 12, 20, 28, 44])
+@pytest.mark.parametrize("tf32", [True, False])
+def test_gemm_phase_tma_fp32_vector_store_channel_tails(variant, cout, tf32):
+    """fp32 channels_last output: each quad regroups its values before the 16-byte stores
+    (cuda/quad_regroup.cuh), so a 32-channel group's two store halves are predicated apart.
+    Cout % 32 of 4..28 leaves every split of the last group; odd sizes leave row tails."""
+    _needs_sm90()
+    check_full_layer(variant, (6, 48, cout, (13, 11), 4, 2, 1, 0, 1), True, torch.float32,
+                     tf32=tf32, seed=cout)
+
+
 def test_gemm_phase_tma_refuses_what_it_does_not_compute():
     _needs_sm90()
     args = ConvTransposeArgs.from_values(stride=2, padding=1)
