@@ -957,7 +957,9 @@ __global__ void __launch_bounds__(kPtThreads, 1)
           // fp32 vectors: the quad regroups its values (quad_regroup.cuh) so that each warp
           // store fills whole 32-byte sectors. Every lane takes part in the shuffles, so the
           // channel tail is tested per store below, and here only for the whole group (uniform).
-          const bool regroup = kTf32 && p.mode == kPtStoreVec;
+          // Not in fp32 strict (3xTF32), which is bound by its three MMAs per product: there
+          // the regroup measured 0-5% slower (SimpleBaseline d1 / d3, H100, session 18).
+          const bool regroup = kTf32 && !Cfg::kSplit && p.mode == kPtStoreVec;
           if (regroup ? tl.col0 + kPtColGroup * cg >= p.cout_g : tl.col0 + lc >= p.cout_g) {
             if (regroup) break;
             continue;
@@ -976,7 +978,7 @@ __global__ void __launch_bounds__(kPtThreads, 1)
                 v[k] = epilogue_value<kAct>(a, mul[k], add[k], p.epi.negative_slope);
               }
               if (p.mode == kPtStoreVec) {
-                if constexpr (kTf32) {
+                if constexpr (kTf32 && !Cfg::kSplit) {
                   // Cout_g % 4 == 0: after the regroup v[0..3] are channels lo..lo+3 (lo =
                   // 32cg + 4q) and v[4..7] channels lo+16..lo+19, each vector 16-byte aligned
                   // (os_c == 1) and present iff its first channel is below Cout_g - col0.
@@ -990,6 +992,15 @@ __global__ void __launch_bounds__(kPtThreads, 1)
                     *reinterpret_cast<float4*>(out + row_off[mi][h] +
                                                pt_col_offset(p, tl, lo + 16)) =
                         make_float4(v[4], v[5], v[6], v[7]);
+                  }
+                } else if constexpr (kTf32) {
+                  // fp32 strict: Cout_g % 4 == 0: lc < Cout_g - col0 covers the first 4
+                  // channels, the second 4 exist iff lc + 4 < Cout_g - col0; both 16-byte
+                  // aligned (os_c == 1).
+                  T* dst = out + row_off[mi][h] + pt_col_offset(p, tl, lc);
+                  *reinterpret_cast<float4*>(dst) = make_float4(v[0], v[1], v[2], v[3]);
+                  if (tl.col0 + lc + 4 < p.cout_g) {
+                    *reinterpret_cast<float4*>(dst + 4) = make_float4(v[4], v[5], v[6], v[7]);
                   }
                 } else {
                   T* dst = out + row_off[mi][h] + pt_col_offset(p, tl, lc);  // os_c == 1
