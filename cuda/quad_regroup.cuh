@@ -26,27 +26,21 @@
 namespace deconv_patch {
 
 __device__ __forceinline__ void regroup_quad_f32(float (&v)[8], int lane) {
-  constexpr unsigned kAll = 0xffffffffu;
-  const bool odd = (lane & 1) != 0;
+  // Step d (partner lane ^ d): a lane with bit d set keeps v[4..7] and receives the partner's
+  // v[4..7] into v[0..3]; a lane without it keeps v[0..3] and receives the partner's v[0..3]
+  // into v[4..7]. Each lane sends the half it does not keep: 4 shuffles per step.
 #pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    const float send = odd ? v[j] : v[4 + j];
-    const float got = __shfl_xor_sync(kAll, send, 1);
-    if (odd) {
-      v[j] = got;
-    } else {
-      v[4 + j] = got;
-    }
-  }
-  const bool upper = (lane & 2) != 0;
+  for (int d = 1; d <= 2; d <<= 1) {
+    const bool keeps_high = (lane & d) != 0;
 #pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    const float send = upper ? v[j] : v[4 + j];
-    const float got = __shfl_xor_sync(kAll, send, 2);
-    if (upper) {
-      v[j] = got;
-    } else {
-      v[4 + j] = got;
+    for (int j = 0; j < 4; ++j) {
+      const float send = keeps_high ? v[j] : v[4 + j];
+      const float got = __shfl_xor_sync(0xffffffffu, send, d);
+      if (keeps_high) {
+        v[j] = got;
+      } else {
+        v[4 + j] = got;
+      }
     }
   }
 }
