@@ -34,7 +34,9 @@
 // consecutive output channels of one tap (Cout % 8 == 0), which the thread stores as one
 // 16-byte vector straight from its registers: no shuffles, no shared-memory staging. fp32 stores
 // them as two 16-byte vectors of 4 channels each (Cout % 4 == 0 suffices: 4-aligned groups of 4
-// logical columns are 4 consecutive channels of one tap).
+// logical columns are 4 consecutive channels of one tap), after the quad has regrouped its
+// values (quad_regroup.cuh: columns 32g + 4q.. and 32g + 16 + 4q..) so that each warp store
+// fills whole 32-byte sectors.
 // The A and B tiles are loaded by TMA with OOB zero fill, so M, NC and K tails need no padding
 // (Cin * element size is a multiple of 16 bytes, as TMA requires of the row stride).
 //
