@@ -90,13 +90,19 @@ step env
 } 2>&1 | tee "$L/env.txt"
 
 step build
-# A source change gives a new build directory; seed it from the newest earlier one on this
-# machine so ninja recompiles only the units whose sources changed.
-cache_now=$(python3 -c "from deconv_patch import extension as e; print(e.cache_dir())" 2>/dev/null)
-if [ -n "$cache_now" ] && [ ! -d "$cache_now" ]; then
-  seed=$(ls -dt "$DECONV_PATCH_CACHE"/*/ 2>/dev/null | head -1)
-  [ -n "$seed" ] && cp -a "$seed" "$cache_now" && echo "build directory seeded from $seed"
-fi
+# The extension's build directory for the sources as they are now (their digest names it).
+cache_of() { python3 -c "from deconv_patch import extension as e; print(e.cache_dir())"; }
+# seed_build_dir [SEED]: a source change gives a new build directory; when it does not exist
+# yet, copy SEED (default: the newest earlier one on this machine) to it, so ninja recompiles
+# only the units whose sources changed.
+seed_build_dir() {
+  local now seed=${1:-}
+  now=$(cache_of 2>/dev/null)
+  [ -z "$now" ] || [ -d "$now" ] && return
+  [ -z "$seed" ] && seed=$(ls -dt "$DECONV_PATCH_CACHE"/*/ 2>/dev/null | head -1)
+  [ -n "$seed" ] && cp -a "$seed" "$now" && echo "build directory seeded from $seed"
+}
+seed_build_dir
 python3 -m deconv_patch.cli build 2>&1 | tee "$L/build.log" | tail -3
 
 # Seconds left of the call's budget (BUDGET, default 570 s from the start of this script, for
@@ -312,12 +318,10 @@ ab_forced() {  # ab_forced TAG-PREFIX
 }
 ab_forced new
 if [ -n "${AB_BASE:-}" ] && [ "$(left)" -gt 150 ]; then
-  cache_of() { python3 -c "from deconv_patch import extension as e; print(e.cache_dir())"; }
   prev=$(cache_of)
   mkdir -p /tmp/ab_saved
   for f in "$AB_BASE"/*; do cp "cuda/$(basename "$f")" /tmp/ab_saved/; cp "$f" cuda/; done
-  next=$(cache_of)
-  [ -d "$next" ] || cp -a "$prev" "$next"
+  seed_build_dir "$prev"
   step "build (AB_BASE=$AB_BASE)"
   python3 -m deconv_patch.cli build > "$L/build_base.log" 2>&1 || tail -20 "$L/build_base.log"
   ab_forced base

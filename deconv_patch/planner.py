@@ -22,8 +22,9 @@ Variants today:
     compute capability 9.0 only: an autotune candidate for 16-bit layers;
   * ``gemm_kxs_sm90`` - gemm_kxs as a persistent, warp-specialised TMA + wgmma GEMM (sm_90a,
     compute capability 9.0, 16-bit or TF32, groups 1, no output_padding): the choice for
-    channels_last input there (config 128x128s6pp, TF32 128x256s4) and for dense 16-bit NCHW input (config
-    128x256s4area: its "kernel-area" tiles store each channel's NCHW output rows as one run),
+    channels_last input there (config 128x128s6pp, TF32 128x256s4) and for dense 16-bit NCHW
+    input (config 128x256s4area: its "kernel-area" tiles store each channel's NCHW output rows
+    as one run),
     an autotune candidate otherwise (the area configs wherever the output is NCHW);
   * ``gemm_phase_tma`` - the stride-phase GEMM in that design (any layer; 16-bit, TF32 and
     3xTF32): an autotune candidate on Hopper, and the choice there for fp32 without TF32;
