@@ -70,6 +70,8 @@
 #                                            # timings ("variant|modes|formats|layers"
 #                                            # lines), then the same timings with the files
 #                                            # of folder AB_BASE over cuda/ (rebuilt)
+#   PART=event_gap                           # build + event / graph / CUPTI kernel time of
+#                                            # the large k == stride layers (EG_ONLY, EG_MODES)
 #   LAYERS_ONLY=1                            # with PART=2: the layer benchmark only
 #   TANH_PROFILE=1                           # with PART=2: the GANs' Tanh layers, bare / fused
 #   BUDGET=450                               # seconds this call may take (default 570)
@@ -423,6 +425,16 @@ while IFS='|' read -r dt var layer; do
     "$L/ncu_${tag}_details.txt" | head -30
 done <<< "${EPI_CASES:-fp32|gemm_kxs_sm90:128x256s4|unet.up1 1024>512 28
 bf16|gemm_kxs_sm90:128x256s4|unet.up1 1024>512 28}"
+fi
+
+if [ "${PART:-}" = event_gap ]; then
+# Event time against GPU time where the GPU is the bottleneck (U-Net up1's 7-10 us): each path
+# timed per call, per block, from a graph and from the profiler's kernel trace.
+step "event gap"
+timeout $(( $(left) - 15 )) python3 benchmarks/event_gap.py --only "${EG_ONLY:-unet.up1,maskrcnn}" \
+  --modes "${EG_MODES:-tf32,bf16}" --formats nhwc --variant "${EG_VARIANT:-gemm_kxs_sm90:128x256s4}" ${EG_ARGS:-} \
+  > "$L/event_gap.log" 2>&1
+grep -vE "Warning|warn|^\s*$|STAGE:|profiler_|USDT|ERROR:" "$L/event_gap.log" | head -80
 fi
 
 if [ "${PART:-}" = host ]; then

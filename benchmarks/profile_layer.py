@@ -20,6 +20,9 @@ def main() -> None:
     parser.add_argument("--channels-last", action="store_true")
     parser.add_argument("--variant", default="gemm_phase")
     parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--filler", default="cudnn", choices=("cudnn", "none", "add", "sum"),
+                        help="what runs before each of our calls: cuDNN's call of the layer, "
+                        "nothing, an elementwise kernel on 64 MB, a 1 MB sum (a reduction)")
     args = parser.parse_args()
     layer = next(l for l in SUITE if l.name == args.layer)
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[args.dtype]
@@ -33,9 +36,12 @@ def main() -> None:
             memory_format=torch.channels_last)
     fast = deconv_patch.FastConvTranspose2d.from_module(conv)
     torch.backends.cudnn.benchmark = False
+    big = torch.randn(16 * 1024 * 1024, device="cuda")
+    fillers = {"cudnn": lambda: conv(x), "none": lambda: None, "add": lambda: big.add_(1.0),
+               "sum": lambda: big[:262144].sum()}
     with torch.no_grad(), deconv_patch.use_variant(args.variant):
         for _ in range(args.reps):
-            conv(x)
+            fillers[args.filler]()
             fast(x)
     torch.cuda.synchronize()
 

@@ -1006,15 +1006,22 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
       }
 
-      auto store_tile = [&](auto act_c) {
+      // The activation and the store width (p.out_vec) are template arguments: each
+      // combination is its own unrolled copy, so a tile runs one compact, contiguous stretch of
+      // code. With out_vec tested per store, the scalar stores sat between the vector ones and
+      // the path a tile ran spread over ~80 KB of code, which the instruction caches had to
+      // fetch again after any other large kernel: ~8 us per call on U-Net up1 (perf-notes
+      // version 19).
+      auto store_tile = [&](auto act_c, auto vec_c) {
         constexpr Activation kAct = decltype(act_c)::value;
+        constexpr bool kVec = decltype(vec_c)::value;
 #pragma unroll
         for (int g = 0; g < BN / kColGroup; ++g) {
           const int lc = kColGroup * g + 8 * q;  // this lane's 8 logical columns lc..lc+7
           // fp32 vectors: the quad regroups its values (quad_regroup.cuh) so that each warp
           // store fills whole 32-byte sectors. Every lane takes part in the shuffles, so the
           // column tail is tested per store below, and here only for the whole group (uniform).
-          const bool regroup = kTf32 && p.out_vec;
+          constexpr bool regroup = kTf32 && kVec;
           if (regroup ? n0 + kColGroup * g >= p.nc : n0 + lc >= p.nc) {
             if (regroup) break;
             continue;
@@ -1035,7 +1042,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                 const float a = acc[mi][kxs_acc_index(g, h, k)];
                 v[k] = epilogue_value<kAct>(a, mul[k], add[k], p.epi.negative_slope);
               }
-              if (p.out_vec) {
+              if constexpr (kVec) {
                 if constexpr (kTf32) {
                   // os_c == 1, Cout % 4 == 0: after the regroup v[0..3] are logical columns
                   // lo..lo+3 (lo = 32g + 4q) and v[4..7] columns lo+16..lo+19, each 4
@@ -1071,7 +1078,13 @@ __global__ void __launch_bounds__(kThreads, 1)
           }
         }
       };
-      dispatch_activation(p.epi.activation, store_tile);
+      dispatch_activation(p.epi.activation, [&](auto act_c) {
+        if (p.out_vec) {
+          store_tile(act_c, std::true_type{});
+        } else {
+          store_tile(act_c, std::false_type{});
+        }
+      });
     }
   }
 #endif  // DECONV_PATCH_KXS_SM90A_DEVICE

@@ -949,8 +949,11 @@ __global__ void __launch_bounds__(kPtThreads, 1)
               pt_row_offset(p, ph, tl, pt_frag_row<kPP>(mi, cw, wv, rq, h), row_ok[mi][h]);
         }
       }
-      auto store_tile = [&](auto act_c) {
+      // The activation and the store mode are template arguments, so a tile runs one compact
+      // stretch of code (as in gemm_kxs_sm90's store_tile, whose comment says why).
+      auto store_tile = [&](auto act_c, auto vec_c) {
         constexpr Activation kAct = decltype(act_c)::value;
+        constexpr bool kVec = decltype(vec_c)::value;
 #pragma unroll
         for (int cg = 0; cg < BN / kPtColGroup; ++cg) {
           const int lc = kPtColGroup * cg + 8 * q4;  // this lane's 8 logical columns lc..lc+7
@@ -959,7 +962,7 @@ __global__ void __launch_bounds__(kPtThreads, 1)
           // channel tail is tested per store below, and here only for the whole group (uniform).
           // Not in fp32 strict (3xTF32), which is bound by its three MMAs per product: there
           // the regroup measured 0-5% slower (SimpleBaseline d1 / d3, H100, session 18).
-          const bool regroup = kTf32 && !Cfg::kSplit && p.mode == kPtStoreVec;
+          constexpr bool regroup = kTf32 && !Cfg::kSplit && kVec;
           if (regroup ? tl.col0 + kPtColGroup * cg >= p.cout_g : tl.col0 + lc >= p.cout_g) {
             if (regroup) break;
             continue;
@@ -977,7 +980,7 @@ __global__ void __launch_bounds__(kPtThreads, 1)
                 const float a = acc[mi][pt_acc_index(cg, h, k)];
                 v[k] = epilogue_value<kAct>(a, mul[k], add[k], p.epi.negative_slope);
               }
-              if (p.mode == kPtStoreVec) {
+              if constexpr (kVec) {
                 if constexpr (kTf32 && !Cfg::kSplit) {
                   // Cout_g % 4 == 0: after the regroup v[0..3] are channels lo..lo+3 (lo =
                   // 32cg + 4q) and v[4..7] channels lo+16..lo+19, each vector 16-byte aligned
@@ -1023,7 +1026,13 @@ __global__ void __launch_bounds__(kPtThreads, 1)
           }
         }
       };
-      dispatch_activation(p.epi.activation, store_tile);
+      dispatch_activation(p.epi.activation, [&](auto act_c) {
+        if (p.mode == kPtStoreVec) {
+          store_tile(act_c, std::true_type{});
+        } else {
+          store_tile(act_c, std::false_type{});
+        }
+      });
     } else {
       // ---- Staged stores (NCHW and any other layout): chunks of kCols columns. ----
       using St = PtStaging<T, Cfg>;
