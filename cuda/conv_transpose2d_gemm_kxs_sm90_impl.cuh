@@ -27,16 +27,17 @@
 // (0 when that column is >= NC); fp32 values are stored rounded to TF32 (round_tf32_bits, the
 // same rounding as cvt.rna.tf32.f32: exact TF32 values in fp32 containers). Physical GEMM
 // column pos (the wgmma N index) holds logical column j = kxs_logical_col(pos), a permutation
-// inside each aligned group of 32 that swaps bit fields [1:2] and [3:4] of pos:
-//     pos = 32g + 8i + 2q + e   <->   j = 32g + 8q + 2i + e.
-// Why: the wgmma accumulator fragment gives lane l (q = l%4) the physical columns 8c + 2q + e
-// (c = 4g + i); after the permutation those are the logical columns 32g + 8q + 0..7, eight
-// consecutive output channels of one tap (Cout % 8 == 0), which the thread stores as one
-// 16-byte vector straight from its registers: no shuffles, no shared-memory staging. fp32 stores
-// them as two 16-byte vectors of 4 channels each (Cout % 4 == 0 suffices: 4-aligned groups of 4
-// logical columns are 4 consecutive channels of one tap), after the quad has regrouped its
-// values (quad_regroup.cuh: columns 32g + 4q.. and 32g + 16 + 4q..) so that each warp store
-// fills whole 32-byte sectors.
+// inside each aligned group of 32. The wgmma accumulator fragment gives lane l (q = l%4) the
+// physical columns pos = 32g + 8i + 2q + e (i = 0..3, e = 0, 1): its "value k = 2i + e" of
+// group g, at accumulator kxs_acc_index(g, h, k). The permutation makes value k the logical
+// column 32g + kxs_lane_col(q, k):
+//   16-bit: 8q + k. The lane's 8 values are 8 consecutive output channels of one tap (Cout % 8
+//     == 0), stored as one 16-byte vector straight from its registers: no shuffles, no staging.
+//   fp32: 16(k/4) + 4q + k%4. Values 0..3 and 4..7 are channels 4q.. and 16 + 4q.. (Cout % 4
+//     == 0: 4-aligned groups of 4 logical columns are 4 consecutive channels of one tap), two
+//     16-byte vectors; the quad's 4 lanes then cover 64 contiguous bytes with each store, whole
+//     32-byte sectors. (8 consecutive fp32 per lane, as 16-bit has, would half-fill every sector
+//     of each store: ncu counted twice the L2 sectors, perf-notes version 18.)
 // The A and B tiles are loaded by TMA with OOB zero fill, so M, NC and K tails need no padding
 // (Cin * element size is a multiple of 16 bytes, as TMA requires of the row stride).
 //
@@ -96,8 +97,9 @@
 //   post-epilogue values (same arithmetic and rounding as the register path) through a shared
 //   staging buffer, chunk by chunk: a chunk is 64 rows (its m64 half) x 64 bytes of logical columns
 //   (32 16-bit / 16 fp32 columns: one permutation group, or half of one). Write: thread (q, rq)
-//   puts its logical columns 32g + 8q.. (kxs_acc_index, so the weight's column permutation is
-//   undone here) of rows 16wv + rq + 8h as 16-byte units; read: warp wv takes staging rows
+//   puts its logical columns 32g + kxs_lane_col(q, ..) (kxs_acc_index, so the weight's column
+//   permutation is undone here) of rows 16wv + rq + 8h as 16-byte unit q (fp32: values 4hf.. of
+//   chunk hf); read: warp wv takes staging rows
 //   32(wv&1) + lane and 16-byte units (wv>>1), (wv>>1) + 2, and stores them column by column, so
 //   one warp store writes 32 consecutive GEMM rows m (consecutive iw: output columns iw*SW + kw of
 //   one channel plane, every SW-th element; L2 merges the other kw, which another column tile
@@ -121,7 +123,8 @@
 //   (kh, kw). expect_tx stays kStageBytes; channels >= Cout (whole groups of 32, from the next
 //   tap's rows or zero fill) are never stored. A staging chunk (still 64 rows x 64 bytes) holds
 //   64 / PB channel slots of 64 "packets", PB = KW * element size: one pixel's KW taps in output
-//   order (ow = iw*KW + kw); lane q writes the packets of its channels 8q + kk into slot 4kk + q
+//   order (ow = iw*KW + kw); lane q writes the packets of its channel values kk (channel
+//   kxs_lane_col(q, kKPC*sb + kk) of the group) into slot 4kk + q
 //   (kxs_rstage_offset: conflict-free). Each thread reads 16-byte unit ur (pixels fixed per tile,
 //   their row offsets precomputed) of two slots per chunk, i.e. 16 / PB consecutive pixels x KW
 //   of one channel, and stores it as one 16-byte vector when the pixels lie on one output row and
@@ -178,7 +181,6 @@
 #include "epilogue.cuh"
 #include "scalar_convert.cuh"
 #include "hopper_ptx.cuh"
-#include "quad_regroup.cuh"
 #include "tensor_core_ptx.cuh"
 
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -294,12 +296,18 @@ struct KxsArgs {
 // ---------------------------------------------------------------------------------------------
 // Index functions (host and device, so a host emulation can check them).
 
-// Logical column of physical packed row / GEMM column `pos` (an involution, see the top).
-__host__ __device__ __forceinline__ int kxs_logical_col(int pos) {
-  return (pos & ~31) | (((pos >> 3) & 3) << 1) | (((pos >> 1) & 3) << 3) | (pos & 1);
+// Group-local logical column (0..31) that lane q's value k (0..7) holds (see the top):
+// 16-bit 8q + k; fp32 (f32) 16(k/4) + 4q + k%4.
+__host__ __device__ __forceinline__ int kxs_lane_col(int q, int k, bool f32) {
+  return f32 ? 16 * (k >> 2) + 4 * q + (k & 3) : 8 * q + k;
 }
-// Accumulator register (of one m64 accumulator) that holds logical column 32g + 8q + k of row
-// half h for lane q: physical column 32g + 8(k/2) + 2q + k%2, i.e. c = 4g + k/2, e = k%2.
+// Logical column of physical packed row / GEMM column `pos` (see the top): pos = 32g + 8i + 2q
+// + e is lane q's value k = 2i + e.
+__host__ __device__ __forceinline__ int kxs_logical_col(int pos, bool f32) {
+  return (pos & ~31) | kxs_lane_col((pos >> 1) & 3, (((pos >> 3) & 3) << 1) | (pos & 1), f32);
+}
+// Accumulator register (of one m64 accumulator) that holds lane q's value k of 32-column group
+// g in row half h: physical column 32g + 8(k/2) + 2q + k%2, i.e. c = 4g + k/2, e = k%2.
 [[maybe_unused]] __host__ __device__ __forceinline__ int kxs_acc_index(int g, int h, int k) {
   return 16 * g + 4 * (k >> 1) + 2 * h + (k & 1);
 }
@@ -378,12 +386,14 @@ template <int UNITS>
   return 4 * (kR * i2 + rs % kR) + rs / kR;
 }
 // Tile column whose t_off is the output column offset of slot cs in chunk sb of 32-channel group
-// gc (kpc channels per lane and chunk): tap (kh, 0) of channel 32gc + 8(cs % 4) + kpc*sb + x / KH.
+// gc (kpc channels per lane and chunk): tap (kh, 0) of channel 32gc + kxs_lane_col(cs % 4,
+// kpc*sb + x / KH): lane cs % 4's value kpc*sb + x / KH.
 template <int KH, int KW>
 [[maybe_unused]] __host__ __device__ __forceinline__ int kxs_area_slot_col(int cs, int cb, int gc,
-                                                                           int kpc, int sb) {
+                                                                           int kpc, int sb,
+                                                                           bool f32) {
   const int x = cs >> 2;
-  return (x % KH) * KW * cb + kColGroup * gc + 8 * (cs & 3) + kpc * sb + x / KH;
+  return (x % KH) * KW * cb + kColGroup * gc + kxs_lane_col(cs & 3, kpc * sb + x / KH, f32);
 }
 
 // Byte offset of 16-byte unit u (0..3) of row r (0..63) in a staging chunk (see the top): the
@@ -809,14 +819,14 @@ __global__ void __launch_bounds__(kThreads, 1)
           for (int mi = 0; mi < MI; ++mi) {
 #pragma unroll
             for (int sb = 0; sb < kSubs; ++sb) {
-              // Chunk (gc, mi, sb): every kernel row of channels 32gc + 8q' + kKPC*sb + kk of
-              // all q' (slot kxs_area_slot(q', kk, kh); kh-row: 4kk + q').
+              // Chunk (gc, mi, sb): every kernel row of the channels 32gc + kxs_lane_col(q',
+              // kKPC*sb + kk) of all q' (slot kxs_area_slot(q', kk, kh); kh-row: 4kk + q').
               unsigned char* const buf =
                   my_staging + (((gc * MI + mi) * kSubs + sb) & 1) * kStageChunkBytes;
-              const int cl0 = kColGroup * gc + 8 * q + kKPC * sb;  // this lane's channels cl0..
 #pragma unroll
               for (int kk = 0; kk < kKPC; ++kk) {
-                const float mul = t_mul[cl0 + kk], add = t_add[cl0 + kk];
+                const int cl = kColGroup * gc + kxs_lane_col(q, kKPC * sb + kk, kTf32);
+                const float mul = t_mul[cl], add = t_add[cl];
 #pragma unroll
                 for (int kh = 0; kh < kKH; ++kh) {
 #pragma unroll
@@ -824,7 +834,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                     float v[RKW];
 #pragma unroll
                     for (int kw = 0; kw < RKW; ++kw) {
-                      // Tile logical column (kh*KW + kw)*CB + cl0 + kk (kxs_row_b0 /
+                      // Tile logical column (kh*KW + kw)*CB + cl (kxs_row_b0 /
                       // kxs_area_b0).
                       const float a =
                           acc[mi][kxs_acc_index((kh * RKW + kw) * kGroups + gc, h, kKPC * sb + kk)];
@@ -863,7 +873,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                 const uint4 w = *reinterpret_cast<const uint4*>(
                     buf + kxs_rstage_offset<kPB>(cs, 16 * ur));
                 const uint32_t bits[4] = {w.x, w.y, w.z, w.w};
-                const int64_t col = t_off[kxs_area_slot_col<kKH, RKW>(cs, kRowCB, gc, kKPC, sb)];
+                const int64_t col = t_off[kxs_area_slot_col<kKH, RKW>(cs, kRowCB, gc, kKPC, sb, kTf32)];
                 T* const d0 = out + (roff[mi][0] + col);
                 const uintptr_t a0 = reinterpret_cast<uintptr_t>(d0);
                 if (rrun[mi] && (a0 & 15) == 0) {
@@ -922,12 +932,14 @@ __global__ void __launch_bounds__(kThreads, 1)
         for (int g = 0; g < BN / kColGroup; ++g) {
           // Uniform over the warpgroup, as the barriers below need (later groups are past NC too).
           if (n0 + kColGroup * g >= p.nc) break;
-          const int lc = kColGroup * g + 8 * q;  // this lane's 8 logical columns lc..lc+7
+          // This lane's values 0..3 and 4..7 are logical columns c0.. and c1.. (kxs_lane_col).
+          const int c0 = kColGroup * g + kxs_lane_col(q, 0, kTf32);
+          const int c1 = kColGroup * g + kxs_lane_col(q, 4, kTf32);
           float mul[8], add[8];
-          *reinterpret_cast<float4*>(mul) = *reinterpret_cast<const float4*>(t_mul + lc);
-          *reinterpret_cast<float4*>(mul + 4) = *reinterpret_cast<const float4*>(t_mul + lc + 4);
-          *reinterpret_cast<float4*>(add) = *reinterpret_cast<const float4*>(t_add + lc);
-          *reinterpret_cast<float4*>(add + 4) = *reinterpret_cast<const float4*>(t_add + lc + 4);
+          *reinterpret_cast<float4*>(mul) = *reinterpret_cast<const float4*>(t_mul + c0);
+          *reinterpret_cast<float4*>(mul + 4) = *reinterpret_cast<const float4*>(t_mul + c1);
+          *reinterpret_cast<float4*>(add) = *reinterpret_cast<const float4*>(t_add + c0);
+          *reinterpret_cast<float4*>(add + 4) = *reinterpret_cast<const float4*>(t_add + c1);
 #pragma unroll
           for (int mi = 0; mi < MI; ++mi) {
             float v[2][8];
@@ -944,25 +956,21 @@ __global__ void __launch_bounds__(kThreads, 1)
               // Chunk (g, mi, hf) of this tile: buffer parity by chunk index (compile time).
               unsigned char* const buf =
                   my_staging + (((g * MI + mi) * kHalves + hf) & 1) * kStageChunkBytes;
-              // Write: fp32 chunks hold 16 columns, those of lanes q = 2hf, 2hf + 1.
-              if (!kTf32 || (q >> 1) == hf) {
+              // Write: unit q of each row. fp32 chunk hf holds columns 16hf + 4q.. of every lane
+              // q: its values 4hf..4hf+3; a 16-bit chunk the 8 values of every lane.
 #pragma unroll
-                for (int h = 0; h < 2; ++h) {
-                  const int r = 16 * wv + rq + 8 * h;  // row in the 64-row half
-                  if constexpr (kTf32) {
-                    const int u = 2 * (q & 1);
-                    *reinterpret_cast<float4*>(buf + kxs_stage_offset(r, u)) =
-                        make_float4(v[h][0], v[h][1], v[h][2], v[h][3]);
-                    *reinterpret_cast<float4*>(buf + kxs_stage_offset(r, u + 1)) =
-                        make_float4(v[h][4], v[h][5], v[h][6], v[h][7]);
-                  } else {
-                    uint4 pk;
-                    pk.x = pack2<T>(v[h][0], v[h][1]);
-                    pk.y = pack2<T>(v[h][2], v[h][3]);
-                    pk.z = pack2<T>(v[h][4], v[h][5]);
-                    pk.w = pack2<T>(v[h][6], v[h][7]);
-                    *reinterpret_cast<uint4*>(buf + kxs_stage_offset(r, q)) = pk;
-                  }
+              for (int h = 0; h < 2; ++h) {
+                const int r = 16 * wv + rq + 8 * h;  // row in the 64-row half
+                if constexpr (kTf32) {
+                  *reinterpret_cast<float4*>(buf + kxs_stage_offset(r, q)) = make_float4(
+                      v[h][4 * hf], v[h][4 * hf + 1], v[h][4 * hf + 2], v[h][4 * hf + 3]);
+                } else {
+                  uint4 pk;
+                  pk.x = pack2<T>(v[h][0], v[h][1]);
+                  pk.y = pack2<T>(v[h][2], v[h][3]);
+                  pk.z = pack2<T>(v[h][4], v[h][5]);
+                  pk.w = pack2<T>(v[h][6], v[h][7]);
+                  *reinterpret_cast<uint4*>(buf + kxs_stage_offset(r, q)) = pk;
                 }
               }
               // The chunk is complete; the other buffer's readers are done (top).
@@ -1017,62 +1025,57 @@ __global__ void __launch_bounds__(kThreads, 1)
         constexpr bool kVec = decltype(vec_c)::value;
 #pragma unroll
         for (int g = 0; g < BN / kColGroup; ++g) {
-          const int lc = kColGroup * g + 8 * q;  // this lane's 8 logical columns lc..lc+7
-          // fp32 vectors: the quad regroups its values (quad_regroup.cuh) so that each warp
-          // store fills whole 32-byte sectors. Every lane takes part in the shuffles, so the
-          // column tail is tested per store below, and here only for the whole group (uniform).
-          constexpr bool regroup = kTf32 && kVec;
-          if (regroup ? n0 + kColGroup * g >= p.nc : n0 + lc >= p.nc) {
-            if (regroup) break;
-            continue;
-          }
+          // This lane's values 0..3 and 4..7 are logical columns c0.. and c1.. (kxs_lane_col):
+          // 16-bit c1 = c0 + 4 (8 consecutive columns); fp32 c0 = 32g + 4q, c1 = c0 + 16, so
+          // that a warp's store of values 0..3 (then 4..7) writes 64 contiguous bytes per row,
+          // whole 32-byte sectors (the column permutation of the packed weight does what a
+          // shuffle of the quad's values did before, perf-notes version 19).
+          const int c0 = kColGroup * g + kxs_lane_col(q, 0, kTf32);
+          const int c1 = kColGroup * g + kxs_lane_col(q, 4, kTf32);
+          if (n0 + c0 >= p.nc) continue;
           float mul[8], add[8];
-          *reinterpret_cast<float4*>(mul) = *reinterpret_cast<const float4*>(t_mul + lc);
-          *reinterpret_cast<float4*>(mul + 4) = *reinterpret_cast<const float4*>(t_mul + lc + 4);
-          *reinterpret_cast<float4*>(add) = *reinterpret_cast<const float4*>(t_add + lc);
-          *reinterpret_cast<float4*>(add + 4) = *reinterpret_cast<const float4*>(t_add + lc + 4);
+          *reinterpret_cast<float4*>(mul) = *reinterpret_cast<const float4*>(t_mul + c0);
+          *reinterpret_cast<float4*>(mul + 4) = *reinterpret_cast<const float4*>(t_mul + c1);
+          *reinterpret_cast<float4*>(add) = *reinterpret_cast<const float4*>(t_add + c0);
+          *reinterpret_cast<float4*>(add + 4) = *reinterpret_cast<const float4*>(t_add + c1);
 #pragma unroll
           for (int mi = 0; mi < MI; ++mi) {
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
-              if (!regroup && !row_ok[mi][h]) continue;
+              if (!row_ok[mi][h]) continue;
               float v[8];
 #pragma unroll
               for (int k = 0; k < 8; ++k) {
                 const float a = acc[mi][kxs_acc_index(g, h, k)];
                 v[k] = epilogue_value<kAct>(a, mul[k], add[k], p.epi.negative_slope);
               }
-              if constexpr (kVec) {
-                if constexpr (kTf32) {
-                  // os_c == 1, Cout % 4 == 0: after the regroup v[0..3] are logical columns
-                  // lo..lo+3 (lo = 32g + 4q) and v[4..7] columns lo+16..lo+19, each 4
-                  // consecutive channels of one tap, 16-byte aligned; nc % 4 == 0, so each
-                  // vector exists iff its first column is below nc - n0.
-                  regroup_quad_f32(v, lane);
-                  const int lo = kColGroup * g + 4 * q;
-                  if (row_ok[mi][h] && n0 + lo < p.nc) {
-                    *reinterpret_cast<float4*>(out + row_off[mi][h] + t_off[lo]) =
-                        make_float4(v[0], v[1], v[2], v[3]);
-                  }
-                  if (row_ok[mi][h] && n0 + lo + 16 < p.nc) {
-                    *reinterpret_cast<float4*>(out + row_off[mi][h] + t_off[lo + 16]) =
-                        make_float4(v[4], v[5], v[6], v[7]);
-                  }
-                } else {
-                  // os_c == 1, Cout % 8 == 0: the 8 columns are consecutive channels of one tap,
-                  // 16-byte aligned (nc % 8 == 0, so lc < nc - n0 covers all 8).
-                  uint4 pk;
-                  pk.x = pack2<T>(v[0], v[1]);
-                  pk.y = pack2<T>(v[2], v[3]);
-                  pk.z = pack2<T>(v[4], v[5]);
-                  pk.w = pack2<T>(v[6], v[7]);
-                  *reinterpret_cast<uint4*>(out + row_off[mi][h] + t_off[lc]) = pk;
-                }
-              } else {
+              T* const row = out + row_off[mi][h];
+              // (kVec tested first: a 16-bit branch under a test that depends on the lambda's
+              // arguments would make T = float reference pack2<float>, which has no body.)
+              if constexpr (!kVec) {
 #pragma unroll
                 for (int k = 0; k < 8; ++k) {
-                  if (n0 + lc + k < p.nc) out[row_off[mi][h] + t_off[lc + k]] = from_float<T>(v[k]);
+                  const int c = kColGroup * g + kxs_lane_col(q, k, kTf32);
+                  if (n0 + c < p.nc) row[t_off[c]] = from_float<T>(v[k]);
                 }
+              } else if constexpr (kTf32) {
+                // os_c == 1, Cout % 4 == 0: each 4 consecutive channels of one tap, 16-byte
+                // aligned; nc % 4 == 0, so a vector exists iff its first column is below
+                // nc - n0 (c0's was tested above).
+                *reinterpret_cast<float4*>(row + t_off[c0]) = make_float4(v[0], v[1], v[2], v[3]);
+                if (n0 + c1 < p.nc) {
+                  *reinterpret_cast<float4*>(row + t_off[c1]) =
+                      make_float4(v[4], v[5], v[6], v[7]);
+                }
+              } else {
+                // os_c == 1, Cout % 8 == 0: the 8 columns are consecutive channels of one tap,
+                // 16-byte aligned (nc % 8 == 0, so c0 < nc - n0 covers all 8).
+                uint4 pk;
+                pk.x = pack2<T>(v[0], v[1]);
+                pk.y = pack2<T>(v[2], v[3]);
+                pk.z = pack2<T>(v[4], v[5]);
+                pk.w = pack2<T>(v[6], v[7]);
+                *reinterpret_cast<uint4*>(row + t_off[c0]) = pk;
               }
             }
           }
@@ -1101,13 +1104,14 @@ struct KxsPackArgs {
   int64_t ws[4];  // weight strides: cin, cout, kh, kw
   int cin, cout, kw, nc;
   int64_t total;  // NC_pad * Cin
+  bool f32;       // fp32 column permutation (kxs_logical_col)
 };
 
 // Weight element offset that packed element `idx` copies, or -1 for a zero (padding column).
 __host__ __device__ __forceinline__ int64_t kxs_pack_source(const KxsPackArgs& a, int64_t idx) {
   const int k = (int)(idx % a.cin);
   const int pos = (int)(idx / a.cin);
-  const int j = kxs_logical_col(pos);
+  const int j = kxs_logical_col(pos, a.f32);
   if (j >= a.nc) return -1;
   const int tap = j / a.cout;
   const int co = j - tap * a.cout;
@@ -1323,8 +1327,9 @@ KxsArgs make_kxs_args(const ConvTranspose2dParams& p, ScalarKind kind, int bn, b
   return a;
 }
 
-KxsPackArgs make_pack_args(const ConvTranspose2dParams& p, void* packed) {
+KxsPackArgs make_pack_args(const ConvTranspose2dParams& p, void* packed, bool f32) {
   KxsPackArgs a{};
+  a.f32 = f32;
   a.w = p.weight;
   a.packed = packed;
   for (int i = 0; i < 4; ++i) a.ws[i] = p.w_stride[i];
@@ -1491,7 +1496,7 @@ cudaError_t launch_typed(const ConvTranspose2dParams& p, ScalarKind kind, const 
 
 template <typename T>
 cudaError_t launch_pack(const ConvTranspose2dParams& p, void* packed, cudaStream_t stream) {
-  const KxsPackArgs a = make_pack_args(p, packed);
+  const KxsPackArgs a = make_pack_args(p, packed, std::is_same<T, float>::value);
   const int64_t blocks = (a.total + 255) / 256;
   const unsigned grid = (unsigned)(blocks < 65536 ? blocks : 65536);
   gemm_kxs_sm90_pack_weight_kernel<T><<<grid, 256, 0, stream>>>(a);

@@ -194,7 +194,7 @@ static void build(CaseData& d, const Case& c, uint32_t seed) {
     d.addc[co] = 0.5 * u(rng) + 10.0 * co;
   }
   // Packed weight through the kernel's packing index, and the GEMM over every packed row.
-  const KxsPackArgs pa = make_pack_args(p, nullptr);
+  const KxsPackArgs pa = make_pack_args(p, nullptr, c.es == 4);
   std::vector<double> bp((size_t)d.prow * c.cin);
   for (int64_t idx = 0; idx < d.prow * c.cin; ++idx) {
     const int64_t src = kxs_pack_source(pa, idx);
@@ -393,6 +393,11 @@ static void run_config(const CaseData& d, int config) {
   R.out_base = reinterpret_cast<uintptr_t>(p.output);
   const int es = c.es;
   const bool tf32 = es == 4;
+  // Group-local logical column of lane q's value k, written out here (the kernel's is
+  // kxs_lane_col): 16-bit 8q + k; fp32 4q + k for k < 4, 16 + 4q + (k - 4) after.
+  auto lane_col = [tf32](int q, int k) {
+    return tf32 ? (k < 4 ? 4 * q + k : 12 + 4 * q + k) : 8 * q + k;
+  };
 
   for (int t = 0; t < a.tiles; ++t) {
     Tile T;
@@ -474,22 +479,20 @@ static void run_config(const CaseData& d, int config) {
               Chunk ch(es);
               for (int ct = 0; ct < 128; ++ct) {
                 const int wv = ct >> 5, lane = ct & 31, q = lane & 3, rq = lane >> 2;
-                const int lc = kColGroup * g + 8 * q;
                 double v[2][8];
                 for (int h = 0; h < 2; ++h)
-                  for (int k = 0; k < 8; ++k)
+                  for (int k = 0; k < 8; ++k) {
+                    const int lc = kColGroup * g + lane_col(q, k);
                     v[h][k] = acc_value(R, T, nchw, cw, ct, mi, kxs_acc_index(g, h, k)) *
-                                  T.t_mul[lc + k] + T.t_add[lc + k];
-                if (!tf32 || (q >> 1) == hf) {
-                  for (int h = 0; h < 2; ++h) {
-                    const int r = 16 * wv + rq + 8 * h;
-                    if (tf32) {
-                      const int u = 2 * (q & 1);
-                      ch.write(kxs_stage_offset(r, u), v[h], 4, what);
-                      ch.write(kxs_stage_offset(r, u + 1), v[h] + 4, 4, what);
-                    } else {
-                      ch.write(kxs_stage_offset(r, q), v[h], 8, what);
-                    }
+                                  T.t_mul[lc] + T.t_add[lc];
+                  }
+                // Unit q of each row: fp32 values 4hf..4hf+3 (columns 16hf + 4q..), 16-bit all 8.
+                for (int h = 0; h < 2; ++h) {
+                  const int r = 16 * wv + rq + 8 * h;
+                  if (tf32) {
+                    ch.write(kxs_stage_offset(r, q), v[h] + 4 * hf, 4, what);
+                  } else {
+                    ch.write(kxs_stage_offset(r, q), v[h], 8, what);
                   }
                 }
               }
@@ -537,9 +540,9 @@ static void run_config(const CaseData& d, int config) {
         return rkh == 4 ? kxs_area_slot<4>(q, k, kh) : kxs_area_slot<2>(q, k, kh);
       };
       auto aslot_col = [&](int cs, int gc, int sb) {
-        if (rkh == 4) return kxs_area_slot_col<4, 2>(cs, cb, gc, kKPC, sb);
-        return rkw == 4 ? kxs_area_slot_col<2, 4>(cs, cb, gc, kKPC, sb)
-                        : kxs_area_slot_col<2, 2>(cs, cb, gc, kKPC, sb);
+        if (rkh == 4) return kxs_area_slot_col<4, 2>(cs, cb, gc, kKPC, sb, tf32);
+        return rkw == 4 ? kxs_area_slot_col<2, 4>(cs, cb, gc, kKPC, sb, tf32)
+                        : kxs_area_slot_col<2, 2>(cs, cb, gc, kKPC, sb, tf32);
       };
       CHECK(mode != Mode::kArea || rkh * rkw == 4 || rkh * rkw == 8, "%s: area taps", what);
       const int khs = mode == Mode::kArea ? rkh : 1;
@@ -550,9 +553,9 @@ static void run_config(const CaseData& d, int config) {
             Chunk ch(es);
             for (int ct = 0; ct < 128; ++ct) {
               const int wv = ct >> 5, lane = ct & 31, q = lane & 3, rq = lane >> 2;
-              const int cl0 = kColGroup * gc + 8 * q + kKPC * sb;
               for (int kk = 0; kk < kKPC; ++kk) {
-                const double mul = T.t_mul[cl0 + kk], add = T.t_add[cl0 + kk];
+                const int cl = kColGroup * gc + lane_col(q, kKPC * sb + kk);
+                const double mul = T.t_mul[cl], add = T.t_add[cl];
                 for (int kh = 0; kh < khs; ++kh) {
                   for (int h = 0; h < 2; ++h) {
                     double v[4];
@@ -591,7 +594,7 @@ static void run_config(const CaseData& d, int config) {
                 ch.read16(soff(cs, 16 * ur), w, what);
                 const int tcol = mode == Mode::kArea
                                      ? aslot_col(cs, gc, sb)
-                                     : kColGroup * gc + 8 * (cs & 3) + kKPC * sb + (cs >> 2);
+                                     : kColGroup * gc + lane_col(cs & 3, kKPC * sb + (cs >> 2));
                 CHECK(tcol >= 0 && tcol < bn, "%s: table column %d", what, tcol);
                 const int64_t col = T.t_off[tcol];
                 if (mode == Mode::kArea) {
