@@ -117,7 +117,8 @@ def main() -> int:
         "small conv": lambda: F.conv2d(img, ker, padding=1), "small mm": lambda: sq @ sq,
         "cudnn up1": lambda: deconv(x), "ours up1": lambda: fast(x)}
     print("start spread = latest CTA start - earliest (us), median over reps; late SMs = CTAs "
-          "starting > 2 us after the earliest; span = last end - first start (spin 80 us); then the SM clock in each 10 us of the spin")
+          "starting > 2 us after the earliest; span = last end - first start (spin 85 us); then "
+          "the SM clock in each 10 us of the spin")
     print(f"  {'smem':>6s} {'filler':12s} {'spread':>7s} {'p90':>6s} {'late':>5s} {'span':>6s}"
           f"  late SM ids (one rep)")
     with torch.no_grad():
@@ -129,7 +130,8 @@ def main() -> int:
                 spans: List[float] = []
                 late_ids: List[int] = []
                 mhz: List[List[float]] = []
-                outs = [torch.zeros(sms * (3 + BINS), dtype=torch.int64, device="cuda") for _ in range(30)]
+                outs = [torch.zeros(sms * (3 + BINS), dtype=torch.int64, device="cuda")
+                        for _ in range(30)]
                 for rep, out in enumerate(outs):
                     if filler is not None:
                         filler()
@@ -198,8 +200,8 @@ def ours_after_fillers(ext, sms: int, reps: int = 60) -> None:
                 ours()
                 e.record()
             torch.cuda.synchronize()
-            print(f"  {name:12s} {statistics.median(s.elapsed_time(e) * 1e3 for s, e in pairs):7.1f}",
-                  flush=True)
+            us = statistics.median(s.elapsed_time(e) * 1e3 for s, e in pairs)
+            print(f"  {name:12s} {us:7.1f}", flush=True)
 
 
 if __name__ == "__main__":

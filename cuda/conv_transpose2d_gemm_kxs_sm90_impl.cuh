@@ -873,7 +873,8 @@ __global__ void __launch_bounds__(kThreads, 1)
                 const uint4 w = *reinterpret_cast<const uint4*>(
                     buf + kxs_rstage_offset<kPB>(cs, 16 * ur));
                 const uint32_t bits[4] = {w.x, w.y, w.z, w.w};
-                const int64_t col = t_off[kxs_area_slot_col<kKH, RKW>(cs, kRowCB, gc, kKPC, sb, kTf32)];
+                const int64_t col =
+                    t_off[kxs_area_slot_col<kKH, RKW>(cs, kRowCB, gc, kKPC, sb, kTf32)];
                 T* const d0 = out + (roff[mi][0] + col);
                 const uintptr_t a0 = reinterpret_cast<uintptr_t>(d0);
                 if (rrun[mi] && (a0 & 15) == 0) {

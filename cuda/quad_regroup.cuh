@@ -1,13 +1,14 @@
 // Regrouping a quad's fp32 values for sector-complete 16-byte stores (no torch headers).
 //
-// In the TMA kernels' register-path epilogue (gemm_kxs_sm90, gemm_phase_tma) lane l of a warp
-// holds, for one output row and one 32-column group, the 8 consecutive logical columns
-// 8q .. 8q+7 (q = l % 4; the 8 rows of a warp are l / 4). In 16-bit that is one 16-byte vector
-// per lane, and the quad's 4 vectors are 64 contiguous bytes. In fp32 it is 32 bytes, stored as
-// two 16-byte vectors: the first store of the warp then writes bytes 32q .. 32q+15 of each row,
-// half of every 32-byte sector, and the second store the other halves, so each store
-// instruction touches twice the sectors it fills (ncu, U-Net up1 TF32: 3.2 M L2 sectors for
-// 1.6 M sectors of output, session 18).
+// In gemm_phase_tma's register-path epilogue lane l of a warp holds, for one output row and one
+// 32-column group, the 8 consecutive logical columns 8q .. 8q+7 (q = l % 4; the 8 rows of a
+// warp are l / 4). In 16-bit that is one 16-byte vector per lane, and the quad's 4 vectors are
+// 64 contiguous bytes. In fp32 it is 32 bytes, stored as two 16-byte vectors: the first store of
+// the warp then writes bytes 32q .. 32q+15 of each row, half of every 32-byte sector, and the
+// second store the other halves, so each store instruction touches twice the sectors it fills
+// (ncu, U-Net up1 TF32: 3.2 M L2 sectors for 1.6 M sectors of output, session 18).
+// (gemm_kxs_sm90 no longer needs this: its fp32 packed weight has its own column permutation
+// that puts the values there, kxs_lane_col.)
 //
 // regroup_quad_f32 exchanges halves inside the quad so that afterwards
 //     v[0..3] = columns 4q .. 4q+3,   v[4..7] = columns 16 + 4q .. 16 + 4q+3,
