@@ -32,22 +32,30 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from host_overhead import gpu_us  # noqa: E402
 from layers import MODES, SUITE, Layer  # noqa: E402
 
 import deconv_patch  # noqa: E402
 from deconv_patch import planner  # noqa: E402
-from deconv_patch.timing import capture_graph, time_interleaved  # noqa: E402
+from deconv_patch.timing import time_interleaved  # noqa: E402
 
 Fn = Callable[[], object]
 
 
-def event_per_call(fn: Fn, reps: int = 100, keep: bool = False) -> float:
+def event_per_call(fn: Fn, reps: int = 100, keep: bool = False,
+                   before: Optional[Fn] = None) -> float:
+    """Median us of one event pair per call, calls back to back; `keep`: every output kept
+    alive; `before`: run before each call, outside its events (a filler)."""
     kept: List[object] = []
     for _ in range(10):
+        if before is not None:
+            before()
         fn()
     pairs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
              for _ in range(reps)]
     for s, e in pairs:
+        if before is not None:
+            before()
         s.record()
         y = fn()
         e.record()
@@ -58,6 +66,7 @@ def event_per_call(fn: Fn, reps: int = 100, keep: bool = False) -> float:
 
 
 def block_per_call(fn: Fn, calls: int = 50) -> float:
+    """Median us per call of one event pair around `calls` back-to-back calls."""
     for _ in range(10):
         fn()
     times = []
@@ -66,21 +75,6 @@ def block_per_call(fn: Fn, calls: int = 50) -> float:
         s.record()
         for _ in range(calls):
             fn()
-        e.record()
-        torch.cuda.synchronize()
-        times.append(s.elapsed_time(e) * 1e3 / calls)
-    return statistics.median(times)
-
-
-def graph_per_call(fn: Fn, calls: int = 20) -> float:
-    replay, _graph = capture_graph(lambda: [fn() for _ in range(calls)])
-    for _ in range(3):
-        replay()
-    times = []
-    for _ in range(7):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        replay()
         e.record()
         torch.cuda.synchronize()
         times.append(s.elapsed_time(e) * 1e3 / calls)
@@ -214,23 +208,8 @@ def after_fillers(paths: Dict[str, Fn], rotated: Dict[str, Fn], reps: int = 60) 
         "cudnn": rotated["cudnn"], "ours": rotated["ours"]}
     print(f"  after filler (event/call, inputs rotated): {'':14s} " +
           " ".join(f"{k:>13s}" for k in fillers))
-    for name in rotated:
-        fn, cells = rotated[name], []
-        for filler in fillers.values():
-            for _ in range(5):
-                if filler is not None:
-                    filler()
-                fn()
-            pairs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-                     for _ in range(reps)]
-            for s, e in pairs:
-                if filler is not None:
-                    filler()
-                s.record()
-                fn()
-                e.record()
-            torch.cuda.synchronize()
-            cells.append(statistics.median(s.elapsed_time(e) * 1e3 for s, e in pairs))
+    for name, fn in rotated.items():
+        cells = [event_per_call(fn, reps, before=filler) for filler in fillers.values()]
         print(f"    {name:44s} " + " ".join(f"{c:13.1f}" for c in cells), flush=True)
     for name, match in (("ours", "deconv_patch"), ("cublas mm", "gemm"), ("cudnn", "dgrad")):
         if name in rotated:
@@ -268,7 +247,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                         c2 = cupti(fn, with_events=False)
                         print(f"  {name:28s} {event_per_call(fn):8.1f} "
                               f"{event_per_call(fn, keep=True):8.1f} {block_per_call(fn):8.1f} "
-                              f"{graph_per_call(fn):8.1f} {c['kernel_us']:8.1f} "
+                              f"{gpu_us(fn) or float('nan'):8.1f} {c['kernel_us']:8.1f} "
                               f"{c['gap_us']:6.1f} {c2['gap_us']:8.1f} "
                               f"{c['kernels_per_call']:6.1f}", flush=True)
                         print(f"      kernels: {c['names']}")

@@ -18,6 +18,8 @@ as much as cuDNN's convolution does, so the penalty is instruction-cache refill.
 from __future__ import annotations
 
 import statistics
+import sys
+from pathlib import Path
 from typing import Callable, Dict, List, Optional
 
 import torch
@@ -25,6 +27,9 @@ import torch.nn.functional as F
 from torch.utils.cpp_extension import load_inline
 
 import deconv_patch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from event_gap import event_per_call  # noqa: E402
 
 CUDA_SRC = r"""
 #include <torch/extension.h>
@@ -187,21 +192,7 @@ def ours_after_fillers(ext, sms: int, reps: int = 60) -> None:
 
     with torch.no_grad():
         for name, filler in fillers.items():
-            for _ in range(5):
-                if filler is not None:
-                    filler()
-                ours()
-            pairs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-                     for _ in range(reps)]
-            for s, e in pairs:
-                if filler is not None:
-                    filler()
-                s.record()
-                ours()
-                e.record()
-            torch.cuda.synchronize()
-            us = statistics.median(s.elapsed_time(e) * 1e3 for s, e in pairs)
-            print(f"  {name:12s} {us:7.1f}", flush=True)
+            print(f"  {name:12s} {event_per_call(ours, reps, before=filler):7.1f}", flush=True)
 
 
 if __name__ == "__main__":
