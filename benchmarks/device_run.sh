@@ -431,9 +431,9 @@ if [ "${PART:-}" = event_gap ]; then
 # Event time against GPU time where the GPU is the bottleneck (U-Net up1's 7-10 us): each path
 # timed per call, per block, from a graph and from the profiler's kernel trace.
 step "event gap"
-timeout $(( $(left) - 15 )) python3 benchmarks/event_gap.py --only "${EG_ONLY:-unet.up1,maskrcnn}" \
-  --modes "${EG_MODES:-tf32,bf16}" --formats nhwc --variant "${EG_VARIANT:-gemm_kxs_sm90:128x256s4}" ${EG_ARGS:-} \
-  > "$L/event_gap.log" 2>&1
+timeout $(( $(left) - 15 )) python3 benchmarks/event_gap.py \
+  --only "${EG_ONLY:-unet.up1,maskrcnn}" --modes "${EG_MODES:-tf32,bf16}" --formats nhwc \
+  --variant "${EG_VARIANT:-gemm_kxs_sm90:128x256s4}" ${EG_ARGS:-} > "$L/event_gap.log" 2>&1
 grep -vE "Warning|warn|^\s*$|STAGE:|profiler_|USDT|ERROR:" "$L/event_gap.log" | head -80
 fi
 

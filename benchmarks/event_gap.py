@@ -81,7 +81,19 @@ def block_per_call(fn: Fn, calls: int = 50) -> float:
     return statistics.median(times)
 
 
-def cupti(fn: Fn, calls: int = 40, with_events: bool = True) -> Dict[str, float]:
+def gpu_events(prof) -> List[dict]:
+    """The GPU activities (kernels, memsets, copies) of a finished torch.profiler run, in
+    start order, from its Chrome trace (name, ts and dur in us)."""
+    with tempfile.NamedTemporaryFile(suffix=".json") as f:
+        prof.export_chrome_trace(f.name)
+        with open(f.name) as trace_file:
+            trace = json.load(trace_file)
+    return sorted((x for x in trace.get("traceEvents", [])
+                   if x.get("cat") in ("kernel", "gpu_memset", "gpu_memcpy")),
+                  key=lambda x: x["ts"])
+
+
+def cupti(fn: Fn, calls: int = 40, with_events: bool = True) -> Dict[str, object]:
     """Kernel durations and inter-call gaps of eager calls, from torch.profiler's trace."""
     from torch.profiler import ProfilerActivity, profile
     for _ in range(10):
@@ -97,24 +109,16 @@ def cupti(fn: Fn, calls: int = 40, with_events: bool = True) -> Dict[str, float]
             else:
                 fn()
         torch.cuda.synchronize()
-    with tempfile.NamedTemporaryFile(suffix=".json") as f:
-        prof.export_chrome_trace(f.name)
-        trace = json.load(open(f.name))
-    ev = [x for x in trace.get("traceEvents", []) if x.get("cat") in ("kernel", "gpu_memset",
-                                                                        "gpu_memcpy")]
-    ev.sort(key=lambda x: x["ts"])
+    ev = gpu_events(prof)
     names: Dict[str, int] = {}
     for x in ev:
         names[x["name"][:60]] = names.get(x["name"][:60], 0) + 1
-    per_call = max(1, round(len(ev) / calls))
     durs = [float(x["dur"]) for x in ev]
     gaps = [ev[i]["ts"] - (ev[i - 1]["ts"] + ev[i - 1]["dur"]) for i in range(1, len(ev))]
-    span = (ev[-1]["ts"] + ev[-1]["dur"] - ev[0]["ts"]) / calls if ev else float("nan")
     return {"kernels_per_call": len(ev) / calls,
             "kernel_us": statistics.median(durs) if durs else float("nan"),
             "gap_us": statistics.median(gaps) if gaps else float("nan"),
-            "gap_max_us": max(gaps) if gaps else float("nan"),
-            "span_per_call_us": span, "per_call": per_call, "names": names}  # type: ignore
+            "names": names}
 
 
 def paths_for(layer: Layer, mode: str, layout: str, variant: Optional[str]) -> Dict[str, Fn]:
@@ -175,11 +179,7 @@ def kernel_after(fn: Fn, filler: Optional[Fn], match: str, calls: int = 30) -> s
             fn()
             e.record()
         torch.cuda.synchronize()
-    with tempfile.NamedTemporaryFile(suffix=".json") as f:
-        prof.export_chrome_trace(f.name)
-        trace = json.load(open(f.name))
-    ev = sorted((x for x in trace.get("traceEvents", []) if x.get("cat") in (
-        "kernel", "gpu_memset", "gpu_memcpy")), key=lambda x: x["ts"])
+    ev = gpu_events(prof)
     durs, gaps = [], []
     longest = max((float(x["dur"]) for x in ev if match in x["name"]), default=0.0)
     for i, x in enumerate(ev):
@@ -192,20 +192,25 @@ def kernel_after(fn: Fn, filler: Optional[Fn], match: str, calls: int = 30) -> s
     return f"{statistics.median(durs):.1f}+{statistics.median(gaps):.1f}"
 
 
-def after_fillers(paths: Dict[str, Fn], rotated: Dict[str, Fn], reps: int = 60) -> None:
+def filler_kernels() -> Dict[str, Fn]:
+    """Kernels to run just before a timed call (outside its events): elementwise ones, reductions,
+    a softmax, a small cuBLAS mm and a small cuDNN conv, each on its own fresh data."""
     big = torch.randn(16 * 1024 * 1024, device="cuda")
     tiny = torch.randn(1024, device="cuda")
     big2 = torch.empty_like(big)
     sq = torch.randn(512, 512, device="cuda")
     img = torch.randn(1, 64, 32, 32, device="cuda")
     ker = torch.randn(64, 64, 3, 3, device="cuda")
-    fillers: Dict[str, Optional[Fn]] = {
-        "nothing": None, "tiny kernel": lambda: tiny.add_(1.0),
-        "64 MB written": lambda: big.add_(1.0), "64 MB read": lambda: big.sum(),
-        "1 MB read": lambda: big[:262144].sum(), "64 MB copied": lambda: big2.copy_(big),
-        "softmax 1MB": lambda: torch.softmax(sq, 1), "small mm": lambda: sq @ sq,
-        "small conv": lambda: F.conv2d(img, ker, padding=1),
-        "cudnn": rotated["cudnn"], "ours": rotated["ours"]}
+    return {"tiny kernel": lambda: tiny.add_(1.0),
+            "64 MB written": lambda: big.add_(1.0), "64 MB read": lambda: big.sum(),
+            "1 MB read": lambda: big[:262144].sum(), "64 MB copied": lambda: big2.copy_(big),
+            "softmax 1MB": lambda: torch.softmax(sq, 1), "small mm": lambda: sq @ sq,
+            "small conv": lambda: F.conv2d(img, ker, padding=1)}
+
+
+def after_fillers(rotated: Dict[str, Fn], reps: int = 60) -> None:
+    fillers: Dict[str, Optional[Fn]] = {"nothing": None, **filler_kernels(),
+                                        "cudnn": rotated["cudnn"], "ours": rotated["ours"]}
     print(f"  after filler (event/call, inputs rotated): {'':14s} " +
           " ".join(f"{k:>13s}" for k in fillers))
     for name, fn in rotated.items():
@@ -255,9 +260,9 @@ def main(argv: Optional[List[str]] = None) -> int:
                     print(f"  interleaved (event/call): cudnn "
                           f"{statistics.median(inter[0]) * 1e3:.1f}  ours "
                           f"{statistics.median(inter[1]) * 1e3:.1f}")
-                    after_fillers(paths, {"cudnn": paths["rotated cudnn"],
-                                          "ours": paths["rotated ours"],
-                                          "cublas mm": paths["cublas mm"]})
+                    after_fillers({"cudnn": paths["rotated cudnn"],
+                                   "ours": paths["rotated ours"],
+                                   "cublas mm": paths["cublas mm"]})
     return 0
 
 

@@ -23,13 +23,12 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional
 
 import torch
-import torch.nn.functional as F
 from torch.utils.cpp_extension import load_inline
 
 import deconv_patch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from event_gap import event_per_call  # noqa: E402
+from event_gap import event_per_call, filler_kernels  # noqa: E402
 
 CUDA_SRC = r"""
 #include <torch/extension.h>
@@ -110,21 +109,18 @@ def main() -> int:
     torch.backends.cudnn.allow_tf32 = True
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     print(f"{torch.cuda.get_device_name()}, {sms} SMs, torch {torch.__version__}")
-    big = torch.randn(16 * 1024 * 1024, device="cuda")
-    sq = torch.randn(512, 512, device="cuda")
-    img = torch.randn(1, 64, 32, 32, device="cuda")
-    ker = torch.randn(64, 64, 3, 3, device="cuda")
     x = torch.randn(8, 1024, 28, 28, device="cuda").contiguous(memory_format=torch.channels_last)
     deconv = torch.nn.ConvTranspose2d(1024, 512, 2, 2, device="cuda")
     fast = deconv_patch.FastConvTranspose2d.from_module(deconv)
+    kernels = filler_kernels()
     fillers: Dict[str, Optional[Fn]] = {
-        "probe": None, "add_ 64MB": lambda: big.add_(1.0), "sum 1MB": lambda: big[:262144].sum(),
-        "small conv": lambda: F.conv2d(img, ker, padding=1), "small mm": lambda: sq @ sq,
+        "probe": None, **{k: kernels[k] for k in ("64 MB written", "1 MB read", "small conv",
+                                                  "small mm")},
         "cudnn up1": lambda: deconv(x), "ours up1": lambda: fast(x)}
     print("start spread = latest CTA start - earliest (us), median over reps; late SMs = CTAs "
           "starting > 2 us after the earliest; span = last end - first start (spin 85 us); then "
           "the SM clock in each 10 us of the spin")
-    print(f"  {'smem':>6s} {'filler':12s} {'spread':>7s} {'p90':>6s} {'late':>5s} {'span':>6s}"
+    print(f"  {'smem':>6s} {'filler':13s} {'spread':>7s} {'p90':>6s} {'late':>5s} {'span':>6s}"
           f"  late SM ids (one rep)")
     with torch.no_grad():
         for smem in (200 * 1024,):
@@ -137,7 +133,7 @@ def main() -> int:
                 mhz: List[List[float]] = []
                 outs = [torch.zeros(sms * (3 + BINS), dtype=torch.int64, device="cuda")
                         for _ in range(30)]
-                for rep, out in enumerate(outs):
+                for out in outs:
                     if filler is not None:
                         filler()
                     else:
@@ -158,7 +154,7 @@ def main() -> int:
                     spans.append((t[:, 1].max() - t[:, 0].min()).item() / 1e3)
                     if rep == 0:
                         late_ids = sorted(int(s) for s in t[late, 2].tolist())
-                print(f"  {smem // 1024:5d}K {name:12s} {statistics.median(spreads):7.2f} "
+                print(f"  {smem // 1024:5d}K {name:13s} {statistics.median(spreads):7.2f} "
                       f"{statistics.median(p90s):6.2f} {statistics.median(lates):5.0f} "
                       f"{statistics.median(spans):6.2f}  {late_ids[:8]}  MHz per 10 us: " +
                       " ".join(f"{statistics.median(m[i] for m in mhz):5.0f}"
@@ -174,11 +170,11 @@ def ours_after_fillers(ext, sms: int, reps: int = 60) -> None:
     fast = deconv_patch.FastConvTranspose2d.from_module(conv)
     xs = [torch.randn(8, 1024, 28, 28, device="cuda").contiguous(
         memory_format=torch.channels_last) for _ in range(4)]
-    big = torch.randn(16 * 1024 * 1024, device="cuda")
     sink = torch.empty(1024, device="cuda")
+    kernels = filler_kernels()
     fillers: Dict[str, Optional[Fn]] = {
-        "nothing": None, "add_ 64MB": lambda: big.add_(1.0),
-        "sum 1MB": lambda: big[:262144].sum(),
+        "nothing": None, "64 MB written": kernels["64 MB written"],
+        "1 MB read": kernels["1 MB read"],
         "code 64KB": lambda: ext.icache_flush(sink, sms, 64),
         "code 256KB": lambda: ext.icache_flush(sink, sms, 256),
         "cudnn up1": lambda: conv(xs[0])}
@@ -192,7 +188,7 @@ def ours_after_fillers(ext, sms: int, reps: int = 60) -> None:
 
     with torch.no_grad():
         for name, filler in fillers.items():
-            print(f"  {name:12s} {event_per_call(ours, reps, before=filler):7.1f}", flush=True)
+            print(f"  {name:13s} {event_per_call(ours, reps, before=filler):7.1f}", flush=True)
 
 
 if __name__ == "__main__":
