@@ -37,7 +37,7 @@ from layers import MODES, SUITE, Layer  # noqa: E402
 
 import deconv_patch  # noqa: E402
 from deconv_patch import planner  # noqa: E402
-from deconv_patch.timing import time_interleaved  # noqa: E402
+from deconv_patch.timing import time_cuda, time_interleaved  # noqa: E402
 
 Fn = Callable[[], object]
 
@@ -67,18 +67,7 @@ def event_per_call(fn: Fn, reps: int = 100, keep: bool = False,
 
 def block_per_call(fn: Fn, calls: int = 50) -> float:
     """Median us per call of one event pair around `calls` back-to-back calls."""
-    for _ in range(10):
-        fn()
-    times = []
-    for _ in range(5):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        for _ in range(calls):
-            fn()
-        e.record()
-        torch.cuda.synchronize()
-        times.append(s.elapsed_time(e) * 1e3 / calls)
-    return statistics.median(times)
+    return time_cuda(lambda: [fn() for _ in range(calls)], 1, 5).median_ms * 1e3 / calls
 
 
 def gpu_events(prof) -> List[dict]:

@@ -30,7 +30,7 @@ from layers import MODES, SUITE, Layer  # noqa: E402
 import deconv_patch  # noqa: E402
 from deconv_patch import ops, packed_weights, planner  # noqa: E402
 from deconv_patch.extension import load_extension  # noqa: E402
-from deconv_patch.timing import capture_graph  # noqa: E402
+from deconv_patch.timing import capture_graph, time_cuda  # noqa: E402
 
 DEFAULT_ONLY = "dcgan.g2,dcgan.g4,pix2pix.u6,simplebl.d2,vae.dec,maskrcnn"
 
@@ -55,17 +55,7 @@ def gpu_us(fn: Callable[[], object], per_graph: int = 20) -> Optional[float]:
     except Exception as e:  # noqa: BLE001 - a path that cannot be captured is reported, not fatal
         print(f"    (graph capture failed: {type(e).__name__}: {str(e)[:80]})")
         return None
-    for _ in range(3):
-        replay()
-    times = []
-    for _ in range(15):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        replay()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end) * 1e3 / per_graph)
-    return sorted(times)[len(times) // 2]
+    return time_cuda(replay, 3, 15).median_ms * 1e3 / per_graph
 
 
 def event_us(fn: Callable[[], object], reps: int = 200) -> float:
