@@ -321,6 +321,7 @@ def kernel_call(variant: str, input: torch.Tensor, weight: torch.Tensor,
     kernel, config = planner.split_variant(variant)
     if not planner.is_variant(variant) or kernel == planner.ATEN:
         raise ValueError(f"unknown deconv_patch kernel variant {variant!r}")
+    args = args.kernel_view(input.shape[-2:], weight.shape[-2:])  # as planner.plan planned it
     x = input.unsqueeze(0) if input.dim() == 3 else input
     out_hw = args.output_hw(x.shape[-2:], weight.shape[-2:])
     channels_last = cuda_output_channels_last(
