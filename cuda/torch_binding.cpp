@@ -8,6 +8,7 @@
 #include <torch/extension.h>
 
 #include "torch_binding.hpp"
+#include "col2im.h"
 #include "conv_transpose2d_gemm_kxs.h"
 #include "conv_transpose2d_gemm_kxs_sm90.h"
 #include "conv_transpose2d_gemm_out_tile.h"
@@ -90,7 +91,8 @@ at::Tensor channels_last_copy(const at::Tensor& input, cudaStream_t stream) {
 
 // The weight re-laid-out for `variant`: "gemm_phase", "gemm_phase_sm90", "gemm_kxs_sm90",
 // "gemm_phase_tma" and "gemm_out_tile" pack into their tile layouts; "gemm_kxs" (its tap-major
-// config) takes [Cin, KH*KW, Cout/g]. Depends on the weight and the hyperparameters only;
+// config) takes [Cin, KH*KW, Cout/g]; "gemm_col2im" takes gemm_kxs_sm90's layout of the weight
+// viewed as a 1 x 1 kernel (col2im.h). Depends on the weight and the hyperparameters only;
 // deconv_patch/packed_weights.py caches it per version.
 at::Tensor pack_weight(const std::string& variant, const at::Tensor& weight,
                        at::IntArrayRef stride, at::IntArrayRef padding,
@@ -98,13 +100,21 @@ at::Tensor pack_weight(const std::string& variant, const at::Tensor& weight,
                        bool allow_tf32) {
   TORCH_CHECK(variant == "gemm_phase" || variant == "gemm_phase_sm90" || variant == "gemm_kxs" ||
                   variant == "gemm_kxs_sm90" || variant == "gemm_phase_tma" ||
-                  variant == "gemm_out_tile",
+                  variant == "gemm_out_tile" || variant == "gemm_col2im",
               "deconv_patch: variant ", variant, " reads no packed weight");
   TORCH_CHECK(weight.is_cuda() && weight.dim() == 4, "deconv_patch: weight must be a 4-D CUDA tensor");
   (void)output_padding;
   const ScalarKind kind = scalar_kind(weight);
   const c10::cuda::CUDAGuard guard(weight.device());
   if (variant == "gemm_kxs") return weight.flatten(2).transpose(1, 2).contiguous();
+  if (variant == "gemm_col2im") {
+    // gemm_kxs_sm90's layout of the weight as a 1 x 1 kernel [Cin, KH*KW*Cout] with tap-major
+    // columns (col2im.h): a contiguous copy, made once per weight version.
+    const at::Tensor flat =
+        weight.permute({0, 2, 3, 1}).reshape({weight.size(0), -1, 1, 1}).contiguous();
+    return pack_weight("gemm_kxs_sm90", flat, {1, 1}, {0, 0}, output_padding, {1, 1}, groups,
+                       allow_tf32);
+  }
   ConvTranspose2dParams p;
   fill_weight_params(p, weight, stride, padding, dilation, groups);
   if (variant == "gemm_out_tile") {
@@ -144,8 +154,8 @@ at::Tensor pack_weight(const std::string& variant, const at::Tensor& weight,
 }
 
 // Runs one kernel variant ("direct", "grouped", "gemm_kxs", "gemm_kxs_sm90", "gemm_phase",
-// "gemm_phase_sm90", "gemm_phase_tma" or "gemm_out_tile") with the fused epilogue in (scale,
-// shift, activation); the planner (Python) has chosen it.
+// "gemm_phase_sm90", "gemm_phase_tma", "gemm_out_tile" or "gemm_col2im") with the fused
+// epilogue in (scale, shift, activation); the planner (Python) has chosen it.
 // config: the tile config of the packed-weight GEMMs (-1: the kernel's choice); for gemm_kxs 1
 // selects tap-major columns, whose weight comes from pack_weight("gemm_kxs", ...) in `packed`.
 at::Tensor conv_transpose2d_forward(const std::string& variant, const at::Tensor& input,
@@ -243,6 +253,7 @@ at::Tensor conv_transpose2d_forward(const std::string& variant, const at::Tensor
   // 1 MiB of input a re-layout pass plus its 16-byte cp.async path is the faster pair
   // (docs/perf-notes.md version 15); smaller inputs are read in place.
   const bool reads_rows = variant == "gemm_kxs_sm90" || variant == "gemm_phase_tma" ||
+                          variant == "gemm_col2im" ||
                           ((variant == "gemm_phase" || variant == "gemm_phase_sm90") &&
                            kind != ScalarKind::kFloat32) ||
                           (variant == "gemm_out_tile" &&
@@ -302,6 +313,38 @@ at::Tensor conv_transpose2d_forward(const std::string& variant, const at::Tensor
                 "deconv_patch: gemm_kxs_sm90 has no tile config ", config);
     err = launch_conv_transpose2d_gemm_kxs_sm90(p, kind, allow_tf32, packed->data_ptr(), stream,
                                                 (int)config);
+  } else if (variant == "gemm_col2im") {
+    // One GEMM over every tap: gemm_kxs_sm90 runs the layer as a 1 x 1 kernel with KH*KW*Cout
+    // output channels (no bias, no epilogue) into the fp32 [N*H*W, KH*KW*Cout] matrix `cols`,
+    // then col2im sums each output pixel's taps and applies the epilogue (col2im.h). TF32 only
+    // (fp32 is gemm_kxs_sm90's output type there), one group.
+    TORCH_CHECK(groups == 1 && kind == ScalarKind::kFloat32 && allow_tf32,
+                "deconv_patch: the gemm_col2im kernel does not support this call (TF32, groups 1)");
+    const int64_t ncol = kh * kw * weight.size(1);
+    at::Tensor cols = at::empty({p.batch, ncol, p.in_h, p.in_w},
+                                input.options().dtype(at::kFloat).memory_format(
+                                    at::MemoryFormat::ChannelsLast));
+    ConvTranspose2dParams q = p;
+    q.bias = nullptr;
+    q.epi = EpilogueParams{};
+    q.output = cols.data_ptr();
+    q.out_channels = q.out_per_group = ncol;
+    q.out_h = p.in_h;
+    q.out_w = p.in_w;
+    copy_strides(cols, q.out_stride);
+    q.out_channels_last = true;
+    q.ph_h = make_axis_phase(1, 0, 1, 1);
+    q.ph_w = make_axis_phase(1, 0, 1, 1);
+    const int64_t flat_strides[4] = {ncol, 1, 1, 1};  // pack_weight's [Cin, ncol, 1, 1] copy
+    for (int i = 0; i < 4; ++i) q.w_stride[i] = flat_strides[i];
+    TORCH_CHECK(gemm_kxs_sm90_supports(q, kind, allow_tf32),
+                "deconv_patch: the gemm_col2im kernel does not support this call");
+    check_packed(gemm_kxs_sm90_packed_weight_bytes(q, kind));
+    TORCH_CHECK(config >= -1 && config < gemm_kxs_sm90_num_configs(),
+                "deconv_patch: gemm_col2im has no tile config ", config);
+    err = launch_conv_transpose2d_gemm_kxs_sm90(q, kind, allow_tf32, packed->data_ptr(), stream,
+                                                (int)config);
+    if (err == cudaSuccess) err = launch_col2im(p, cols.data_ptr<float>(), kind, stream);
   } else if (variant == "gemm_phase_tma") {
     TORCH_CHECK(gemm_phase_tma_supports(p, kind, allow_tf32),
                 "deconv_patch: the gemm_phase_tma kernel does not support this call");

@@ -334,7 +334,8 @@ def kernel_call(variant: str, input: torch.Tensor, weight: torch.Tensor,
         if problem is not None:
             raise RuntimeError(f"deconv_patch: {kernel} does not support {problem} (3xTF32 "
                                "would exceed fp32's error bound; see planner.MIN_3XTF32_DEPTH)")
-    if kernel == planner.GEMM_KXS_SM90 and planner.fp32_strict(input.dtype):
+    if kernel in (planner.GEMM_KXS_SM90, planner.GEMM_COL2IM) and \
+            planner.fp32_strict(input.dtype):
         raise RuntimeError(f"deconv_patch: {kernel} does not support fp32 without TF32")
     if kernel == planner.GEMM_OUT_TILE:
         # fp32 strict on shallow sums and > 32 output channels per group, with the planner's

@@ -69,11 +69,12 @@ GEMM_PHASE_SM90 = "gemm_phase_sm90"
 GEMM_KXS_SM90 = "gemm_kxs_sm90"
 GEMM_PHASE_TMA = "gemm_phase_tma"
 GEMM_OUT_TILE = "gemm_out_tile"
+GEMM_COL2IM = "gemm_col2im"
 GROUPED = "grouped"
 DIRECT = "direct"
 ATEN = "aten"
 VARIANTS = (GEMM_KXS, GEMM_PHASE, DIRECT, ATEN, GROUPED, GEMM_PHASE_SM90, GEMM_KXS_SM90,
-            GEMM_PHASE_TMA, GEMM_OUT_TILE)
+            GEMM_PHASE_TMA, GEMM_OUT_TILE, GEMM_COL2IM)
 # gemm_phase's tile configurations, in the kernel's order (launch_conv_transpose2d_gemm_phase's
 # `config`). "gemm_phase" alone lets the kernel pick; "gemm_phase:64x64" forces one (autotune
 # times them all).
@@ -116,8 +117,12 @@ PHASE_TMA_CONFIGS = tuple(f"{GEMM_PHASE_TMA}:{t}" for t in ("128x128s6pp", "128x
 # (stride_h x as many contiguous output rows), else one row phase.
 OUT_TILE_CONFIGS = tuple(f"{GEMM_OUT_TILE}:{t}" for t in ("4x32", "2x64", "8x16", "8x32all",
                                                              "4x64all", "2x64all", "4x32all"))
+# gemm_col2im (one GEMM over every tap into an fp32 buffer, then col2im with the epilogue; TF32
+# on Hopper, one group): its GEMM is gemm_kxs_sm90 run as a kernel == stride layer, in one of
+# these gemm_kxs_sm90 tiles (the cooperative 128x256 and the ping-pong 128x128).
+COL2IM_CONFIGS = tuple(f"{GEMM_COL2IM}:{t}" for t in ("128x256s4", "128x128s6pp"))
 NAMED_VARIANTS = VARIANTS + PHASE_CONFIGS + (KXS_TAP_MAJOR,) + SM90_CONFIGS + KXS_SM90_CONFIGS + \
-    KXS_SM90_AREA_CONFIGS + PHASE_TMA_CONFIGS + OUT_TILE_CONFIGS
+    KXS_SM90_AREA_CONFIGS + PHASE_TMA_CONFIGS + OUT_TILE_CONFIGS + COL2IM_CONFIGS
 _GEMM_TILE = 128
 _MIN_PHASE_CHANNELS = 16  # per group, in and out: below this tensor-core tiles are mostly padding
 _MIN_GEMM_OUTPUT_BYTES = 4 * 2**20
@@ -205,6 +210,9 @@ def split_variant(variant: str) -> Tuple[str, int]:
         return GEMM_PHASE_TMA, PHASE_TMA_CONFIGS.index(variant)
     if variant in OUT_TILE_CONFIGS:
         return GEMM_OUT_TILE, OUT_TILE_CONFIGS.index(variant)
+    if variant in COL2IM_CONFIGS:  # the gemm_kxs_sm90 config of its GEMM
+        return GEMM_COL2IM, KXS_SM90_CONFIGS.index(
+            variant.replace(GEMM_COL2IM, GEMM_KXS_SM90, 1))
     if variant == KXS_TAP_MAJOR:
         return GEMM_KXS, 1
     return variant, -1
@@ -213,7 +221,7 @@ def split_variant(variant: str) -> Tuple[str, int]:
 def reads_packed_weight(variant: str) -> bool:
     """Whether a variant reads a pre-packed weight (packed_weights.py) instead of the weight."""
     return split_variant(variant)[0] in (GEMM_PHASE, GEMM_PHASE_SM90, GEMM_KXS_SM90,
-                                         GEMM_PHASE_TMA, GEMM_OUT_TILE) or \
+                                         GEMM_PHASE_TMA, GEMM_OUT_TILE, GEMM_COL2IM) or \
         variant == KXS_TAP_MAJOR
 
 
@@ -339,8 +347,12 @@ def _plan_layer(device: torch.device, dtype: torch.dtype, kernel_hw: Sequence[in
     # gemm_phase keeps fp32 without TF32 off 3xTF32 (depth None): on deep sums its error still
     # reached 1.11x the tests' bound in benchmarks/strict_error_scan.py (gemm_kxs: 0.58x).
     tensor_cores = tensor_core_problem(dtype) is None
+    # gemm_col2im (TF32 on Hopper, one group): an autotune candidate. Measured with PyTorch's
+    # ops (benchmarks/fold_probe.py, H100) its GEMM alone runs Keypoint R-CNN's 17-channel head
+    # in 51 us against the phase GEMMs' 170 and cuDNN's 262, pix2pix.u2 in 23 us against 49.
+    col2im = COL2IM_CONFIGS if hopper and dtype == torch.float32 and args.groups == 1 else ()
     phase = (*PHASE_CONFIGS, *(SM90_CONFIGS if _is_sm90(device) and dtype != torch.float32
-                               else ()), *tma)
+                               else ()), *tma, *col2im)
     no_cudnn = ("cuDNN cannot run output_padding >= stride"
                 if any(op >= s for op, s in zip(args.output_padding, args.stride))
                 else "cuDNN is disabled" if not torch.backends.cudnn.enabled else None)

@@ -1,0 +1,109 @@
+"""GPU correctness of gemm_col2im (one GEMM over every tap into an fp32 buffer, then col2im with
+the fused epilogue; cuda/col2im.h): both configs forced on NaN-poisoned random sweeps in TF32
+(any stride, padding, output_padding, dilation, kernel, layout, bias, unbatched, batch 0)
+against a float64 reference with the bound of tests/test_gpu_kernels.py, every activation, the
+benchmark's layers at full size, the calls it refuses, and the planner's use of it."""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+
+import pytest
+import torch
+
+from deconv_patch import planner
+from deconv_patch.arguments import ConvTransposeArgs
+from deconv_patch.epilogue import ACTIVATIONS
+from deconv_patch.ops import run_variant
+from tests.cases import Case, random_case
+from tests.test_gpu_epilogue import check_epilogue
+from tests.test_gpu_kernels import check_full_layer, check_variant
+
+pytestmark = pytest.mark.cuda
+VARIANTS = planner.COL2IM_CONFIGS
+
+
+def _needs_sm90():
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("gemm_col2im's GEMM (gemm_kxs_sm90) runs on compute capability 9.0 only")
+
+
+def _case(seed: int) -> Case:
+    """random_case in the variant's domain: TF32, one group, Cin a multiple of 4 (16-byte TMA
+    rows); one case in four larger (more GEMM tiles than SMs, many taps per output)."""
+    case = random_case(seed, dtypes=(torch.float32,), max_channels=40)
+    rng = random.Random(seed)
+    cin = 4 * rng.randint(1, 24)
+    cout = case.out_channels
+    hw, batch = case.hw, case.batch
+    if rng.random() < 0.25:
+        hw = (rng.randint(8, 30), rng.randint(8, 30))
+        batch = rng.randint(2, 12)
+        cout = rng.choice((3, 17, 21, 64, 100))
+    args = dataclasses.replace(case.args, groups=1)
+    if any(s <= 0 for s in args.output_hw(hw, case.kernel)):
+        hw = case.hw
+    return dataclasses.replace(case, in_channels=cin, out_channels=cout, hw=hw, batch=batch,
+                               args=args, tf32=True, unbatched=case.unbatched and batch == 1)
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("seed", range(100))
+def test_gemm_col2im_sweep(variant, seed):
+    _needs_sm90()
+    check_variant(variant, seed + 99_000, _case)
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("seed", range(2 * len(ACTIVATIONS)))
+def test_gemm_col2im_epilogue_sweep(variant, seed):
+    _needs_sm90()
+    check_epilogue(variant, _case(seed + 98_000), seed)
+
+
+# (batch, cin, cout, (h, w), kernel, stride, padding, output_padding, dilation): the suite's
+# layers where one GEMM over every tap is predicted to win, and a few where it is not.
+_LAYERS = [
+    (100, 512, 17, (14, 14), 4, 2, 1, 0, 1),   # Keypoint R-CNN
+    (4, 1024, 512, (8, 8), 4, 2, 1, 0, 1),     # pix2pix.u2
+    (32, 2048, 256, (8, 6), 4, 2, 1, 0, 1),    # SimpleBaseline d1
+    (16, 56, 1, (64, 64), 9, 3, 4, 2, 1),      # FSRCNN x3 (output_padding 2)
+    (64, 64, 3, (32, 32), 4, 2, 1, 0, 1),      # DCGAN g5
+    (16, 64, 64, (32, 32), 3, 1, 2, 0, 2),     # dilated
+]
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("layer", _LAYERS, ids=lambda l: f"{l[1]}>{l[2]}x{l[3][0]}k{l[4]}s{l[5]}")
+@pytest.mark.parametrize("channels_last", [True, False])
+def test_gemm_col2im_runs_the_benchmark_layers(variant, layer, channels_last):
+    _needs_sm90()
+    check_full_layer(variant, layer, channels_last, torch.float32, tf32=True, seed=layer[1])
+
+
+@pytest.mark.parametrize("dtype, tf32, groups", [(torch.bfloat16, True, 1),
+                                                 (torch.float16, True, 1),
+                                                 (torch.float32, False, 1),
+                                                 (torch.float32, True, 2)])
+def test_gemm_col2im_refuses_what_it_does_not_compute(dtype, tf32, groups):
+    """16-bit (its GEMM would round the per-tap sums to 16 bits), fp32 without TF32, groups."""
+    _needs_sm90()
+    x = torch.randn(2, 8, 5, 5, device="cuda", dtype=dtype)
+    w = torch.randn(8, 6 // groups, 3, 3, device="cuda", dtype=dtype)
+    args = ConvTransposeArgs.from_values(stride=2, groups=groups)
+    with torch.backends.cudnn.flags(enabled=True, allow_tf32=tf32), \
+            pytest.raises(RuntimeError, match="does not support"):
+        run_variant(VARIANTS[0], x, w, None, args)
+
+
+def test_planner_lists_it_for_tf32_on_sm90_only():
+    _needs_sm90()
+    w = torch.randn(512, 17, 4, 4, device="cuda")
+    args = ConvTransposeArgs.from_values(stride=2, padding=1)
+    x = torch.randn(4, 512, 14, 14, device="cuda")
+    with torch.backends.cudnn.flags(enabled=True, allow_tf32=True):
+        assert set(VARIANTS) <= set(planner.plan(x, w, args).candidates)
+    with torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
+        assert not set(VARIANTS) & set(planner.plan(x, w, args).candidates)
+    assert not set(VARIANTS) & set(planner.plan(x.bfloat16(), w.bfloat16(), args).candidates)
