@@ -228,6 +228,7 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
         cache = self.__dict__.setdefault("_plan_cache", {})
         found = cache.get(key)
         if found is not None:
+            self.__dict__["_last_plan"] = (input.device, input.dtype, found.plan)
             return found
         if len(cache) >= _PLAN_CACHE_SIZE:  # e.g. detection models with varying input sizes
             cache.clear()
@@ -244,6 +245,7 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
                 return _Entry(chosen, tune=True)
             chosen = planner.Plan(known, "autotuned", candidates=chosen.candidates)
         found = cache[key] = _Entry(chosen)
+        self.__dict__["_last_plan"] = (input.device, input.dtype, chosen)
         return found
 
     def __getstate__(self) -> dict:
@@ -251,6 +253,7 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
         # deep-copied; the copy re-plans on its first call.
         state = self.__dict__.copy()
         state.pop("_plan_cache", None)
+        state.pop("_last_plan", None)
         state.pop("_fast_path", None)
         return state
 
@@ -263,7 +266,13 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
 
     @property
     def backend(self) -> str:
-        """Which implementation runs for this module's current device and dtype."""
+        """Which implementation runs for this module's current device and dtype: the plan of its
+        last call when that ran on them (a plan can depend on the input's size: a 1 x 1 input
+        runs as a kernel == stride layer, ConvTransposeArgs.kernel_view), else the
+        input-size independent rule (planner.describe)."""
+        last = self.__dict__.get("_last_plan")
+        if last is not None and last[0] == self.weight.device and last[1] == self.weight.dtype:
+            return last[2].variant
         args = ConvTransposeArgs(self.stride, self.padding, self.output_padding,  # type: ignore[arg-type]
                                  self.dilation, self.groups)  # type: ignore[arg-type]
         return planner.describe(self.weight.device, self.weight.dtype, self.kernel_size, args,
