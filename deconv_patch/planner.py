@@ -126,6 +126,9 @@ NAMED_VARIANTS = VARIANTS + PHASE_CONFIGS + (KXS_TAP_MAJOR,) + SM90_CONFIGS + KX
 _GEMM_TILE = 128
 _MIN_PHASE_CHANNELS = 16  # per group, in and out: below this tensor-core tiles are mostly padding
 _MIN_GEMM_OUTPUT_BYTES = 4 * 2**20
+# gemm_col2im's fp32 buffer holds every tap's product of every input pixel (KH*KW/(SH*SW) times
+# the output's elements): above this autotune does not try it (SimpleBaseline d3: 400 MB).
+_MAX_COL2IM_BYTES = 256 * 2**20
 _MAX_GROUPED_CHANNELS = 32  # per group, in and out: the grouped kernel's home ground (measured)
 _MAX_GROUPED_CANDIDATE = 64  # per group, in and out: the grouped kernel's limit; autotune times it
 # 3xTF32 carries each fp32 operand as two TF32 numbers (22 of fp32's 24 significant bits) and
@@ -593,7 +596,17 @@ def plan(input: torch.Tensor, weight: torch.Tensor, args: ConvTransposeArgs) -> 
         if not _phase_offsets_fit(input, weight, args):  # direct indexes with 64 bits
             return _without_phase(chosen, "a tensor reaches 2^31 elements (gemm_phase and "
                                   "gemm_out_tile index with 32 bits)", out_tile=True)
+    if COL2IM_CONFIGS[0] in chosen.candidates and _forced_variant.get() is None and \
+            col2im_buffer_bytes(input, weight) > _MAX_COL2IM_BYTES:
+        chosen = Plan(chosen.variant, chosen.reason, chosen.fallback,
+                      tuple(v for v in chosen.candidates if v not in COL2IM_CONFIGS))
     return chosen
+
+
+def col2im_buffer_bytes(input: torch.Tensor, weight: torch.Tensor) -> int:
+    """Bytes of gemm_col2im's fp32 buffer for a call: [N*H*W, KH*KW*Cout]."""
+    pixels = input.numel() // max(1, input.shape[-3])
+    return 4 * pixels * weight.shape[1] * weight.shape[2] * weight.shape[3]
 
 
 def kxs_sm90_for_output(chosen: Plan, nhwc_out: bool) -> Plan:

@@ -107,3 +107,15 @@ def test_planner_lists_it_for_tf32_on_sm90_only():
     with torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
         assert not set(VARIANTS) & set(planner.plan(x, w, args).candidates)
     assert not set(VARIANTS) & set(planner.plan(x.bfloat16(), w.bfloat16(), args).candidates)
+
+
+def test_planner_leaves_it_out_where_its_buffer_would_be_large():
+    """SimpleBaseline d3 at batch 32: a 400 MB fp32 buffer (planner._MAX_COL2IM_BYTES)."""
+    _needs_sm90()
+    x = torch.randn(32, 256, 32, 24, device="cuda")
+    w = torch.randn(256, 256, 4, 4, device="cuda")
+    assert planner.col2im_buffer_bytes(x, w) == 4 * 32 * 32 * 24 * 256 * 16
+    with torch.backends.cudnn.flags(enabled=True, allow_tf32=True):
+        plan = planner.plan(x, w, ConvTransposeArgs.from_values(stride=2, padding=1))
+        assert not set(VARIANTS) & set(plan.candidates), plan
+        assert planner.PHASE_TMA_CONFIGS[0] in plan.candidates, plan
