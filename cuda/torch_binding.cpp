@@ -286,6 +286,16 @@ at::Tensor conv_transpose2d_forward(const std::string& variant, const at::Tensor
                     packed->numel() * packed->element_size() == bytes,
                 "deconv_patch: ", variant, " needs the packed weight from pack_weight()");
   };
+  // gemm_kxs_sm90 on `q` (the call's params, or gemm_col2im's GEMM), after its checks.
+  auto launch_kxs_sm90 = [&](const ConvTranspose2dParams& q) {
+    TORCH_CHECK(gemm_kxs_sm90_supports(q, kind, allow_tf32),
+                "deconv_patch: the ", variant, " kernel does not support this call");
+    check_packed(gemm_kxs_sm90_packed_weight_bytes(q, kind));
+    TORCH_CHECK(config >= -1 && config < gemm_kxs_sm90_num_configs(),
+                "deconv_patch: ", variant, " has no tile config ", config);
+    return launch_conv_transpose2d_gemm_kxs_sm90(q, kind, allow_tf32, packed->data_ptr(), stream,
+                                                 (int)config);
+  };
   if (variant == "direct") {
     err = launch_conv_transpose2d_direct(p, kind, stream);
   } else if (variant == "grouped") {
@@ -306,13 +316,7 @@ at::Tensor conv_transpose2d_forward(const std::string& variant, const at::Tensor
     }
     err = launch_conv_transpose2d_gemm_kxs(p, kind, allow_tf32, tap_major_weight, stream);
   } else if (variant == "gemm_kxs_sm90") {
-    TORCH_CHECK(gemm_kxs_sm90_supports(p, kind, allow_tf32),
-                "deconv_patch: the gemm_kxs_sm90 kernel does not support this call");
-    check_packed(gemm_kxs_sm90_packed_weight_bytes(p, kind));
-    TORCH_CHECK(config >= -1 && config < gemm_kxs_sm90_num_configs(),
-                "deconv_patch: gemm_kxs_sm90 has no tile config ", config);
-    err = launch_conv_transpose2d_gemm_kxs_sm90(p, kind, allow_tf32, packed->data_ptr(), stream,
-                                                (int)config);
+    err = launch_kxs_sm90(p);
   } else if (variant == "gemm_col2im") {
     // One GEMM over every tap: gemm_kxs_sm90 runs the layer as a 1 x 1 kernel with KH*KW*Cout
     // output channels (no bias, no epilogue) into the fp32 [N*H*W, KH*KW*Cout] matrix `cols`,
@@ -325,25 +329,17 @@ at::Tensor conv_transpose2d_forward(const std::string& variant, const at::Tensor
                                 input.options().dtype(at::kFloat).memory_format(
                                     at::MemoryFormat::ChannelsLast));
     ConvTranspose2dParams q = p;
+    // pack_weight's dense [Cin, ncol, 1, 1] copy, as a stride-1 layer
+    fill_weight_geometry(q, {p.in_channels, ncol, 1, 1}, {ncol, 1, 1, 1}, {1, 1}, {0, 0},
+                         {1, 1}, 1);
     q.bias = nullptr;
     q.epi = EpilogueParams{};
     q.output = cols.data_ptr();
-    q.out_channels = q.out_per_group = ncol;
     q.out_h = p.in_h;
     q.out_w = p.in_w;
     copy_strides(cols, q.out_stride);
     q.out_channels_last = true;
-    q.ph_h = make_axis_phase(1, 0, 1, 1);
-    q.ph_w = make_axis_phase(1, 0, 1, 1);
-    const int64_t flat_strides[4] = {ncol, 1, 1, 1};  // pack_weight's [Cin, ncol, 1, 1] copy
-    for (int i = 0; i < 4; ++i) q.w_stride[i] = flat_strides[i];
-    TORCH_CHECK(gemm_kxs_sm90_supports(q, kind, allow_tf32),
-                "deconv_patch: the gemm_col2im kernel does not support this call");
-    check_packed(gemm_kxs_sm90_packed_weight_bytes(q, kind));
-    TORCH_CHECK(config >= -1 && config < gemm_kxs_sm90_num_configs(),
-                "deconv_patch: gemm_col2im has no tile config ", config);
-    err = launch_conv_transpose2d_gemm_kxs_sm90(q, kind, allow_tf32, packed->data_ptr(), stream,
-                                                (int)config);
+    err = launch_kxs_sm90(q);
     if (err == cudaSuccess) err = launch_col2im(p, cols.data_ptr<float>(), kind, stream);
   } else if (variant == "gemm_phase_tma") {
     TORCH_CHECK(gemm_phase_tma_supports(p, kind, allow_tf32),

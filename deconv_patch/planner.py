@@ -118,8 +118,8 @@ PHASE_TMA_CONFIGS = tuple(f"{GEMM_PHASE_TMA}:{t}" for t in ("128x128s6pp", "128x
 OUT_TILE_CONFIGS = tuple(f"{GEMM_OUT_TILE}:{t}" for t in ("4x32", "2x64", "8x16", "8x32all",
                                                              "4x64all", "2x64all", "4x32all"))
 # gemm_col2im (one GEMM over every tap into an fp32 buffer, then col2im with the epilogue; TF32
-# on Hopper, one group): its GEMM is gemm_kxs_sm90 run as a kernel == stride layer, in one of
-# these gemm_kxs_sm90 tiles (the cooperative 128x256 and the ping-pong 128x128).
+# on Hopper, one group): its GEMM is gemm_kxs_sm90 on the weight viewed as a 1 x 1 kernel, in
+# one of these gemm_kxs_sm90 tiles (the cooperative 128x256 and the ping-pong 128x128).
 COL2IM_CONFIGS = tuple(f"{GEMM_COL2IM}:{t}" for t in ("128x256s4", "128x128s6pp"))
 NAMED_VARIANTS = VARIANTS + PHASE_CONFIGS + (KXS_TAP_MAJOR,) + SM90_CONFIGS + KXS_SM90_CONFIGS + \
     KXS_SM90_AREA_CONFIGS + PHASE_TMA_CONFIGS + OUT_TILE_CONFIGS + COL2IM_CONFIGS
