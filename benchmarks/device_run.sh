@@ -70,6 +70,8 @@
 #                                            # timings ("variant|modes|formats|layers"
 #                                            # lines), then the same timings with the files
 #                                            # of folder AB_BASE over cuda/ (rebuilt)
+#   PART=col2im                              # build + gemm_col2im's tests, its kernels' split
+#                                            # (benchmarks/kernel_split.py), both configs forced
 #   PART=event_gap                           # build + event / graph / CUPTI kernel time of
 #                                            # the large k == stride layers (EG_ONLY, EG_MODES)
 #   LAYERS_ONLY=1                            # with PART=2: the layer benchmark only
@@ -329,6 +331,23 @@ if [ -n "${AB_BASE:-}" ] && [ "$(left)" -gt 150 ]; then
   ab_forced base
   cp /tmp/ab_saved/* cuda/
 fi
+fi
+
+if [ "${PART:-}" = col2im ]; then
+# gemm_col2im (TF32 and 16-bit): its tests, where its GPU time goes kernel by kernel (GEMM,
+# col2im, input re-layout; benchmarks/kernel_split.py) against cuDNN's, then both configs forced
+# on the layers where one GEMM over every tap may win (COL2IM_LAYERS to change them).
+gpu_tests col2im ${AB_TEST_SECONDS:-240} ${COL2IM_TESTS:-tests/test_gpu_col2im.py}
+col2im_variants="aten,$(planner_names COL2IM_CONFIGS | tr ' ' ',')"
+for spec in "bf16 --channels-last" "bf16" "fp32 --channels-last" "fp32"; do
+  step "kernel split: keypoint $spec"
+  timeout 60 python3 benchmarks/kernel_split.py --layer "keypointrcnn 512>17 14" --dtype $spec \
+    --variants "$col2im_variants" 2>&1 | tail -14
+done
+for v in $(planner_names COL2IM_CONFIGS); do
+  forced "$v" bf16,fp16,tf32 nchw,nhwc \
+    "${COL2IM_LAYERS:-keypoint,pix2pix.u2,simplebl.d1,dcgan.g2,dcgan.g3,cyclegan}" 150 60
+done
 fi
 
 if [ "${PART:-}" = gan_models ]; then

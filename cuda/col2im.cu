@@ -1,68 +1,261 @@
-// col2im (see col2im.h): one thread per output element, channels fastest, so that a warp reads
-// consecutive channels of one tap of a cols row (contiguous) and writes channels_last output
-// contiguously. Each output element sums its taps in fp32 in (kh, kw) order: a tap kh of
-// output row oh exists when oh + PH - kh*DH is a non-negative multiple of SH below H*SH.
+// col2im (see col2im.h). Each output element sums its taps in fp32 in (kh, kw) order. The taps
+// of output (oh, ow) (axis_taps on each axis) are the same for every image and channel, so a
+// thread finds them once for its (oh, ow) and then loops over images (and channels): per output
+// element it is left with the loads, the sum, the epilogue and the store. (Finding the taps per
+// element, a dozen integer divisions, bound the first version: Keypoint R-CNN 42-47 us for 21 MB
+// read, perf-notes version 21.)
+//   * channels_last output (channel stride 1): thread = (ow, co), channels fastest, so a warp
+//     reads consecutive channels of one tap of a cols row and writes consecutive channels;
+//   * any other output (NCHW): thread = ow (lanes along the row: coalesced stores), 8 channels
+//     each, the block's 8 warps taking neighbouring channels, so the sectors each warp reads
+//     serve the others from L1.
+// Grid: x = pixels / channels of a row, y = output rows oh (strided), z = blocks of images, as
+// many as make ~8 blocks per SM.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <cstdint>
 
+#include "axis_taps.cuh"
 #include "col2im.h"
+#include "device_cache.h"
 #include "epilogue.cuh"
 #include "scalar_convert.cuh"
 
 namespace deconv_patch {
 namespace {
 
-// Input row (or column) index of tap k of output index o along one axis, or -1.
-__device__ __forceinline__ int64_t col2im_source(int64_t o, int k, const AxisPhase& a,
-                                                 int64_t in_size) {
-  const int64_t t = o + a.pad - (int64_t)k * a.dil;
-  if (t < 0 || t % a.stride != 0) return -1;
-  const int64_t i = t / a.stride;
-  return i < in_size ? i : -1;
+constexpr int kThreads = 256;
+constexpr int kMaxTaps = 8;    // taps held as offsets; more take col2im_sum's loop
+constexpr int kRowPixels = 32;  // NCHW path: output columns per block (one per lane)
+constexpr int kChannelWarps = kThreads / kRowPixels;  // 8 warps, channels co0 + warp + 8i
+constexpr int kBlockChannels = 8 * kChannelWarps;     // 64 channels per NCHW block
+
+// Tap (a, b) = (kh, kw) = (rh.first_k + a*step_h, rw.first_k + b*step_w) of output (oh, ow) reads
+// cols row (ih, iw) = (rh.first_i - a*in_step_h, rw.first_i - b*in_step_w) of its image, column
+// (kh*KW + kw)*Cout + co. Offsets below are for co = 0, in floats from the image's first row;
+// the next b moves by d_b, the next a (from b = 0) by d_a.
+struct TapWalk {
+  int64_t first, d_a, d_b;
+  int count_b;
+};
+
+__device__ __forceinline__ TapWalk tap_walk(const ConvTranspose2dParams& p, const TapRange& rh,
+                                            const TapRange& rw, int64_t ncol) {
+  const int64_t cout = p.out_channels;
+  TapWalk w;
+  w.first = ((int64_t)rh.first_i * p.in_w + rw.first_i) * ncol +
+            ((int64_t)rh.first_k * p.ph_w.kernel + rw.first_k) * cout;
+  w.d_b = (int64_t)p.ph_w.step * cout - (int64_t)p.ph_w.in_step * ncol;
+  w.d_a = (int64_t)p.ph_h.step * p.ph_w.kernel * cout - (int64_t)p.ph_h.in_step * p.in_w * ncol;
+  w.count_b = rw.count;
+  return w;
 }
 
+// The first kMaxTaps tap offsets of `w` in tap order (entries past the tap count are unused).
+__device__ __forceinline__ void tap_offsets(const TapWalk& w, int64_t (&off)[kMaxTaps]) {
+  int64_t row = w.first, ptr = w.first;
+  int b = 0;
+#pragma unroll
+  for (int u = 0; u < kMaxTaps; ++u) {
+    off[u] = ptr;
+    if (++b == w.count_b) {
+      b = 0;
+      row += w.d_a;
+      ptr = row;
+    } else {
+      ptr += w.d_b;
+    }
+  }
+}
+
+// K sums of `taps` (<= kMaxTaps) taps at base + k*delta: all K*taps loads go out before the
+// additions (in tap order), so a thread keeps several in flight.
+template <int K>
+__device__ __forceinline__ void sum_taps(const float* __restrict__ base, int64_t delta,
+                                         const int64_t (&off)[kMaxTaps], int taps,
+                                         float (&acc)[K]) {
+  float v[K][kMaxTaps];
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+#pragma unroll
+    for (int u = 0; u < kMaxTaps; ++u) {
+      if (u < taps) v[k][u] = __ldg(base + k * delta + off[u]);
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    acc[k] = 0.f;
+#pragma unroll
+    for (int u = 0; u < kMaxTaps; ++u) {
+      if (u < taps) acc[k] += v[k][u];
+    }
+  }
+}
+
+// More than kMaxTaps taps (e.g. k9 s3 d1 has 9): the same sum, one tap at a time.
+__device__ __forceinline__ float sum_taps_walk(const float* __restrict__ base, const TapWalk& w,
+                                               int taps) {
+  const float* row = base + w.first;
+  const float* ptr = row;
+  int b = 0;
+  float acc = 0.f;
+  for (int t = 0; t < taps; ++t) {
+    acc += __ldg(ptr);
+    if (++b == w.count_b) {
+      b = 0;
+      row += w.d_a;
+      ptr = row;
+    } else {
+      ptr += w.d_b;
+    }
+  }
+  return acc;
+}
+
+// Images [n_begin, n_end) of block z.
+struct ImageRange {
+  int64_t begin, end;
+};
+__device__ __forceinline__ ImageRange block_images(const ConvTranspose2dParams& p,
+                                                   int64_t per_block) {
+  const int64_t begin = (int64_t)blockIdx.z * per_block;
+  const int64_t end = begin + per_block < p.batch ? begin + per_block : p.batch;
+  return {begin, end};
+}
+
+// channels_last output: x = ow * Cout + co within a row.
 template <typename T>
-__global__ void __launch_bounds__(256) col2im_kernel(const ConvTranspose2dParams p,
-                                                     const float* __restrict__ cols) {
-  const int64_t c_out = p.out_channels;
-  const int64_t total = p.batch * p.out_h * p.out_w * c_out;
-  const int kh_n = p.ph_h.kernel, kw_n = p.ph_w.kernel;
-  const int64_t ncol = (int64_t)kh_n * kw_n * c_out;  // cols row length
+__global__ void __launch_bounds__(kThreads, 3) col2im_nhwc_kernel(const ConvTranspose2dParams p,
+                                                               const float* __restrict__ cols,
+                                                               int64_t images_per_block) {
+  const int cout = (int)p.out_channels;
+  const int x = blockIdx.x * kThreads + threadIdx.x;
+  if (x >= (int)p.out_w * cout) return;  // (no block-wide synchronisation in this kernel)
+  const int ow = x / cout;
+  const int co = x - ow * cout;
+  const int64_t ncol = (int64_t)p.ph_h.kernel * p.ph_w.kernel * cout;  // cols row length
+  const int64_t img_stride = p.in_h * p.in_w * ncol;
   const T* bias = static_cast<const T*>(p.bias);
   T* out = static_cast<T*>(p.output);
-  for (int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; idx < total;
-       idx += (int64_t)gridDim.x * blockDim.x) {
-    const int64_t co = idx % c_out;
-    int64_t r = idx / c_out;
-    const int64_t ow = r % p.out_w;
-    r /= p.out_w;
-    const int64_t oh = r % p.out_h;
-    const int64_t n = r / p.out_h;
-    float acc = 0.f;
-    for (int kh = 0; kh < kh_n; ++kh) {
-      const int64_t ih = col2im_source(oh, kh, p.ph_h, p.in_h);
-      if (ih < 0) continue;
-      const float* row = cols + (n * p.in_h + ih) * p.in_w * ncol + kh * kw_n * c_out + co;
-      for (int kw = 0; kw < kw_n; ++kw) {
-        const int64_t iw = col2im_source(ow, kw, p.ph_w, p.in_w);
-        if (iw >= 0) acc += row[iw * ncol + kw * c_out];
+  const ChannelAffine aff = channel_affine(p.epi, bias != nullptr ? to_float(bias[co]) : 0.f, co);
+  const TapRange rw = axis_taps(p.ph_w, ow, (int)p.in_w);
+  const ImageRange imgs = block_images(p, images_per_block);
+  for (int64_t oh = blockIdx.y; oh < p.out_h; oh += gridDim.y) {
+    const TapRange rh = axis_taps(p.ph_h, (int)oh, (int)p.in_h);
+    const TapWalk walk = tap_walk(p, rh, rw, ncol);
+    const int taps = rh.count * rw.count;
+    T* o = out + (int64_t)co * p.out_stride[1] + oh * p.out_stride[2] +
+           (int64_t)ow * p.out_stride[3];
+    auto store = [&](int64_t n, float acc) {
+      o[n * p.out_stride[0]] = from_float<T>(apply_epilogue(acc, aff, p.epi));
+    };
+    int64_t n = imgs.begin;
+    if (taps <= kMaxTaps) {
+      int64_t off[kMaxTaps];
+      tap_offsets(walk, off);
+      for (; n + 1 < imgs.end; n += 2) {
+        float acc[2];
+        sum_taps<2>(cols + n * img_stride + co, img_stride, off, taps, acc);
+        store(n, acc[0]);
+        store(n + 1, acc[1]);
+      }
+      if (n < imgs.end) {
+        float acc[1];
+        sum_taps<1>(cols + n * img_stride + co, 0, off, taps, acc);
+        store(n, acc[0]);
+      }
+    } else {
+      for (; n < imgs.end; ++n) store(n, sum_taps_walk(cols + n * img_stride + co, walk, taps));
+    }
+  }
+}
+
+// Any other output: block x = (column tile, channel block); lane = output column, warp w takes
+// channels co0 + w + 8i.
+template <typename T>
+__global__ void __launch_bounds__(kThreads, 3) col2im_rows_kernel(const ConvTranspose2dParams p,
+                                                               const float* __restrict__ cols,
+                                                               int64_t images_per_block) {
+  const int cout = (int)p.out_channels;
+  const int ow_tiles = (int)((p.out_w + kRowPixels - 1) / kRowPixels);
+  const int ow = (int)(blockIdx.x % ow_tiles) * kRowPixels + (int)(threadIdx.x % kRowPixels);
+  const int c_first = (int)(blockIdx.x / ow_tiles) * kBlockChannels +
+                      (int)(threadIdx.x / kRowPixels);
+  if (ow >= p.out_w || c_first >= cout) return;  // (no block-wide synchronisation)
+  const int c_end = c_first + kBlockChannels - kChannelWarps + 1 < cout
+                        ? c_first + kBlockChannels - kChannelWarps + 1
+                        : cout;  // this thread's channels: c_first, +8, ... below c_end
+  const int64_t ncol = (int64_t)p.ph_h.kernel * p.ph_w.kernel * cout;
+  const int64_t img_stride = p.in_h * p.in_w * ncol;
+  const T* bias = static_cast<const T*>(p.bias);
+  T* out = static_cast<T*>(p.output);
+  const TapRange rw = axis_taps(p.ph_w, ow, (int)p.in_w);
+  const ImageRange imgs = block_images(p, images_per_block);
+  for (int64_t oh = blockIdx.y; oh < p.out_h; oh += gridDim.y) {
+    const TapRange rh = axis_taps(p.ph_h, (int)oh, (int)p.in_h);
+    const TapWalk walk = tap_walk(p, rh, rw, ncol);
+    const int taps = rh.count * rw.count;
+    int64_t off[kMaxTaps];
+    tap_offsets(walk, off);
+    auto store = [&](int64_t n, int co, float acc) {
+      const ChannelAffine aff =
+          channel_affine(p.epi, bias != nullptr ? to_float(bias[co]) : 0.f, co);
+      out[n * p.out_stride[0] + (int64_t)co * p.out_stride[1] + oh * p.out_stride[2] +
+          (int64_t)ow * p.out_stride[3]] = from_float<T>(apply_epilogue(acc, aff, p.epi));
+    };
+    for (int64_t n = imgs.begin; n < imgs.end; ++n) {
+      const float* img = cols + n * img_stride;
+      int co = c_first;
+      if (taps <= kMaxTaps) {
+        for (; co + kChannelWarps < c_end; co += 2 * kChannelWarps) {
+          float acc[2];
+          sum_taps<2>(img + co, kChannelWarps, off, taps, acc);
+          store(n, co, acc[0]);
+          store(n, co + kChannelWarps, acc[1]);
+        }
+        if (co < c_end) {
+          float acc[1];
+          sum_taps<1>(img + co, 0, off, taps, acc);
+          store(n, co, acc[0]);
+        }
+      } else {
+        for (; co < c_end; co += kChannelWarps) store(n, co, sum_taps_walk(img + co, walk, taps));
       }
     }
-    const ChannelAffine a = channel_affine(p.epi, bias != nullptr ? to_float(bias[co]) : 0.f, co);
-    out[n * p.out_stride[0] + co * p.out_stride[1] + oh * p.out_stride[2] +
-        ow * p.out_stride[3]] = from_float<T>(apply_epilogue(acc, a, p.epi));
   }
 }
 
 template <typename T>
 cudaError_t launch_typed(const ConvTranspose2dParams& p, const float* cols, cudaStream_t stream) {
-  const int64_t total = p.batch * p.out_h * p.out_w * p.out_channels;
-  if (total == 0) return cudaSuccess;
-  const int64_t blocks = (total + 255) / 256;
-  col2im_kernel<T><<<(unsigned)(blocks < 65535 * 16 ? blocks : 65535 * 16), 256, 0, stream>>>(
-      p, cols);
+  if (p.batch * p.out_h * p.out_w * p.out_channels == 0) return cudaSuccess;
+  const bool nhwc = p.out_stride[1] == 1;
+  int64_t blocks_x;
+  if (nhwc) {
+    const int64_t per_row = p.out_w * p.out_channels;
+    if (per_row >= ((int64_t)1 << 31) - kThreads) return cudaErrorInvalidValue;
+    blocks_x = (per_row + kThreads - 1) / kThreads;
+  } else {
+    if (p.out_w >= ((int64_t)1 << 31) - kRowPixels || p.out_channels >= ((int64_t)1 << 31))
+      return cudaErrorInvalidValue;
+    blocks_x = ((p.out_w + kRowPixels - 1) / kRowPixels) *
+               ((p.out_channels + kBlockChannels - 1) / kBlockChannels);
+  }
+  if (blocks_x >= ((int64_t)1 << 31)) return cudaErrorInvalidValue;
+  const int64_t blocks_y = p.out_h < 65535 ? p.out_h : 65535;
+  // Blocks of images: enough blocks for ~8 per SM, each image block as large as that allows.
+  const int sms = device_sm_count(current_device());
+  const int64_t want = 8 * (int64_t)(sms > 0 ? sms : 132);
+  int64_t z = (want + blocks_x * blocks_y - 1) / (blocks_x * blocks_y);
+  z = z < 1 ? 1 : z > p.batch ? p.batch : z > 65535 ? 65535 : z;
+  const int64_t per_block = (p.batch + z - 1) / z;
+  z = (p.batch + per_block - 1) / per_block;
+  const dim3 grid((unsigned)blocks_x, (unsigned)blocks_y, (unsigned)z);
+  if (nhwc) {
+    col2im_nhwc_kernel<T><<<grid, kThreads, 0, stream>>>(p, cols, per_block);
+  } else {
+    col2im_rows_kernel<T><<<grid, kThreads, 0, stream>>>(p, cols, per_block);
+  }
   return cudaGetLastError();
 }
 

@@ -18,7 +18,8 @@
 namespace deconv_patch {
 
 // `p`: the layer's geometry, output (any strides), bias and epilogue (p.input and p.weight are
-// not read). cudaErrorInvalidValue for groups != 1.
+// not read). cudaErrorInvalidValue for groups != 1 or an output row of 2^31 elements
+// (out_w * Cout: 32-bit index math within a row).
 cudaError_t launch_col2im(const ConvTranspose2dParams& p, const float* cols, ScalarKind kind,
                           cudaStream_t stream);
 

@@ -54,4 +54,17 @@ cudaError_t launch_conv_transpose2d_gemm_kxs_sm90(const ConvTranspose2dParams& p
   return cudaErrorInvalidValue;
 }
 
+cudaError_t launch_conv_transpose2d_gemm_kxs_sm90_f32_out(const ConvTranspose2dParams& p,
+                                                          ScalarKind kind, const void* packed,
+                                                          cudaStream_t stream, int config) {
+  if (kind == ScalarKind::kFloat32 || !gemm_kxs_sm90_supports(p, kind, false))
+    return cudaErrorInvalidValue;
+  if (config < -1 || config > 2) return cudaErrorInvalidValue;
+  if (p.batch * p.out_channels * p.out_h * p.out_w == 0) return cudaSuccess;
+  if (packed == nullptr || !aligned16(packed)) return cudaErrorInvalidValue;
+  if (kind == ScalarKind::kFloat16)
+    return gemm_kxs_sm90_launch_f32_out_f16(p, kind, packed, config, stream);
+  return gemm_kxs_sm90_launch_f32_out_bf16(p, kind, packed, config, stream);
+}
+
 }  // namespace deconv_patch

@@ -80,4 +80,12 @@ cudaError_t launch_conv_transpose2d_gemm_kxs_sm90(const ConvTranspose2dParams& p
                                                   const void* packed, cudaStream_t stream,
                                                   int config = -1);
 
+// gemm_col2im's GEMM for 16-bit layers: as launch_conv_transpose2d_gemm_kxs_sm90 for kind
+// float16 / bfloat16, but p.output is fp32 (the epilogue's values are stored unrounded), configs
+// -1..2 only, channels_last input and output (channel stride 1) only. cudaErrorInvalidValue
+// otherwise.
+cudaError_t launch_conv_transpose2d_gemm_kxs_sm90_f32_out(const ConvTranspose2dParams& p,
+                                                          ScalarKind kind, const void* packed,
+                                                          cudaStream_t stream, int config = -1);
+
 }  // namespace deconv_patch

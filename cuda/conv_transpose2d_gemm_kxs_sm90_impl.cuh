@@ -255,6 +255,7 @@ struct KxsConfig {
   static_assert(kSetMaxNreg || kMI * kAcc <= 64, "more than 64 accumulators need setmaxnreg");
   static_assert(kStages >= 2 && kReleaseCount == 4 * (kPingPong ? 1 : 2), "ring geometry");
   static constexpr int kAreaKH = 0;  // not a kernel-area config (KxsAreaConfig)
+  static constexpr bool kF32Out = false;  // fp32 output from 16-bit operands (KxsF32OutConfig)
 };
 // Kernel-area tiles (see the top) of kernel height KH on config Base (configs 3..5): the same
 // tile, ring and shared memory as Base; a separate type so that the kernels of configs 0..2 keep
@@ -263,6 +264,13 @@ template <class Base, int KH>
 struct KxsAreaConfig : Base {
   static constexpr int kAreaKH = KH;
   static_assert(KH == 2 || KH == 4, "kernel-area tiles: KH 2 or 4");
+};
+// 16-bit operands, fp32 output (gemm_col2im's GEMM into its fp32 buffer, col2im.h): the tile,
+// ring and shared memory of Base; only the register-path store differs (8 floats where 16-bit
+// writes 8 halves). Channels_last input and output only (launch_f32_out_typed).
+template <class Base>
+struct KxsF32OutConfig : Base {
+  static constexpr bool kF32Out = true;
 };
 // A stage is 128-byte rows whatever the element type (fp32: 32 k per stage instead of 64), so the
 // same stage counts fit for every dtype: the configs are shared.
@@ -480,6 +488,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   static_assert(!NCHW_IN || (sizeof(T) == 2 && STAGED),
                 "MN-major A is 16-bit only; NCHW input always uses the staged store");
   static_assert(RKW == 0 || (STAGED && (RKW == 2 || RKW == 4)), "kh-row tiles: staged, KW 2 / 4");
+  static_assert(!Cfg::kF32Out || (sizeof(T) == 2 && !NCHW_IN && !STAGED && RKW == 0),
+                "fp32 output: 16-bit operands, channels_last input and output (register path)");
+  // The output's element type: T, or fp32 for KxsF32OutConfig.
+  using OutT = typename std::conditional<Cfg::kF32Out, float, T>::type;
   // Kernel-area tiles (Cfg = KxsAreaConfig): KH = RKH, KW = RKW; else 0.
   constexpr int RKH = Cfg::kAreaKH;
   static_assert(RKH == 0 || (RKW != 0 && RKH * RKW <= 8), "kernel-area tiles: KW 2 / 4, <= 8 taps");
@@ -594,7 +606,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int q = lane & 3;       // fragment column pair
   const int rq = lane >> 2;     // fragment row
   const T* __restrict__ bias = static_cast<const T*>(p.bias);
-  T* __restrict__ out = static_cast<T*>(p.out);
+  OutT* __restrict__ out = static_cast<OutT*>(p.out);
   unsigned char* my_tables = smem + Cfg::kTableOffset + cw * 2 * Cfg::kTableBytes;
 
   // Cooperative: consumer cw reads A rows 64cw..; ping-pong: both m64 halves (mi * 64 rows).
@@ -1050,15 +1062,22 @@ __global__ void __launch_bounds__(kThreads, 1)
                 const float a = acc[mi][kxs_acc_index(g, h, k)];
                 v[k] = epilogue_value<kAct>(a, mul[k], add[k], p.epi.negative_slope);
               }
-              T* const row = out + row_off[mi][h];
+              OutT* const row = out + row_off[mi][h];
               // (kVec tested first: a 16-bit branch under a test that depends on the lambda's
               // arguments would make T = float reference pack2<float>, which has no body.)
               if constexpr (!kVec) {
 #pragma unroll
                 for (int k = 0; k < 8; ++k) {
                   const int c = kColGroup * g + kxs_lane_col(q, k, kTf32);
-                  if (n0 + c < p.nc) row[t_off[c]] = from_float<T>(v[k]);
+                  if (n0 + c < p.nc) row[t_off[c]] = from_float<OutT>(v[k]);
                 }
+              } else if constexpr (Cfg::kF32Out) {
+                // 16-bit operands, fp32 output: the 8 consecutive channels of one tap as two
+                // 16-byte vectors (out_vec: Cout % 8 == 0 and strides of 8 elements, so the
+                // first is 32-byte aligned).
+                *reinterpret_cast<float4*>(row + t_off[c0]) = make_float4(v[0], v[1], v[2], v[3]);
+                *reinterpret_cast<float4*>(row + t_off[c0] + 4) =
+                    make_float4(v[4], v[5], v[6], v[7]);
               } else if constexpr (kTf32) {
                 // os_c == 1, Cout % 4 == 0: each 4 consecutive channels of one tap, 16-byte
                 // aligned; nc % 4 == 0, so a vector exists iff its first column is below
@@ -1495,6 +1514,29 @@ cudaError_t launch_typed(const ConvTranspose2dParams& p, ScalarKind kind, const 
   return cudaErrorInvalidValue;
 }
 
+// 16-bit operands, fp32 output (KxsF32OutConfig): configs 0..2 (-1 picks as launch_typed
+// does), channels_last input and output only; the body of gemm_kxs_sm90_launch_f32_out_<type>.
+template <typename T>
+cudaError_t launch_f32_out_typed(const ConvTranspose2dParams& p, ScalarKind kind,
+                                 const void* packed, int config, cudaStream_t stream) {
+  static_assert(sizeof(T) == 2, "fp32 output is for 16-bit operands");
+  if (input_layout(p, kind) != KxsInput::kChannelsLast || p.out_stride[1] != 1)
+    return cudaErrorInvalidValue;
+  if (config < 0) {
+    config = pick_config(m_tiles(p, false), logical_cols(p), col_tiles(p, 256, 0),
+                         col_tiles(p, 128, 0), device_sm_count(current_device()));
+  }
+  switch (config) {
+    case 0:
+      return launch_cfg<T, KxsF32OutConfig<KxsCfg0>, false, false, 0>(p, kind, packed, stream);
+    case 1:
+      return launch_cfg<T, KxsF32OutConfig<KxsCfg1>, false, false, 0>(p, kind, packed, stream);
+    case 2:
+      return launch_cfg<T, KxsF32OutConfig<KxsCfg2>, false, false, 0>(p, kind, packed, stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
 template <typename T>
 cudaError_t launch_pack(const ConvTranspose2dParams& p, void* packed, cudaStream_t stream) {
   const KxsPackArgs a = make_pack_args(p, packed, std::is_same<T, float>::value);
@@ -1541,5 +1583,11 @@ cudaError_t gemm_kxs_sm90_launch_bf16(const ConvTranspose2dParams& p, ScalarKind
                                       const void* packed, int config, cudaStream_t stream);
 cudaError_t gemm_kxs_sm90_launch_f32(const ConvTranspose2dParams& p, ScalarKind kind,
                                      const void* packed, int config, cudaStream_t stream);
+// The fp32-output launchers (launch_f32_out_typed), one unit per 16-bit type.
+cudaError_t gemm_kxs_sm90_launch_f32_out_f16(const ConvTranspose2dParams& p, ScalarKind kind,
+                                             const void* packed, int config, cudaStream_t stream);
+cudaError_t gemm_kxs_sm90_launch_f32_out_bf16(const ConvTranspose2dParams& p, ScalarKind kind,
+                                              const void* packed, int config,
+                                              cudaStream_t stream);
 
 }  // namespace deconv_patch

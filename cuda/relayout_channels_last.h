@@ -2,7 +2,7 @@
 // as 16-byte channel rows (gemm_phase_tma, gemm_kxs_sm90, 16-bit gemm_phase / gemm_phase_sm90)
 // when the caller's input is NCHW. Per image it is the transpose of a [C][H*W] matrix into
 // [H*W][C], through 32 x 32 tiles in shared memory so that both the reads (along H*W) and the
-// writes (along C) are coalesced. (PyTorch's copy to channels_last reads across the channel
+// writes (along C) are coalesced (16-bit with C and H*W even: 64 x 64 tiles moved in pairs). (PyTorch's copy to channels_last reads across the channel
 // stride here: 0.57 TB/s on Mask R-CNN's 100 x 256 x 14 x 14 bf16 input, H100.)
 #pragma once
 

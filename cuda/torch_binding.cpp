@@ -286,15 +286,18 @@ at::Tensor conv_transpose2d_forward(const std::string& variant, const at::Tensor
                     packed->numel() * packed->element_size() == bytes,
                 "deconv_patch: ", variant, " needs the packed weight from pack_weight()");
   };
-  // gemm_kxs_sm90 on `q` (the call's params, or gemm_col2im's GEMM), after its checks.
-  auto launch_kxs_sm90 = [&](const ConvTranspose2dParams& q) {
+  // gemm_kxs_sm90 on `q` (the call's params, or gemm_col2im's GEMM), after its checks;
+  // f32_out: 16-bit operands writing fp32 (gemm_col2im's 16-bit GEMM, configs 0..2).
+  auto launch_kxs_sm90 = [&](const ConvTranspose2dParams& q, bool f32_out) {
     TORCH_CHECK(gemm_kxs_sm90_supports(q, kind, allow_tf32),
                 "deconv_patch: the ", variant, " kernel does not support this call");
     check_packed(gemm_kxs_sm90_packed_weight_bytes(q, kind));
-    TORCH_CHECK(config >= -1 && config < gemm_kxs_sm90_num_configs(),
+    TORCH_CHECK(config >= -1 && config < (f32_out ? 3 : gemm_kxs_sm90_num_configs()),
                 "deconv_patch: ", variant, " has no tile config ", config);
-    return launch_conv_transpose2d_gemm_kxs_sm90(q, kind, allow_tf32, packed->data_ptr(), stream,
-                                                 (int)config);
+    return f32_out ? launch_conv_transpose2d_gemm_kxs_sm90_f32_out(q, kind, packed->data_ptr(),
+                                                                   stream, (int)config)
+                   : launch_conv_transpose2d_gemm_kxs_sm90(q, kind, allow_tf32,
+                                                           packed->data_ptr(), stream, (int)config);
   };
   if (variant == "direct") {
     err = launch_conv_transpose2d_direct(p, kind, stream);
@@ -316,14 +319,16 @@ at::Tensor conv_transpose2d_forward(const std::string& variant, const at::Tensor
     }
     err = launch_conv_transpose2d_gemm_kxs(p, kind, allow_tf32, tap_major_weight, stream);
   } else if (variant == "gemm_kxs_sm90") {
-    err = launch_kxs_sm90(p);
+    err = launch_kxs_sm90(p, false);
   } else if (variant == "gemm_col2im") {
     // One GEMM over every tap: gemm_kxs_sm90 runs the layer as a 1 x 1 kernel with KH*KW*Cout
-    // output channels (no bias, no epilogue) into the fp32 [N*H*W, KH*KW*Cout] matrix `cols`,
-    // then col2im sums each output pixel's taps and applies the epilogue (col2im.h). TF32 only
-    // (fp32 is gemm_kxs_sm90's output type there), one group.
-    TORCH_CHECK(groups == 1 && kind == ScalarKind::kFloat32 && allow_tf32,
-                "deconv_patch: the gemm_col2im kernel does not support this call (TF32, groups 1)");
+    // output channels (no bias, no epilogue) into the fp32 [N*H*W, KH*KW*Cout] matrix `cols`
+    // (16-bit operands: its fp32-output kernels, so the sum of taps is rounded once), then
+    // col2im sums each output pixel's taps and applies the epilogue (col2im.h). TF32 or 16-bit,
+    // one group.
+    TORCH_CHECK(groups == 1 && (kind != ScalarKind::kFloat32 || allow_tf32),
+                "deconv_patch: the gemm_col2im kernel does not support this call (TF32 or "
+                "16-bit, groups 1)");
     const int64_t ncol = kh * kw * weight.size(1);
     at::Tensor cols = at::empty({p.batch, ncol, p.in_h, p.in_w},
                                 input.options().dtype(at::kFloat).memory_format(
@@ -339,7 +344,7 @@ at::Tensor conv_transpose2d_forward(const std::string& variant, const at::Tensor
     q.out_w = p.in_w;
     copy_strides(cols, q.out_stride);
     q.out_channels_last = true;
-    err = launch_kxs_sm90(q);
+    err = launch_kxs_sm90(q, kind != ScalarKind::kFloat32);
     if (err == cudaSuccess) err = launch_col2im(p, cols.data_ptr<float>(), kind, stream);
   } else if (variant == "gemm_phase_tma") {
     TORCH_CHECK(gemm_phase_tma_supports(p, kind, allow_tf32),

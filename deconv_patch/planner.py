@@ -118,8 +118,9 @@ PHASE_TMA_CONFIGS = tuple(f"{GEMM_PHASE_TMA}:{t}" for t in ("128x128s6pp", "128x
 OUT_TILE_CONFIGS = tuple(f"{GEMM_OUT_TILE}:{t}" for t in ("4x32", "2x64", "8x16", "8x32all",
                                                              "4x64all", "2x64all", "4x32all"))
 # gemm_col2im (one GEMM over every tap into an fp32 buffer, then col2im with the epilogue; TF32
-# on Hopper, one group): its GEMM is gemm_kxs_sm90 on the weight viewed as a 1 x 1 kernel, in
-# one of these gemm_kxs_sm90 tiles (the cooperative 128x256 and the ping-pong 128x128).
+# or 16-bit on Hopper, one group): its GEMM is gemm_kxs_sm90 on the weight viewed as a 1 x 1
+# kernel, in one of these gemm_kxs_sm90 tiles (the cooperative 128x256 and the ping-pong
+# 128x128); 16-bit operands write the fp32 buffer through its fp32-output kernels.
 COL2IM_CONFIGS = tuple(f"{GEMM_COL2IM}:{t}" for t in ("128x256s4", "128x128s6pp"))
 NAMED_VARIANTS = VARIANTS + PHASE_CONFIGS + (KXS_TAP_MAJOR,) + SM90_CONFIGS + KXS_SM90_CONFIGS + \
     KXS_SM90_AREA_CONFIGS + PHASE_TMA_CONFIGS + OUT_TILE_CONFIGS + COL2IM_CONFIGS
@@ -350,10 +351,11 @@ def _plan_layer(device: torch.device, dtype: torch.dtype, kernel_hw: Sequence[in
     # gemm_phase keeps fp32 without TF32 off 3xTF32 (depth None): on deep sums its error still
     # reached 1.11x the tests' bound in benchmarks/strict_error_scan.py (gemm_kxs: 0.58x).
     tensor_cores = tensor_core_problem(dtype) is None
-    # gemm_col2im (TF32 on Hopper, one group): an autotune candidate. Measured with PyTorch's
-    # ops (benchmarks/fold_probe.py, H100) its GEMM alone runs Keypoint R-CNN's 17-channel head
-    # in 51 us against the phase GEMMs' 170 and cuDNN's 262, pix2pix.u2 in 23 us against 49.
-    col2im = COL2IM_CONFIGS if hopper and dtype == torch.float32 and args.groups == 1 else ()
+    # gemm_col2im (TF32 or 16-bit on Hopper, one group): an autotune candidate. Measured with
+    # PyTorch's ops (benchmarks/fold_probe.py, H100) its GEMM alone runs Keypoint R-CNN's
+    # 17-channel head in 51 us (TF32) / 15 us (bf16) against the phase GEMMs' 170 / 70-93 and
+    # cuDNN's 262 / 107, pix2pix.u2 in 23 us against 49 (TF32).
+    col2im = COL2IM_CONFIGS if hopper and args.groups == 1 else ()
     phase = (*PHASE_CONFIGS, *(SM90_CONFIGS if _is_sm90(device) and dtype != torch.float32
                                else ()), *tma, *col2im)
     no_cudnn = ("cuDNN cannot run output_padding >= stride"

@@ -1,6 +1,6 @@
 """GPU correctness of gemm_col2im (one GEMM over every tap into an fp32 buffer, then col2im with
-the fused epilogue; cuda/col2im.h): both configs forced on NaN-poisoned random sweeps in TF32
-(any stride, padding, output_padding, dilation, kernel, layout, bias, unbatched, batch 0)
+the fused epilogue; cuda/col2im.h): both configs forced on NaN-poisoned random sweeps in
+TF32, bf16 and fp16 (any stride, padding, output_padding, dilation, kernel, layout, bias, unbatched, batch 0)
 against a float64 reference with the bound of tests/test_gpu_kernels.py, every activation, the
 benchmark's layers at full size, the calls it refuses, and the planner's use of it."""
 
@@ -30,11 +30,13 @@ def _needs_sm90():
 
 
 def _case(seed: int) -> Case:
-    """random_case in the variant's domain: TF32, one group, Cin a multiple of 4 (16-byte TMA
-    rows); one case in four larger (more GEMM tiles than SMs, many taps per output)."""
-    case = random_case(seed, dtypes=(torch.float32,), max_channels=40)
+    """random_case in the variant's domain: TF32, bf16 or fp16, one group, 16-byte rows of Cin
+    (a multiple of 4 in fp32, 8 in 16-bit); one case in four larger (more GEMM tiles than SMs,
+    many taps per output)."""
+    case = random_case(seed, dtypes=(torch.float32, torch.bfloat16, torch.float16),
+                       max_channels=40)
     rng = random.Random(seed)
-    cin = 4 * rng.randint(1, 24)
+    cin = (4 if case.dtype == torch.float32 else 8) * rng.randint(1, 12)
     cout = case.out_channels
     hw, batch = case.hw, case.batch
     if rng.random() < 0.25:
@@ -77,27 +79,28 @@ _LAYERS = [
 @pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.parametrize("layer", _LAYERS, ids=lambda l: f"{l[1]}>{l[2]}x{l[3][0]}k{l[4]}s{l[5]}")
 @pytest.mark.parametrize("channels_last", [True, False])
-def test_gemm_col2im_runs_the_benchmark_layers(variant, layer, channels_last):
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_gemm_col2im_runs_the_benchmark_layers(variant, layer, channels_last, dtype):
     _needs_sm90()
-    check_full_layer(variant, layer, channels_last, torch.float32, tf32=True, seed=layer[1])
+    check_full_layer(variant, layer, channels_last, dtype, tf32=True, seed=layer[1])
 
 
-@pytest.mark.parametrize("dtype, tf32, groups", [(torch.bfloat16, True, 1),
-                                                 (torch.float16, True, 1),
-                                                 (torch.float32, False, 1),
-                                                 (torch.float32, True, 2)])
-def test_gemm_col2im_refuses_what_it_does_not_compute(dtype, tf32, groups):
-    """16-bit (its GEMM would round the per-tap sums to 16 bits), fp32 without TF32, groups."""
+@pytest.mark.parametrize("dtype, tf32, groups, cin", [(torch.bfloat16, True, 1, 12),
+                                                      (torch.float16, False, 1, 4),
+                                                      (torch.float32, False, 1, 8),
+                                                      (torch.float32, True, 2, 8)])
+def test_gemm_col2im_refuses_what_it_does_not_compute(dtype, tf32, groups, cin):
+    """16-bit rows of Cin that are not 16-byte multiples (TMA), fp32 without TF32, groups."""
     _needs_sm90()
-    x = torch.randn(2, 8, 5, 5, device="cuda", dtype=dtype)
-    w = torch.randn(8, 6 // groups, 3, 3, device="cuda", dtype=dtype)
+    x = torch.randn(2, cin, 5, 5, device="cuda", dtype=dtype)
+    w = torch.randn(cin, 6 // groups, 3, 3, device="cuda", dtype=dtype)
     args = ConvTransposeArgs.from_values(stride=2, groups=groups)
     with torch.backends.cudnn.flags(enabled=True, allow_tf32=tf32), \
             pytest.raises(RuntimeError, match="does not support"):
         run_variant(VARIANTS[0], x, w, None, args)
 
 
-def test_planner_lists_it_for_tf32_on_sm90_only():
+def test_planner_lists_it_on_sm90_except_for_fp32_strict():
     _needs_sm90()
     w = torch.randn(512, 17, 4, 4, device="cuda")
     args = ConvTransposeArgs.from_values(stride=2, padding=1)
@@ -106,7 +109,8 @@ def test_planner_lists_it_for_tf32_on_sm90_only():
         assert set(VARIANTS) <= set(planner.plan(x, w, args).candidates)
     with torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
         assert not set(VARIANTS) & set(planner.plan(x, w, args).candidates)
-    assert not set(VARIANTS) & set(planner.plan(x.bfloat16(), w.bfloat16(), args).candidates)
+    for dtype in (torch.bfloat16, torch.float16):
+        assert set(VARIANTS) <= set(planner.plan(x.to(dtype), w.to(dtype), args).candidates)
 
 
 def test_planner_leaves_it_out_where_its_buffer_would_be_large():

@@ -13,7 +13,9 @@ import torch
 pytestmark = pytest.mark.cuda
 
 SHAPES = [(1, 1, 1, 1), (2, 3, 5, 7), (3, 32, 8, 4), (2, 33, 31, 3), (4, 256, 14, 14),
-          (1, 1000, 1, 40), (5, 17, 64, 64), (70_000, 2, 1, 3)]
+          (1, 1000, 1, 40), (5, 17, 64, 64), (70_000, 2, 1, 3),
+          # 16-bit pairs (C and H*W even): partial 64 x 64 tiles, Keypoint R-CNN's input
+          (3, 70, 10, 9), (2, 130, 12, 11), (100, 512, 14, 14), (70_000, 2, 1, 2)]
 
 
 def _relayout(x: torch.Tensor) -> torch.Tensor:
