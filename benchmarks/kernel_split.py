@@ -57,14 +57,7 @@ def main() -> None:
     dtype = _DTYPES[args.dtype]
     torch.backends.cudnn.benchmark = True
     torch.backends.cudnn.allow_tf32 = True
-    conv = torch.nn.ConvTranspose2d(
-        layer.cin, layer.cout, layer.kernel, layer.stride, layer.padding,  # type: ignore[arg-type]
-        layer.output_padding, layer.groups, layer.bias, layer.dilation,  # type: ignore[arg-type]
-        device="cuda", dtype=dtype).eval()
-    x = torch.randn(layer.batch, layer.cin, *layer.hw, device="cuda", dtype=dtype)
-    if args.channels_last:
-        conv, x = conv.to(memory_format=torch.channels_last), x.contiguous(
-            memory_format=torch.channels_last)
+    conv, x = layer.module_and_input(dtype, args.channels_last)
     fast = deconv_patch.FastConvTranspose2d.from_module(conv)
     fmt = "nhwc" if args.channels_last else "nchw"
     with torch.no_grad():

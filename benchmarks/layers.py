@@ -63,6 +63,20 @@ class Layer:
         return 2.0 * self.batch * self.cin * (self.cout // self.groups) * self.hw[0] * self.hw[1] \
             * self.kernel[0] * self.kernel[1]
 
+    def module_and_input(self, dtype: torch.dtype, channels_last: bool
+                         ) -> Tuple[torch.nn.ConvTranspose2d, torch.Tensor]:
+        """The layer as an eval-mode nn.ConvTranspose2d on the GPU and a random input of its
+        batch, both channels_last or both NCHW (for the profiling scripts)."""
+        conv = torch.nn.ConvTranspose2d(
+            self.cin, self.cout, self.kernel, self.stride, self.padding,  # type: ignore[arg-type]
+            self.output_padding, self.groups, self.bias, self.dilation,  # type: ignore[arg-type]
+            device="cuda", dtype=dtype).eval()
+        x = torch.randn(self.batch, self.cin, *self.hw, device="cuda", dtype=dtype)
+        if channels_last:
+            conv = conv.to(memory_format=torch.channels_last)
+            x = x.contiguous(memory_format=torch.channels_last)
+        return conv, x
+
     def bytes(self, elem: int) -> float:
         oh, ow = self.out_hw
         n_in = self.batch * self.cin * self.hw[0] * self.hw[1]

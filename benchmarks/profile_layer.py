@@ -26,14 +26,7 @@ def main() -> None:
     args = parser.parse_args()
     layer = next(l for l in SUITE if l.name == args.layer)
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[args.dtype]
-    conv = torch.nn.ConvTranspose2d(
-        layer.cin, layer.cout, layer.kernel, layer.stride, layer.padding,  # type: ignore[arg-type]
-        layer.output_padding, layer.groups, layer.bias, layer.dilation,  # type: ignore[arg-type]
-        device="cuda", dtype=dtype).eval()
-    x = torch.randn(layer.batch, layer.cin, *layer.hw, device="cuda", dtype=dtype)
-    if args.channels_last:
-        conv, x = conv.to(memory_format=torch.channels_last), x.contiguous(
-            memory_format=torch.channels_last)
+    conv, x = layer.module_and_input(dtype, args.channels_last)
     fast = deconv_patch.FastConvTranspose2d.from_module(conv)
     torch.backends.cudnn.benchmark = False
     big = torch.randn(16 * 1024 * 1024, device="cuda")

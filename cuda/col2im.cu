@@ -38,12 +38,21 @@ constexpr int kBlockChannels = 8 * kChannelWarps;     // 64 channels per NCHW bl
 struct TapWalk {
   int64_t first, d_a, d_b;
   int count_b;
+  int taps;  // rh.count * rw.count
 };
 
-__device__ __forceinline__ TapWalk tap_walk(const ConvTranspose2dParams& p, const TapRange& rh,
-                                            const TapRange& rw, int64_t ncol) {
-  const int64_t cout = p.out_channels;
+// cols row length KH*KW*Cout.
+__device__ __forceinline__ int64_t cols_row(const ConvTranspose2dParams& p) {
+  return (int64_t)p.ph_h.kernel * p.ph_w.kernel * p.out_channels;
+}
+
+// The taps of output (oh, ow), given ow's column taps rw.
+__device__ __forceinline__ TapWalk tap_walk(const ConvTranspose2dParams& p, int64_t oh,
+                                            const TapRange& rw) {
+  const TapRange rh = axis_taps(p.ph_h, (int)oh, (int)p.in_h);
+  const int64_t cout = p.out_channels, ncol = cols_row(p);
   TapWalk w;
+  w.taps = rh.count * rw.count;
   w.first = ((int64_t)rh.first_i * p.in_w + rw.first_i) * ncol +
             ((int64_t)rh.first_k * p.ph_w.kernel + rw.first_k) * cout;
   w.d_b = (int64_t)p.ph_w.step * cout - (int64_t)p.ph_w.in_step * ncol;
@@ -52,20 +61,29 @@ __device__ __forceinline__ TapWalk tap_walk(const ConvTranspose2dParams& p, cons
   return w;
 }
 
-// The first kMaxTaps tap offsets of `w` in tap order (entries past the tap count are unused).
-__device__ __forceinline__ void tap_offsets(const TapWalk& w, int64_t (&off)[kMaxTaps]) {
-  int64_t row = w.first, ptr = w.first;
-  int b = 0;
-#pragma unroll
-  for (int u = 0; u < kMaxTaps; ++u) {
-    off[u] = ptr;
+// The taps of a TapWalk in tap order: `at` is the current tap's offset, next() moves on.
+struct TapCursor {
+  int64_t row, at;
+  int b;
+  __device__ explicit TapCursor(const TapWalk& w) : row(w.first), at(w.first), b(0) {}
+  __device__ void next(const TapWalk& w) {
     if (++b == w.count_b) {
       b = 0;
       row += w.d_a;
-      ptr = row;
+      at = row;
     } else {
-      ptr += w.d_b;
+      at += w.d_b;
     }
+  }
+};
+
+// The first kMaxTaps tap offsets of `w` in tap order (entries past the tap count are unused).
+__device__ __forceinline__ void tap_offsets(const TapWalk& w, int64_t (&off)[kMaxTaps]) {
+  TapCursor c(w);
+#pragma unroll
+  for (int u = 0; u < kMaxTaps; ++u) {
+    off[u] = c.at;
+    c.next(w);
   }
 }
 
@@ -96,20 +114,9 @@ __device__ __forceinline__ void sum_taps(const float* __restrict__ base, int64_t
 // More than kMaxTaps taps (e.g. k9 s3 d1 has 9): the same sum, one tap at a time.
 __device__ __forceinline__ float sum_taps_walk(const float* __restrict__ base, const TapWalk& w,
                                                int taps) {
-  const float* row = base + w.first;
-  const float* ptr = row;
-  int b = 0;
+  TapCursor c(w);
   float acc = 0.f;
-  for (int t = 0; t < taps; ++t) {
-    acc += __ldg(ptr);
-    if (++b == w.count_b) {
-      b = 0;
-      row += w.d_a;
-      ptr = row;
-    } else {
-      ptr += w.d_b;
-    }
-  }
+  for (int t = 0; t < taps; ++t, c.next(w)) acc += __ldg(base + c.at);
   return acc;
 }
 
@@ -134,17 +141,15 @@ __global__ void __launch_bounds__(kThreads, 3) col2im_nhwc_kernel(const ConvTran
   if (x >= (int)p.out_w * cout) return;  // (no block-wide synchronisation in this kernel)
   const int ow = x / cout;
   const int co = x - ow * cout;
-  const int64_t ncol = (int64_t)p.ph_h.kernel * p.ph_w.kernel * cout;  // cols row length
-  const int64_t img_stride = p.in_h * p.in_w * ncol;
+  const int64_t img_stride = p.in_h * p.in_w * cols_row(p);
   const T* bias = static_cast<const T*>(p.bias);
   T* out = static_cast<T*>(p.output);
   const ChannelAffine aff = channel_affine(p.epi, bias != nullptr ? to_float(bias[co]) : 0.f, co);
   const TapRange rw = axis_taps(p.ph_w, ow, (int)p.in_w);
   const ImageRange imgs = block_images(p, images_per_block);
   for (int64_t oh = blockIdx.y; oh < p.out_h; oh += gridDim.y) {
-    const TapRange rh = axis_taps(p.ph_h, (int)oh, (int)p.in_h);
-    const TapWalk walk = tap_walk(p, rh, rw, ncol);
-    const int taps = rh.count * rw.count;
+    const TapWalk walk = tap_walk(p, oh, rw);
+    const int taps = walk.taps;
     T* o = out + (int64_t)co * p.out_stride[1] + oh * p.out_stride[2] +
            (int64_t)ow * p.out_stride[3];
     auto store = [&](int64_t n, float acc) {
@@ -186,16 +191,14 @@ __global__ void __launch_bounds__(kThreads, 3) col2im_rows_kernel(const ConvTran
   const int c_end = c_first + kBlockChannels - kChannelWarps + 1 < cout
                         ? c_first + kBlockChannels - kChannelWarps + 1
                         : cout;  // this thread's channels: c_first, +8, ... below c_end
-  const int64_t ncol = (int64_t)p.ph_h.kernel * p.ph_w.kernel * cout;
-  const int64_t img_stride = p.in_h * p.in_w * ncol;
+  const int64_t img_stride = p.in_h * p.in_w * cols_row(p);
   const T* bias = static_cast<const T*>(p.bias);
   T* out = static_cast<T*>(p.output);
   const TapRange rw = axis_taps(p.ph_w, ow, (int)p.in_w);
   const ImageRange imgs = block_images(p, images_per_block);
   for (int64_t oh = blockIdx.y; oh < p.out_h; oh += gridDim.y) {
-    const TapRange rh = axis_taps(p.ph_h, (int)oh, (int)p.in_h);
-    const TapWalk walk = tap_walk(p, rh, rw, ncol);
-    const int taps = rh.count * rw.count;
+    const TapWalk walk = tap_walk(p, oh, rw);
+    const int taps = walk.taps;
     int64_t off[kMaxTaps];
     tap_offsets(walk, off);
     auto store = [&](int64_t n, int co, float acc) {
