@@ -1073,8 +1073,8 @@ __global__ void __launch_bounds__(kThreads, 1)
                 }
               } else if constexpr (Cfg::kF32Out) {
                 // 16-bit operands, fp32 output: the 8 consecutive channels of one tap as two
-                // 16-byte vectors (out_vec: Cout % 8 == 0 and strides of 8 elements, so the
-                // first is 32-byte aligned).
+                // 16-byte vectors (out_vec: Cout % 8 == 0, strides of 8 elements and a 16-byte
+                // aligned base, so both are aligned).
                 *reinterpret_cast<float4*>(row + t_off[c0]) = make_float4(v[0], v[1], v[2], v[3]);
                 *reinterpret_cast<float4*>(row + t_off[c0] + 4) =
                     make_float4(v[4], v[5], v[6], v[7]);
