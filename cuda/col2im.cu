@@ -26,7 +26,7 @@ namespace deconv_patch {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kMaxTaps = 8;    // taps held as offsets; more take col2im_sum's loop
+constexpr int kMaxTaps = 8;    // taps held as offsets; more take sum_taps_walk's loop
 constexpr int kRowPixels = 32;  // NCHW path: output columns per block (one per lane)
 constexpr int kChannelWarps = kThreads / kRowPixels;  // 8 warps, channels co0 + warp + 8i
 constexpr int kBlockChannels = 8 * kChannelWarps;     // 64 channels per NCHW block

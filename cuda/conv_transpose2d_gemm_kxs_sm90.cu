@@ -59,7 +59,7 @@ cudaError_t launch_conv_transpose2d_gemm_kxs_sm90_f32_out(const ConvTranspose2dP
                                                           cudaStream_t stream, int config) {
   if (kind == ScalarKind::kFloat32 || !gemm_kxs_sm90_supports(p, kind, false))
     return cudaErrorInvalidValue;
-  if (config < -1 || config > 2) return cudaErrorInvalidValue;
+  if (config < -1 || config >= kGemmKxsSm90F32OutConfigs) return cudaErrorInvalidValue;
   if (p.batch * p.out_channels * p.out_h * p.out_w == 0) return cudaSuccess;
   if (packed == nullptr || !aligned16(packed)) return cudaErrorInvalidValue;
   if (kind == ScalarKind::kFloat16)

@@ -82,8 +82,9 @@ cudaError_t launch_conv_transpose2d_gemm_kxs_sm90(const ConvTranspose2dParams& p
 
 // gemm_col2im's GEMM for 16-bit layers: as launch_conv_transpose2d_gemm_kxs_sm90 for kind
 // float16 / bfloat16, but p.output is fp32 (the epilogue's values are stored unrounded), configs
-// -1..2 only, channels_last input and output (channel stride 1) only. cudaErrorInvalidValue
-// otherwise.
+// -1..kGemmKxsSm90F32OutConfigs-1 only (0..2 as above), channels_last input and output (channel
+// stride 1) only. cudaErrorInvalidValue otherwise.
+constexpr int kGemmKxsSm90F32OutConfigs = 3;
 cudaError_t launch_conv_transpose2d_gemm_kxs_sm90_f32_out(const ConvTranspose2dParams& p,
                                                           ScalarKind kind, const void* packed,
                                                           cudaStream_t stream, int config = -1);

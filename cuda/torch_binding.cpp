@@ -287,12 +287,13 @@ at::Tensor conv_transpose2d_forward(const std::string& variant, const at::Tensor
                 "deconv_patch: ", variant, " needs the packed weight from pack_weight()");
   };
   // gemm_kxs_sm90 on `q` (the call's params, or gemm_col2im's GEMM), after its checks;
-  // f32_out: 16-bit operands writing fp32 (gemm_col2im's 16-bit GEMM, configs 0..2).
+  // f32_out: 16-bit operands writing fp32 (gemm_col2im's 16-bit GEMM, fewer configs).
   auto launch_kxs_sm90 = [&](const ConvTranspose2dParams& q, bool f32_out) {
     TORCH_CHECK(gemm_kxs_sm90_supports(q, kind, allow_tf32),
                 "deconv_patch: the ", variant, " kernel does not support this call");
     check_packed(gemm_kxs_sm90_packed_weight_bytes(q, kind));
-    TORCH_CHECK(config >= -1 && config < (f32_out ? 3 : gemm_kxs_sm90_num_configs()),
+    const int configs = f32_out ? kGemmKxsSm90F32OutConfigs : gemm_kxs_sm90_num_configs();
+    TORCH_CHECK(config >= -1 && config < configs,
                 "deconv_patch: ", variant, " has no tile config ", config);
     return f32_out ? launch_conv_transpose2d_gemm_kxs_sm90_f32_out(q, kind, packed->data_ptr(),
                                                                    stream, (int)config)

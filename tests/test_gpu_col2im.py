@@ -1,8 +1,9 @@
 """GPU correctness of gemm_col2im (one GEMM over every tap into an fp32 buffer, then col2im with
 the fused epilogue; cuda/col2im.h): both configs forced on NaN-poisoned random sweeps in
-TF32, bf16 and fp16 (any stride, padding, output_padding, dilation, kernel, layout, bias, unbatched, batch 0)
-against a float64 reference with the bound of tests/test_gpu_kernels.py, every activation, the
-benchmark's layers at full size, the calls it refuses, and the planner's use of it."""
+TF32, bf16 and fp16 (any stride, padding, output_padding, dilation, kernel, layout, bias,
+unbatched, batch 0) against a float64 reference with the bound of tests/test_gpu_kernels.py,
+every activation, the benchmark's layers at full size, the calls it refuses, and the planner's
+use of it."""
 
 from __future__ import annotations
 
