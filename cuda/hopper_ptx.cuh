@@ -76,6 +76,10 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
 
 // ---- TMA tile loads: the box at coordinates (c0 innermost, ..) into shared `dst`, completing
 // on mbarrier `bar` (complete_tx bytes) ----------------------------------------------------------
+// c0 must be a whole number of 16-byte units of elements (negative ones too), or the load raises
+// an illegal instruction at run time although cuTensorMapEncodeTiled accepted the map (H100,
+// perf-notes version 22). Our maps keep it so: channels or k innermost, at block offsets, or
+// 128-pixel offsets (gemm_kxs_sm90's NCHW input).
 __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map, uint32_t bar,
                                             int c0, int c1) {
   asm volatile(
