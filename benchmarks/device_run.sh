@@ -70,6 +70,8 @@
 #                                            # timings ("variant|modes|formats|layers"
 #                                            # lines), then the same timings with the files
 #                                            # of folder AB_BASE over cuda/ (rebuilt)
+#   PART=ffma                                # build + ffma_tile's tests, its heuristic and
+#                                            # configs forced on dcgan.g5, fsrcnn, keypoint
 #   PART=col2im                              # build + gemm_col2im's tests, its kernels' split
 #                                            # (benchmarks/kernel_split.py), both configs forced
 #   PART=event_gap                           # build + event / graph / CUPTI kernel time of
@@ -507,6 +509,16 @@ ot_metrics=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,lts
   ncu_layer "$L/ncu_${layer%% *}_${fmt}_gemm_out_tile.log" $(( $(left) - 10 < 60 ? $(left) - 10 : 60 )) \
     -k regex:out_tile_kernel -c 1 --section WarpStateStats --metrics "$ot_metrics" \
     -- --layer "$layer" --variant gemm_out_tile --dtype "$dt" $([ "$fmt" = nhwc ] && echo --channels-last) --reps 1
+done
+fi
+
+if [ "${PART:-}" = ffma ]; then
+# ffma_tile (plain FFMA for few output channels, kernel == taps x stride): its tests, then its
+# heuristic and each config forced on the layers it covers (each row has cuDNN's time beside
+# ours; FT_MODES, FT_VARIANTS, FT_TEST_SECONDS; SKIP_TESTS=1: no tests).
+[ -z "${SKIP_TESTS:-}" ] && gpu_tests ffma "${FT_TEST_SECONDS:-200}" tests/test_gpu_ffma_tile.py
+for v in ${FT_VARIANTS:-ffma_tile $(planner_names FFMA_TILE_CONFIGS)}; do
+  forced "$v" "${FT_MODES:-tf32,fp32,bf16}" nchw,nhwc "dcgan.g5,fsrcnn,keypoint" 60 40
 done
 fi
 

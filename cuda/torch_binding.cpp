@@ -15,6 +15,7 @@
 #include "conv_transpose2d_gemm_phase.h"
 #include "conv_transpose2d_gemm_phase_tma.h"
 #include "conv_transpose2d_gemm_phase_sm90.h"
+#include "conv_transpose2d_ffma_tile.h"
 #include "conv_transpose2d_grouped.h"
 #include "conv_transpose2d_params.h"
 #include "relayout_channels_last.h"
@@ -153,11 +154,12 @@ at::Tensor pack_weight(const std::string& variant, const at::Tensor& weight,
   return packed;
 }
 
-// Runs one kernel variant ("direct", "grouped", "gemm_kxs", "gemm_kxs_sm90", "gemm_phase",
-// "gemm_phase_sm90", "gemm_phase_tma", "gemm_out_tile" or "gemm_col2im") with the fused
-// epilogue in (scale, shift, activation); the planner (Python) has chosen it.
-// config: the tile config of the packed-weight GEMMs (-1: the kernel's choice); for gemm_kxs 1
-// selects tap-major columns, whose weight comes from pack_weight("gemm_kxs", ...) in `packed`.
+// Runs one kernel variant ("direct", "grouped", "ffma_tile", "gemm_kxs", "gemm_kxs_sm90",
+// "gemm_phase", "gemm_phase_sm90", "gemm_phase_tma", "gemm_out_tile" or "gemm_col2im") with
+// the fused epilogue in (scale, shift, activation); the planner (Python) has chosen it.
+// config: the tile config of the packed-weight GEMMs and of ffma_tile (-1: the kernel's
+// choice); for gemm_kxs 1 selects tap-major columns, whose weight comes from
+// pack_weight("gemm_kxs", ...) in `packed`.
 at::Tensor conv_transpose2d_forward(const std::string& variant, const at::Tensor& input,
                                     const at::Tensor& weight,
                                     const c10::optional<at::Tensor>& bias, at::IntArrayRef stride,
@@ -306,6 +308,14 @@ at::Tensor conv_transpose2d_forward(const std::string& variant, const at::Tensor
     TORCH_CHECK(grouped_supports(p, kind),
                 "deconv_patch: the grouped kernel does not support this call");
     err = launch_conv_transpose2d_grouped(p, kind, stream);
+  } else if (variant == "ffma_tile") {
+    TORCH_CHECK(config >= -1 && config < ffma_tile_num_configs(),
+                "deconv_patch: ffma_tile has no tile config ", config);
+    TORCH_CHECK(ffma_tile_supports(p, kind, (int)config),
+                "deconv_patch: the ffma_tile kernel does not support this call");
+    // fp32 without TF32 sums each channel's taps apart (error as PyTorch's on deep sums).
+    err = launch_conv_transpose2d_ffma_tile(p, kind, (int)config,
+                                            kind == ScalarKind::kFloat32 && !allow_tf32, stream);
   } else if (variant == "gemm_kxs") {
     TORCH_CHECK(config >= -1 && config <= 1, "deconv_patch: gemm_kxs has no config ", config);
     const bool tap_major = config == 1;
@@ -459,6 +469,12 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       names.emplace_back(deconv_patch::gemm_out_tile_config_name(i));
     return names;
   }, "gemm_out_tile's tile config names, in config order");
+  m.def("ffma_tile_config_names", []() {
+    std::vector<std::string> names;
+    for (int i = 0; i < deconv_patch::ffma_tile_num_configs(); ++i)
+      names.emplace_back(deconv_patch::ffma_tile_config_name(i));
+    return names;
+  }, "ffma_tile's tile config names, in config order");
   m.def("gemm_out_tile_fits", &deconv_patch::gemm_out_tile_fits,
         "Whether gemm_out_tile's smallest tile holds a layer's weights at once (weight sizes, "
         "dtype name, hyperparameters) on a CUDA device", py::arg("device_index"), py::arg("dtype"),

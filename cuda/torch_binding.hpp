@@ -9,8 +9,9 @@
 
 namespace deconv_patch {
 
-// Runs one kernel variant ("direct", "grouped", "gemm_kxs", "gemm_kxs_sm90", "gemm_phase",
-// "gemm_phase_sm90", "gemm_phase_tma", "gemm_out_tile"); see torch_binding.cpp.
+// Runs one kernel variant ("direct", "grouped", "ffma_tile", "gemm_kxs", "gemm_kxs_sm90",
+// "gemm_phase", "gemm_phase_sm90", "gemm_phase_tma", "gemm_out_tile", "gemm_col2im"); see
+// torch_binding.cpp.
 at::Tensor conv_transpose2d_forward(const std::string& variant, const at::Tensor& input,
                                     const at::Tensor& weight,
                                     const c10::optional<at::Tensor>& bias, at::IntArrayRef stride,

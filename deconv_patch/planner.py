@@ -34,7 +34,11 @@ Variants today:
     16-bit, TF32 and 3xTF32, any layout, compute capability >= 8.0: the default for 16-bit
     layers (and TF32 ones with >= 8 output channels per group on strides of area >= 16) where
     its shared memory holds the layer's weights at once, an autotune candidate (seven tile
-    configs, "gemm_out_tile:4x32", ...) in every mode.
+    configs, "gemm_out_tile:4x32", ...) in every mode;
+  * ``ffma_tile`` - plain fp32 FFMA for few output channels per group (<= 8 listed) with
+    kernel == taps x stride (k4 s2, k9 s3), dilation 1: each thread computes every stride phase of a few
+    input-aligned positions, so each loaded input feeds kernel-area multiply-adds; exact in
+    every mode, any layout: an autotune candidate (configs "ffma_tile:s2q2x2o3", ...).
 fp32 without TF32 runs 3xTF32 on gemm_kxs, gemm_out_tile and, on Hopper, gemm_phase_tma (x =
 hi + lo, three TF32 products per multiply): fp32-accurate where each output sums at least
 MIN_3XTF32_DEPTH products, so shallower sums stay on cuDNN. gemm_phase has the same mode (forced
@@ -71,10 +75,11 @@ GEMM_PHASE_TMA = "gemm_phase_tma"
 GEMM_OUT_TILE = "gemm_out_tile"
 GEMM_COL2IM = "gemm_col2im"
 GROUPED = "grouped"
+FFMA_TILE = "ffma_tile"
 DIRECT = "direct"
 ATEN = "aten"
 VARIANTS = (GEMM_KXS, GEMM_PHASE, DIRECT, ATEN, GROUPED, GEMM_PHASE_SM90, GEMM_KXS_SM90,
-            GEMM_PHASE_TMA, GEMM_OUT_TILE, GEMM_COL2IM)
+            GEMM_PHASE_TMA, GEMM_OUT_TILE, GEMM_COL2IM, FFMA_TILE)
 # gemm_phase's tile configurations, in the kernel's order (launch_conv_transpose2d_gemm_phase's
 # `config`). "gemm_phase" alone lets the kernel pick; "gemm_phase:64x64" forces one (autotune
 # times them all).
@@ -122,8 +127,16 @@ OUT_TILE_CONFIGS = tuple(f"{GEMM_OUT_TILE}:{t}" for t in ("4x32", "2x64", "8x16"
 # kernel, in one of these gemm_kxs_sm90 tiles (the cooperative 128x256 and the ping-pong
 # 128x128); 16-bit operands write the fp32 buffer through its fp32-output kernels.
 COL2IM_CONFIGS = tuple(f"{GEMM_COL2IM}:{t}" for t in ("128x256s4", "128x128s6pp"))
+# ffma_tile (plain fp32 FFMA, every dtype; few output channels per group, kernel == taps x
+# stride, dilation 1): its configs in the kernel's order (the extension's
+# ffma_tile_config_names), "s<stride>q<rows>x<cols>o<channels>": each thread computes every
+# stride phase of rows x cols input-aligned positions for that many output channels.
+FFMA_TILE_CONFIGS = tuple(f"{FFMA_TILE}:{t}" for t in ("s2q2x2o3", "s2q2x2o4", "s2q1x2o4",
+                                                         "s2q1x2o6", "s2q1x2o9", "s3q2x2o1",
+                                                         "s3q1x2o1"))
 NAMED_VARIANTS = VARIANTS + PHASE_CONFIGS + (KXS_TAP_MAJOR,) + SM90_CONFIGS + KXS_SM90_CONFIGS + \
-    KXS_SM90_AREA_CONFIGS + PHASE_TMA_CONFIGS + OUT_TILE_CONFIGS + COL2IM_CONFIGS
+    KXS_SM90_AREA_CONFIGS + PHASE_TMA_CONFIGS + OUT_TILE_CONFIGS + COL2IM_CONFIGS + \
+    FFMA_TILE_CONFIGS
 _GEMM_TILE = 128
 _MIN_PHASE_CHANNELS = 16  # per group, in and out: below this tensor-core tiles are mostly padding
 _MIN_GEMM_OUTPUT_BYTES = 4 * 2**20
@@ -132,6 +145,14 @@ _MIN_GEMM_OUTPUT_BYTES = 4 * 2**20
 _MAX_COL2IM_BYTES = 256 * 2**20
 _MAX_GROUPED_CHANNELS = 32  # per group, in and out: the grouped kernel's home ground (measured)
 _MAX_GROUPED_CANDIDATE = 64  # per group, in and out: the grouped kernel's limit; autotune times it
+# ffma_tile's domain as an autotune candidate: output channels per group. Measured forced on
+# the H100 (docs/perf-notes.md version 23, GPU time against cuDNN): 1 (FSRCNN) and 3 (DCGAN's
+# output layer) channels 0.8-1.4x in fp32 / TF32 and up to 3.1x in bf16, 17 (Keypoint R-CNN)
+# 0.2-0.5x (its multiply-adds grow with the channels, cuDNN's GEMM does not); 4-8 unmeasured.
+_MAX_FFMA_TILE_CHANNELS = 8
+# ffma_tile's kernel families: stride -> taps per axis (its kernels are built for kernel == taps x
+# stride: k4 s2, k9 s3).
+_FFMA_TILE_TAPS = {2: 2, 3: 3}
 # 3xTF32 carries each fp32 operand as two TF32 numbers (22 of fp32's 24 significant bits) and
 # tensor-core sums truncate, so each product is a few fp32 ulps off where FFMA is half an ulp
 # off. fp32's own rounding hides that once an output sums enough products; below this depth
@@ -214,6 +235,8 @@ def split_variant(variant: str) -> Tuple[str, int]:
         return GEMM_PHASE_TMA, PHASE_TMA_CONFIGS.index(variant)
     if variant in OUT_TILE_CONFIGS:
         return GEMM_OUT_TILE, OUT_TILE_CONFIGS.index(variant)
+    if variant in FFMA_TILE_CONFIGS:
+        return FFMA_TILE, FFMA_TILE_CONFIGS.index(variant)
     if variant in COL2IM_CONFIGS:  # the gemm_kxs_sm90 config of its GEMM
         return GEMM_COL2IM, KXS_SM90_CONFIGS.index(
             variant.replace(GEMM_COL2IM, GEMM_KXS_SM90, 1))
@@ -318,6 +341,7 @@ def _plan_layer(device: torch.device, dtype: torch.dtype, kernel_hw: Sequence[in
     # gemm_out_tile (<= 32 output channels per group; 16-bit, TF32, 3xTF32 on deep sums): an
     # autotune candidate wherever it runs; the untimed default by _out_tile_is_default's rule.
     out_tile = out_tile_configs(device, dtype, channels, depth)
+    ffma = ffma_tile_configs(kernel_hw, args, channels)
     if channels is not None and args.groups > 1 and max(channels) <= _MAX_GROUPED_CHANNELS:
         # Measured on the H100 (docs/perf-notes.md): 1.4-10x cuDNN on the suite's depthwise and
         # grouped layers; FFMA, so fp32 without TF32 stays exact. The exception: FCN's x8
@@ -326,14 +350,15 @@ def _plan_layer(device: torch.device, dtype: torch.dtype, kernel_hw: Sequence[in
         if args.stride[0] * args.stride[1] > 16:
             return Plan(
                 ATEN, f"{why}, stride area > 16: cuDNN unless autotune times the grouped kernel "
-                "faster", candidates=(GROUPED, *out_tile, ATEN))
+                "faster", candidates=(GROUPED, *out_tile, *ffma, ATEN))
         # (the grouped kernel's measured wins stay the default; gemm_out_tile is timed there)
         return Plan(GROUPED, f"{why}: register-tiled grouped kernel",
-                    candidates=(GROUPED, *out_tile, ATEN))
+                    candidates=(GROUPED, *out_tile, *ffma, ATEN))
     # The grouped kernel (plain fp32 FFMA, so exact in every mode) also covers dense layers with
-    # few channels (DCGAN's 64 > 3 output layer, FSRCNN's 56 > 1): an autotune candidate there.
-    grouped = (GROUPED,) if channels is not None and \
-        max(channels) <= _MAX_GROUPED_CANDIDATE else ()
+    # few channels (DCGAN's 64 > 3 output layer, FSRCNN's 56 > 1): an autotune candidate there,
+    # beside ffma_tile (also FFMA) where its stride and kernel fit.
+    grouped = ((GROUPED,) if channels is not None and
+               max(channels) <= _MAX_GROUPED_CANDIDATE else ()) + ffma
     # The TMA + wgmma kernels (Hopper; 16-bit, or fp32 with TF32 allowed). gemm_phase_tma also
     # runs fp32 without TF32 as 3xTF32 on sums of >= MIN_3XTF32_DEPTH products (its error:
     # benchmarks/strict_error_scan.py, docs/perf-notes.md version 9): an autotune candidate.
@@ -395,6 +420,21 @@ def _plan_layer(device: torch.device, dtype: torch.dtype, kernel_hw: Sequence[in
                 f"Hopper, and for <= {_MAX_OUT_TILE_CHANNELS} output channels per group, whose "
                 f"outputs sum >= {MIN_3XTF32_DEPTH} products)",
                 candidates=(*grouped, ATEN) if grouped else ())
+
+
+def ffma_tile_configs(kernel_hw: Sequence[int], args: ConvTransposeArgs,
+                      channels: Optional[Tuple[int, int]]) -> Tuple[str, ...]:
+    """ffma_tile's configs that can run a layer, else (): known channels with <= 8 output
+    channels per group, dilation 1, one stride s on both axes and kernel == taps x s on both
+    (a config's "s<stride>" family). Plain fp32 FFMA, so every dtype and mode is exact."""
+    if channels is None or channels[1] > _MAX_FFMA_TILE_CHANNELS or args.dilation != (1, 1) \
+            or args.stride[0] != args.stride[1] or tuple(kernel_hw) != \
+            (kernel_hw[0], kernel_hw[0]):
+        return ()
+    s, k = args.stride[0], kernel_hw[0]
+    if _FFMA_TILE_TAPS.get(s, 0) * s != k:
+        return ()
+    return tuple(v for v in FFMA_TILE_CONFIGS if v.startswith(f"{FFMA_TILE}:s{s}q"))
 
 
 def out_tile_configs(device: torch.device, dtype: torch.dtype,

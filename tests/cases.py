@@ -256,3 +256,48 @@ def random_out_tile_case(seed: int) -> Case:
             unbatched=batch == 1 and rng.random() < 0.3,
             tf32=True if dtype == torch.float32 else rng.random() < 0.5,  # fp32: TF32
         )
+
+
+FFMA_TILE_OUT = (1, 2, 3, 4, 5, 6, 8, 9, 12, 17, 24, 32)
+FFMA_TILE_IN = (1, 3, 8, 16, 21, 56, 64, 100)
+
+
+def random_ffma_tile_case(seed: int, stride: Optional[int] = None) -> Case:
+    """A random configuration in ffma_tile's domain: stride 2 with a 4x4 kernel or stride 3 with
+    a 9x9 one (`stride` fixes it), dilation 1, any padding and output_padding, 1-3 groups,
+    <= 32 output channels per group; every dtype, fp32 with and without TF32 (the kernel is
+    FFMA, exact either way); NCHW, channels_last and strided input, small batches (0 included)
+    and asymmetric sizes up to 30. Outputs stay below 2^21 elements so hundreds run quickly."""
+    rng = random.Random(seed * 6151 + 5)
+    while True:
+        s = stride if stride is not None else rng.choice((2, 2, 3))
+        k = {2: 4, 3: 9}[s]
+        groups = rng.choice((1, 1, 1, 2, 3))
+        cout_g = rng.choice(FFMA_TILE_OUT)
+        cin_g = rng.choice(FFMA_TILE_IN)
+        padding = (rng.randint(0, k + 2), rng.randint(0, k + 2))
+        output_padding = tuple(rng.randint(0, s - 1) if rng.random() < 0.4 else 0
+                               for _ in range(2))
+        hw = (rng.randint(1, 30), rng.randint(1, 30))
+        args = ConvTransposeArgs((s, s), padding, output_padding, (1, 1), groups)  # type: ignore[arg-type]
+        out_hw = args.output_hw(hw, (k, k))
+        batch = rng.choice((0, 1, 1, 2, 3))
+        if any(v <= 0 for v in out_hw) or \
+                max(batch, 1) * cout_g * groups * out_hw[0] * out_hw[1] > 2**21:
+            continue
+        dtype = rng.choice(DTYPES)
+        return Case(
+            batch=batch,
+            in_channels=cin_g * groups,
+            out_channels=cout_g * groups,
+            hw=hw,
+            kernel=(k, k),
+            args=args,
+            bias=rng.random() < 0.6,
+            dtype=dtype,
+            channels_last=rng.random() < 0.35,
+            weight_channels_last=rng.random() < 0.1,
+            non_contiguous=rng.random() < 0.2,
+            unbatched=batch == 1 and rng.random() < 0.3,
+            tf32=rng.random() < 0.5,
+        )

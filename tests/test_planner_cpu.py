@@ -372,3 +372,34 @@ def test_plan_asks_the_extension_whether_gemm_out_tile_fits(capability, monkeypa
         assert planner.plan(x32, w32, ConvTransposeArgs.from_values(stride=8, padding=4)
                             ).variant == expected
     assert stub.calls[-1] == (0, "float32", [21, 21, 16, 16], [8, 8], [4, 4], [1, 1], 1, True)
+
+
+def test_ffma_tile_is_a_candidate_for_few_output_channels_in_every_mode(capability):
+    """ffma_tile (FFMA, so exact in fp32 strict too): its stride family's configs are autotune
+    candidates for <= 8 output channels per group with kernel == taps x stride (k4 s2, k9 s3),
+    dilation 1, equal strides; never the untimed default; absent everywhere else."""
+    k4s2 = ConvTransposeArgs.from_values(stride=2, padding=1)
+    k9s3 = ConvTransposeArgs.from_values(stride=3, padding=4, output_padding=2)
+    family = {s: {v for v in planner.FFMA_TILE_CONFIGS if v.startswith(f"ffma_tile:s{s}q")}
+              for s in (2, 3)}
+    assert family[2] and family[3] and family[2] | family[3] == set(planner.FFMA_TILE_CONFIGS)
+    for dtype, tf32 in ((torch.bfloat16, True), (torch.float16, True), (torch.float32, True),
+                        (torch.float32, False)):
+        for kernel, args, channels, s in (((4, 4), k4s2, (64, 3), 2), ((9, 9), k9s3, (56, 1), 3),
+                                          ((4, 4), k4s2, (512, 8), 2)):
+            chosen = _plan(dtype, kernel, args, channels, tf32=tf32)
+            listed = {v for v in chosen.candidates if v.startswith(planner.FFMA_TILE)}
+            assert listed == family[s], (dtype, tf32, channels, chosen)
+            assert not chosen.variant.startswith(planner.FFMA_TILE), chosen
+        for kernel, args, channels in (
+                ((4, 4), k4s2, (512, 17)),                                          # > 8 out
+                ((3, 3), k4s2, (64, 3)),                                            # k != 2s
+                ((4, 4), ConvTransposeArgs.from_values(stride=2, dilation=2), (64, 3)),
+                ((4, 4), ConvTransposeArgs.from_values(stride=(2, 1)), (64, 3)),
+                ((2, 2), ConvTransposeArgs.from_values(stride=2), (64, 3))):        # k == s
+            chosen = _plan(dtype, kernel, args, channels, tf32=tf32)
+            assert not any(v.startswith(planner.FFMA_TILE) for v in chosen.candidates), \
+                (kernel, args, channels, chosen)
+    assert planner.split_variant(planner.FFMA_TILE_CONFIGS[-1]) == (
+        planner.FFMA_TILE, len(planner.FFMA_TILE_CONFIGS) - 1)
+    assert not planner.reads_packed_weight(planner.FFMA_TILE_CONFIGS[0])

@@ -1,0 +1,508 @@
+// FFMA register-tiled transposed convolution for few output channels per group, kernel == taps x
+// stride, dilation 1 (see conv_transpose2d_ffma_tile.h for what it covers and why).
+//
+// Index math (per spatial axis; rows and columns alike). Output o receives tap k from input i
+// exactly when  i*S = o + pad - k.  Write t = o + pad = q*S + rho (0 <= rho < S). With kernel
+// K = T*S the taps of o are
+//     k = rho + j*S,   i = q - j,        j = 0 .. T-1,
+// so outputs sharing q (one per phase rho) read the same T inputs q, q-1, .., q-T+1 with
+// different taps. A thread owns Q consecutive q ("positions") per axis and all S phases of each:
+// it reads the window of inputs i = qb-T+1 .. qb+Q-1 (Q+T-1 of them) once per input channel and
+// does (S*Q)*T multiply-adds per axis with it; window slot u = (q - qb) - j + T - 1.
+// Position q covers outputs o = q*S + rho - pad; q runs from floor(pad/S) (o = 0) to
+// floor((out-1+pad)/S); outputs outside [0, out) are computed and not stored.
+//
+// Work split. A block = (image n, one tile of BY*QH x BX*QW positions, one group, one chunk of
+// OCT output channels of that group); thread (tx, ty) owns positions (ty*QH.., tx*QW..) of the
+// tile. The block walks the group's input channels in chunks of CK. Per chunk it stages, as
+// fp32 in shared memory: the tile's input window [CK][BY*QH+T-1][BX*QW+T-1] (zeros outside the
+// image) and the chunk's weights phase-major, [CK][rho_h][rho_w][j_h][j_w][oc] (one run of
+// T*T*OCT values per phase, padded to 16 bytes, read with float4 broadcasts: every thread uses
+// the same weights).
+//
+// Summation order. By default each accumulator is one FFMA chain over channels and taps. In
+// fp32 without TF32 (tap_sums) each channel's T*T taps of an output are summed apart first and
+// then added, which shortens the chain T*T-fold: a chain of Cin*T*T products measured 2.7-3.1x
+// PyTorch's error on 190-500-deep sums (H100), above the tests' 2x bound.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "conv_transpose2d_ffma_tile.h"
+#include "conv_transpose2d_params.h"
+#include "device_cache.h"
+#include "epilogue.cuh"
+#include "scalar_convert.cuh"
+
+namespace deconv_patch {
+namespace {
+
+constexpr int kMaxThreads = 256;
+constexpr int kMaxChunk = 16;             // input channels staged at once
+constexpr int kSmemTarget = 48 * 1024;    // no opt-in needed; leaves room for several blocks/SM
+constexpr int kMaxGridY = 65535;
+
+struct Config {
+  int s, t, qh, qw, oct;
+  const char* name;
+};
+// Keep in step with the dispatch in launch_config and the planner's FFMA_TILE_CONFIGS.
+constexpr Config kConfigs[] = {
+    {2, 2, 2, 2, 3, "s2q2x2o3"}, {2, 2, 2, 2, 4, "s2q2x2o4"}, {2, 2, 1, 2, 4, "s2q1x2o4"},
+    {2, 2, 1, 2, 6, "s2q1x2o6"}, {2, 2, 1, 2, 9, "s2q1x2o9"}, {3, 3, 2, 2, 1, "s3q2x2o1"},
+    {3, 3, 1, 2, 1, "s3q1x2o1"},
+};
+constexpr int kNumConfigs = (int)(sizeof(kConfigs) / sizeof(kConfigs[0]));
+
+__host__ __device__ constexpr int round_up4(int v) { return (v + 3) / 4 * 4; }
+
+// What the host decides per call (block shape, staging) and passes to the kernel.
+struct Geometry {
+  int bx, by;              // threads per block along positions' columns / rows
+  int tiles_w, tiles_h;    // blocks per image along columns / rows
+  int ck;                  // input channels staged per chunk
+  int rh, rw;              // staged window rows / columns: by*QH + T - 1, bx*QW + T - 1
+  int in_floats;           // ck*rh*rw rounded up to 4 (the weights start 16-byte aligned)
+  int oc_chunks;           // per group: ceil(Cout/g / OCT)
+  int q0_h, q0_w;          // first position per axis: floor(pad / S)
+  int threads, blocks_per_image;
+  int64_t blocks;
+  size_t smem;
+  bool channels_inner;     // input channel stride 1: stage with channels fastest (coalesced)
+  int step_c, step_r, step_x;  // the staging walk's step (the thread count) split per dimension
+  bool ok;
+};
+
+// A thread's place in the staging walk over the chunk's window [ck][rh][rw]: element
+// (c, r, x), advanced by the block's thread count with carries (host-split steps, no division per
+// element). NCHW-like input walks columns fastest, channels_last input channels fastest, so
+// consecutive threads read consecutive addresses either way.
+struct StageCursor {
+  int c, r, x;
+  __device__ __forceinline__ void init(const Geometry& g, int tid) {
+    if (!g.channels_inner) {
+      x = tid % g.rw;
+      r = (tid / g.rw) % g.rh;
+      c = tid / (g.rw * g.rh);
+    } else {
+      c = tid % g.ck;
+      x = (tid / g.ck) % g.rw;
+      r = tid / (g.ck * g.rw);
+    }
+  }
+  __device__ __forceinline__ void advance(const Geometry& g) {
+    if (!g.channels_inner) {
+      x += g.step_x;
+      if (x >= g.rw) { x -= g.rw; ++r; }
+      r += g.step_r;
+      if (r >= g.rh) { r -= g.rh; ++c; }
+      c += g.step_c;
+    } else {
+      c += g.step_c;
+      if (c >= g.ck) { c -= g.ck; ++x; }
+      x += g.step_x;
+      if (x >= g.rw) { x -= g.rw; ++r; }
+      r += g.step_r;
+    }
+  }
+};
+
+// Loads in flight per thread while staging (a batch is issued, then stored).
+constexpr int kStageBatch = 8;
+
+// Stages one chunk: input channels [c0, c0+cn) of the block's window into smem[c][r][x] and their
+// weights phase-major into smem[in_floats + ((c*S + rho_h)*S + rho_w)*PH + (j_h*T + j_w)*OCT + o]
+// (tap kh = rho_h + j_h*S, kw = rho_w + j_w*S; zeros past the group's channels and in the padding),
+// all as fp32, zeros outside the image. Each thread walks its elements kStageBatch at a time:
+// the batch's loads are issued before any is stored, so their latencies overlap.
+template <typename T, int S, int TT, int OCT>
+__device__ __forceinline__ void stage_chunk(float* __restrict__ smem, const T* __restrict__ in,
+                                            const T* __restrict__ wt,
+                                            const ConvTranspose2dParams& p, const Geometry& g,
+                                            const StageCursor& start, int c0, int cn, int oc0,
+                                            int cout_g, int64_t i_h0, int64_t i_w0) {
+  constexpr int PH = round_up4(TT * TT * OCT);
+  const int threads = (int)blockDim.x;
+  const int in_elems = g.ck * g.rh * g.rw;  // the walk covers ck channels; c >= cn is skipped
+  StageCursor cur = start;
+  for (int e0 = (int)threadIdx.x; e0 < in_elems; e0 += kStageBatch * threads) {
+    T v[kStageBatch];
+    int dst[kStageBatch];
+#pragma unroll
+    for (int u = 0; u < kStageBatch; ++u) {
+      const bool live = e0 + u * threads < in_elems && cur.c < cn;
+      const int64_t ih = i_h0 + cur.r, iw = i_w0 + cur.x;
+      v[u] = from_float<T>(0.f);
+      if (live && ih >= 0 && ih < p.in_h && iw >= 0 && iw < p.in_w)
+        v[u] = in[(int64_t)(c0 + cur.c) * p.in_stride[1] + ih * p.in_stride[2] +
+                  iw * p.in_stride[3]];
+      dst[u] = live ? (cur.c * g.rh + cur.r) * g.rw + cur.x : -1;
+      cur.advance(g);
+    }
+#pragma unroll
+    for (int u = 0; u < kStageBatch; ++u)
+      if (dst[u] >= 0) smem[dst[u]] = to_float(v[u]);
+  }
+  const int w_total = cn * S * S * PH;
+  float* __restrict__ sm_w = smem + g.in_floats;
+  for (int e0 = (int)threadIdx.x; e0 < w_total; e0 += kStageBatch * threads) {
+    T v[kStageBatch];
+#pragma unroll
+    for (int u = 0; u < kStageBatch; ++u) {
+      // Element (c, phase (rho_h, rho_w), r = (j_h*T + j_w)*OCT + o); compile-time divisors.
+      const int e = e0 + u * threads;
+      const int r = e % PH;
+      const int ph = (e / PH) % (S * S);
+      const int c = e / (PH * S * S);
+      const int o = r % OCT, jj = r / OCT;
+      const int kh = ph / S + (jj / TT) * S, kw = ph % S + (jj % TT) * S;
+      v[u] = from_float<T>(0.f);
+      if (e < w_total && jj < TT * TT && oc0 + o < cout_g)
+        v[u] = wt[(int64_t)(c0 + c) * p.w_stride[0] + (oc0 + o) * p.w_stride[1] +
+                  kh * p.w_stride[2] + kw * p.w_stride[3]];
+    }
+#pragma unroll
+    for (int u = 0; u < kStageBatch; ++u)
+      if (e0 + u * threads < w_total) sm_w[e0 + u * threads] = to_float(v[u]);
+  }
+}
+
+template <typename T, int S, int TT, int QH, int QW, int OCT, bool TAP_SUMS>
+__global__ void __launch_bounds__(kMaxThreads)
+ffma_tile_kernel(const ConvTranspose2dParams p, const Geometry g) {
+  constexpr int WH = QH + TT - 1, WW = QW + TT - 1;  // a thread's input window
+  constexpr int PH = round_up4(TT * TT * OCT);  // weights per (channel, phase), padded
+  extern __shared__ float4 smem4[];
+  float* smem = reinterpret_cast<float*>(smem4);
+  const float* sm_w = smem + g.in_floats;
+
+  // Block coordinates: x = (image, tile), y = (group, output-channel chunk).
+  const int64_t n = blockIdx.x / g.blocks_per_image;
+  const int tile = (int)(blockIdx.x - n * g.blocks_per_image);
+  const int tile_h = tile / g.tiles_w;
+  const int tile_w = tile - tile_h * g.tiles_w;
+  const int grp = (int)(blockIdx.y / g.oc_chunks);
+  const int oc0 = (int)(blockIdx.y - (unsigned)grp * g.oc_chunks) * OCT;  // within the group
+  const int tx = (int)threadIdx.x % g.bx;
+  const int ty = (int)threadIdx.x / g.bx;
+
+  // The tile's first position and the first staged input (T-1 before it), per axis.
+  const int bq_h = g.q0_h + tile_h * g.by * QH;
+  const int bq_w = g.q0_w + tile_w * g.bx * QW;
+  const int64_t i_h0 = (int64_t)bq_h - (TT - 1), i_w0 = (int64_t)bq_w - (TT - 1);
+
+  const int cin_g = (int)p.in_per_group, cout_g = (int)p.out_per_group;
+  const T* __restrict__ in = static_cast<const T*>(p.input) + n * p.in_stride[0] +
+                             (int64_t)grp * cin_g * p.in_stride[1];
+  const T* __restrict__ wt = static_cast<const T*>(p.weight) +
+                             (int64_t)grp * cin_g * p.w_stride[0];
+
+  float acc[S][QH][S][QW][OCT];
+#pragma unroll
+  for (int a = 0; a < S; ++a)
+#pragma unroll
+    for (int b = 0; b < QH; ++b)
+#pragma unroll
+      for (int c = 0; c < S; ++c)
+#pragma unroll
+        for (int d = 0; d < QW; ++d)
+#pragma unroll
+          for (int o = 0; o < OCT; ++o) acc[a][b][c][d][o] = 0.f;
+
+  StageCursor start;
+  start.init(g, (int)threadIdx.x);
+  const float* win_base = smem + ty * QH * g.rw + tx * QW;
+  const int per_channel = g.rh * g.rw;
+  for (int c0 = 0; c0 < cin_g; c0 += g.ck) {
+    const int cn = min(g.ck, cin_g - c0);
+    __syncthreads();  // the previous chunk is consumed
+    stage_chunk<T, S, TT, OCT>(smem, in, wt, p, g, start, c0, cn, oc0, cout_g, i_h0, i_w0);
+    __syncthreads();
+#pragma unroll 1
+    for (int c = 0; c < cn; ++c) {
+      float win[WH][WW];
+      const float* wb = win_base + c * per_channel;
+#pragma unroll
+      for (int a = 0; a < WH; ++a)
+#pragma unroll
+        for (int b = 0; b < WW; ++b) win[a][b] = wb[a * g.rw + b];
+      const float4* wphase = reinterpret_cast<const float4*>(sm_w + c * S * S * PH);
+#pragma unroll
+      for (int rho_h = 0; rho_h < S; ++rho_h)
+#pragma unroll
+        for (int rho_w = 0; rho_w < S; ++rho_w) {
+          float w[PH];
+#pragma unroll
+          for (int v = 0; v < PH / 4; ++v) {
+            const float4 f = wphase[(rho_h * S + rho_w) * (PH / 4) + v];
+            w[4 * v] = f.x;
+            w[4 * v + 1] = f.y;
+            w[4 * v + 2] = f.z;
+            w[4 * v + 3] = f.w;
+          }
+#pragma unroll
+          for (int qh = 0; qh < QH; ++qh)
+#pragma unroll
+            for (int qw = 0; qw < QW; ++qw)
+#pragma unroll
+              for (int o = 0; o < OCT; ++o) {
+                // Output (q, rho) takes tap j from input q - j: window slot q - j + T - 1.
+                float& out_acc = acc[rho_h][qh][rho_w][qw][o];
+                if (TAP_SUMS) {
+                  float t = win[qh + TT - 1][qw + TT - 1] * w[o];
+#pragma unroll
+                  for (int jj = 1; jj < TT * TT; ++jj)
+                    t = fmaf(win[qh - jj / TT + TT - 1][qw - jj % TT + TT - 1],
+                             w[jj * OCT + o], t);
+                  out_acc += t;
+                } else {
+#pragma unroll
+                  for (int jj = 0; jj < TT * TT; ++jj)
+                    out_acc = fmaf(win[qh - jj / TT + TT - 1][qw - jj % TT + TT - 1],
+                                   w[jj * OCT + o], out_acc);
+                }
+              }
+        }
+    }
+  }
+
+  // Epilogue: bias, scale/shift and the activation (fixed at compile time per store), one
+  // rounding to T, stored through the output strides (64-bit offsets).
+  const T* __restrict__ bias = static_cast<const T*>(p.bias);
+  T* __restrict__ out = static_cast<T*>(p.output);
+  float mul[OCT], add[OCT];
+#pragma unroll
+  for (int o = 0; o < OCT; ++o) {
+    const int oc = oc0 + o;
+    const int64_t oc_abs = (int64_t)grp * cout_g + (oc < cout_g ? oc : 0);
+    const float b = bias != nullptr ? to_float(bias[oc_abs]) : 0.f;
+    const ChannelAffine ca = channel_affine(p.epi, b, oc_abs);
+    mul[o] = p.epi.scale != nullptr ? ca.mul : 1.f;
+    add[o] = ca.add;
+  }
+  const int qb_h = bq_h + ty * QH, qb_w = bq_w + tx * QW;
+  const int pad_h = p.ph_h.pad, pad_w = p.ph_w.pad;
+  T* out_n = out + n * p.out_stride[0] + ((int64_t)grp * cout_g + oc0) * p.out_stride[1];
+  dispatch_activation(p.epi.activation, [&](auto act) {
+    constexpr Activation A = decltype(act)::value;
+#pragma unroll
+    for (int rho_h = 0; rho_h < S; ++rho_h)
+#pragma unroll
+      for (int qh = 0; qh < QH; ++qh) {
+        const int oh = (qb_h + qh) * S + rho_h - pad_h;
+        if (oh < 0 || oh >= p.out_h) continue;
+#pragma unroll
+        for (int rho_w = 0; rho_w < S; ++rho_w)
+#pragma unroll
+          for (int qw = 0; qw < QW; ++qw) {
+            const int ow = (qb_w + qw) * S + rho_w - pad_w;
+            if (ow < 0 || ow >= p.out_w) continue;
+            T* o_px = out_n + oh * p.out_stride[2] + ow * p.out_stride[3];
+#pragma unroll
+            for (int o = 0; o < OCT; ++o) {
+              if (oc0 + o >= cout_g) break;
+              o_px[o * p.out_stride[1]] = from_float<T>(epilogue_value<A>(
+                  acc[rho_h][qh][rho_w][qw][o], mul[o], add[o], p.epi.negative_slope));
+            }
+          }
+      }
+  });
+}
+
+// Floor division for a non-negative divisor.
+int64_t floor_div(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+bool axis_ok(const AxisPhase& a, int s, int t) {
+  return a.stride == s && a.dil == 1 && a.kernel == s * t && a.pad >= 0 && a.pad < (1 << 29);
+}
+
+// The block shape, staging chunk and grid for `p` with config `cf`. The block shape minimises a
+// simple time model: an SM needs ~8 resident warps to keep its FFMA pipes busy, so its time is
+// max(its warps, 8) in units of one warp's work (warps rounded up to 32 lanes), times the
+// staging instructions' share (the window's halo makes small blocks stage more per thread).
+Geometry make_geometry(const ConvTranspose2dParams& p, ScalarKind kind, const Config& cf) {
+  Geometry g{};
+  g.ok = false;
+  if (kind != ScalarKind::kFloat32 && kind != ScalarKind::kFloat16 &&
+      kind != ScalarKind::kBFloat16)
+    return g;
+  if (!axis_ok(p.ph_h, cf.s, cf.t) || !axis_ok(p.ph_w, cf.s, cf.t)) return g;
+  if (p.groups < 1 || p.in_per_group < 1 || p.out_per_group < 1 || p.batch < 0) return g;
+  if (p.in_per_group * p.groups != p.in_channels || p.out_per_group * p.groups != p.out_channels)
+    return g;
+  if (p.in_per_group >= (1 << 30) || p.out_per_group >= (1 << 30)) return g;
+  if (p.in_h < 1 || p.in_w < 1 || p.out_h < 1 || p.out_w < 1) return g;
+  if (p.in_h >= (1 << 30) || p.in_w >= (1 << 30) || p.out_h >= (1 << 30) || p.out_w >= (1 << 30))
+    return g;
+  if ((int)p.epi.activation < (int)Activation::kNone ||
+      (int)p.epi.activation > (int)Activation::kHardswish)
+    return g;
+  const int64_t oc_chunks = ceil_div(p.out_per_group, cf.oct);
+  if (oc_chunks * p.groups > kMaxGridY) return g;
+  // The weight is addressed with 32-bit products inside 64-bit sums; keep its extent small.
+  const int64_t k = cf.s * cf.t;
+  if ((p.out_per_group - 1) * p.w_stride[1] + (k - 1) * (p.w_stride[2] + p.w_stride[3]) >=
+      ((int64_t)1 << 31))
+    return g;
+
+  const int64_t q0_h = floor_div(p.ph_h.pad, cf.s), q0_w = floor_div(p.ph_w.pad, cf.s);
+  const int64_t nq_h = floor_div(p.out_h - 1 + p.ph_h.pad, cf.s) - q0_h + 1;
+  const int64_t nq_w = floor_div(p.out_w - 1 + p.ph_w.pad, cf.s) - q0_w + 1;
+  const int64_t tq_h = ceil_div(nq_h, cf.qh), tq_w = ceil_div(nq_w, cf.qw);
+  const int sms = device_sm_count(current_device());
+  const int64_t per_image_sets = p.groups * oc_chunks;  // blocks per tile position and image
+
+  // Staged floats per input channel: the phase-major weights (stage_chunk's PH per phase).
+  const int w_per_channel = cf.s * cf.s * round_up4(cf.t * cf.t * cf.oct);
+  double best = 0.0;
+  // Column counts per block: the row split into 1-8 equal parts, or a power of two.
+  int bx_cands[12];
+  int n_cands = 0;
+  for (int m = 1; m <= 8; ++m) {
+    const int64_t v = ceil_div(tq_w, m);
+    if (v <= 64) bx_cands[n_cands++] = (int)v;
+  }
+  for (int v : {64, 32, 16, 8})
+    if (v < tq_w) bx_cands[n_cands++] = v;
+  for (int ci = 0; ci < n_cands; ++ci) {
+    const int bx = bx_cands[ci];
+    const int by_max = (int)(kMaxThreads / bx < tq_h ? kMaxThreads / bx : tq_h);
+    for (int by_try = by_max; by_try >= 1; by_try = by_try > 1 ? (by_try + 1) / 2 : 0) {
+      const int64_t tiles_h = ceil_div(tq_h, by_try);
+      const int by = (int)ceil_div(tq_h, tiles_h);  // balance the rows over the tiles
+      const int64_t tiles_w = ceil_div(tq_w, bx);
+      const int rh = by * cf.qh + cf.t - 1, rw = bx * cf.qw + cf.t - 1;
+      const int threads = bx * by;
+      // Channels per chunk: the staged floats fit shared memory (the window is padded by up to
+      // 3 floats).
+      const int64_t per_ch = (int64_t)rh * rw + w_per_channel;
+      int64_t ck = ((int64_t)kSmemTarget / 4 - 3) / per_ch;
+      if (ck > kMaxChunk) ck = kMaxChunk;
+      if (ck > p.in_per_group) ck = p.in_per_group;
+      if (ck < 1) continue;
+      const int64_t warps = (threads + 31) / 32;
+      const int64_t blocks = p.batch * tiles_h * tiles_w * per_image_sets;
+      if (blocks >= ((int64_t)1 << 31) - 1 || tiles_h * tiles_w >= ((int64_t)1 << 30)) continue;
+      const double per_sm = (double)ceil_div(blocks, sms) * (double)warps;
+      // Instructions per input channel and thread: the multiply-adds and shared loads, and
+      // ~25 per staged element (its share of the window and weights).
+      const double compute = (double)k * k * cf.qh * cf.qw * cf.oct +
+                             (cf.qh + cf.t - 1) * (cf.qw + cf.t - 1) + w_per_channel / 4.0;
+      const double stage = 25.0 * ((double)rh * rw + w_per_channel) / threads;
+      const double score = (per_sm > 8.0 ? per_sm : 8.0) * (1.0 + stage / compute);
+      if (g.ok && score >= best) continue;
+      best = score;
+      g.ok = true;
+      g.bx = bx;
+      g.by = by;
+      g.tiles_w = (int)tiles_w;
+      g.tiles_h = (int)tiles_h;
+      g.ck = (int)ck;
+      g.rh = rh;
+      g.rw = rw;
+      g.in_floats = round_up4(g.ck * rh * rw);
+      g.oc_chunks = (int)oc_chunks;
+      g.q0_h = (int)q0_h;
+      g.q0_w = (int)q0_w;
+      g.threads = threads;
+      g.blocks_per_image = (int)(tiles_h * tiles_w);
+      g.blocks = p.batch * tiles_h * tiles_w;
+      g.smem = (size_t)4 * (g.in_floats + (size_t)g.ck * w_per_channel);
+    }
+  }
+  g.channels_inner = p.in_stride[1] == 1 && p.in_per_group > 1;
+  if (g.ok) {
+    const int t = g.threads;
+    if (!g.channels_inner) {
+      g.step_x = t % g.rw;
+      g.step_r = (t / g.rw) % g.rh;
+      g.step_c = t / (g.rw * g.rh);
+    } else {
+      g.step_c = t % g.ck;
+      g.step_x = (t / g.ck) % g.rw;
+      g.step_r = t / (g.ck * g.rw);
+    }
+  }
+  return g;
+}
+
+// The heuristic config (-1): the stride picks the family, the output channels per group the
+// register tile (fewest padded channels, then more positions per thread).
+int default_config(const ConvTranspose2dParams& p) {
+  if (p.ph_h.stride == 3) return 6;
+  const int64_t c = p.out_per_group;
+  if (c <= 3) return 0;
+  if (c <= 4) return 1;
+  if (c <= 6) return 3;
+  return 4;
+}
+
+template <typename T, int S, int TT, int QH, int QW, int OCT>
+cudaError_t launch_kernel(const ConvTranspose2dParams& p, const Geometry& g, bool tap_sums,
+                          cudaStream_t stream) {
+  // Only fp32 has the tap-sum order (16-bit outputs round far above either order's error).
+  auto kernel = std::is_same<T, float>::value && tap_sums
+                    ? ffma_tile_kernel<T, S, TT, QH, QW, OCT, std::is_same<T, float>::value>
+                    : ffma_tile_kernel<T, S, TT, QH, QW, OCT, false>;
+  if (g.smem > (size_t)kSmemTarget) {
+    const cudaError_t err = ensure_dynamic_smem(kernel, (int)g.smem, current_device());
+    if (err != cudaSuccess) return err;
+  }
+  const dim3 grid((unsigned)g.blocks, (unsigned)(p.groups * g.oc_chunks));
+  kernel<<<grid, g.threads, g.smem, stream>>>(p, g);
+  return cudaGetLastError();
+}
+
+template <typename T>
+cudaError_t launch_config(const ConvTranspose2dParams& p, const Geometry& g, int config,
+                          bool tap_sums, cudaStream_t stream) {
+  switch (config) {
+    case 0: return launch_kernel<T, 2, 2, 2, 2, 3>(p, g, tap_sums, stream);
+    case 1: return launch_kernel<T, 2, 2, 2, 2, 4>(p, g, tap_sums, stream);
+    case 2: return launch_kernel<T, 2, 2, 1, 2, 4>(p, g, tap_sums, stream);
+    case 3: return launch_kernel<T, 2, 2, 1, 2, 6>(p, g, tap_sums, stream);
+    case 4: return launch_kernel<T, 2, 2, 1, 2, 9>(p, g, tap_sums, stream);
+    case 5: return launch_kernel<T, 3, 3, 2, 2, 1>(p, g, tap_sums, stream);
+    case 6: return launch_kernel<T, 3, 3, 1, 2, 1>(p, g, tap_sums, stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
+int resolve_config(const ConvTranspose2dParams& p, int config) {
+  return config == -1 ? default_config(p) : config;
+}
+
+}  // namespace
+
+int ffma_tile_num_configs() { return kNumConfigs; }
+
+const char* ffma_tile_config_name(int config) {
+  return config >= 0 && config < kNumConfigs ? kConfigs[config].name : "";
+}
+
+bool ffma_tile_supports(const ConvTranspose2dParams& p, ScalarKind kind, int config) {
+  const int c = resolve_config(p, config);
+  if (c < 0 || c >= kNumConfigs) return false;
+  return make_geometry(p, kind, kConfigs[c]).ok;
+}
+
+cudaError_t launch_conv_transpose2d_ffma_tile(const ConvTranspose2dParams& p, ScalarKind kind,
+                                              int config, bool tap_sums, cudaStream_t stream) {
+  const int c = resolve_config(p, config);
+  if (c < 0 || c >= kNumConfigs) return cudaErrorInvalidValue;
+  const Geometry g = make_geometry(p, kind, kConfigs[c]);
+  if (!g.ok) return cudaErrorInvalidValue;
+  if (g.blocks == 0) return cudaSuccess;
+  switch (kind) {
+    case ScalarKind::kFloat32: return launch_config<float>(p, g, c, tap_sums, stream);
+    case ScalarKind::kFloat16: return launch_config<__half>(p, g, c, tap_sums, stream);
+    case ScalarKind::kBFloat16: return launch_config<__nv_bfloat16>(p, g, c, tap_sums, stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
+}  // namespace deconv_patch
