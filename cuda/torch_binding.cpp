@@ -430,6 +430,18 @@ at::Tensor autocast_cast(const at::Tensor& t, at::ScalarType dtype) {
 
 }  // namespace deconv_patch
 
+namespace {
+
+// A kernel's tile config names, in config order, from its header's count and name functions
+// (the planner's config tuples are checked against them).
+std::vector<std::string> config_names(int (*count)(), const char* (*name)(int)) {
+  std::vector<std::string> names;
+  for (int i = 0; i < count(); ++i) names.emplace_back(name(i));
+  return names;
+}
+
+}  // namespace
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "deconv_patch CUDA kernels";
   m.def("conv_transpose2d_forward", &deconv_patch::conv_transpose2d_forward,
@@ -458,22 +470,13 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("gemm_kxs_sm90_num_configs", &deconv_patch::gemm_kxs_sm90_num_configs,
         "Number of gemm_kxs_sm90 tile configs");
   m.def("gemm_phase_tma_config_names", []() {
-    std::vector<std::string> names;
-    for (int i = 0; i < deconv_patch::gemm_phase_tma_num_configs(); ++i)
-      names.emplace_back(deconv_patch::gemm_phase_tma_config_name(i));
-    return names;
+    return config_names(deconv_patch::gemm_phase_tma_num_configs, deconv_patch::gemm_phase_tma_config_name);
   }, "gemm_phase_tma's tile config names, in config order");
   m.def("gemm_out_tile_config_names", []() {
-    std::vector<std::string> names;
-    for (int i = 0; i < deconv_patch::gemm_out_tile_num_configs(); ++i)
-      names.emplace_back(deconv_patch::gemm_out_tile_config_name(i));
-    return names;
+    return config_names(deconv_patch::gemm_out_tile_num_configs, deconv_patch::gemm_out_tile_config_name);
   }, "gemm_out_tile's tile config names, in config order");
   m.def("ffma_tile_config_names", []() {
-    std::vector<std::string> names;
-    for (int i = 0; i < deconv_patch::ffma_tile_num_configs(); ++i)
-      names.emplace_back(deconv_patch::ffma_tile_config_name(i));
-    return names;
+    return config_names(deconv_patch::ffma_tile_num_configs, deconv_patch::ffma_tile_config_name);
   }, "ffma_tile's tile config names, in config order");
   m.def("gemm_out_tile_fits", &deconv_patch::gemm_out_tile_fits,
         "Whether gemm_out_tile's smallest tile holds a layer's weights at once (weight sizes, "

@@ -201,6 +201,36 @@ OUT_TILE_IN = (1, 3, 8, 16, 21, 24, 56, 64)
 OUT_TILE_OUT = (1, 2, 3, 8, 17, 21, 24, 32)
 
 
+def _sized_case(rng: random.Random, cin_g: int, cout_g: int, groups: int, hw: Tuple[int, int],
+                kernel: Tuple[int, int], args: ConvTransposeArgs, max_out: int,
+                fp32_tf32: Optional[bool]) -> Optional[Case]:
+    """The rest of a random case in one draw order (batch, dtype, bias, layouts, unbatched,
+    TF32): None when the output is empty or has more than `max_out` elements (the caller draws
+    again). fp32_tf32: the TF32 flag of fp32 cases (None: drawn like the 16-bit ones')."""
+    out_hw = args.output_hw(hw, kernel)
+    batch = rng.choice((0, 1, 1, 2, 3))
+    if any(v <= 0 for v in out_hw) or \
+            max(batch, 1) * cout_g * groups * out_hw[0] * out_hw[1] > max_out:
+        return None
+    dtype = rng.choice(DTYPES)
+    return Case(
+        batch=batch,
+        in_channels=cin_g * groups,
+        out_channels=cout_g * groups,
+        hw=hw,
+        kernel=kernel,
+        args=args,
+        bias=rng.random() < 0.6,
+        dtype=dtype,
+        channels_last=rng.random() < 0.35,
+        weight_channels_last=rng.random() < 0.1,
+        non_contiguous=rng.random() < 0.2,
+        unbatched=batch == 1 and rng.random() < 0.3,
+        tf32=fp32_tf32 if dtype == torch.float32 and fp32_tf32 is not None else
+        rng.random() < 0.5,
+    )
+
+
 def random_out_tile_case(seed: int) -> Case:
     """A random configuration in gemm_out_tile's domain (<= 32 output channels per group): any
     stride 1..8 (now and then up to 16, with a kernel at least as large: FCN's k16 s8 kind),
@@ -235,28 +265,20 @@ def random_out_tile_case(seed: int) -> Case:
         padding, output_padding = _random_paddings(rng, kernel, stride, dilation)
         hw = (rng.randint(1, 40), rng.randint(1, 40))
         args = ConvTransposeArgs(stride, padding, output_padding, dilation, groups)  # type: ignore[arg-type]
-        out_hw = args.output_hw(hw, kernel)
-        batch = rng.choice((0, 1, 1, 2, 3))
-        if any(s <= 0 for s in out_hw) or \
-                max(batch, 1) * cout_g * groups * out_hw[0] * out_hw[1] > 2**22:
-            continue
-        dtype = rng.choice(DTYPES)
-        return Case(
-            batch=batch,
-            in_channels=cin_g * groups,
-            out_channels=cout_g * groups,
-            hw=hw,
-            kernel=kernel,  # type: ignore[arg-type]
-            args=args,
-            bias=rng.random() < 0.6,
-            dtype=dtype,
-            channels_last=rng.random() < 0.35,
-            weight_channels_last=rng.random() < 0.1,
-            non_contiguous=rng.random() < 0.2,
-            unbatched=batch == 1 and rng.random() < 0.3,
-            tf32=True if dtype == torch.float32 else rng.random() < 0.5,  # fp32: TF32
-        )
+        case = _sized_case(rng, cin_g, cout_g, groups, hw, kernel, args, 2**22,  # type: ignore[arg-type]
+                           fp32_tf32=True)  # fp32: TF32
+        if case is not None:
+            return case
 
+
+# The benchmark's few-output-channel layers (batch, cin, cout, hw, kernel, stride, padding,
+# output_padding, dilation): what gemm_out_tile and ffma_tile are for.
+FEW_CHANNEL_LAYERS = {
+    "fcn8s.up8": (4, 21, 21, (64, 64), 16, 8, 4, 0, 1),
+    "dcgan.g5": (64, 64, 3, (32, 32), 4, 2, 1, 0, 1),
+    "fsrcnn.x3": (16, 56, 1, (64, 64), 9, 3, 4, 2, 1),
+    "keypoint": (100, 512, 17, (14, 14), 4, 2, 1, 0, 1),
+}
 
 FFMA_TILE_OUT = (1, 2, 3, 4, 5, 6, 8, 9, 12, 17, 24, 32)
 FFMA_TILE_IN = (1, 3, 8, 16, 21, 56, 64, 100)
@@ -280,24 +302,6 @@ def random_ffma_tile_case(seed: int, stride: Optional[int] = None) -> Case:
                                for _ in range(2))
         hw = (rng.randint(1, 30), rng.randint(1, 30))
         args = ConvTransposeArgs((s, s), padding, output_padding, (1, 1), groups)  # type: ignore[arg-type]
-        out_hw = args.output_hw(hw, (k, k))
-        batch = rng.choice((0, 1, 1, 2, 3))
-        if any(v <= 0 for v in out_hw) or \
-                max(batch, 1) * cout_g * groups * out_hw[0] * out_hw[1] > 2**21:
-            continue
-        dtype = rng.choice(DTYPES)
-        return Case(
-            batch=batch,
-            in_channels=cin_g * groups,
-            out_channels=cout_g * groups,
-            hw=hw,
-            kernel=(k, k),
-            args=args,
-            bias=rng.random() < 0.6,
-            dtype=dtype,
-            channels_last=rng.random() < 0.35,
-            weight_channels_last=rng.random() < 0.1,
-            non_contiguous=rng.random() < 0.2,
-            unbatched=batch == 1 and rng.random() < 0.3,
-            tf32=rng.random() < 0.5,
-        )
+        case = _sized_case(rng, cin_g, cout_g, groups, hw, (k, k), args, 2**21, fp32_tf32=None)
+        if case is not None:
+            return case

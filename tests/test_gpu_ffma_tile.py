@@ -18,7 +18,7 @@ from deconv_patch import planner
 from deconv_patch.arguments import ConvTransposeArgs
 from deconv_patch.epilogue import ACTIVATIONS
 from deconv_patch.ops import run_variant
-from tests.cases import random_ffma_tile_case
+from tests.cases import FEW_CHANNEL_LAYERS, random_ffma_tile_case
 from tests.test_gpu_epilogue import check_epilogue
 from tests.test_gpu_kernels import check_full_layer, check_variant
 
@@ -59,13 +59,9 @@ def test_ffma_tile_configs_match_the_extension():
     assert [f"{planner.FFMA_TILE}:{n}" for n in names] == list(planner.FFMA_TILE_CONFIGS)
 
 
-# The benchmark's layers it is for (batch, cin, cout, hw, kernel, stride, padding,
-# output_padding, dilation).
-_LAYERS = {
-    "dcgan.g5": (64, 64, 3, (32, 32), 4, 2, 1, 0, 1),
-    "fsrcnn.x3": (16, 56, 1, (64, 64), 9, 3, 4, 2, 1),
-    "keypoint": (100, 512, 17, (14, 14), 4, 2, 1, 0, 1),
-}
+# The benchmark's few-channel layers of its stride families (Keypoint R-CNN's 17 channels: run
+# forced, not listed by the planner).
+_LAYERS = {k: FEW_CHANNEL_LAYERS[k] for k in ("dcgan.g5", "fsrcnn.x3", "keypoint")}
 
 
 @pytest.mark.parametrize("layer", list(_LAYERS))

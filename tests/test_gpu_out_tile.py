@@ -20,7 +20,7 @@ from deconv_patch import planner
 from deconv_patch.arguments import ConvTransposeArgs
 from deconv_patch.epilogue import ACTIVATIONS
 from deconv_patch.ops import run_variant
-from tests.cases import Case, random_out_tile_case
+from tests.cases import FEW_CHANNEL_LAYERS, Case, random_out_tile_case
 from tests.test_gpu_epilogue import check_epilogue
 from tests.test_gpu_kernels import check_full_layer, check_variant
 from tests.test_gpu_new_kernels import check_repacks_after_an_in_place_weight_update
@@ -111,14 +111,8 @@ def test_gemm_out_tile_configs_match_the_extension():
     assert [f"{planner.GEMM_OUT_TILE}:{n}" for n in names] == list(planner.OUT_TILE_CONFIGS)
 
 
-# The benchmark's few-output-channel layers (batch, cin, cout, hw, kernel, stride, padding,
-# output_padding, dilation): what the kernel is for.
-_LAYERS = {
-    "fcn8s.up8": (4, 21, 21, (64, 64), 16, 8, 4, 0, 1),
-    "dcgan.g5": (64, 64, 3, (32, 32), 4, 2, 1, 0, 1),
-    "fsrcnn.x3": (16, 56, 1, (64, 64), 9, 3, 4, 2, 1),
-    "keypoint": (100, 512, 17, (14, 14), 4, 2, 1, 0, 1),  # channel blocks (196 KB of weights)
-}
+# What the kernel is for (Keypoint R-CNN's 196 KB of weights run the K loop over channel blocks).
+_LAYERS = FEW_CHANNEL_LAYERS
 
 
 @pytest.mark.parametrize("variant", (planner.GEMM_OUT_TILE, planner.OUT_TILE_CONFIGS[0],
