@@ -278,8 +278,8 @@ ffma_tile_kernel(const ConvTranspose2dParams p, const Geometry g) {
     const int oc = oc0 + o;
     const int64_t oc_abs = (int64_t)grp * cout_g + (oc < cout_g ? oc : 0);
     const float b = bias != nullptr ? to_float(bias[oc_abs]) : 0.f;
-    const ChannelAffine ca = channel_affine(p.epi, b, oc_abs);
-    mul[o] = p.epi.scale != nullptr ? ca.mul : 1.f;
+    const ChannelAffine ca = channel_affine(p.epi, b, oc_abs);  // mul = 1 without a scale
+    mul[o] = ca.mul;
     add[o] = ca.add;
   }
   const int qb_h = bq_h + ty * QH, qb_w = bq_w + tx * QW;
@@ -311,9 +311,6 @@ ffma_tile_kernel(const ConvTranspose2dParams p, const Geometry g) {
   });
 }
 
-// Floor division for a non-negative divisor.
-int64_t floor_div(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
-
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 bool axis_ok(const AxisPhase& a, int s, int t) {
@@ -343,15 +340,17 @@ Geometry make_geometry(const ConvTranspose2dParams& p, ScalarKind kind, const Co
     return g;
   const int64_t oc_chunks = ceil_div(p.out_per_group, cf.oct);
   if (oc_chunks * p.groups > kMaxGridY) return g;
-  // The weight is addressed with 32-bit products inside 64-bit sums; keep its extent small.
+  // Weight offsets are formed in 64 bits; the weight's extent is still kept below 2^31 elements,
+  // the range the device runs covered.
   const int64_t k = cf.s * cf.t;
   if ((p.out_per_group - 1) * p.w_stride[1] + (k - 1) * (p.w_stride[2] + p.w_stride[3]) >=
       ((int64_t)1 << 31))
     return g;
 
-  const int64_t q0_h = floor_div(p.ph_h.pad, cf.s), q0_w = floor_div(p.ph_w.pad, cf.s);
-  const int64_t nq_h = floor_div(p.out_h - 1 + p.ph_h.pad, cf.s) - q0_h + 1;
-  const int64_t nq_w = floor_div(p.out_w - 1 + p.ph_w.pad, cf.s) - q0_w + 1;
+  // Positions per axis (pad >= 0 and out >= 1, so these divisions floor).
+  const int64_t q0_h = p.ph_h.pad / cf.s, q0_w = p.ph_w.pad / cf.s;
+  const int64_t nq_h = (p.out_h - 1 + p.ph_h.pad) / cf.s - q0_h + 1;
+  const int64_t nq_w = (p.out_w - 1 + p.ph_w.pad) / cf.s - q0_w + 1;
   const int64_t tq_h = ceil_div(nq_h, cf.qh), tq_w = ceil_div(nq_w, cf.qw);
   const int sms = device_sm_count(current_device());
   const int64_t per_image_sets = p.groups * oc_chunks;  // blocks per tile position and image

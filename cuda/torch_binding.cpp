@@ -470,13 +470,16 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("gemm_kxs_sm90_num_configs", &deconv_patch::gemm_kxs_sm90_num_configs,
         "Number of gemm_kxs_sm90 tile configs");
   m.def("gemm_phase_tma_config_names", []() {
-    return config_names(deconv_patch::gemm_phase_tma_num_configs, deconv_patch::gemm_phase_tma_config_name);
+    return config_names(deconv_patch::gemm_phase_tma_num_configs,
+                        deconv_patch::gemm_phase_tma_config_name);
   }, "gemm_phase_tma's tile config names, in config order");
   m.def("gemm_out_tile_config_names", []() {
-    return config_names(deconv_patch::gemm_out_tile_num_configs, deconv_patch::gemm_out_tile_config_name);
+    return config_names(deconv_patch::gemm_out_tile_num_configs,
+                        deconv_patch::gemm_out_tile_config_name);
   }, "gemm_out_tile's tile config names, in config order");
   m.def("ffma_tile_config_names", []() {
-    return config_names(deconv_patch::ffma_tile_num_configs, deconv_patch::ffma_tile_config_name);
+    return config_names(deconv_patch::ffma_tile_num_configs,
+                        deconv_patch::ffma_tile_config_name);
   }, "ffma_tile's tile config names, in config order");
   m.def("gemm_out_tile_fits", &deconv_patch::gemm_out_tile_fits,
         "Whether gemm_out_tile's smallest tile holds a layer's weights at once (weight sizes, "

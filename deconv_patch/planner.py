@@ -36,9 +36,10 @@ Variants today:
     its shared memory holds the layer's weights at once, an autotune candidate (seven tile
     configs, "gemm_out_tile:4x32", ...) in every mode;
   * ``ffma_tile`` - plain fp32 FFMA for few output channels per group (<= 8 listed) with
-    kernel == taps x stride (k4 s2, k9 s3), dilation 1: each thread computes every stride phase of a few
-    input-aligned positions, so each loaded input feeds kernel-area multiply-adds; exact in
-    every mode, any layout: an autotune candidate (configs "ffma_tile:s2q2x2o3", ...).
+    kernel == taps x stride (k4 s2, k9 s3), dilation 1: each thread computes every stride
+    phase of a few input-aligned positions, so each loaded input feeds kernel-area
+    multiply-adds; exact in every mode, any layout: an autotune candidate (configs
+    "ffma_tile:s2q2x2o3", ...).
 fp32 without TF32 runs 3xTF32 on gemm_kxs, gemm_out_tile and, on Hopper, gemm_phase_tma (x =
 hi + lo, three TF32 products per multiply): fp32-accurate where each output sums at least
 MIN_3XTF32_DEPTH products, so shallower sums stay on cuDNN. gemm_phase has the same mode (forced
@@ -428,8 +429,7 @@ def ffma_tile_configs(kernel_hw: Sequence[int], args: ConvTransposeArgs,
     channels per group, dilation 1, one stride s on both axes and kernel == taps x s on both
     (a config's "s<stride>" family). Plain fp32 FFMA, so every dtype and mode is exact."""
     if channels is None or channels[1] > _MAX_FFMA_TILE_CHANNELS or args.dilation != (1, 1) \
-            or args.stride[0] != args.stride[1] or tuple(kernel_hw) != \
-            (kernel_hw[0], kernel_hw[0]):
+            or args.stride[0] != args.stride[1] or kernel_hw[0] != kernel_hw[1]:
         return ()
     s, k = args.stride[0], kernel_hw[0]
     if _FFMA_TILE_TAPS.get(s, 0) * s != k:

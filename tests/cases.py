@@ -265,8 +265,8 @@ def random_out_tile_case(seed: int) -> Case:
         padding, output_padding = _random_paddings(rng, kernel, stride, dilation)
         hw = (rng.randint(1, 40), rng.randint(1, 40))
         args = ConvTransposeArgs(stride, padding, output_padding, dilation, groups)  # type: ignore[arg-type]
-        case = _sized_case(rng, cin_g, cout_g, groups, hw, kernel, args, 2**22,  # type: ignore[arg-type]
-                           fp32_tf32=True)  # fp32: TF32
+        case = _sized_case(rng, cin_g, cout_g, groups, hw,
+                           kernel, args, 2**22, fp32_tf32=True)  # type: ignore[arg-type]
         if case is not None:
             return case
 
