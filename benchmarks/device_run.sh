@@ -72,6 +72,8 @@
 #                                            # of folder AB_BASE over cuda/ (rebuilt)
 #   PART=ffma                                # build + ffma_tile's tests, its heuristic and
 #                                            # configs forced on dcgan.g5, fsrcnn, keypoint
+#   PART=ffma_ncu                            # build + ncu of ffma_tile (FT_NCU_VARIANTS) on
+#                                            # fsrcnn and dcgan.g5, fp32 NCHW
 #   PART=col2im                              # build + gemm_col2im's tests, its kernels' split
 #                                            # (benchmarks/kernel_split.py), both configs forced
 #   PART=event_gap                           # build + event / graph / CUPTI kernel time of
@@ -519,6 +521,28 @@ if [ "${PART:-}" = ffma ]; then
 [ -z "${SKIP_TESTS:-}" ] && gpu_tests ffma "${FT_TEST_SECONDS:-200}" tests/test_gpu_ffma_tile.py
 for v in ${FT_VARIANTS:-ffma_tile $(planner_names FFMA_TILE_CONFIGS)}; do
   forced "$v" "${FT_MODES:-tf32,fp32,bf16}" nchw,nhwc "dcgan.g5,fsrcnn,keypoint" 60 40
+done
+fi
+
+if [ "${PART:-}" = ffma_ncu ]; then
+# ncu of ffma_tile (FT_NCU_VARIANTS, default its heuristic) on FSRCNN and DCGAN's output layer in
+# fp32, NCHW: speed of light, occupancy, launch, warp-state and scheduler sections, the
+# shared-memory wavefronts against the instructions, and the stall reasons per issued
+# instruction.
+for v in ${FT_NCU_VARIANTS:-ffma_tile}; do
+  for layer in "fsrcnn.x3 56>1 k9s3" "dcgan.g5 64>3 32x32"; do
+    [ "$(left)" -lt 40 ] && { echo "skipped ncu $v $layer: no time left"; continue; }
+    step "ncu: $layer fp32 nchw, $v"
+    log="$L/ncu_${layer%% *}_${v//:/_}.log"
+    timeout 90 ncu --clock-control none -k regex:ffma_tile_kernel -c 1 \
+      --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
+      --section SchedulerStats --section ComputeWorkloadAnalysis \
+      --metrics l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum,smsp__inst_executed_op_shared_ld.sum,smsp__inst_executed.sum,smsp__sass_thread_inst_executed_op_ffma_pred_on.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum,regex:smsp__average_warps_issue_stalled_.*_per_issue_active.ratio \
+      python3 benchmarks/profile_layer.py --layer "$layer" --variant "$v" --dtype fp32 --reps 1 \
+      > "$log" 2>&1
+    grep -E "^ +[A-Za-z].* +[0-9.,]+$|^ +[a-z0-9_]+__[a-z0-9_.]+ " "$log" | grep -vE "^ +(Section|---)" \
+      | sed 's/  */ /g' | cut -c1-110
+  done
 done
 fi
 

@@ -18,7 +18,9 @@
 // fp32 in shared memory: the tile's input window [CK][BY*QH+T-1][BX*QW+T-1] (zeros outside the
 // image) and the chunk's weights phase-major, [CK][rho_h][rho_w][j_h][j_w][oc] (one run of
 // T*T*OCT values per phase, padded to 16 bytes, read with float4 broadcasts: every thread uses
-// the same weights).
+// the same weights). Weights that fit kWeightsOnceBytes are staged once for every channel.
+// fp32 double-buffers the chunks: chunk k+1 is copied (cp.async for 16-byte rows and weights)
+// while chunk k is multiplied; 16-bit types convert through registers into one buffer.
 //
 // Summation order. By default each accumulator is one FFMA chain over channels and taps. In
 // fp32 without TF32 (tap_sums) each channel's T*T taps of an output are summed apart first and
@@ -35,6 +37,7 @@
 #include "device_cache.h"
 #include "epilogue.cuh"
 #include "scalar_convert.cuh"
+#include "tensor_core_ptx.cuh"
 
 namespace deconv_patch {
 namespace {
@@ -51,8 +54,9 @@ struct Config {
 // Keep in step with the dispatch in launch_config and the planner's FFMA_TILE_CONFIGS.
 constexpr Config kConfigs[] = {
     {2, 2, 2, 2, 3, "s2q2x2o3"}, {2, 2, 2, 2, 4, "s2q2x2o4"}, {2, 2, 1, 2, 4, "s2q1x2o4"},
-    {2, 2, 1, 2, 6, "s2q1x2o6"}, {2, 2, 1, 2, 9, "s2q1x2o9"}, {3, 3, 2, 2, 1, "s3q2x2o1"},
-    {3, 3, 1, 2, 1, "s3q1x2o1"},
+    {2, 2, 1, 2, 6, "s2q1x2o6"}, {2, 2, 1, 2, 9, "s2q1x2o9"}, {2, 2, 1, 1, 3, "s2q1x1o3"},
+    {2, 2, 1, 1, 4, "s2q1x1o4"}, {3, 3, 2, 2, 1, "s3q2x2o1"}, {3, 3, 1, 2, 1, "s3q1x2o1"},
+    {3, 3, 1, 1, 1, "s3q1x1o1"},
 };
 constexpr int kNumConfigs = (int)(sizeof(kConfigs) / sizeof(kConfigs[0]));
 
@@ -64,7 +68,9 @@ struct Geometry {
   int tiles_w, tiles_h;    // blocks per image along columns / rows
   int ck;                  // input channels staged per chunk
   int rh, rw;              // staged window rows / columns: by*QH + T - 1, bx*QW + T - 1
-  int in_floats;           // ck*rh*rw rounded up to 4 (the weights start 16-byte aligned)
+  int in_floats;           // one input buffer: ck*rh*pitch rounded up to 4 (16-byte aligned)
+  int w_floats;            // one weight buffer: cin_g (weights_once) or ck channels' weights,
+                           // rounded up to 4
   int oc_chunks;           // per group: ceil(Cout/g / OCT)
   int q0_h, q0_w;          // first position per axis: floor(pad / S)
   int threads, blocks_per_image;
@@ -72,6 +78,13 @@ struct Geometry {
   size_t smem;
   bool channels_inner;     // input channel stride 1: stage with channels fastest (coalesced)
   int step_c, step_r, step_x;  // the staging walk's step (the thread count) split per dimension
+  // Wide staging (dense NCHW-like rows, W and the strides in whole 16-byte vectors, aligned base):
+  // each window row is read as nv aligned 16-byte vectors from floor(i_w0 / V)*V and lands in
+  // shared memory from column 0, so the window starts xoff = i_w0 mod V columns in.
+  bool vec;
+  int nv;                  // 16-byte vectors per staged row (covers rw columns at any offset)
+  int pitch;               // shared-memory floats per staged row: nv*V when vec, else rw
+  bool weights_once;       // every input channel's weights staged at the start (kWeightsOnceBytes)
   bool ok;
 };
 
@@ -111,19 +124,25 @@ struct StageCursor {
 
 // Loads in flight per thread while staging (a batch is issued, then stored).
 constexpr int kStageBatch = 8;
+// ... and 16-byte vectors in flight per thread in the wide form (4 x 16 bytes: 2x the bytes of a
+// scalar fp32 batch, in a quarter of the instructions).
+constexpr int kRowBatch = 4;
+// Weights up to this many bytes are staged once per block for every input channel (they are the
+// same for every chunk); larger ones per chunk.
+constexpr int kWeightsOnceBytes = 24 * 1024;
 
-// Stages one chunk: input channels [c0, c0+cn) of the block's window into smem[c][r][x] and their
-// weights phase-major into smem[in_floats + ((c*S + rho_h)*S + rho_w)*PH + (j_h*T + j_w)*OCT + o]
-// (tap kh = rho_h + j_h*S, kw = rho_w + j_w*S; zeros past the group's channels and in the padding),
-// all as fp32, zeros outside the image. Each thread walks its elements kStageBatch at a time:
-// the batch's loads are issued before any is stored, so their latencies overlap.
-template <typename T, int S, int TT, int OCT>
-__device__ __forceinline__ void stage_chunk(float* __restrict__ smem, const T* __restrict__ in,
-                                            const T* __restrict__ wt,
+// Staging, all as fp32: input channels [c0, c0+cn) of the block's window into smem[c][r][x]
+// (zeros outside the image), and weights phase-major into
+// sm_w[((c*S + rho_h)*S + rho_w)*PH + (j_h*T + j_w)*OCT + o] (tap kh = rho_h + j_h*S,
+// kw = rho_w + j_w*S; zeros past the group's channels and in the padding). Each thread walks its
+// elements kStageBatch at a time: the batch's loads are issued before any is stored, so their
+// latencies overlap. fp32 uses these plain loads too (into the next buffer): a 4-byte cp.async
+// per element measured slower (FSRCNN fp32 channels_last 58 -> 83 us, H100).
+template <typename T>
+__device__ __forceinline__ void stage_input(float* __restrict__ smem, const T* __restrict__ in,
                                             const ConvTranspose2dParams& p, const Geometry& g,
-                                            const StageCursor& start, int c0, int cn, int oc0,
-                                            int cout_g, int64_t i_h0, int64_t i_w0) {
-  constexpr int PH = round_up4(TT * TT * OCT);
+                                            const StageCursor& start, int c0, int cn,
+                                            int64_t i_h0, int64_t i_w0) {
   const int threads = (int)blockDim.x;
   const int in_elems = g.ck * g.rh * g.rw;  // the walk covers ck channels; c >= cn is skipped
   StageCursor cur = start;
@@ -138,34 +157,123 @@ __device__ __forceinline__ void stage_chunk(float* __restrict__ smem, const T* _
       if (live && ih >= 0 && ih < p.in_h && iw >= 0 && iw < p.in_w)
         v[u] = in[(int64_t)(c0 + cur.c) * p.in_stride[1] + ih * p.in_stride[2] +
                   iw * p.in_stride[3]];
-      dst[u] = live ? (cur.c * g.rh + cur.r) * g.rw + cur.x : -1;
+      dst[u] = live ? (cur.c * g.rh + cur.r) * g.pitch + cur.x : -1;
       cur.advance(g);
     }
 #pragma unroll
     for (int u = 0; u < kStageBatch; ++u)
       if (dst[u] >= 0) smem[dst[u]] = to_float(v[u]);
   }
-  const int w_total = cn * S * S * PH;
-  float* __restrict__ sm_w = smem + g.in_floats;
-  for (int e0 = (int)threadIdx.x; e0 < w_total; e0 += kStageBatch * threads) {
-    T v[kStageBatch];
+}
+
+// a / b rounded towards minus infinity (b > 0).
+__device__ __forceinline__ int64_t floor_div_dev(int64_t a, int64_t b) {
+  return a >= 0 ? a / b : -((-a + b - 1) / b);
+}
+
+// The wide form of stage_input (g.vec). A slot (r, k) is the 16-byte vector of window row r at
+// input columns a0 + k*V .. a0 + k*V + V-1, a0 = floor(i_w0 / V)*V; it lands at
+// smem[(c*rh + r)*pitch + k*V] as V floats for each channel c. With W a multiple of V a vector
+// lies wholly inside or wholly outside the row, so outside ones are zeros. The slot's address and
+// bounds are worked out once and then reused for every channel: threads split the slots and, when
+// there are more threads than slots, the channels too (`groups` threads per slot).
+template <typename T, bool ASYNC>
+__device__ __forceinline__ void stage_input_rows(float* __restrict__ smem,
+                                                 const T* __restrict__ in,
+                                                 const ConvTranspose2dParams& p,
+                                                 const Geometry& g, int c0, int cn,
+                                                 int64_t i_h0, int64_t i_w0) {
+  constexpr int V = 16 / (int)sizeof(T);
+  const int threads = (int)blockDim.x;
+  const int slots = g.rh * g.nv;
+  const int groups = threads >= slots ? threads / slots : 1;
+  const int t = (int)threadIdx.x;
+  if (t >= groups * slots && groups > 1) return;
+  const int slot_step = groups > 1 ? slots : threads;
+  const int64_t a0 = floor_div_dev(i_w0, V) * V;
+  const int64_t c_stride = p.in_stride[1];
+  const int smem_c_stride = g.rh * g.pitch;
+  const int c_first = groups > 1 ? t / slots : 0;
+  for (int slot = groups > 1 ? t % slots : t; slot < slots; slot += slot_step) {
+    const int r = slot / g.nv, k = slot - (slot / g.nv) * g.nv;
+    const int64_t ih = i_h0 + r, iw = a0 + (int64_t)k * V;
+    const bool inside = ih >= 0 && ih < p.in_h && iw >= 0 && iw < p.in_w;
+    const T* src = in + (int64_t)c0 * c_stride + (inside ? ih * p.in_stride[2] + iw : 0);
+    float* dst = smem + r * g.pitch + k * V;
+    if constexpr (ASYNC) {  // fp32: one 16-byte cp.async per vector (zero-filled outside)
+      for (int c = c_first; c < cn; c += groups)
+        tc::cp_async<16>(tc::smem_u32(dst + c * smem_c_stride),
+                         inside ? src + (int64_t)c * c_stride : in, inside ? 16 : 0);
+    } else {
+      for (int c = c_first; c < cn; c += groups * kRowBatch) {
+        uint4 v[kRowBatch];
 #pragma unroll
-    for (int u = 0; u < kStageBatch; ++u) {
-      // Element (c, phase (rho_h, rho_w), r = (j_h*T + j_w)*OCT + o); compile-time divisors.
-      const int e = e0 + u * threads;
-      const int r = e % PH;
-      const int ph = (e / PH) % (S * S);
-      const int c = e / (PH * S * S);
-      const int o = r % OCT, jj = r / OCT;
-      const int kh = ph / S + (jj / TT) * S, kw = ph % S + (jj % TT) * S;
-      v[u] = from_float<T>(0.f);
-      if (e < w_total && jj < TT * TT && oc0 + o < cout_g)
-        v[u] = wt[(int64_t)(c0 + c) * p.w_stride[0] + (oc0 + o) * p.w_stride[1] +
-                  kh * p.w_stride[2] + kw * p.w_stride[3]];
+        for (int u = 0; u < kRowBatch; ++u) {
+          v[u] = make_uint4(0u, 0u, 0u, 0u);
+          if (inside && c + u * groups < cn)
+            v[u] = *reinterpret_cast<const uint4*>(src + (int64_t)(c + u * groups) * c_stride);
+        }
+#pragma unroll
+        for (int u = 0; u < kRowBatch; ++u) {
+          if (c + u * groups >= cn) break;
+          const T* elems = reinterpret_cast<const T*>(&v[u]);
+          // pitch and k*V: 16-byte aligned
+          float4* out4 = reinterpret_cast<float4*>(dst + (c + u * groups) * smem_c_stride);
+#pragma unroll
+          for (int q = 0; q < V / 4; ++q)
+            out4[q] = make_float4(to_float(elems[4 * q]), to_float(elems[4 * q + 1]),
+                                  to_float(elems[4 * q + 2]), to_float(elems[4 * q + 3]));
+        }
+      }
     }
+  }
+}
+
+// Stages the weights of input channels [c0, c0+cn) phase-major into sm_w (layout above). A slot
+// is one place (phase, tap, channel o) within an input channel's S*S*PH floats: its source offset
+// is worked out once (compile-time divisors) and reused for every input channel, as in
+// stage_input_rows.
+template <typename T, int S, int TT, int OCT, bool ASYNC>
+__device__ __forceinline__ void stage_weights(float* __restrict__ sm_w, const T* __restrict__ wt,
+                                              const ConvTranspose2dParams& p, int c0, int cn,
+                                              int oc0, int cout_g) {
+  constexpr int PH = round_up4(TT * TT * OCT);
+  constexpr int P = S * S * PH;  // staged floats per input channel
+  const int threads = (int)blockDim.x;
+  const int groups = threads >= P ? threads / P : 1;
+  const int t = (int)threadIdx.x;
+  if (t >= groups * P && groups > 1) return;
+  const int slot_step = groups > 1 ? P : threads;
+  const int64_t c_stride = p.w_stride[0];
+  const int c_first = groups > 1 ? t / P : 0;
+  for (int slot = groups > 1 ? t % P : t; slot < P; slot += slot_step) {
+    // Slot (phase (rho_h, rho_w), r = (j_h*T + j_w)*OCT + o): tap kh = rho_h + j_h*S,
+    // kw = rho_w + j_w*S.
+    const int r = slot % PH, ph = slot / PH;
+    const int o = r % OCT, jj = r / OCT;
+    const int kh = ph / S + (jj / TT) * S, kw = ph % S + (jj % TT) * S;
+    const bool live = jj < TT * TT && oc0 + o < cout_g;
+    const T* src = wt + (int64_t)c0 * c_stride +
+                   (live ? (oc0 + o) * p.w_stride[1] + kh * p.w_stride[2] + kw * p.w_stride[3]
+                         : 0);
+    float* dst = sm_w + slot;
+    if constexpr (ASYNC) {  // fp32: one 4-byte cp.async per element (zeros in the padding)
+      for (int c = c_first; c < cn; c += groups)
+        tc::cp_async<4>(tc::smem_u32(dst + c * P), live ? src + (int64_t)c * c_stride : wt,
+                        live ? 4 : 0);
+    } else {
+      for (int c = c_first; c < cn; c += groups * kStageBatch) {
+        T v[kStageBatch];
 #pragma unroll
-    for (int u = 0; u < kStageBatch; ++u)
-      if (e0 + u * threads < w_total) sm_w[e0 + u * threads] = to_float(v[u]);
+        for (int u = 0; u < kStageBatch; ++u) {
+          v[u] = from_float<T>(0.f);
+          if (live && c + u * groups < cn) v[u] = src[(int64_t)(c + u * groups) * c_stride];
+        }
+#pragma unroll
+        for (int u = 0; u < kStageBatch; ++u)
+          if (c + u * groups < cn) dst[(c + u * groups) * P] = to_float(v[u]);
+      }
+    }
   }
 }
 
@@ -174,9 +282,14 @@ __global__ void __launch_bounds__(kMaxThreads)
 ffma_tile_kernel(const ConvTranspose2dParams p, const Geometry g) {
   constexpr int WH = QH + TT - 1, WW = QW + TT - 1;  // a thread's input window
   constexpr int PH = round_up4(TT * TT * OCT);  // weights per (channel, phase), padded
+  // fp32 stages with cp.async into two buffers; 16-bit converts through registers into one.
+  constexpr bool ASYNC = std::is_same<T, float>::value;
+  constexpr int kBuffers = ASYNC ? 2 : 1;
   extern __shared__ float4 smem4[];
+  // Shared memory: kBuffers input buffers of in_floats, then the weights: one buffer of every
+  // channel (weights_once) or kBuffers buffers of a chunk's, w_floats each.
   float* smem = reinterpret_cast<float*>(smem4);
-  const float* sm_w = smem + g.in_floats;
+  float* sm_w = smem + kBuffers * g.in_floats;
 
   // Block coordinates: x = (image, tile), y = (group, output-channel chunk).
   const int64_t n = blockIdx.x / g.blocks_per_image;
@@ -213,13 +326,44 @@ ffma_tile_kernel(const ConvTranspose2dParams p, const Geometry g) {
 
   StageCursor start;
   start.init(g, (int)threadIdx.x);
-  const float* win_base = smem + ty * QH * g.rw + tx * QW;
-  const int per_channel = g.rh * g.rw;
-  for (int c0 = 0; c0 < cin_g; c0 += g.ck) {
+  constexpr int V = 16 / (int)sizeof(T);
+  const int xoff = g.vec ? (int)(i_w0 - floor_div_dev(i_w0, V) * V) : 0;
+  const int win_offset = ty * QH * g.pitch + tx * QW + xoff;
+  const int per_channel = g.rh * g.pitch;
+  // Stages chunk [c0, c0 + cn) into buffer b (and its weights unless they are staged once).
+  auto stage_chunk = [&](int c0, int cn, int b) {
+    float* dst = smem + b * g.in_floats;
+    if (g.vec)
+      stage_input_rows<T, ASYNC>(dst, in, p, g, c0, cn, i_h0, i_w0);
+    else
+      stage_input(dst, in, p, g, start, c0, cn, i_h0, i_w0);  // plain loads, every dtype
+    if (!g.weights_once)
+      stage_weights<T, S, TT, OCT, ASYNC>(sm_w + b * g.w_floats, wt, p, c0, cn, oc0, cout_g);
+  };
+  if (g.weights_once)  // every channel's weights, once (the loop's first barrier publishes them)
+    stage_weights<T, S, TT, OCT, ASYNC>(sm_w, wt, p, 0, cin_g, oc0, cout_g);
+  if constexpr (ASYNC) {  // chunk 0 (and the weights) in flight before the loop
+    stage_chunk(0, min(g.ck, cin_g), 0);
+    tc::cp_async_commit();
+  }
+  for (int c0 = 0, k = 0; c0 < cin_g; c0 += g.ck, ++k) {
     const int cn = min(g.ck, cin_g - c0);
-    __syncthreads();  // the previous chunk is consumed
-    stage_chunk<T, S, TT, OCT>(smem, in, wt, p, g, start, c0, cn, oc0, cout_g, i_h0, i_w0);
-    __syncthreads();
+    const int b = ASYNC ? (k & 1) : 0;
+    if constexpr (ASYNC) {
+      // Chunk k + 1 goes into the other buffer (consumed: the barrier ending iteration k - 1)
+      // while this one lands; one commit group per iteration, empty on the last.
+      if (c0 + g.ck < cin_g) stage_chunk(c0 + g.ck, min(g.ck, cin_g - c0 - g.ck), b ^ 1);
+      tc::cp_async_commit();
+      tc::cp_async_wait<1>();  // everything but the newest group: chunk k is here
+      __syncthreads();
+    } else {
+      __syncthreads();  // the previous chunk is consumed
+      stage_chunk(c0, cn, 0);
+      __syncthreads();
+    }
+    const float* win_base = smem + b * g.in_floats + win_offset;
+    // The chunk's first channel's weights.
+    const float* sm_w_chunk = g.weights_once ? sm_w + c0 * S * S * PH : sm_w + b * g.w_floats;
 #pragma unroll 1
     for (int c = 0; c < cn; ++c) {
       float win[WH][WW];
@@ -227,8 +371,8 @@ ffma_tile_kernel(const ConvTranspose2dParams p, const Geometry g) {
 #pragma unroll
       for (int a = 0; a < WH; ++a)
 #pragma unroll
-        for (int b = 0; b < WW; ++b) win[a][b] = wb[a * g.rw + b];
-      const float4* wphase = reinterpret_cast<const float4*>(sm_w + c * S * S * PH);
+        for (int b = 0; b < WW; ++b) win[a][b] = wb[a * g.pitch + b];
+      const float4* wphase = reinterpret_cast<const float4*>(sm_w_chunk + c * S * S * PH);
 #pragma unroll
       for (int rho_h = 0; rho_h < S; ++rho_h)
 #pragma unroll
@@ -266,6 +410,7 @@ ffma_tile_kernel(const ConvTranspose2dParams p, const Geometry g) {
               }
         }
     }
+    if constexpr (ASYNC) __syncthreads();  // buffer b is consumed before it is staged again
   }
 
   // Epilogue: bias, scale/shift and the activation (fixed at compile time per store), one
@@ -317,10 +462,14 @@ bool axis_ok(const AxisPhase& a, int s, int t) {
   return a.stride == s && a.dil == 1 && a.kernel == s * t && a.pad >= 0 && a.pad < (1 << 29);
 }
 
+// Resident warps an SM needs before more of them stop shortening its time: with ~2.4 warps per
+// scheduler the kernel issued on 54% of cycles (ncu, FSRCNN s3q1x2o1, H100).
+constexpr double kBusyWarps = 16.0;
+
 // The block shape, staging chunk and grid for `p` with config `cf`. The block shape minimises a
-// simple time model: an SM needs ~8 resident warps to keep its FFMA pipes busy, so its time is
-// max(its warps, 8) in units of one warp's work (warps rounded up to 32 lanes), times the
-// staging instructions' share (the window's halo makes small blocks stage more per thread).
+// simple time model: an SM's time is max(its warps, kBusyWarps) in units of one warp's work
+// (warps rounded up to 32 lanes), times the staging instructions' share (the window's halo makes
+// small blocks stage more per thread).
 Geometry make_geometry(const ConvTranspose2dParams& p, ScalarKind kind, const Config& cf) {
   Geometry g{};
   g.ok = false;
@@ -355,8 +504,21 @@ Geometry make_geometry(const ConvTranspose2dParams& p, ScalarKind kind, const Co
   const int sms = device_sm_count(current_device());
   const int64_t per_image_sets = p.groups * oc_chunks;  // blocks per tile position and image
 
-  // Staged floats per input channel: the phase-major weights (stage_chunk's PH per phase).
+  // Staged floats per input channel: the phase-major weights (PH per phase), staged once for
+  // every channel when they fit kWeightsOnceBytes, else per chunk.
   const int w_per_channel = cf.s * cf.s * round_up4(cf.t * cf.t * cf.oct);
+  const bool weights_once = (int64_t)4 * w_per_channel * p.in_per_group <= kWeightsOnceBytes;
+  const int64_t w_once_floats = weights_once ? (int64_t)w_per_channel * p.in_per_group : 0;
+  // Wide staging: NCHW-like rows whose width, strides and base are whole 16-byte vectors.
+  const int vec_elems = kind == ScalarKind::kFloat32 ? 4 : 8;
+  const bool vec = p.in_stride[3] == 1 && p.in_w % vec_elems == 0 &&
+                   p.in_stride[2] % vec_elems == 0 && p.in_stride[1] % vec_elems == 0 &&
+                   p.in_stride[0] % vec_elems == 0 &&
+                   reinterpret_cast<uintptr_t>(p.input) % 16 == 0 &&
+                   !(p.in_stride[1] == 1 && p.in_per_group > 1);
+  // fp32 double-buffers its chunks (cp.async), 16-bit stages one at a time.
+  const bool async = kind == ScalarKind::kFloat32;
+  const int buffers = async ? 2 : 1;
   double best = 0.0;
   // Column counts per block: the row split into 1-8 equal parts, or a power of two.
   int bx_cands[12];
@@ -376,10 +538,12 @@ Geometry make_geometry(const ConvTranspose2dParams& p, ScalarKind kind, const Co
       const int64_t tiles_w = ceil_div(tq_w, bx);
       const int rh = by * cf.qh + cf.t - 1, rw = bx * cf.qw + cf.t - 1;
       const int threads = bx * by;
-      // Channels per chunk: the staged floats fit shared memory (the window is padded by up to
-      // 3 floats).
-      const int64_t per_ch = (int64_t)rh * rw + w_per_channel;
-      int64_t ck = ((int64_t)kSmemTarget / 4 - 3) / per_ch;
+      // Channels per chunk: the staged floats of every buffer fit shared memory (each buffer is
+      // padded by up to 3 floats).
+      const int nv = (int)ceil_div(rw + vec_elems - 1, vec_elems);
+      const int pitch = vec ? nv * vec_elems : rw;
+      const int64_t per_ch = (int64_t)rh * pitch + (weights_once ? 0 : w_per_channel);
+      int64_t ck = ((int64_t)kSmemTarget / 4 - 8 * buffers - w_once_floats) / (buffers * per_ch);
       if (ck > kMaxChunk) ck = kMaxChunk;
       if (ck > p.in_per_group) ck = p.in_per_group;
       if (ck < 1) continue;
@@ -391,8 +555,10 @@ Geometry make_geometry(const ConvTranspose2dParams& p, ScalarKind kind, const Co
       // ~25 per staged element (its share of the window and weights).
       const double compute = (double)k * k * cf.qh * cf.qw * cf.oct +
                              (cf.qh + cf.t - 1) * (cf.qw + cf.t - 1) + w_per_channel / 4.0;
-      const double stage = 25.0 * ((double)rh * rw + w_per_channel) / threads;
-      const double score = (per_sm > 8.0 ? per_sm : 8.0) * (1.0 + stage / compute);
+      const double stage =
+          (vec ? 10.0 : 25.0) * ((double)rh * pitch) / threads +
+          25.0 * (weights_once ? 0.0 : (double)w_per_channel) / threads;
+      const double score = (per_sm > kBusyWarps ? per_sm : kBusyWarps) * (1.0 + stage / compute);
       if (g.ok && score >= best) continue;
       best = score;
       g.ok = true;
@@ -403,14 +569,20 @@ Geometry make_geometry(const ConvTranspose2dParams& p, ScalarKind kind, const Co
       g.ck = (int)ck;
       g.rh = rh;
       g.rw = rw;
-      g.in_floats = round_up4(g.ck * rh * rw);
+      g.nv = nv;
+      g.pitch = pitch;
+      g.vec = vec;
+      g.in_floats = round_up4(g.ck * rh * pitch);
+      g.w_floats = round_up4(weights_once ? (int)w_once_floats : g.ck * w_per_channel);
       g.oc_chunks = (int)oc_chunks;
       g.q0_h = (int)q0_h;
       g.q0_w = (int)q0_w;
       g.threads = threads;
       g.blocks_per_image = (int)(tiles_h * tiles_w);
       g.blocks = p.batch * tiles_h * tiles_w;
-      g.smem = (size_t)4 * (g.in_floats + (size_t)g.ck * w_per_channel);
+      g.weights_once = weights_once;
+      g.smem = (size_t)4 * ((size_t)buffers * g.in_floats +
+                            (size_t)(weights_once ? 1 : buffers) * g.w_floats);
     }
   }
   g.channels_inner = p.in_stride[1] == 1 && p.in_per_group > 1;
@@ -430,12 +602,14 @@ Geometry make_geometry(const ConvTranspose2dParams& p, ScalarKind kind, const Co
 }
 
 // The heuristic config (-1): the stride picks the family, the output channels per group the
-// register tile (fewest padded channels, then more positions per thread).
+// register tile: one position per thread up to 4 channels (twice the threads of q1x2, which
+// left the H100 at 8-9 warps a SM on FSRCNN and DCGAN's output layer; the fastest forced on
+// both, version 24), fewest padded channels above.
 int default_config(const ConvTranspose2dParams& p) {
-  if (p.ph_h.stride == 3) return 6;
+  if (p.ph_h.stride == 3) return 9;
   const int64_t c = p.out_per_group;
-  if (c <= 3) return 0;
-  if (c <= 4) return 1;
+  if (c <= 3) return 5;
+  if (c <= 4) return 6;
   if (c <= 6) return 3;
   return 4;
 }
@@ -465,8 +639,11 @@ cudaError_t launch_config(const ConvTranspose2dParams& p, const Geometry& g, int
     case 2: return launch_kernel<T, 2, 2, 1, 2, 4>(p, g, tap_sums, stream);
     case 3: return launch_kernel<T, 2, 2, 1, 2, 6>(p, g, tap_sums, stream);
     case 4: return launch_kernel<T, 2, 2, 1, 2, 9>(p, g, tap_sums, stream);
-    case 5: return launch_kernel<T, 3, 3, 2, 2, 1>(p, g, tap_sums, stream);
-    case 6: return launch_kernel<T, 3, 3, 1, 2, 1>(p, g, tap_sums, stream);
+    case 5: return launch_kernel<T, 2, 2, 1, 1, 3>(p, g, tap_sums, stream);
+    case 6: return launch_kernel<T, 2, 2, 1, 1, 4>(p, g, tap_sums, stream);
+    case 7: return launch_kernel<T, 3, 3, 2, 2, 1>(p, g, tap_sums, stream);
+    case 8: return launch_kernel<T, 3, 3, 1, 2, 1>(p, g, tap_sums, stream);
+    case 9: return launch_kernel<T, 3, 3, 1, 1, 1>(p, g, tap_sums, stream);
   }
   return cudaErrorInvalidValue;
 }

@@ -4,7 +4,7 @@
 // few input-aligned positions and computes every stride phase of them, so each input value it
 // loads feeds every tap that reads it. Plain fp32 FFMA for every input type, so fp32 without
 // TF32 stays exact. See conv_transpose2d_ffma_tile.cu for the index math, docs/perf-notes.md
-// version 23 for what it measures (its staging is still latency-bound).
+// versions 23 and 24 for what it measures.
 #pragma once
 
 #include <cuda_runtime.h>

@@ -133,8 +133,9 @@ COL2IM_CONFIGS = tuple(f"{GEMM_COL2IM}:{t}" for t in ("128x256s4", "128x128s6pp"
 # ffma_tile_config_names), "s<stride>q<rows>x<cols>o<channels>": each thread computes every
 # stride phase of rows x cols input-aligned positions for that many output channels.
 FFMA_TILE_CONFIGS = tuple(f"{FFMA_TILE}:{t}" for t in ("s2q2x2o3", "s2q2x2o4", "s2q1x2o4",
-                                                         "s2q1x2o6", "s2q1x2o9", "s3q2x2o1",
-                                                         "s3q1x2o1"))
+                                                         "s2q1x2o6", "s2q1x2o9", "s2q1x1o3",
+                                                         "s2q1x1o4", "s3q2x2o1", "s3q1x2o1",
+                                                         "s3q1x1o1"))
 NAMED_VARIANTS = VARIANTS + PHASE_CONFIGS + (KXS_TAP_MAJOR,) + SM90_CONFIGS + KXS_SM90_CONFIGS + \
     KXS_SM90_AREA_CONFIGS + PHASE_TMA_CONFIGS + OUT_TILE_CONFIGS + COL2IM_CONFIGS + \
     FFMA_TILE_CONFIGS
@@ -147,9 +148,10 @@ _MAX_COL2IM_BYTES = 256 * 2**20
 _MAX_GROUPED_CHANNELS = 32  # per group, in and out: the grouped kernel's home ground (measured)
 _MAX_GROUPED_CANDIDATE = 64  # per group, in and out: the grouped kernel's limit; autotune times it
 # ffma_tile's domain as an autotune candidate: output channels per group. Measured forced on
-# the H100 (docs/perf-notes.md version 23, GPU time against cuDNN): 1 (FSRCNN) and 3 (DCGAN's
-# output layer) channels 0.8-1.4x in fp32 / TF32 and up to 3.1x in bf16, 17 (Keypoint R-CNN)
-# 0.2-0.5x (its multiply-adds grow with the channels, cuDNN's GEMM does not); 4-8 unmeasured.
+# the H100 (docs/perf-notes.md version 24, GPU time against cuDNN): 1 (FSRCNN) channel 1.1-1.6x
+# in fp32 / TF32 and 3.8-4.8x in 16-bit, 3 (DCGAN's output layer) 1.7-2.0x (16-bit NHWC
+# 1.3-1.5x), 17 (Keypoint R-CNN) 0.2-0.7x (its multiply-adds grow with the channels, cuDNN's
+# GEMM does not); 4-8 unmeasured.
 _MAX_FFMA_TILE_CHANNELS = 8
 # ffma_tile's kernel families: stride -> taps per axis (its kernels are built for kernel == taps x
 # stride: k4 s2, k9 s3).
