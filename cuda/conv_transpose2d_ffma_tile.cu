@@ -171,8 +171,27 @@ __device__ __forceinline__ int64_t floor_div_dev(int64_t a, int64_t b) {
   return a >= 0 ? a / b : -((-a + b - 1) / b);
 }
 
+// How a block's threads split `slots` staging slots, and the channels of each: with fewer
+// threads than slots a thread takes every threads-th slot and all its channels; with more,
+// `groups` threads share a slot and each takes every groups-th channel (threads past
+// groups*slots idle).
+struct SlotSplit {
+  int first, step;  // a thread's first slot and its slot step
+  int c_first;      // its first channel of each slot (channel step: groups)
+  int groups;
+  bool idle;
+  __device__ __forceinline__ explicit SlotSplit(int slots) {
+    const int threads = (int)blockDim.x, t = (int)threadIdx.x;
+    groups = threads >= slots ? threads / slots : 1;
+    idle = groups > 1 && t >= groups * slots;
+    first = groups > 1 ? t % slots : t;
+    step = groups > 1 ? slots : threads;
+    c_first = groups > 1 ? t / slots : 0;
+  }
+};
+
 // The wide form of stage_input (g.vec). A slot (r, k) is the 16-byte vector of window row r at
-// input columns a0 + k*V .. a0 + k*V + V-1, a0 = floor(i_w0 / V)*V; it lands at
+// input columns a0 + k*V .. a0 + k*V + V-1 (a0 = floor(i_w0 / V)*V, the caller's); it lands at
 // smem[(c*rh + r)*pitch + k*V] as V floats for each channel c. With W a multiple of V a vector
 // lies wholly inside or wholly outside the row, so outside ones are zeros. The slot's address and
 // bounds are worked out once and then reused for every channel: threads split the slots and, when
@@ -182,30 +201,26 @@ __device__ __forceinline__ void stage_input_rows(float* __restrict__ smem,
                                                  const T* __restrict__ in,
                                                  const ConvTranspose2dParams& p,
                                                  const Geometry& g, int c0, int cn,
-                                                 int64_t i_h0, int64_t i_w0) {
+                                                 int64_t i_h0, int64_t a0) {
   constexpr int V = 16 / (int)sizeof(T);
-  const int threads = (int)blockDim.x;
   const int slots = g.rh * g.nv;
-  const int groups = threads >= slots ? threads / slots : 1;
-  const int t = (int)threadIdx.x;
-  if (t >= groups * slots && groups > 1) return;
-  const int slot_step = groups > 1 ? slots : threads;
-  const int64_t a0 = floor_div_dev(i_w0, V) * V;
+  const SlotSplit split(slots);
+  if (split.idle) return;
+  const int groups = split.groups;
   const int64_t c_stride = p.in_stride[1];
   const int smem_c_stride = g.rh * g.pitch;
-  const int c_first = groups > 1 ? t / slots : 0;
-  for (int slot = groups > 1 ? t % slots : t; slot < slots; slot += slot_step) {
-    const int r = slot / g.nv, k = slot - (slot / g.nv) * g.nv;
+  for (int slot = split.first; slot < slots; slot += split.step) {
+    const int r = slot / g.nv, k = slot - r * g.nv;
     const int64_t ih = i_h0 + r, iw = a0 + (int64_t)k * V;
     const bool inside = ih >= 0 && ih < p.in_h && iw >= 0 && iw < p.in_w;
     const T* src = in + (int64_t)c0 * c_stride + (inside ? ih * p.in_stride[2] + iw : 0);
     float* dst = smem + r * g.pitch + k * V;
     if constexpr (ASYNC) {  // fp32: one 16-byte cp.async per vector (zero-filled outside)
-      for (int c = c_first; c < cn; c += groups)
+      for (int c = split.c_first; c < cn; c += groups)
         tc::cp_async<16>(tc::smem_u32(dst + c * smem_c_stride),
                          inside ? src + (int64_t)c * c_stride : in, inside ? 16 : 0);
     } else {
-      for (int c = c_first; c < cn; c += groups * kRowBatch) {
+      for (int c = split.c_first; c < cn; c += groups * kRowBatch) {
         uint4 v[kRowBatch];
 #pragma unroll
         for (int u = 0; u < kRowBatch; ++u) {
@@ -239,14 +254,11 @@ __device__ __forceinline__ void stage_weights(float* __restrict__ sm_w, const T*
                                               int oc0, int cout_g) {
   constexpr int PH = round_up4(TT * TT * OCT);
   constexpr int P = S * S * PH;  // staged floats per input channel
-  const int threads = (int)blockDim.x;
-  const int groups = threads >= P ? threads / P : 1;
-  const int t = (int)threadIdx.x;
-  if (t >= groups * P && groups > 1) return;
-  const int slot_step = groups > 1 ? P : threads;
+  const SlotSplit split(P);
+  if (split.idle) return;
+  const int groups = split.groups;
   const int64_t c_stride = p.w_stride[0];
-  const int c_first = groups > 1 ? t / P : 0;
-  for (int slot = groups > 1 ? t % P : t; slot < P; slot += slot_step) {
+  for (int slot = split.first; slot < P; slot += split.step) {
     // Slot (phase (rho_h, rho_w), r = (j_h*T + j_w)*OCT + o): tap kh = rho_h + j_h*S,
     // kw = rho_w + j_w*S.
     const int r = slot % PH, ph = slot / PH;
@@ -258,11 +270,11 @@ __device__ __forceinline__ void stage_weights(float* __restrict__ sm_w, const T*
                          : 0);
     float* dst = sm_w + slot;
     if constexpr (ASYNC) {  // fp32: one 4-byte cp.async per element (zeros in the padding)
-      for (int c = c_first; c < cn; c += groups)
+      for (int c = split.c_first; c < cn; c += groups)
         tc::cp_async<4>(tc::smem_u32(dst + c * P), live ? src + (int64_t)c * c_stride : wt,
                         live ? 4 : 0);
     } else {
-      for (int c = c_first; c < cn; c += groups * kStageBatch) {
+      for (int c = split.c_first; c < cn; c += groups * kStageBatch) {
         T v[kStageBatch];
 #pragma unroll
         for (int u = 0; u < kStageBatch; ++u) {
@@ -327,14 +339,16 @@ ffma_tile_kernel(const ConvTranspose2dParams p, const Geometry g) {
   StageCursor start;
   start.init(g, (int)threadIdx.x);
   constexpr int V = 16 / (int)sizeof(T);
-  const int xoff = g.vec ? (int)(i_w0 - floor_div_dev(i_w0, V) * V) : 0;
+  // Wide staging reads rows from a0, the 16-byte boundary at or before i_w0.
+  const int64_t a0 = floor_div_dev(i_w0, V) * V;
+  const int xoff = g.vec ? (int)(i_w0 - a0) : 0;
   const int win_offset = ty * QH * g.pitch + tx * QW + xoff;
   const int per_channel = g.rh * g.pitch;
   // Stages chunk [c0, c0 + cn) into buffer b (and its weights unless they are staged once).
   auto stage_chunk = [&](int c0, int cn, int b) {
     float* dst = smem + b * g.in_floats;
     if (g.vec)
-      stage_input_rows<T, ASYNC>(dst, in, p, g, c0, cn, i_h0, i_w0);
+      stage_input_rows<T, ASYNC>(dst, in, p, g, c0, cn, i_h0, a0);
     else
       stage_input(dst, in, p, g, start, c0, cn, i_h0, i_w0);  // plain loads, every dtype
     if (!g.weights_once)
