@@ -84,6 +84,10 @@ struct Geometry {
   bool vec;
   int nv;                  // 16-byte vectors per staged row (covers rw columns at any offset)
   int pitch;               // shared-memory floats per staged row: nv*V when vec, else rw
+  // channels_last staging (channel stride 1; channels per group, pixel and image strides and
+  // the base in whole 16-byte vectors; chunks of whole vectors): one 16-byte vector carries V
+  // channels of a pixel into V channel planes.
+  bool cvec;
   bool weights_once;       // every input channel's weights staged at the start (kWeightsOnceBytes)
   bool ok;
 };
@@ -244,6 +248,51 @@ __device__ __forceinline__ void stage_input_rows(float* __restrict__ smem,
   }
 }
 
+// The channels_last form of stage_input (g.cvec). A slot is one pixel (r, x) of the window; its
+// channels c0 .. c0+cn-1 are contiguous, read as 16-byte vectors of V channels, each written to
+// smem[(c*rh + r)*pitch + x] for its V channels (consecutive slots write consecutive columns of
+// a plane: no bank conflicts). As in stage_input_rows, the slot's address and bounds are worked
+// out once and threads split the slots and, when there are more threads than slots, the
+// vectors.
+template <typename T>
+__device__ __forceinline__ void stage_input_pixels(float* __restrict__ smem,
+                                                   const T* __restrict__ in,
+                                                   const ConvTranspose2dParams& p,
+                                                   const Geometry& g, int c0, int cn,
+                                                   int64_t i_h0, int64_t i_w0) {
+  constexpr int V = 16 / (int)sizeof(T);
+  const int slots = g.rh * g.rw;
+  const SlotSplit split(slots);  // its "channels" are this walk's channel vectors
+  if (split.idle) return;
+  const int groups = split.groups;
+  const int nvec = cn / V;  // chunks hold whole vectors (host)
+  const int smem_c_stride = g.rh * g.pitch;
+  for (int slot = split.first; slot < slots; slot += split.step) {
+    const int r = slot / g.rw, x = slot - r * g.rw;
+    const int64_t ih = i_h0 + r, iw = i_w0 + x;
+    const bool inside = ih >= 0 && ih < p.in_h && iw >= 0 && iw < p.in_w;
+    const T* src = in + c0 + (inside ? ih * p.in_stride[2] + iw * p.in_stride[3] : 0);
+    float* dst = smem + r * g.pitch + x;
+    for (int v = split.c_first; v < nvec; v += groups * kRowBatch) {
+      uint4 val[kRowBatch];
+#pragma unroll
+      for (int u = 0; u < kRowBatch; ++u) {
+        val[u] = make_uint4(0u, 0u, 0u, 0u);
+        if (inside && v + u * groups < nvec)
+          val[u] = *reinterpret_cast<const uint4*>(src + (v + u * groups) * V);
+      }
+#pragma unroll
+      for (int u = 0; u < kRowBatch; ++u) {
+        if (v + u * groups >= nvec) break;
+        const T* elems = reinterpret_cast<const T*>(&val[u]);
+        float* d = dst + (v + u * groups) * V * smem_c_stride;
+#pragma unroll
+        for (int q = 0; q < V; ++q) d[q * smem_c_stride] = to_float(elems[q]);
+      }
+    }
+  }
+}
+
 // Stages the weights of input channels [c0, c0+cn) phase-major into sm_w (layout above). A slot
 // is one place (phase, tap, channel o) within an input channel's S*S*PH floats: its source offset
 // is worked out once (compile-time divisors) and reused for every input channel, as in
@@ -349,6 +398,8 @@ ffma_tile_kernel(const ConvTranspose2dParams p, const Geometry g) {
     float* dst = smem + b * g.in_floats;
     if (g.vec)
       stage_input_rows<T, ASYNC>(dst, in, p, g, c0, cn, i_h0, a0);
+    else if (g.cvec)
+      stage_input_pixels(dst, in, p, g, c0, cn, i_h0, i_w0);  // plain loads, every dtype
     else
       stage_input(dst, in, p, g, start, c0, cn, i_h0, i_w0);  // plain loads, every dtype
     if (!g.weights_once)
@@ -530,6 +581,10 @@ Geometry make_geometry(const ConvTranspose2dParams& p, ScalarKind kind, const Co
                    p.in_stride[0] % vec_elems == 0 &&
                    reinterpret_cast<uintptr_t>(p.input) % 16 == 0 &&
                    !(p.in_stride[1] == 1 && p.in_per_group > 1);
+  const bool cvec = !vec && p.in_stride[1] == 1 && p.in_per_group % vec_elems == 0 &&
+                    p.in_stride[2] % vec_elems == 0 && p.in_stride[3] % vec_elems == 0 &&
+                    p.in_stride[0] % vec_elems == 0 &&
+                    reinterpret_cast<uintptr_t>(p.input) % 16 == 0;
   // fp32 double-buffers its chunks (cp.async), 16-bit stages one at a time.
   const bool async = kind == ScalarKind::kFloat32;
   const int buffers = async ? 2 : 1;
@@ -561,6 +616,9 @@ Geometry make_geometry(const ConvTranspose2dParams& p, ScalarKind kind, const Co
       if (ck > kMaxChunk) ck = kMaxChunk;
       if (ck > p.in_per_group) ck = p.in_per_group;
       if (ck < 1) continue;
+      // channels_last vectors need whole vectors per chunk (in_per_group is a multiple of V).
+      const bool use_cvec = cvec && ck >= vec_elems;
+      if (use_cvec) ck = ck / vec_elems * vec_elems;
       const int64_t warps = (threads + 31) / 32;
       const int64_t blocks = p.batch * tiles_h * tiles_w * per_image_sets;
       if (blocks >= ((int64_t)1 << 31) - 1 || tiles_h * tiles_w >= ((int64_t)1 << 30)) continue;
@@ -570,7 +628,7 @@ Geometry make_geometry(const ConvTranspose2dParams& p, ScalarKind kind, const Co
       const double compute = (double)k * k * cf.qh * cf.qw * cf.oct +
                              (cf.qh + cf.t - 1) * (cf.qw + cf.t - 1) + w_per_channel / 4.0;
       const double stage =
-          (vec ? 10.0 : 25.0) * ((double)rh * pitch) / threads +
+          (vec || use_cvec ? 10.0 : 25.0) * ((double)rh * pitch) / threads +
           25.0 * (weights_once ? 0.0 : (double)w_per_channel) / threads;
       const double score = (per_sm > kBusyWarps ? per_sm : kBusyWarps) * (1.0 + stage / compute);
       if (g.ok && score >= best) continue;
@@ -586,6 +644,7 @@ Geometry make_geometry(const ConvTranspose2dParams& p, ScalarKind kind, const Co
       g.nv = nv;
       g.pitch = pitch;
       g.vec = vec;
+      g.cvec = use_cvec;
       g.in_floats = round_up4(g.ck * rh * pitch);
       g.w_floats = round_up4(weights_once ? (int)w_once_floats : g.ck * w_per_channel);
       g.oc_chunks = (int)oc_chunks;
