@@ -29,6 +29,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <type_traits>
 
@@ -51,7 +53,7 @@ struct Config {
   int s, t, qh, qw, oct;
   const char* name;
 };
-// Keep in step with the dispatch in launch_config and the planner's FFMA_TILE_CONFIGS.
+// Keep in step with visit_config and the planner's FFMA_TILE_CONFIGS.
 constexpr Config kConfigs[] = {
     {2, 2, 2, 2, 3, "s2q2x2o3"}, {2, 2, 2, 2, 4, "s2q2x2o4"}, {2, 2, 1, 2, 4, "s2q1x2o4"},
     {2, 2, 1, 2, 6, "s2q1x2o6"}, {2, 2, 1, 2, 9, "s2q1x2o9"}, {2, 2, 1, 1, 3, "s2q1x1o3"},
@@ -531,11 +533,40 @@ bool axis_ok(const AxisPhase& a, int s, int t) {
 // scheduler the kernel issued on 54% of cycles (ncu, FSRCNN s3q1x2o1, H100).
 constexpr double kBusyWarps = 16.0;
 
-// The block shape, staging chunk and grid for `p` with config `cf`. The block shape minimises a
-// simple time model: an SM's time is max(its warps, kBusyWarps) in units of one warp's work
-// (warps rounded up to 32 lanes), times the staging instructions' share (the window's halo makes
-// small blocks stage more per thread).
-Geometry make_geometry(const ConvTranspose2dParams& p, ScalarKind kind, const Config& cf) {
+// How many blocks of `threads` threads and `smem` bytes of dynamic shared memory an SM of the
+// current device holds at once, for a kernel of `regs` registers per thread: the least of its
+// shared-memory, register, thread and block limits (registers are allocated per warp in units
+// of 256). Unknown limits (-1) do not bound it.
+struct SmLimits {
+  int smem, reserved, regs, blocks, threads;
+  SmLimits() {
+    const int d = current_device();
+    smem = device_smem_per_sm(d);
+    reserved = device_reserved_smem_per_block(d);
+    regs = device_regs_per_sm(d);
+    blocks = device_blocks_per_sm(d);
+    threads = device_threads_per_sm(d);
+  }
+  int64_t resident_blocks(int block_threads, size_t block_smem, int kernel_regs) const {
+    const int64_t warps = (block_threads + 31) / 32;
+    int64_t n = blocks > 0 ? blocks : 32;
+    if (threads > 0) n = std::min<int64_t>(n, threads / (warps * 32));
+    if (smem > 0) n = std::min<int64_t>(n, smem / ((int64_t)block_smem + std::max(reserved, 0)));
+    if (regs > 0 && kernel_regs > 0)
+      n = std::min<int64_t>(n, regs / (warps * ((kernel_regs * 32 + 255) / 256 * 256)));
+    return n;
+  }
+};
+
+// The block shape, staging chunk and grid for `p` with config `cf`, for a kernel of `regs`
+// registers per thread. The block shape minimises a simple time model of one SM: its blocks
+// run in rounds of as many as it holds at once (SmLimits); a round takes max(its warps,
+// kBusyWarps) in units of one warp's work (warps rounded up to 32 lanes), times the staging
+// instructions' share (the window's halo makes small blocks stage more per thread). Without
+// the rounds, the model took 32-thread blocks for FSRCNN in channels_last, of which shared
+// memory let an H100 SM hold 7 (6 warps): 1.5x slower than 121-thread blocks (version 25).
+Geometry make_geometry(const ConvTranspose2dParams& p, ScalarKind kind, const Config& cf,
+                       int regs) {
   Geometry g{};
   g.ok = false;
   if (kind != ScalarKind::kFloat32 && kind != ScalarKind::kFloat16 &&
@@ -567,6 +598,7 @@ Geometry make_geometry(const ConvTranspose2dParams& p, ScalarKind kind, const Co
   const int64_t nq_w = (p.out_w - 1 + p.ph_w.pad) / cf.s - q0_w + 1;
   const int64_t tq_h = ceil_div(nq_h, cf.qh), tq_w = ceil_div(nq_w, cf.qw);
   const int sms = device_sm_count(current_device());
+  const SmLimits limits;
   const int64_t per_image_sets = p.groups * oc_chunks;  // blocks per tile position and image
 
   // Staged floats per input channel: the phase-major weights (PH per phase), staged once for
@@ -622,7 +654,14 @@ Geometry make_geometry(const ConvTranspose2dParams& p, ScalarKind kind, const Co
       const int64_t warps = (threads + 31) / 32;
       const int64_t blocks = p.batch * tiles_h * tiles_w * per_image_sets;
       if (blocks >= ((int64_t)1 << 31) - 1 || tiles_h * tiles_w >= ((int64_t)1 << 30)) continue;
-      const double per_sm = (double)ceil_div(blocks, sms) * (double)warps;
+      const int in_floats = round_up4((int)ck * rh * pitch);
+      const int w_floats = round_up4(weights_once ? (int)w_once_floats : (int)ck * w_per_channel);
+      const size_t smem = (size_t)4 * ((size_t)buffers * in_floats +
+                                       (size_t)(weights_once ? 1 : buffers) * w_floats);
+      const int64_t per_sm_blocks = ceil_div(blocks, sms > 0 ? sms : 1);
+      const int64_t resident = std::max<int64_t>(limits.resident_blocks(threads, smem, regs), 1);
+      const int64_t rounds = ceil_div(per_sm_blocks, resident);
+      const double round_warps = (double)std::min(per_sm_blocks, resident) * (double)warps;
       // Instructions per input channel and thread: the multiply-adds and shared loads, and
       // ~25 per staged element (its share of the window and weights).
       const double compute = (double)k * k * cf.qh * cf.qw * cf.oct +
@@ -630,7 +669,8 @@ Geometry make_geometry(const ConvTranspose2dParams& p, ScalarKind kind, const Co
       const double stage =
           (vec || use_cvec ? 10.0 : 25.0) * ((double)rh * pitch) / threads +
           25.0 * (weights_once ? 0.0 : (double)w_per_channel) / threads;
-      const double score = (per_sm > kBusyWarps ? per_sm : kBusyWarps) * (1.0 + stage / compute);
+      const double score = (double)rounds * std::max(round_warps, kBusyWarps) *
+                           (1.0 + stage / compute);
       if (g.ok && score >= best) continue;
       best = score;
       g.ok = true;
@@ -645,8 +685,8 @@ Geometry make_geometry(const ConvTranspose2dParams& p, ScalarKind kind, const Co
       g.pitch = pitch;
       g.vec = vec;
       g.cvec = use_cvec;
-      g.in_floats = round_up4(g.ck * rh * pitch);
-      g.w_floats = round_up4(weights_once ? (int)w_once_floats : g.ck * w_per_channel);
+      g.in_floats = in_floats;
+      g.w_floats = w_floats;
       g.oc_chunks = (int)oc_chunks;
       g.q0_h = (int)q0_h;
       g.q0_w = (int)q0_w;
@@ -654,8 +694,7 @@ Geometry make_geometry(const ConvTranspose2dParams& p, ScalarKind kind, const Co
       g.blocks_per_image = (int)(tiles_h * tiles_w);
       g.blocks = p.batch * tiles_h * tiles_w;
       g.weights_once = weights_once;
-      g.smem = (size_t)4 * ((size_t)buffers * g.in_floats +
-                            (size_t)(weights_once ? 1 : buffers) * g.w_floats);
+      g.smem = smem;
     }
   }
   g.channels_inner = p.in_stride[1] == 1 && p.in_per_group > 1;
@@ -687,13 +726,80 @@ int default_config(const ConvTranspose2dParams& p) {
   return 4;
 }
 
-template <typename T, int S, int TT, int QH, int QW, int OCT>
+// A config's compile-time tile (kConfigs[i] as template arguments).
+template <int S, int TT, int QH, int QW, int OCT>
+struct Tile {
+  static constexpr int s = S, t = TT, qh = QH, qw = QW, oct = OCT;
+};
+
+// Calls f(Tile<...>{}) for config `config` (kConfigs' order), or returns `none`.
+template <typename R, typename F>
+R visit_config(int config, R none, F&& f) {
+  switch (config) {
+    case 0: return f(Tile<2, 2, 2, 2, 3>{});
+    case 1: return f(Tile<2, 2, 2, 2, 4>{});
+    case 2: return f(Tile<2, 2, 1, 2, 4>{});
+    case 3: return f(Tile<2, 2, 1, 2, 6>{});
+    case 4: return f(Tile<2, 2, 1, 2, 9>{});
+    case 5: return f(Tile<2, 2, 1, 1, 3>{});
+    case 6: return f(Tile<2, 2, 1, 1, 4>{});
+    case 7: return f(Tile<3, 3, 2, 2, 1>{});
+    case 8: return f(Tile<3, 3, 1, 2, 1>{});
+    case 9: return f(Tile<3, 3, 1, 1, 1>{});
+  }
+  return none;
+}
+
+// Calls f(T{}) with the element type of `kind`, or returns `none`.
+template <typename R, typename F>
+R visit_kind(ScalarKind kind, R none, F&& f) {
+  switch (kind) {
+    case ScalarKind::kFloat32: return f(float{});
+    case ScalarKind::kFloat16: return f(__half{});
+    case ScalarKind::kBFloat16: return f(__nv_bfloat16{});
+  }
+  return none;
+}
+
+// Registers per thread of config C's kernel for T on the current device (-1 when unknown), asked
+// of the runtime once per device: the block-shape model's residency needs it (76-192 across
+// the instantiations). The tap-sum kernel is not asked; its count differs by a few registers.
+template <typename T, typename C>
+int kernel_regs() {
+  static std::atomic<int> cache[kMaxCachedDevices];  // value + 1; 0 = not asked yet
+  const int device = current_device();
+  const bool cacheable = device >= 0 && device < kMaxCachedDevices;
+  if (cacheable) {
+    const int v = cache[device].load(std::memory_order_relaxed);
+    if (v > 0) return v - 1;
+  }
+  cudaFuncAttributes attr{};
+  if (cudaFuncGetAttributes(&attr, ffma_tile_kernel<T, C::s, C::t, C::qh, C::qw, C::oct, false>) !=
+      cudaSuccess) {
+    (void)cudaGetLastError();
+    return -1;
+  }
+  if (cacheable) cache[device].store(attr.numRegs + 1, std::memory_order_relaxed);
+  return attr.numRegs;
+}
+
+// The geometry of config `config` for `p` (its kernel's registers looked up).
+Geometry geometry_of(const ConvTranspose2dParams& p, ScalarKind kind, int config) {
+  const int regs = visit_kind(kind, -1, [&](auto t) {
+    return visit_config(config, -1, [&](auto c) {
+      return kernel_regs<decltype(t), decltype(c)>();
+    });
+  });
+  return make_geometry(p, kind, kConfigs[config], regs);
+}
+
+template <typename T, typename C>
 cudaError_t launch_kernel(const ConvTranspose2dParams& p, const Geometry& g, bool tap_sums,
                           cudaStream_t stream) {
   // Only fp32 has the tap-sum order (16-bit outputs round far above either order's error).
-  auto kernel = std::is_same<T, float>::value && tap_sums
-                    ? ffma_tile_kernel<T, S, TT, QH, QW, OCT, std::is_same<T, float>::value>
-                    : ffma_tile_kernel<T, S, TT, QH, QW, OCT, false>;
+  constexpr bool kFloat = std::is_same<T, float>::value;
+  auto kernel = kFloat && tap_sums ? ffma_tile_kernel<T, C::s, C::t, C::qh, C::qw, C::oct, kFloat>
+                                   : ffma_tile_kernel<T, C::s, C::t, C::qh, C::qw, C::oct, false>;
   if (g.smem > (size_t)kSmemTarget) {
     const cudaError_t err = ensure_dynamic_smem(kernel, (int)g.smem, current_device());
     if (err != cudaSuccess) return err;
@@ -701,24 +807,6 @@ cudaError_t launch_kernel(const ConvTranspose2dParams& p, const Geometry& g, boo
   const dim3 grid((unsigned)g.blocks, (unsigned)(p.groups * g.oc_chunks));
   kernel<<<grid, g.threads, g.smem, stream>>>(p, g);
   return cudaGetLastError();
-}
-
-template <typename T>
-cudaError_t launch_config(const ConvTranspose2dParams& p, const Geometry& g, int config,
-                          bool tap_sums, cudaStream_t stream) {
-  switch (config) {
-    case 0: return launch_kernel<T, 2, 2, 2, 2, 3>(p, g, tap_sums, stream);
-    case 1: return launch_kernel<T, 2, 2, 2, 2, 4>(p, g, tap_sums, stream);
-    case 2: return launch_kernel<T, 2, 2, 1, 2, 4>(p, g, tap_sums, stream);
-    case 3: return launch_kernel<T, 2, 2, 1, 2, 6>(p, g, tap_sums, stream);
-    case 4: return launch_kernel<T, 2, 2, 1, 2, 9>(p, g, tap_sums, stream);
-    case 5: return launch_kernel<T, 2, 2, 1, 1, 3>(p, g, tap_sums, stream);
-    case 6: return launch_kernel<T, 2, 2, 1, 1, 4>(p, g, tap_sums, stream);
-    case 7: return launch_kernel<T, 3, 3, 2, 2, 1>(p, g, tap_sums, stream);
-    case 8: return launch_kernel<T, 3, 3, 1, 2, 1>(p, g, tap_sums, stream);
-    case 9: return launch_kernel<T, 3, 3, 1, 1, 1>(p, g, tap_sums, stream);
-  }
-  return cudaErrorInvalidValue;
 }
 
 int resolve_config(const ConvTranspose2dParams& p, int config) {
@@ -736,22 +824,21 @@ const char* ffma_tile_config_name(int config) {
 bool ffma_tile_supports(const ConvTranspose2dParams& p, ScalarKind kind, int config) {
   const int c = resolve_config(p, config);
   if (c < 0 || c >= kNumConfigs) return false;
-  return make_geometry(p, kind, kConfigs[c]).ok;
+  return geometry_of(p, kind, c).ok;
 }
 
 cudaError_t launch_conv_transpose2d_ffma_tile(const ConvTranspose2dParams& p, ScalarKind kind,
                                               int config, bool tap_sums, cudaStream_t stream) {
   const int c = resolve_config(p, config);
   if (c < 0 || c >= kNumConfigs) return cudaErrorInvalidValue;
-  const Geometry g = make_geometry(p, kind, kConfigs[c]);
+  const Geometry g = geometry_of(p, kind, c);
   if (!g.ok) return cudaErrorInvalidValue;
   if (g.blocks == 0) return cudaSuccess;
-  switch (kind) {
-    case ScalarKind::kFloat32: return launch_config<float>(p, g, c, tap_sums, stream);
-    case ScalarKind::kFloat16: return launch_config<__half>(p, g, c, tap_sums, stream);
-    case ScalarKind::kBFloat16: return launch_config<__nv_bfloat16>(p, g, c, tap_sums, stream);
-  }
-  return cudaErrorInvalidValue;
+  return visit_kind(kind, cudaErrorInvalidValue, [&](auto t) {
+    return visit_config(c, cudaErrorInvalidValue, [&](auto tile) {
+      return launch_kernel<decltype(t), decltype(tile)>(p, g, tap_sums, stream);
+    });
+  });
 }
 
 }  // namespace deconv_patch

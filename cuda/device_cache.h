@@ -54,6 +54,23 @@ inline int device_sm_count(int device) {
 inline int device_optin_smem(int device) {
   return cached_device_attribute<cudaDevAttrMaxSharedMemoryPerBlockOptin>(device);
 }
+// What bounds how many blocks an SM holds at once (-1 when unknown): shared memory per SM and
+// per block reserved by the system, 32-bit registers per SM, and resident blocks / threads.
+inline int device_smem_per_sm(int device) {
+  return cached_device_attribute<cudaDevAttrMaxSharedMemoryPerMultiprocessor>(device);
+}
+inline int device_reserved_smem_per_block(int device) {
+  return cached_device_attribute<cudaDevAttrReservedSharedMemoryPerBlock>(device);
+}
+inline int device_regs_per_sm(int device) {
+  return cached_device_attribute<cudaDevAttrMaxRegistersPerMultiprocessor>(device);
+}
+inline int device_blocks_per_sm(int device) {
+  return cached_device_attribute<cudaDevAttrMaxBlocksPerMultiprocessor>(device);
+}
+inline int device_threads_per_sm(int device) {
+  return cached_device_attribute<cudaDevAttrMaxThreadsPerMultiProcessor>(device);
+}
 // Compute capability 9.0 (H100/H200), where the sm_90a cubins run.
 inline bool device_is_sm90(int device) {
   return cached_device_attribute<cudaDevAttrComputeCapabilityMajor>(device) == 9 &&
