@@ -76,6 +76,8 @@
 #                                            # fsrcnn and dcgan.g5, fp32 NCHW
 #   PART=col2im                              # build + gemm_col2im's tests, its kernels' split
 #                                            # (benchmarks/kernel_split.py), both configs forced
+#                                            # (SKIP_SPLIT=1: neither), its 3xTF32 configs
+#                                            # forced in fp32 strict
 #   PART=event_gap                           # build + event / graph / CUPTI kernel time of
 #                                            # the large k == stride layers (EG_ONLY, EG_MODES)
 #   LAYERS_ONLY=1                            # with PART=2: the layer benchmark only
@@ -343,14 +345,18 @@ if [ "${PART:-}" = col2im ]; then
 # on the layers where one GEMM over every tap may win (COL2IM_LAYERS to change them).
 gpu_tests col2im ${AB_TEST_SECONDS:-240} ${COL2IM_TESTS:-tests/test_gpu_col2im.py}
 col2im_variants="aten,$(planner_names COL2IM_CONFIGS | tr ' ' ',')"
-for spec in "bf16 --channels-last" "bf16" "fp32 --channels-last" "fp32"; do
+[ -n "${SKIP_SPLIT:-}" ] || for spec in "bf16 --channels-last" "bf16" "fp32 --channels-last" "fp32"; do
   step "kernel split: keypoint $spec"
   timeout 60 python3 benchmarks/kernel_split.py --layer "keypointrcnn 512>17 14" --dtype $spec \
     --variants "$col2im_variants" 2>&1 | tail -14
 done
-for v in $(planner_names COL2IM_CONFIGS); do
+[ -n "${SKIP_SPLIT:-}" ] || for v in $(planner_names COL2IM_CONFIGS); do
   forced "$v" bf16,fp16,tf32 nchw,nhwc \
     "${COL2IM_LAYERS:-keypoint,pix2pix.u2,simplebl.d1,dcgan.g2,dcgan.g3,cyclegan}" 150 60
+done
+# ... its 3xTF32 configs in fp32 without TF32 (cuDNN's FFMA beside them).
+for v in $(planner_names COL2IM_3XTF32_CONFIGS); do
+  forced "$v" fp32 nchw,nhwc "${COL2IM_STRICT_LAYERS:-keypoint,pix2pix.u2,simplebl.d1}" 90 40
 done
 fi
 

@@ -109,12 +109,14 @@ at::Tensor pack_weight(const std::string& variant, const at::Tensor& weight,
   const c10::cuda::CUDAGuard guard(weight.device());
   if (variant == "gemm_kxs") return weight.flatten(2).transpose(1, 2).contiguous();
   if (variant == "gemm_col2im") {
-    // gemm_kxs_sm90's layout of the weight as a 1 x 1 kernel [Cin, KH*KW*Cout] with tap-major
-    // columns (col2im.h): a contiguous copy, made once per weight version.
+    // The weight as a 1 x 1 kernel [Cin, KH*KW*Cout] with tap-major columns (col2im.h), a
+    // contiguous copy made once per weight version, packed for the GEMM that runs it:
+    // gemm_kxs_sm90, or gemm_phase_tma's 3xTF32 for fp32 without TF32.
     const at::Tensor flat =
         weight.permute({0, 2, 3, 1}).reshape({weight.size(0), -1, 1, 1}).contiguous();
-    return pack_weight("gemm_kxs_sm90", flat, {1, 1}, {0, 0}, output_padding, {1, 1}, groups,
-                       allow_tf32);
+    const bool three_tf32 = kind == ScalarKind::kFloat32 && !allow_tf32;
+    return pack_weight(three_tf32 ? "gemm_phase_tma" : "gemm_kxs_sm90", flat, {1, 1}, {0, 0},
+                       output_padding, {1, 1}, groups, allow_tf32);
   }
   ConvTranspose2dParams p;
   fill_weight_params(p, weight, stride, padding, dilation, groups);
@@ -335,11 +337,12 @@ at::Tensor conv_transpose2d_forward(const std::string& variant, const at::Tensor
     // One GEMM over every tap: gemm_kxs_sm90 runs the layer as a 1 x 1 kernel with KH*KW*Cout
     // output channels (no bias, no epilogue) into the fp32 [N*H*W, KH*KW*Cout] matrix `cols`
     // (16-bit operands: its fp32-output kernels, so the sum of taps is rounded once), then
-    // col2im sums each output pixel's taps and applies the epilogue (col2im.h). TF32 or 16-bit,
-    // one group.
-    TORCH_CHECK(groups == 1 && (kind != ScalarKind::kFloat32 || allow_tf32),
-                "deconv_patch: the gemm_col2im kernel does not support this call (TF32 or "
-                "16-bit, groups 1)");
+    // col2im sums each output pixel's taps and applies the epilogue (col2im.h). fp32 without
+    // TF32 runs the GEMM as gemm_phase_tma's 3xTF32 instead (`config` is then one of its
+    // configs). One group.
+    TORCH_CHECK(groups == 1, "deconv_patch: the gemm_col2im kernel does not support this call "
+                "(groups 1)");
+    const bool three_tf32 = kind == ScalarKind::kFloat32 && !allow_tf32;
     const int64_t ncol = kh * kw * weight.size(1);
     at::Tensor cols = at::empty({p.batch, ncol, p.in_h, p.in_w},
                                 input.options().dtype(at::kFloat).memory_format(
@@ -355,7 +358,17 @@ at::Tensor conv_transpose2d_forward(const std::string& variant, const at::Tensor
     q.out_w = p.in_w;
     copy_strides(cols, q.out_stride);
     q.out_channels_last = true;
-    err = launch_kxs_sm90(q, kind != ScalarKind::kFloat32);
+    if (three_tf32) {
+      TORCH_CHECK(gemm_phase_tma_supports(q, kind, false),
+                  "deconv_patch: the gemm_col2im kernel does not support this call");
+      check_packed(gemm_phase_tma_packed_weight_bytes(q, kind, false));
+      TORCH_CHECK(config >= -1 && config < gemm_phase_tma_num_configs(),
+                  "deconv_patch: gemm_col2im (3xTF32) has no tile config ", config);
+      err = launch_conv_transpose2d_gemm_phase_tma(q, kind, false, packed->data_ptr(), stream,
+                                                   (int)config);
+    } else {
+      err = launch_kxs_sm90(q, kind != ScalarKind::kFloat32);
+    }
     if (err == cudaSuccess) err = launch_col2im(p, cols.data_ptr<float>(), kind, stream);
   } else if (variant == "gemm_phase_tma") {
     TORCH_CHECK(gemm_phase_tma_supports(p, kind, allow_tf32),

@@ -334,9 +334,23 @@ def kernel_call(variant: str, input: torch.Tensor, weight: torch.Tensor,
         if problem is not None:
             raise RuntimeError(f"deconv_patch: {kernel} does not support {problem} (3xTF32 "
                                "would exceed fp32's error bound; see planner.MIN_3XTF32_DEPTH)")
-    if kernel in (planner.GEMM_KXS_SM90, planner.GEMM_COL2IM) and \
-            planner.fp32_strict(input.dtype):
+    if kernel == planner.GEMM_KXS_SM90 and planner.fp32_strict(input.dtype):
         raise RuntimeError(f"deconv_patch: {kernel} does not support fp32 without TF32")
+    if kernel == planner.GEMM_COL2IM:
+        # Its configs are per mode: gemm_kxs_sm90 tiles (TF32, 16-bit) or gemm_phase_tma tiles
+        # (3xTF32, fp32 without TF32); the binding reads the config index in the mode's list.
+        strict = planner.fp32_strict(input.dtype)
+        if strict and variant in planner.COL2IM_CONFIGS:
+            raise RuntimeError(f"deconv_patch: {variant} does not support fp32 without TF32 "
+                               f"(its 3xTF32 configs: {', '.join(planner.COL2IM_3XTF32_CONFIGS)})")
+        if not strict and variant in planner.COL2IM_3XTF32_CONFIGS:
+            raise RuntimeError(f"deconv_patch: {variant} does not support {input.dtype} with "
+                               "TF32 allowed or 16-bit (it is the fp32-without-TF32 form)")
+        # Its 3xTF32 GEMM sums over the input channels (col2im adds the taps in fp32).
+        problem = planner.tensor_core_problem(input.dtype, weight.shape[0] // args.groups)
+        if problem is not None:
+            raise RuntimeError(f"deconv_patch: {kernel} does not support {problem} (3xTF32 "
+                               "would exceed fp32's error bound; see planner.MIN_3XTF32_DEPTH)")
     if kernel == planner.GEMM_OUT_TILE:
         # fp32 strict on shallow sums and > 32 output channels per group, with the planner's
         # wording (the binding would refuse wide layers too, with a less specific one).

@@ -128,6 +128,10 @@ OUT_TILE_CONFIGS = tuple(f"{GEMM_OUT_TILE}:{t}" for t in ("4x32", "2x64", "8x16"
 # kernel, in one of these gemm_kxs_sm90 tiles (the cooperative 128x256 and the ping-pong
 # 128x128); 16-bit operands write the fp32 buffer through its fp32-output kernels.
 COL2IM_CONFIGS = tuple(f"{GEMM_COL2IM}:{t}" for t in ("128x256s4", "128x128s6pp"))
+# ... and in fp32 without TF32 (Hopper): its GEMM is gemm_phase_tma's 3xTF32 in one of these
+# gemm_phase_tma tiles, where the GEMM's sums (input channels) are at least MIN_3XTF32_DEPTH
+# deep; col2im then adds each output's taps in fp32.
+COL2IM_3XTF32_CONFIGS = tuple(f"{GEMM_COL2IM}:3xtf32-{t}" for t in ("128x128s6pp", "128x64s8pp"))
 # ffma_tile (plain fp32 FFMA, every dtype; few output channels per group, kernel == taps x
 # stride, dilation 1): its configs in the kernel's order (the extension's
 # ffma_tile_config_names), "s<stride>q<rows>x<cols>o<channels>": each thread computes every
@@ -138,7 +142,7 @@ FFMA_TILE_CONFIGS = tuple(f"{FFMA_TILE}:{t}" for t in ("s2q2x2o3", "s2q2x2o4", "
                                                          "s3q1x1o1"))
 NAMED_VARIANTS = VARIANTS + PHASE_CONFIGS + (KXS_TAP_MAJOR,) + SM90_CONFIGS + KXS_SM90_CONFIGS + \
     KXS_SM90_AREA_CONFIGS + PHASE_TMA_CONFIGS + OUT_TILE_CONFIGS + COL2IM_CONFIGS + \
-    FFMA_TILE_CONFIGS
+    COL2IM_3XTF32_CONFIGS + FFMA_TILE_CONFIGS
 _GEMM_TILE = 128
 _MIN_PHASE_CHANNELS = 16  # per group, in and out: below this tensor-core tiles are mostly padding
 _MIN_GEMM_OUTPUT_BYTES = 4 * 2**20
@@ -243,6 +247,9 @@ def split_variant(variant: str) -> Tuple[str, int]:
     if variant in COL2IM_CONFIGS:  # the gemm_kxs_sm90 config of its GEMM
         return GEMM_COL2IM, KXS_SM90_CONFIGS.index(
             variant.replace(GEMM_COL2IM, GEMM_KXS_SM90, 1))
+    if variant in COL2IM_3XTF32_CONFIGS:  # the gemm_phase_tma config of its 3xTF32 GEMM
+        return GEMM_COL2IM, PHASE_TMA_CONFIGS.index(
+            variant.replace(f"{GEMM_COL2IM}:3xtf32-", f"{GEMM_PHASE_TMA}:", 1))
     if variant == KXS_TAP_MAJOR:
         return GEMM_KXS, 1
     return variant, -1
@@ -384,6 +391,12 @@ def _plan_layer(device: torch.device, dtype: torch.dtype, kernel_hw: Sequence[in
     # 17-channel head in 51 us (TF32) / 15 us (bf16) against the phase GEMMs' 170 / 70-93 and
     # cuDNN's 262 / 107, pix2pix.u2 in 23 us against 49 (TF32).
     col2im = COL2IM_CONFIGS if hopper and args.groups == 1 else ()
+    # ... and its 3xTF32 form for fp32 without TF32, where the GEMM's sums (the input channels)
+    # are deep enough: Keypoint R-CNN's head, where every other kernel of ours lost to cuDNN
+    # (docs/perf-notes.md version 25).
+    if _is_sm90(device) and fp32_strict(dtype) and args.groups == 1 and channels is not None \
+            and tensor_core_problem(dtype, channels[0]) is None:
+        col2im = COL2IM_3XTF32_CONFIGS
     phase = (*PHASE_CONFIGS, *(SM90_CONFIGS if _is_sm90(device) and dtype != torch.float32
                                else ()), *tma, *col2im)
     no_cudnn = ("cuDNN cannot run output_padding >= stride"
@@ -397,7 +410,7 @@ def _plan_layer(device: torch.device, dtype: torch.dtype, kernel_hw: Sequence[in
                 GEMM_PHASE, f"{no_cudnn}; stride-phase implicit GEMM",
                 candidates=(*phase, *out_tile, DIRECT, *grouped, ATEN)), channels, out_tile_first)
         return Plan(DIRECT, f"{no_cudnn}; direct kernel",
-                    candidates=(DIRECT, *tma, *out_tile, *grouped, ATEN))
+                    candidates=(DIRECT, *tma, *col2im, *out_tile, *grouped, ATEN))
     if tensor_cores:
         # Measured on the H100 (docs/perf-notes.md): gemm_phase ranges 0.4-1.5x of cuDNN's sm90
         # wgmma kernels across the suite with no size rule separating wins from losses, so it
@@ -412,13 +425,14 @@ def _plan_layer(device: torch.device, dtype: torch.dtype, kernel_hw: Sequence[in
         # channels per group (3 TF32 MMAs a product still outrun fp32 FFMA 2.7x); Keypoint
         # R-CNN's 17 (padded to 64) lose, 0.5-0.8x.
         return Plan(GEMM_PHASE_TMA, "fp32 without TF32 on Hopper: stride-phase TMA + wgmma "
-                    "GEMM in 3xTF32", candidates=(*tma, *out_tile, *grouped, ATEN))
+                    "GEMM in 3xTF32", candidates=(*tma, *col2im, *out_tile, *grouped, ATEN))
     # (gemm_out_tile's 3xTF32, for <= 32 output channels per group, is an autotune candidate
     # only: measured against cuDNN's FFMA it wins on FCN x8 (2.8-3.5x) and loses on DCGAN's
     # 64 > 3 and FSRCNN's 56 > 1, docs/perf-notes.md version 15.)
     if tma or out_tile:
         return Plan(ATEN, "fp32 without TF32: cuDNN unless autotune times a 3xTF32 kernel "
-                    "faster (cudnn.benchmark)", candidates=(*tma, *out_tile, *grouped, ATEN))
+                    "faster (cudnn.benchmark)", candidates=(*tma, *col2im, *out_tile, *grouped,
+                                                            ATEN))
     return Plan(ATEN, f"fp32 without TF32: cuDNN (3xTF32 only on k == stride layers, on "
                 f"Hopper, and for <= {_MAX_OUT_TILE_CHANNELS} output channels per group, whose "
                 f"outputs sum >= {MIN_3XTF32_DEPTH} products)",
@@ -640,10 +654,11 @@ def plan(input: torch.Tensor, weight: torch.Tensor, args: ConvTransposeArgs) -> 
         if not _phase_offsets_fit(input, weight, args):  # direct indexes with 64 bits
             return _without_phase(chosen, "a tensor reaches 2^31 elements (gemm_phase and "
                                   "gemm_out_tile index with 32 bits)", out_tile=True)
-    if COL2IM_CONFIGS[0] in chosen.candidates and _forced_variant.get() is None and \
+    col2im = COL2IM_CONFIGS + COL2IM_3XTF32_CONFIGS
+    if any(v in col2im for v in chosen.candidates) and _forced_variant.get() is None and \
             col2im_buffer_bytes(input, weight) > _MAX_COL2IM_BYTES:
         chosen = Plan(chosen.variant, chosen.reason, chosen.fallback,
-                      tuple(v for v in chosen.candidates if v not in COL2IM_CONFIGS))
+                      tuple(v for v in chosen.candidates if v not in col2im))
     return chosen
 
 

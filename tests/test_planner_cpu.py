@@ -403,3 +403,27 @@ def test_ffma_tile_is_a_candidate_for_few_output_channels_in_every_mode(capabili
     assert planner.split_variant(planner.FFMA_TILE_CONFIGS[-1]) == (
         planner.FFMA_TILE, len(planner.FFMA_TILE_CONFIGS) - 1)
     assert not planner.reads_packed_weight(planner.FFMA_TILE_CONFIGS[0])
+
+
+def test_gemm_col2im_lists_its_3xtf32_configs_in_fp32_strict_on_hopper(capability):
+    """fp32 without TF32: gemm_col2im's 3xTF32 configs (gemm_phase_tma tiles) are autotune
+    candidates on Hopper for one group and input channels >= MIN_3XTF32_DEPTH (its GEMM's sum
+    depth), never the untimed default; its TF32 / 16-bit configs are not listed there."""
+    assert [planner.split_variant(v) for v in planner.COL2IM_3XTF32_CONFIGS] == \
+        [(planner.GEMM_COL2IM, planner.PHASE_TMA_CONFIGS.index(
+            v.replace("gemm_col2im:3xtf32-", "gemm_phase_tma:"))) for v in
+         planner.COL2IM_3XTF32_CONFIGS]
+    assert all(planner.is_variant(v) for v in planner.COL2IM_3XTF32_CONFIGS)
+    strict, tf32 = set(planner.COL2IM_3XTF32_CONFIGS), set(planner.COL2IM_CONFIGS)
+    k4s2 = ConvTransposeArgs.from_values(stride=2, padding=1)
+    hopper = capability == (9, 0)
+    for channels in ((512, 17), (1024, 512), (64, 3)):
+        chosen = _plan(torch.float32, (4, 4), k4s2, channels, tf32=False)
+        assert (strict <= set(chosen.candidates)) == hopper, chosen
+        assert not tf32 & set(chosen.candidates) and chosen.variant != planner.GEMM_COL2IM
+        chosen = _plan(torch.float32, (4, 4), k4s2, channels, tf32=True)
+        assert not strict & set(chosen.candidates)
+    for channels, args in (((32, 17), k4s2),
+                           ((512, 16), ConvTransposeArgs.from_values(stride=2, groups=2))):
+        chosen = _plan(torch.float32, (4, 4), args, channels, tf32=False)
+        assert not strict & set(chosen.candidates), chosen
