@@ -304,6 +304,17 @@ at::Tensor conv_transpose2d_forward(const std::string& variant, const at::Tensor
                    : launch_conv_transpose2d_gemm_kxs_sm90(q, kind, allow_tf32,
                                                            packed->data_ptr(), stream, (int)config);
   };
+  // gemm_phase_tma on `q` (the call's params, or gemm_col2im's GEMM) in `q_tf32` mode, after
+  // its checks.
+  auto launch_phase_tma = [&](const ConvTranspose2dParams& q, bool q_tf32) {
+    TORCH_CHECK(gemm_phase_tma_supports(q, kind, q_tf32),
+                "deconv_patch: the ", variant, " kernel does not support this call");
+    check_packed(gemm_phase_tma_packed_weight_bytes(q, kind, q_tf32));
+    TORCH_CHECK(config >= -1 && config < gemm_phase_tma_num_configs(),
+                "deconv_patch: ", variant, " has no tile config ", config);
+    return launch_conv_transpose2d_gemm_phase_tma(q, kind, q_tf32, packed->data_ptr(), stream,
+                                                  (int)config);
+  };
   if (variant == "direct") {
     err = launch_conv_transpose2d_direct(p, kind, stream);
   } else if (variant == "grouped") {
@@ -358,26 +369,11 @@ at::Tensor conv_transpose2d_forward(const std::string& variant, const at::Tensor
     q.out_w = p.in_w;
     copy_strides(cols, q.out_stride);
     q.out_channels_last = true;
-    if (three_tf32) {
-      TORCH_CHECK(gemm_phase_tma_supports(q, kind, false),
-                  "deconv_patch: the gemm_col2im kernel does not support this call");
-      check_packed(gemm_phase_tma_packed_weight_bytes(q, kind, false));
-      TORCH_CHECK(config >= -1 && config < gemm_phase_tma_num_configs(),
-                  "deconv_patch: gemm_col2im (3xTF32) has no tile config ", config);
-      err = launch_conv_transpose2d_gemm_phase_tma(q, kind, false, packed->data_ptr(), stream,
-                                                   (int)config);
-    } else {
-      err = launch_kxs_sm90(q, kind != ScalarKind::kFloat32);
-    }
+    err = three_tf32 ? launch_phase_tma(q, false)
+                     : launch_kxs_sm90(q, kind != ScalarKind::kFloat32);
     if (err == cudaSuccess) err = launch_col2im(p, cols.data_ptr<float>(), kind, stream);
   } else if (variant == "gemm_phase_tma") {
-    TORCH_CHECK(gemm_phase_tma_supports(p, kind, allow_tf32),
-                "deconv_patch: the gemm_phase_tma kernel does not support this call");
-    check_packed(gemm_phase_tma_packed_weight_bytes(p, kind, allow_tf32));
-    TORCH_CHECK(config >= -1 && config < gemm_phase_tma_num_configs(),
-                "deconv_patch: gemm_phase_tma has no tile config ", config);
-    err = launch_conv_transpose2d_gemm_phase_tma(p, kind, allow_tf32, packed->data_ptr(), stream,
-                                                 (int)config);
+    err = launch_phase_tma(p, allow_tf32);
   } else if (variant == "gemm_out_tile") {
     TORCH_CHECK(gemm_out_tile_supports(p, kind, allow_tf32),
                 "deconv_patch: the gemm_out_tile kernel does not support this call");
