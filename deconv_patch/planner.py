@@ -152,10 +152,10 @@ _MAX_COL2IM_BYTES = 256 * 2**20
 _MAX_GROUPED_CHANNELS = 32  # per group, in and out: the grouped kernel's home ground (measured)
 _MAX_GROUPED_CANDIDATE = 64  # per group, in and out: the grouped kernel's limit; autotune times it
 # ffma_tile's domain as an autotune candidate: output channels per group. Measured forced on
-# the H100 (docs/perf-notes.md version 24, GPU time against cuDNN): 1 (FSRCNN) channel 1.1-1.6x
-# in fp32 / TF32 and 3.8-4.8x in 16-bit, 3 (DCGAN's output layer) 1.7-2.0x (16-bit NHWC
-# 1.3-1.5x), 17 (Keypoint R-CNN) 0.2-0.7x (its multiply-adds grow with the channels, cuDNN's
-# GEMM does not); 4-8 unmeasured.
+# the H100 (docs/perf-notes.md version 25, GPU time against cuDNN): 1 (FSRCNN) channel 1.4-1.5x
+# in fp32 / TF32 and 4.3-4.7x in 16-bit, 3 (DCGAN's output layer) 1.6-2.3x, 17 (Keypoint
+# R-CNN) 0.2-0.6x (its multiply-adds grow with the channels, cuDNN's GEMM does not); 4-8
+# unmeasured.
 _MAX_FFMA_TILE_CHANNELS = 8
 # ffma_tile's kernel families: stride -> taps per axis (its kernels are built for kernel == taps x
 # stride: k4 s2, k9 s3).
