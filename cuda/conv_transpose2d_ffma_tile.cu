@@ -33,6 +33,7 @@
 #include <atomic>
 #include <cstdint>
 #include <type_traits>
+#include <utility>
 
 #include "conv_transpose2d_ffma_tile.h"
 #include "conv_transpose2d_params.h"
@@ -766,21 +767,16 @@ R visit_kind(ScalarKind kind, R none, F&& f) {
 // the instantiations). The tap-sum kernel is not asked; its count differs by a few registers.
 template <typename T, typename C>
 int kernel_regs() {
-  static std::atomic<int> cache[kMaxCachedDevices];  // value + 1; 0 = not asked yet
-  const int device = current_device();
-  const bool cacheable = device >= 0 && device < kMaxCachedDevices;
-  if (cacheable) {
-    const int v = cache[device].load(std::memory_order_relaxed);
-    if (v > 0) return v - 1;
-  }
-  cudaFuncAttributes attr{};
-  if (cudaFuncGetAttributes(&attr, ffma_tile_kernel<T, C::s, C::t, C::qh, C::qw, C::oct, false>) !=
-      cudaSuccess) {
-    (void)cudaGetLastError();
-    return -1;
-  }
-  if (cacheable) cache[device].store(attr.numRegs + 1, std::memory_order_relaxed);
-  return attr.numRegs;
+  return cached_per_device<std::pair<T, C>>(current_device(), [] {
+    cudaFuncAttributes attr{};
+    if (cudaFuncGetAttributes(&attr,
+                              ffma_tile_kernel<T, C::s, C::t, C::qh, C::qw, C::oct, false>) !=
+        cudaSuccess) {
+      (void)cudaGetLastError();
+      return -1;
+    }
+    return attr.numRegs;
+  });
 }
 
 // The geometry of config `config` for `p` (its kernel's registers looked up).

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <mutex>
 #include <set>
+#include <type_traits>
 #include <utility>
 
 #include <cuda_runtime.h>
@@ -27,9 +28,10 @@ inline int current_device() {
   return device;
 }
 
-// Attribute kAttr of `device`, asked once (-1 when the runtime cannot tell; not cached then).
-template <cudaDeviceAttr kAttr>
-int cached_device_attribute(int device) {
+// A non-negative per-device value named by Tag (one cache per Tag), from ask() the first time
+// for each device; -1 when ask() cannot tell (then not cached and asked again next time).
+template <typename Tag, typename Ask>
+int cached_per_device(int device, Ask&& ask) {
   // value + 1 per device; 0 = not asked yet (zero-initialised: static storage)
   static std::atomic<int> cache[kMaxCachedDevices];
   const bool cacheable = device >= 0 && device < kMaxCachedDevices;
@@ -37,13 +39,23 @@ int cached_device_attribute(int device) {
     const int v = cache[device].load(std::memory_order_relaxed);
     if (v > 0) return v - 1;
   }
-  int v = 0;
-  if (device < 0 || cudaDeviceGetAttribute(&v, kAttr, device) != cudaSuccess || v < 0) {
-    (void)cudaGetLastError();
-    return -1;
-  }
+  const int v = device < 0 ? -1 : ask();
+  if (v < 0) return -1;
   if (cacheable) cache[device].store(v + 1, std::memory_order_relaxed);
   return v;
+}
+
+// Attribute kAttr of `device`, asked once (-1 when the runtime cannot tell; not cached then).
+template <cudaDeviceAttr kAttr>
+int cached_device_attribute(int device) {
+  return cached_per_device<std::integral_constant<cudaDeviceAttr, kAttr>>(device, [device] {
+    int v = 0;
+    if (cudaDeviceGetAttribute(&v, kAttr, device) != cudaSuccess || v < 0) {
+      (void)cudaGetLastError();
+      return -1;
+    }
+    return v;
+  });
 }
 
 // Multiprocessors of `device` (-1 when unknown).
