@@ -328,9 +328,12 @@ def kernel_call(variant: str, input: torch.Tensor, weight: torch.Tensor,
         x, weight, args, weight.shape[1] * args.groups * out_hw[0] * out_hw[1])
     allow_tf32 = bool(torch.backends.cudnn.allow_tf32)
     depth = planner.reduction_depth(weight.shape[0] // args.groups, weight.shape[-2:], args)
-    if kernel in (planner.GEMM_KXS, planner.GEMM_PHASE, planner.GEMM_PHASE_TMA):
-        # The planner's 3xTF32 rule, for forced calls too.
-        problem = planner.tensor_core_problem(input.dtype, depth)
+    if kernel in (planner.GEMM_KXS, planner.GEMM_PHASE, planner.GEMM_PHASE_TMA,
+                  planner.GEMM_COL2IM):
+        # The planner's 3xTF32 rule, for forced calls too. gemm_col2im's GEMM sums over the
+        # input channels only (col2im adds the taps in fp32).
+        sum_depth = weight.shape[0] // args.groups if kernel == planner.GEMM_COL2IM else depth
+        problem = planner.tensor_core_problem(input.dtype, sum_depth)
         if problem is not None:
             raise RuntimeError(f"deconv_patch: {kernel} does not support {problem} (3xTF32 "
                                "would exceed fp32's error bound; see planner.MIN_3XTF32_DEPTH)")
@@ -346,11 +349,6 @@ def kernel_call(variant: str, input: torch.Tensor, weight: torch.Tensor,
         if not strict and variant in planner.COL2IM_3XTF32_CONFIGS:
             raise RuntimeError(f"deconv_patch: {variant} does not support {input.dtype} with "
                                "TF32 allowed or 16-bit (it is the fp32-without-TF32 form)")
-        # Its 3xTF32 GEMM sums over the input channels (col2im adds the taps in fp32).
-        problem = planner.tensor_core_problem(input.dtype, weight.shape[0] // args.groups)
-        if problem is not None:
-            raise RuntimeError(f"deconv_patch: {kernel} does not support {problem} (3xTF32 "
-                               "would exceed fp32's error bound; see planner.MIN_3XTF32_DEPTH)")
     if kernel == planner.GEMM_OUT_TILE:
         # fp32 strict on shallow sums and > 32 output channels per group, with the planner's
         # wording (the binding would refuse wide layers too, with a less specific one).
