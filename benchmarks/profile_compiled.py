@@ -1,0 +1,101 @@
+"""Where a torch.compile'd patched model spends its host time, against compiled PyTorch.
+
+Under torch.compile each patched layer is a call of the registered op (not the module's C++
+fast path), so a host-bound model pays the op's dispatch and Python per layer. This prints, for
+one example model: event time per forward of eager / patched / compiled / compiled + patched
+(interleaved), the host time per forward (back-to-back, unsynchronised), the op plan cache's
+misses per forward, and the Python functions of 50 compiled + patched forwards by own time
+(cProfile).
+
+    python benchmarks/profile_compiled.py [--model dcgan] [--dtype bf16] [--batch 128]
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import pstats
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Callable, Dict, List, Optional, Sequence
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: `examples`
+
+from deconv_patch import ops  # noqa: E402
+from deconv_patch.optimize import optimize  # noqa: E402
+from deconv_patch.timing import time_interleaved  # noqa: E402
+from examples.registry import EXAMPLES  # noqa: E402
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+
+
+def host_ms(fn: Callable[[], object], calls: int = 100) -> float:
+    """Wall milliseconds per call over `calls` unsynchronised calls (after a warm-up)."""
+    for _ in range(5):
+        fn()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    t1 = time.perf_counter()
+    torch.cuda.synchronize()
+    return (t1 - t0) / calls * 1e3
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", default="dcgan")
+    p.add_argument("--dtype", default="bf16", choices=sorted(DTYPES))
+    p.add_argument("--batch", type=int, default=128)
+    p.add_argument("--top", type=int, default=25)
+    args = p.parse_args(argv)
+    torch.backends.cudnn.benchmark = True
+    dtype = DTYPES[args.dtype]
+    example = {e.name: e for e in EXAMPLES}[args.model]
+    torch.manual_seed(0)
+    model = example.build(small=False).to(device="cuda", dtype=dtype).eval()
+    inputs = example.inputs(args.batch, "cuda", dtype)
+    patched = optimize(model, inputs, progress=False)
+    compiled = torch.compile(model)
+    compiled_patched = torch.compile(patched)
+    paths: Dict[str, Callable[[], object]] = {
+        "eager": lambda: model(*inputs), "patched": lambda: patched(*inputs),
+        "compiled": lambda: compiled(*inputs), "compiled + patched": lambda: compiled_patched(*inputs),
+    }
+    print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}; {args.model} "
+          f"{args.dtype} batch {args.batch}")
+    with torch.no_grad():
+        for fn in paths.values():  # compile outside the timed regions
+            fn()
+        times = time_interleaved(list(paths.values()), 5, 30)
+        print(f"  {'path':20s} {'event ms':>9s} {'host ms':>8s}")
+        for (name, fn), ts in zip(paths.items(), times):
+            print(f"  {name:20s} {statistics.median(ts):9.3f} {host_ms(fn):8.3f}")
+        misses = ops.op_plans().misses
+        for _ in range(20):
+            compiled_patched(*inputs)
+        print(f"  op plan cache: {ops.op_plans().misses - misses} misses in 20 compiled + patched "
+              f"forwards, {len(ops.op_plans().entries)} entries")
+        prof = cProfile.Profile()
+        prof.enable()
+        for _ in range(50):
+            compiled_patched(*inputs)
+        prof.disable()
+        torch.cuda.synchronize()
+    for key in ("tottime", "cumulative"):
+        buf = io.StringIO()
+        pstats.Stats(prof, stream=buf).sort_stats(key).print_stats(args.top)
+        lines: List[str] = [ln for ln in buf.getvalue().splitlines() if ln.strip()]
+        print(f"\n  cProfile, 50 compiled + patched forwards, by {key}:")
+        for ln in lines[3:]:
+            print("   ", ln[:150])
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
