@@ -137,10 +137,8 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
             input, weight, bias = autocast_args(input, weight, bias)
         if compiling:
             # Graph time: layers no kernel of ours covers stay aten convolutions, which Inductor
-            # schedules itself; the rest become our op (which still plans per call). A layer
-            # whose eager calls ran one of our kernels (autotune's choice, e.g. the phase GEMMs,
-            # which the untimed rule leaves to cuDNN) becomes our op under torch.compile too.
-            use_op = self._ran_kernel_eagerly(input) or planner.may_use_kernel(
+            # schedules itself; the rest become our op (which still plans per call).
+            use_op = planner.may_use_kernel(
                 input.device, input.dtype, self.kernel_size, self._args(output_padding),
                 (self.in_channels // self.groups, self.out_channels // self.groups))
         else:
@@ -177,16 +175,6 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
                 self.dilation, None, None, self.activation, self.negative_slope)
         return conv_transpose2d(input, weight, bias, self.stride, self.padding, output_padding,
                                 self.groups, self.dilation)
-
-    def _ran_kernel_eagerly(self, input: torch.Tensor) -> bool:
-        """Whether this module's last eager call on input's device and dtype ran a kernel of
-        ours (read at torch.compile's graph time; not for torch.export, whose programs keep the
-        untimed rule so that they do not depend on the exporting process's autotune cache)."""
-        if torch.compiler.is_exporting():
-            return False
-        last = self.__dict__.get("_last_plan")
-        return (last is not None and last[0] == input.device and last[1] == input.dtype
-                and last[2].variant != planner.ATEN)
 
     def _arm_fast_path(self, entry: _Entry, input: torch.Tensor, weight: torch.Tensor,
                        bias: Optional[torch.Tensor], output_size: Optional[List[int]]) -> None:

@@ -196,29 +196,3 @@ def test_prepared_call_refreshes_its_packed_weight(variant):
         want = F.conv_transpose2d(x, w, None, s, p)
         _close(call(x, w, None), want)
         w.add_(torch.randn_like(w))  # in place: the next call must not read a stale pack
-
-
-@pytest.mark.parametrize("channels_last", [True, False])
-def test_compile_runs_the_kernel_the_eager_calls_ran(channels_last):
-    # A k4 s2 p1 layer (DCGAN, pix2pix): the untimed rule leaves it to cuDNN under
-    # torch.compile; after eager calls ran a phase GEMM (forced here: autotune's usual pick on
-    # Hopper), the compiled graph calls our op, which runs that kernel.
-    from deconv_patch import ops
-
-    m = _layer(cin=64, cout=32, k=4, s=2, p=1)
-    x = _input(n=2, c=64, hw=16, channels_last=channels_last)
-    graphs = []
-
-    def backend(gm, example_inputs):
-        graphs.append(gm)
-        return gm.forward
-
-    variant = "gemm_phase_tma" if torch.cuda.get_device_capability() == (9, 0) else "gemm_phase"
-    with torch.no_grad(), planner.use_variant(variant):
-        m(x)
-        torch._dynamo.reset()
-        ops.op_plans().clear()
-        y = torch.compile(m, backend=backend, fullgraph=True)(x)
-    assert any("deconv_patch" in str(n.target) for n in graphs[-1].graph.nodes)
-    assert [e.plan.variant for e in ops.op_plans().entries.values()] == [variant]
-    _close(y, _expected(m, x))

@@ -9,7 +9,6 @@ import pickle
 import pytest
 import torch
 from torch import nn
-from torch.nn import functional as F
 
 from deconv_patch import FastConvTranspose2d, swap_conv_transpose2d
 
@@ -204,38 +203,3 @@ def test_fast_path_never_armed_for_cpu_calls():
         for _ in range(2):
             fast(torch.randn(1, 4, 5, 5))
     assert "_fast_path" not in fast.__dict__
-
-
-def _compiled_targets(module: nn.Module, x: torch.Tensor) -> list:
-    """The call_function targets of the graph torch.compile(fullgraph=True) traces for module."""
-    graphs = []
-
-    def backend(gm, example_inputs):
-        graphs.append(gm)
-        return gm.forward
-
-    torch._dynamo.reset()
-    with torch.no_grad():
-        y = torch.compile(module, backend=backend, fullgraph=True)(x)
-    torch.testing.assert_close(y, F.conv_transpose2d(x, module.weight, module.bias, 2, 1))
-    return [str(n.target) for n in graphs[-1].graph.nodes if n.op == "call_function"]
-
-
-def test_compile_follows_the_layers_eager_plan():
-    # A k4 s2 p1 layer: the untimed rule (planner.may_use_kernel) leaves it to PyTorch under
-    # torch.compile; once an eager call on the same device and dtype ran one of our kernels
-    # (autotune's pick of a phase GEMM on a GPU; set by hand here), it becomes our op.
-    from deconv_patch import planner
-
-    m = FastConvTranspose2d(8, 4, 4, 2, 1)
-    x = torch.randn(2, 8, 5, 5)
-    m(x)  # (CPU: PyTorch, recorded as the last plan)
-    assert not any("deconv_patch" in t for t in _compiled_targets(m, x))
-    m.__dict__["_last_plan"] = (x.device, x.dtype, planner.Plan("gemm_phase_tma", "test"))
-    assert any("deconv_patch" in t for t in _compiled_targets(m, x))
-    # torch.export keeps the untimed rule (a program must not depend on this process's plans).
-    exported = torch.export.export(m, (x,))
-    assert not any("deconv_patch" in str(n.target) for n in exported.graph.nodes)
-    # Another dtype's plan says nothing about this one.
-    m.__dict__["_last_plan"] = (x.device, torch.float16, planner.Plan("gemm_phase_tma", "test"))
-    assert not any("deconv_patch" in t for t in _compiled_targets(m, x))
