@@ -65,7 +65,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     compiled_patched = torch.compile(patched)
     paths: Dict[str, Callable[[], object]] = {
         "eager": lambda: model(*inputs), "patched": lambda: patched(*inputs),
-        "compiled": lambda: compiled(*inputs), "compiled + patched": lambda: compiled_patched(*inputs),
+        "compiled": lambda: compiled(*inputs),
+        "compiled + patched": lambda: compiled_patched(*inputs),
     }
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}; {args.model} "
           f"{args.dtype} batch {args.batch}")
