@@ -18,13 +18,15 @@ import io
 import pstats
 import statistics
 import sys
-import time
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: `examples`
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from host_overhead import host_us  # noqa: E402
 
 from deconv_patch import ops  # noqa: E402
 from deconv_patch.optimize import optimize  # noqa: E402
@@ -32,19 +34,6 @@ from deconv_patch.timing import time_interleaved  # noqa: E402
 from examples.registry import EXAMPLES  # noqa: E402
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
-
-
-def host_ms(fn: Callable[[], object], calls: int = 100) -> float:
-    """Wall milliseconds per call over `calls` unsynchronised calls (after a warm-up)."""
-    for _ in range(5):
-        fn()
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    t1 = time.perf_counter()
-    torch.cuda.synchronize()
-    return (t1 - t0) / calls * 1e3
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -76,7 +65,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         times = time_interleaved(list(paths.values()), 5, 30)
         print(f"  {'path':20s} {'event ms':>9s} {'host ms':>8s}")
         for (name, fn), ts in zip(paths.items(), times):
-            print(f"  {name:20s} {statistics.median(ts):9.3f} {host_ms(fn):8.3f}")
+            print(f"  {name:20s} {statistics.median(ts):9.3f} {host_us(fn) / 1e3:8.3f}")
         misses = ops.op_plans().misses
         for _ in range(20):
             compiled_patched(*inputs)
