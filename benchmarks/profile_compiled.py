@@ -27,13 +27,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: `
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from host_overhead import host_us  # noqa: E402
+from models import DTYPES  # noqa: E402
 
 from deconv_patch import ops  # noqa: E402
 from deconv_patch.optimize import optimize  # noqa: E402
 from deconv_patch.timing import time_interleaved  # noqa: E402
 from examples.registry import EXAMPLES  # noqa: E402
-
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -16,14 +16,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import statistics
 from collections import defaultdict
 from typing import Dict, List, Optional, Sequence, Tuple
 
-
-def geomean(values: Sequence[float]) -> float:
-    return math.exp(sum(math.log(v) for v in values) / len(values))
+from layers import geomean  # (run as a script: benchmarks/ is on sys.path)
 
 
 def bounds(rows: List[dict]) -> List[Tuple[str, str, float, float, float, float, float]]:
