@@ -80,6 +80,9 @@
 #                                            # forced in fp32 strict
 #   PART=event_gap                           # build + event / graph / CUPTI kernel time of
 #                                            # the large k == stride layers (EG_ONLY, EG_MODES)
+#   PART=trace                               # no extension build: benchmarks/kxs_trace.cu
+#                                            # (gemm_kxs_sm90's tile timeline, TF32) on the
+#                                            # k == stride layers (TRACE_LAYERS), then exit
 #   LAYERS_ONLY=1                            # with PART=2: the layer benchmark only
 #   TANH_PROFILE=1                           # with PART=2: the GANs' Tanh layers, bare / fused
 #   BUDGET=450                               # seconds this call may take (default 570)
@@ -98,6 +101,27 @@ step env
 { nvidia-smi --query-gpu=name,driver_version,clocks.sm,memory.used --format=csv
   python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'cudnn', torch.backends.cudnn.version())"
 } 2>&1 | tee "$L/env.txt"
+
+if [ "${PART:-}" = trace ]; then
+# gemm_kxs_sm90's timeline per tile (main loops, epilogues, tail) after nothing, a 64 MB copy
+# and a large-code kernel; a standalone program, so no extension build.
+step "kxs_trace build"
+"$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)" -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a \
+  -DDECONV_PATCH_KXS_TRACE -Icuda \
+  benchmarks/kxs_trace.cu -o /tmp/kxs_trace > "$L/kxs_trace_build.log" 2>&1 || \
+  { tail -20 "$L/kxs_trace_build.log"; exit 1; }
+# N CIN COUT H W: U-Net up1, Mask R-CNN mask head, YOLOv8-seg proto, U-Net up4.
+while read -r shape; do
+  [ -z "$shape" ] && continue
+  step "kxs_trace $shape"
+  timeout 60 /tmp/kxs_trace $shape 2>&1 | tee -a "$L/kxs_trace.log"
+done <<< "${TRACE_LAYERS:-8 1024 512 28 28
+100 256 256 14 14
+8 256 256 80 80
+8 128 64 196 196}"
+tar -czf "$OUT/logs.tgz" -C "$OUT" logs && rm -rf "$L"
+exit 0
+fi
 
 step build
 # The extension's build directory for the sources as they are now (their digest names it).

@@ -190,6 +190,31 @@
 namespace deconv_patch {
 namespace {
 
+// Timeline probe, compiled only into benchmarks/kxs_trace.cu (DECONV_PATCH_KXS_TRACE; the
+// extension never defines it): thread 0 of consumer 0 writes (%globaltimer, clock64) at four
+// points of each tile into g_kxs_trace[((cta * kKxsTraceTiles + tile) * 4 + point) * 2], when
+// the harness has set the pointer. Points: 0 tile start, 1 main loop done (wgmma_wait<0>),
+// 2 epilogue table barrier passed, 3 stores issued.
+#if defined(DECONV_PATCH_KXS_TRACE)
+constexpr int kKxsTraceTiles = 32;
+__device__ unsigned long long* g_kxs_trace = nullptr;
+#define KXS_TRACE(point)                                                                        \
+  do {                                                                                          \
+    if (g_kxs_trace != nullptr && ct == 0 && cw == 0 && local < kKxsTraceTiles) {               \
+      unsigned long long gt;                                                                    \
+      asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(gt));                                   \
+      unsigned long long* e =                                                                   \
+          g_kxs_trace + (((size_t)blockIdx.x * kKxsTraceTiles + local) * 4 + (point)) * 2;      \
+      e[0] = gt;                                                                                \
+      e[1] = (unsigned long long)clock64();                                                     \
+    }                                                                                           \
+  } while (0)
+#else
+#define KXS_TRACE(point) \
+  do {                   \
+  } while (0)
+#endif
+
 using namespace tc;
 using namespace hopper;
 
@@ -627,6 +652,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   for (int i = Cfg::kPingPong ? cw : 0;; i += Cfg::kPingPong ? 2 : 1, ++local) {
     const int64_t t64 = (int64_t)blockIdx.x + (int64_t)i * gridDim.x;
     if (t64 >= p.tiles) break;
+    KXS_TRACE(0);
     const int t = (int)t64;
     const int mt = t / p.n_tiles;
     const int m0 = NCHW_IN ? 0 : mt * kBM;  // NCHW input: rows from (image, pixel tile) below
@@ -742,6 +768,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
     for (int mi = 0; mi < MI; ++mi) fence_acc(acc[mi]);
     if (lane == 0) mbar_arrive(empty_bar + 8 * prev);
+    KXS_TRACE(1);
 
     // ---- Epilogue table -> shared (buffer local & 1), then the stores. ----
     int64_t* t_off = reinterpret_cast<int64_t*>(my_tables + (local & 1) * Cfg::kTableBytes);
@@ -764,6 +791,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     // Table visible to the warpgroup. The other buffer was last read in the epilogue of the
     // previous tile, which every thread finished before arriving here: no second barrier.
     named_barrier_sync(kTableBarrier + cw, 128);
+    KXS_TRACE(2);
 
     if constexpr (STAGED && RKW != 0) {
       // ---- Staged store of kh-row tiles and of kernel-area tiles (see the top). ----
@@ -1109,6 +1137,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
       });
     }
+    KXS_TRACE(3);
   }
 #endif  // DECONV_PATCH_KXS_SM90A_DEVICE
 }

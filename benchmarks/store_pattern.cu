@@ -1,0 +1,101 @@
+// How fast one SM stores a finished fp32 tile of gemm_kxs_sm90 (128 rows x 1 KB, the rows 4 KB
+// apart: U-Net up1's NHWC output, 256 channels of one tap per row) with 8 warps of 16-byte
+// stores, by the shape of each warp store:
+//   8x64   8 rows x 64 bytes (4 lanes a row): the accumulator fragment's own layout, what the
+//          register-path store does today;
+//   4x128  4 rows x 128 bytes (8 lanes a row): whole 128-byte lines, after lanes of two row
+//          quads trade halves;
+//   1x512  one row, 512 contiguous bytes.
+// Same bytes, same addresses, same number of store instructions; only the grouping differs.
+// Each CTA stores TILES tiles (tile t of CTA b at rows (t*grid + b)*128..), timed with events,
+// for 132 CTAs (every SM) and 33 (a quarter: the SMs do not compete for L2 / DRAM).
+//
+//   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a benchmarks/store_pattern.cu \
+//        -o /tmp/store_pattern && /tmp/store_pattern
+#include <cstdio>
+#include <cstdlib>
+#include <cuda_runtime.h>
+
+#define CHECK_CUDA(x)                                                                     \
+  do {                                                                                    \
+    cudaError_t err_ = (x);                                                               \
+    if (err_ != cudaSuccess) {                                                            \
+      std::fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, cudaGetErrorString(err_)); \
+      std::exit(1);                                                                       \
+    }                                                                                     \
+  } while (0)
+
+namespace {
+
+constexpr int kRows = 128, kRowBytes = 1024, kRowStride = 4096, kTiles = 12;
+
+// PATTERN 0: 8x64, 1: 4x128, 2: 1x512. Warp w of 8 stores rows 16w..16w+15; 32 instructions a
+// lane, 16 bytes each (16 rows x 1 KB = 16 KB a warp = 32 x 512 bytes).
+template <int PATTERN>
+__global__ void __launch_bounds__(256) store_tiles(char* out, int grid_tiles, float v) {
+  const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+  const float4 val = make_float4(v, v + 1.f, v + 2.f, v + 3.f);
+  for (int t = 0; t < kTiles; ++t) {
+    const long long tile = (long long)t * gridDim.x + blockIdx.x;
+    if (tile >= grid_tiles) break;
+    char* base = out + tile * kRows * (long long)kRowStride;
+#pragma unroll
+    for (int i = 0; i < 32; ++i) {
+      int row, off;
+      if (PATTERN == 0) {  // instruction i: group g = i / 4, half h = (i / 2) % 2, c = i % 2
+        row = 16 * w + (lane >> 2) + 8 * ((i >> 1) & 1);
+        off = 128 * (i >> 2) + 16 * (lane & 3) + 64 * (i & 1);
+      } else if (PATTERN == 1) {  // instruction i: row block i % 4, group i / 4
+        row = 16 * w + 4 * (i & 3) + (lane >> 3);
+        off = 128 * (i >> 2) + 16 * (lane & 7);
+      } else {  // instruction i: row i / 2, half i % 2
+        row = 16 * w + (i >> 1);
+        off = 512 * (i & 1) + 16 * lane;
+      }
+      *reinterpret_cast<float4*>(base + (long long)row * kRowStride + off) = val;
+    }
+  }
+}
+
+}  // namespace
+
+int main() {
+  int sms = 0;
+  CHECK_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  const int total_tiles = sms * kTiles;  // enough for every grid below
+  const size_t bytes = (size_t)total_tiles * kRows * kRowStride;
+  char* out;
+  CHECK_CUDA(cudaMalloc(&out, bytes));
+  CHECK_CUDA(cudaMemset(out, 0, bytes));
+  cudaEvent_t e0, e1;
+  CHECK_CUDA(cudaEventCreate(&e0));
+  CHECK_CUDA(cudaEventCreate(&e1));
+  const char* names[3] = {"8x64", "4x128", "1x512"};
+  std::printf("per-tile store time (128 KB a CTA, 8 warps), us: median of 20 launches of %d tiles "
+              "a CTA\n", kTiles);
+  for (int grid : {sms, sms / 4}) {
+    for (int pat = 0; pat < 3; ++pat) {
+      float best[20];
+      for (int r = 0; r < 23; ++r) {
+        CHECK_CUDA(cudaEventRecord(e0));
+        const int n = grid * kTiles;
+        if (pat == 0) store_tiles<0><<<grid, 256>>>(out, n, 1.f);
+        if (pat == 1) store_tiles<1><<<grid, 256>>>(out, n, 1.f);
+        if (pat == 2) store_tiles<2><<<grid, 256>>>(out, n, 1.f);
+        CHECK_CUDA(cudaEventRecord(e1));
+        CHECK_CUDA(cudaEventSynchronize(e1));
+        float ms;
+        CHECK_CUDA(cudaEventElapsedTime(&ms, e0, e1));
+        if (r >= 3) best[r - 3] = ms;
+      }
+      for (int i = 0; i < 20; ++i)
+        for (int j = i + 1; j < 20; ++j)
+          if (best[j] < best[i]) { float x = best[i]; best[i] = best[j]; best[j] = x; }
+      const double us = best[10] * 1e3 / kTiles;
+      const double gbs = (double)grid * kRows * kRowBytes / (us * 1e3);
+      std::printf("  %3d CTAs  %-6s %6.2f us a tile  (%6.0f GB/s in all, %5.1f GB/s a CTA)\n",
+                  grid, names[pat], us, gbs, gbs / grid);
+    }
+  }
+  return 0;
+}
