@@ -5,8 +5,10 @@
 //          register-path store does today;
 //   4x128  4 rows x 128 bytes (8 lanes a row): whole 128-byte lines, after lanes of two row
 //          quads trade halves;
-//   1x512  one row, 512 contiguous bytes.
-// Same bytes, same addresses, same number of store instructions; only the grouping differs.
+//   1x512  one row, 512 contiguous bytes;
+//   bulk   the bulk-copy (TMA) engine from shared memory, one 1 KB copy per row (below).
+// The first three: same bytes, same addresses, same number of store instructions; only the
+// grouping differs.
 // Each CTA stores TILES tiles (tile t of CTA b at rows (t*grid + b)*128..), timed with events,
 // for 132 CTAs (every SM) and 33 (a quarter: the SMs do not compete for L2 / DRAM).
 //
@@ -57,6 +59,38 @@ __global__ void __launch_bounds__(256) store_tiles(char* out, int grid_tiles, fl
   }
 }
 
+// PATTERN 3: the same tile from shared memory by the bulk-copy (TMA) engine: the CTA's threads
+// fill 128 KB of shared memory once, then per tile thread 0 issues one 1 KB
+// cp.async.bulk.global.shared::cta per row, commits, and waits until the engine has read the
+// buffer (wait_group.read 0: when the buffer could be reused), then, before the kernel ends, for
+// the writes too.
+__global__ void __launch_bounds__(256) bulk_store_tiles(char* out, int grid_tiles, float v,
+                                                        long long* read_cycles) {
+  extern __shared__ __align__(128) char buf[];
+  for (int i = threadIdx.x; i < kRows * kRowBytes / 16; i += blockDim.x) {
+    reinterpret_cast<float4*>(buf)[i] = make_float4(v, v, v, v);
+  }
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  const unsigned sbase = (unsigned)__cvta_generic_to_shared(buf);
+  for (int t = 0; t < kTiles; ++t) {
+    const long long tile = (long long)t * gridDim.x + blockIdx.x;
+    if (tile >= grid_tiles) break;
+    char* base = out + tile * kRows * (long long)kRowStride;
+    const long long c0 = clock64();
+    for (int r = 0; r < kRows; ++r) {
+      asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;"
+                   :: "l"(base + (long long)r * kRowStride), "r"(sbase + r * kRowBytes),
+                      "r"(kRowBytes) : "memory");
+    }
+    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+    asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+    if (t == kTiles / 2) read_cycles[blockIdx.x] = clock64() - c0;
+  }
+  asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+}
+
 }  // namespace
 
 int main() {
@@ -67,14 +101,19 @@ int main() {
   char* out;
   CHECK_CUDA(cudaMalloc(&out, bytes));
   CHECK_CUDA(cudaMemset(out, 0, bytes));
+  long long* read_cycles;
+  CHECK_CUDA(cudaMallocManaged(&read_cycles, sms * sizeof(long long)));
   cudaEvent_t e0, e1;
   CHECK_CUDA(cudaEventCreate(&e0));
   CHECK_CUDA(cudaEventCreate(&e1));
-  const char* names[3] = {"8x64", "4x128", "1x512"};
+  const char* names[4] = {"8x64", "4x128", "1x512", "bulk"};
+  const int bulk_smem = kRows * kRowBytes;
+  CHECK_CUDA(cudaFuncSetAttribute(bulk_store_tiles, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  bulk_smem));
   std::printf("per-tile store time (128 KB a CTA, 8 warps), us: median of 20 launches of %d tiles "
               "a CTA\n", kTiles);
   for (int grid : {sms, sms / 4}) {
-    for (int pat = 0; pat < 3; ++pat) {
+    for (int pat = 0; pat < 4; ++pat) {
       float best[20];
       for (int r = 0; r < 23; ++r) {
         CHECK_CUDA(cudaEventRecord(e0));
@@ -82,6 +121,7 @@ int main() {
         if (pat == 0) store_tiles<0><<<grid, 256>>>(out, n, 1.f);
         if (pat == 1) store_tiles<1><<<grid, 256>>>(out, n, 1.f);
         if (pat == 2) store_tiles<2><<<grid, 256>>>(out, n, 1.f);
+        if (pat == 3) bulk_store_tiles<<<grid, 256, bulk_smem>>>(out, n, 1.f, read_cycles);
         CHECK_CUDA(cudaEventRecord(e1));
         CHECK_CUDA(cudaEventSynchronize(e1));
         float ms;
@@ -93,8 +133,12 @@ int main() {
           if (best[j] < best[i]) { float x = best[i]; best[i] = best[j]; best[j] = x; }
       const double us = best[10] * 1e3 / kTiles;
       const double gbs = (double)grid * kRows * kRowBytes / (us * 1e3);
-      std::printf("  %3d CTAs  %-6s %6.2f us a tile  (%6.0f GB/s in all, %5.1f GB/s a CTA)\n",
+      std::printf("  %3d CTAs  %-6s %6.2f us a tile  (%6.0f GB/s in all, %5.1f GB/s a CTA)",
                   grid, names[pat], us, gbs, gbs / grid);
+      if (pat == 3) {  // the last launch's CTA 0: cycles from the first copy to the buffer read
+        std::printf("; buffer read after %lld cycles", read_cycles[0]);
+      }
+      std::printf("\n");
     }
   }
   return 0;
