@@ -24,17 +24,9 @@
 #include <vector>
 
 #include "conv_transpose2d_gemm_kxs_sm90_impl.cuh"
+#include "check_cuda.cuh"
 
 namespace dp = deconv_patch;
-
-#define CHECK_CUDA(x)                                                                     \
-  do {                                                                                    \
-    cudaError_t err_ = (x);                                                               \
-    if (err_ != cudaSuccess) {                                                            \
-      std::fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, cudaGetErrorString(err_)); \
-      std::exit(1);                                                                       \
-    }                                                                                     \
-  } while (0)
 
 namespace {
 
