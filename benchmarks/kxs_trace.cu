@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "conv_transpose2d_gemm_kxs_sm90_impl.cuh"
-#include "check_cuda.cuh"
+#include "standalone_util.cuh"
 
 namespace dp = deconv_patch;
 
@@ -47,11 +47,6 @@ __global__ void fill_random(float* p, size_t n, unsigned seed, float scale) {
     h ^= h >> 15;
     p[i] = ((float)(h & 0xFFFFFF) / 16777216.f - 0.5f) * scale;
   }
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0.0 : v[v.size() / 2];
 }
 
 }  // namespace
@@ -117,60 +112,50 @@ int main(int argc, char** argv) {
   CHECK_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   CHECK_CUDA(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, 0));
   const dp::KxsArgs args = dp::make_kxs_args(p, kind, dp::KxsCfg0::kBN, false, 0);
-  const int grid = std::min(args.tiles, argc > 6 && atoi(argv[6]) > 0 ? atoi(argv[6]) : sms);
+  // GRID (argument 6, optional): that many CTAs instead of one per SM (fewer SMs storing at
+  // once: tells a per-SM store limit from a shared one). STAGES (argument 7, optional): 2 or 3
+  // runs config 0's tile with that ring depth instead of 4 (what a staging buffer in the freed
+  // shared memory would cost the main loop).
+  const int grid_arg = argc > 6 ? atoi(argv[6]) : 0;
+  const int stages = argc > 7 ? atoi(argv[7]) : 4;
+  if (stages < 2 || stages > 4) {
+    std::fprintf(stderr, "STAGES must be 2, 3 or 4\n");
+    return 1;
+  }
+  const int grid = std::min(args.tiles, grid_arg > 0 ? grid_arg : sms);
   const size_t trace_n = (size_t)grid * dp::kKxsTraceTiles * 4 * 2;
   unsigned long long* trace;
   CHECK_CUDA(cudaMalloc(&trace, trace_n * 8));
   std::printf("layer N%lld Cin%lld Cout%lld %lldx%lld k%d s%d, TF32, channels_last; %d tiles on %d "
               "CTAs (128x256, %d stages); SM clock attribute %d MHz\n",
               (long long)N, (long long)CIN, (long long)COUT, (long long)H, (long long)W, K, K,
-              args.tiles, grid, argc > 7 ? atoi(argv[7]) : 4, clock_khz / 1000);
+              args.tiles, grid, stages, clock_khz / 1000);
 
-  // GRID (argument 6, optional): that many CTAs instead of one per SM (fewer SMs storing at
-  // once: tells a per-SM store limit from a shared one). The launch is launch_cfg's, with the
-  // grid replaced.
-  // STAGES (argument 7, optional): 2 or 3 runs config 0's tile with that ring depth instead
-  // of 4 (what a staging buffer in the freed shared memory would cost the main loop).
-  const int grid_arg = argc > 6 ? atoi(argv[6]) : 0;
-  const int stages_arg = argc > 7 ? atoi(argv[7]) : 4;
-  using Cfg3 = dp::KxsConfig<256, 3, false>;
-  using Cfg2 = dp::KxsConfig<256, 2, false>;
-  auto run = [&]() {
-    if (stages_arg == 3 || stages_arg == 2) {
-      CUtensorMap map_a, map_b;
-      if (!dp::encode_kmajor(&map_a, kind, p.input, p.in_channels, args.m, dp::kBM) ||
-          !dp::encode_kmajor(&map_b, kind, packed, p.in_channels, dp::packed_rows(p), 256)) {
-        std::fprintf(stderr, "tensor map encoding failed\n");
-        std::exit(1);
-      }
-      const int g = grid_arg > 0 ? grid_arg : std::min(args.tiles, sms);
-      if (stages_arg == 3) {
-        auto kernel = dp::conv_transpose2d_gemm_kxs_sm90_kernel<float, Cfg3, false, false, 0>;
-        CHECK_CUDA(dp::ensure_dynamic_smem(kernel, Cfg3::kTotalBytes, 0));
-        kernel<<<g, dp::kThreads, Cfg3::kTotalBytes, stream>>>(map_a, map_b, args);
-      } else {
-        auto kernel = dp::conv_transpose2d_gemm_kxs_sm90_kernel<float, Cfg2, false, false, 0>;
-        CHECK_CUDA(dp::ensure_dynamic_smem(kernel, Cfg2::kTotalBytes, 0));
-        kernel<<<g, dp::kThreads, Cfg2::kTotalBytes, stream>>>(map_a, map_b, args);
-      }
-      CHECK_CUDA(cudaGetLastError());
-      return;
-    }
-    if (grid_arg <= 0) {
-      CHECK_CUDA((dp::launch_layout<float, dp::KxsCfg0>(p, kind, packed, false, stream)));
-      return;
-    }
+  // The default call is the extension's own launch (launch_layout: tensor maps encoded at each
+  // call, as in the extension). A grid or ring depth of its own: launch_cfg's steps with those.
+  auto launch = [&](auto cfg) {
+    using Cfg = decltype(cfg);
     CUtensorMap map_a, map_b;
     if (!dp::encode_kmajor(&map_a, kind, p.input, p.in_channels, args.m, dp::kBM) ||
-        !dp::encode_kmajor(&map_b, kind, packed, p.in_channels, dp::packed_rows(p),
-                           dp::KxsCfg0::kBN)) {
+        !dp::encode_kmajor(&map_b, kind, packed, p.in_channels, dp::packed_rows(p), Cfg::kBN)) {
       std::fprintf(stderr, "tensor map encoding failed\n");
       std::exit(1);
     }
-    auto kernel = dp::conv_transpose2d_gemm_kxs_sm90_kernel<float, dp::KxsCfg0, false, false, 0>;
-    CHECK_CUDA(dp::ensure_dynamic_smem(kernel, dp::KxsCfg0::kTotalBytes, 0));
-    kernel<<<grid_arg, dp::kThreads, dp::KxsCfg0::kTotalBytes, stream>>>(map_a, map_b, args);
+    auto kernel = dp::conv_transpose2d_gemm_kxs_sm90_kernel<float, Cfg, false, false, 0>;
+    CHECK_CUDA(dp::ensure_dynamic_smem(kernel, Cfg::kTotalBytes, 0));
+    kernel<<<grid, dp::kThreads, Cfg::kTotalBytes, stream>>>(map_a, map_b, args);
     CHECK_CUDA(cudaGetLastError());
+  };
+  auto run = [&]() {
+    if (stages == 4 && grid_arg <= 0) {
+      CHECK_CUDA((dp::launch_layout<float, dp::KxsCfg0>(p, kind, packed, false, stream)));
+    } else if (stages == 4) {
+      launch(dp::KxsCfg0{});
+    } else if (stages == 3) {
+      launch(dp::KxsConfig<256, 3, false>{});
+    } else {
+      launch(dp::KxsConfig<256, 2, false>{});
+    }
   };
   cudaEvent_t e0, e1;
   CHECK_CUDA(cudaEventCreate(&e0));

@@ -17,7 +17,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cuda_runtime.h>
-#include "check_cuda.cuh"
+#include "standalone_util.cuh"
 
 namespace {
 
@@ -106,7 +106,7 @@ int main() {
               "a CTA\n", kTiles);
   for (int grid : {sms, sms / 4}) {
     for (int pat = 0; pat < 4; ++pat) {
-      float best[20];
+      std::vector<double> ms_per_launch;
       for (int r = 0; r < 23; ++r) {
         CHECK_CUDA(cudaEventRecord(e0));
         const int n = grid * kTiles;
@@ -118,12 +118,9 @@ int main() {
         CHECK_CUDA(cudaEventSynchronize(e1));
         float ms;
         CHECK_CUDA(cudaEventElapsedTime(&ms, e0, e1));
-        if (r >= 3) best[r - 3] = ms;
+        if (r >= 3) ms_per_launch.push_back(ms);
       }
-      for (int i = 0; i < 20; ++i)
-        for (int j = i + 1; j < 20; ++j)
-          if (best[j] < best[i]) { float x = best[i]; best[i] = best[j]; best[j] = x; }
-      const double us = best[10] * 1e3 / kTiles;
+      const double us = median(ms_per_launch) * 1e3 / kTiles;
       const double gbs = (double)grid * kRows * kRowBytes / (us * 1e3);
       std::printf("  %3d CTAs  %-6s %6.2f us a tile  (%6.0f GB/s in all, %5.1f GB/s a CTA)",
                   grid, names[pat], us, gbs, gbs / grid);

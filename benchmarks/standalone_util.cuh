@@ -1,8 +1,10 @@
-// CHECK_CUDA for the standalone benchmark programs (kxs_trace.cu, store_pattern.cu): a failed
-// CUDA call prints where and why, and exits.
+// Shared by the standalone benchmark programs (kxs_trace.cu, store_pattern.cu): CHECK_CUDA (a
+// failed CUDA call prints where and why, and exits) and the median of a sample.
 #pragma once
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <vector>
 
 #include <cuda_runtime.h>
 
@@ -14,3 +16,9 @@
       std::exit(1);                                                                       \
     }                                                                                     \
   } while (0)
+
+// The median of v (the upper one of an even count); 0 for none.
+inline double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
