@@ -762,13 +762,26 @@ cudaError_t dispatch(const ConvTranspose2dParams& p, const GemmArgs& a, int64_t 
   const bool b_vec = a.ncol % V == 0 && ptr_aligned(a.wt, 16);
   const bool a_kmajor = a.is_c == 1 || (a.is_w != 1 && a.is_c <= a.is_w);
   if (a_kmajor) {
-    // Chunk = V channels of one pixel: channel stride 1, pixel strides and the group's first
-    // channel (g*K) multiples of V. A K tail (groups == 1) is zero-filled by cp.async.
-    const bool a_vec = b_vec && a.is_c == 1 && ptr_aligned(p.input, 16) &&
-                       stride_multiple(a.is_n, N, V) && stride_multiple(a.is_h, H, V) &&
-                       stride_multiple(a.is_w, W, V) && (groups == 1 || a.K % V == 0);
-    if (a_vec) return launch_gemm<T, true, V, V>(a, m_tiles, groups, split, stream);
-    return launch_gemm<T, true, 1, 1>(a, m_tiles, groups, split, stream);
+    // Chunk = v channels of one pixel: channel stride 1, pixel strides and the group's first
+    // channel (g*K) multiples of v. A K tail (groups == 1) is zero-filled by cp.async. B keeps
+    // its 16-byte chunks whatever width A gets: a pixel stride of 100 channels (DCGAN's latent
+    // input) gives A 8-byte chunks in 16-bit, and with both at one element the 1.6 MB weight
+    // was read 2 bytes per load (19 us of GPU time on the H100 where TF32 took 11).
+    auto a_fits = [&](int v) {
+      return a.is_c == 1 && ptr_aligned(p.input, v * (int64_t)sizeof(T)) &&
+             stride_multiple(a.is_n, N, v) && stride_multiple(a.is_h, H, v) &&
+             stride_multiple(a.is_w, W, v) && (groups == 1 || a.K % v == 0);
+    };
+    if (!b_vec) return launch_gemm<T, true, 1, 1>(a, m_tiles, groups, split, stream);
+    if (a_fits(V)) return launch_gemm<T, true, V, V>(a, m_tiles, groups, split, stream);
+    if constexpr (V >= 8) {
+      // 16-bit: 8- or 4-byte chunks (cp.async moves 4, 8 or 16 bytes; one 16-bit element is a
+      // plain load). fp32 goes straight to one element, itself a 4-byte cp.async (its 8-byte
+      // instance spilled 56 bytes under the 128-register bound).
+      if (a_fits(V / 2)) return launch_gemm<T, true, V / 2, V>(a, m_tiles, groups, split, stream);
+      if (a_fits(V / 4)) return launch_gemm<T, true, V / 4, V>(a, m_tiles, groups, split, stream);
+    }
+    return launch_gemm<T, true, 1, V>(a, m_tiles, groups, split, stream);
   }
   // Chunk = v consecutive m of one channel: iw stride 1, and runs of contiguous m (a whole plane
   // when rows are packed, else one row) have a length that is a multiple of v, so no chunk
