@@ -801,6 +801,8 @@ cudaError_t dispatch(const ConvTranspose2dParams& p, const GemmArgs& a, int64_t 
       }
     }
   }
+  // One element of A a load (e.g. an odd H*W plane); B's 16-byte chunks do not depend on it.
+  if (b_vec) return launch_gemm<T, false, 1, V>(a, m_tiles, groups, split, stream);
   return launch_gemm<T, false, 1, 1>(a, m_tiles, groups, split, stream);
 }
 

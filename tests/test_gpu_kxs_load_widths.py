@@ -1,10 +1,11 @@
-"""GPU correctness of gemm_kxs's global-load widths for channel-contiguous (K-major) input.
+"""GPU correctness of gemm_kxs's global-load widths.
 
-The launcher gives the input (A) chunks of 16, 8 or 4 bytes or one element, by what its pixel
-strides and the group's first channel allow, and the weight (B) 16-byte chunks whenever its rows
-allow, whatever A got. Each layer below reaches one (A, B) pair on purpose (the comment names
-the 16-bit pair; fp32 gets 16 bytes or one element for A): NaN-poisoned output, every element
-against a float64 reference with check_variant's bound, the op and the fake kernel agreeing."""
+The launcher gives the input (A) chunks of 16, 8 or 4 bytes or one element, by what its strides
+(and, for channel-contiguous input, the group's first channel) allow, and the weight (B) 16-byte
+chunks whenever its rows allow, whatever A got. Each layer below reaches one (A, B) pair on
+purpose (the comment names the 16-bit pair; fp32 channel-contiguous A gets 16 bytes or one
+element): NaN-poisoned output, every element against a float64 reference with check_variant's
+bound, the op and the fake kernel agreeing."""
 
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ _LAYERS = {
     "cl7": (2, 7, 8, (3, 3), 2, 1, True, 0),              # A one element, B 16 B
     "g2cl20": (2, 20, 32, (3, 3), 2, 2, True, 0),         # 10 channels a group: A 4 B, B 16 B
     "cl12c3": (2, 12, 3, (3, 3), 2, 1, True, 0),          # 12 weight columns: both one element
+    "nchw7x7": (3, 16, 8, (7, 7), 2, 1, False, 0),        # 49-pixel planes: A one element, B 16 B
 }
 _MODES = {"bf16": (torch.bfloat16, True), "fp16": (torch.float16, True),
           "tf32": (torch.float32, True), "fp32": (torch.float32, False)}
