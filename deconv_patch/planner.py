@@ -645,8 +645,8 @@ def plan(input: torch.Tensor, weight: torch.Tensor, args: ConvTransposeArgs) -> 
             # Below a few MiB both sides are bound by per-call host work, not the GPU;
             # autotune (cudnn.benchmark) measures it exactly. Not for a 1 x 1 input, where
             # cuDNN runs the stride-1 view (H100, DCGAN's 100 > 512 at batch 64, 1 MB of bf16
-            # output: cuDNN 36 us of GPU time, gemm_kxs 19 us; TF32 35 / 11, fp32 strict
-            # 73 / 17).
+            # output: cuDNN 36 us of GPU time, gemm_kxs 8.6 us since its weight kept 16-byte
+            # loads, session 28 (19 before); TF32 35 / 11, fp32 strict 73 / 17).
             return Plan(ATEN, "layer too small for the kernel to matter (host-bound)",
                         candidates=chosen.candidates)
     if (PHASE_CONFIGS[0] in chosen.candidates or OUT_TILE_CONFIGS[0] in chosen.candidates) and \
