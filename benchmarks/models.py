@@ -111,7 +111,7 @@ def bench(example: Example, dtype_name: str, batch: int, args: argparse.Namespac
             return row
         if args.no_compile:
             row.notes.append("compile skipped (--no-compile)")
-        elif not example.traceable and not args.compile_all:
+        elif not example.dense_output and not args.compile_all:
             row.notes.append("compile skipped for the detection model (data-dependent graph "
                              "breaks; --compile-all to force)")
         else:

@@ -17,6 +17,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .derived import original_class
+
 # Name -> code in the CUDA `Activation` enum.
 ACTIVATIONS: Dict[str, int] = {
     "none": 0,
@@ -104,8 +106,8 @@ def _from_gelu(approximate: Any) -> Optional[FusedActivation]:
 
 def activation_of_module(m: nn.Module) -> Optional[FusedActivation]:
     """The fusable activation `m` computes, or None (subclasses are not trusted: they may
-    override forward)."""
-    kind = type(m)
+    override forward; deconv_patch's own gate classes stand for the class they extend)."""
+    kind = original_class(m)
     if kind is nn.ReLU:
         return FusedActivation("relu")
     if kind is nn.LeakyReLU:

@@ -20,6 +20,7 @@ ATen's autocast casts them.
 
 from __future__ import annotations
 
+import copy
 import warnings
 from dataclasses import dataclass
 from typing import Callable, List, Optional, Sequence
@@ -30,6 +31,7 @@ from torch import nn
 
 from . import autotune, planner
 from .arguments import ConvTransposeArgs, find_problem
+from .derived import set_class
 from .epilogue import DEFAULT_NEGATIVE_SLOPE, Epilogue, activate, check_activation
 from .extension import loaded_extension
 from .ops import (FallbackWarning, autocast_args, conv_transpose2d, conv_transpose2d_fused,
@@ -46,6 +48,15 @@ class _Entry:
     plan: planner.Plan
     call: Optional[Callable[..., torch.Tensor]] = None
     tune: bool = False  # autotune has not timed this call yet: the op times it, uncached
+
+
+def _patched_clone(module: nn.ConvTranspose2d) -> "FastConvTranspose2d":
+    """A new module object sharing `module`'s tensors, submodules and hooks, on our kernels."""
+    clone = module.__class__.__new__(module.__class__)
+    clone.__dict__.update({k: (copy.copy(v) if isinstance(v, (dict, set, list)) else v)
+                           for k, v in module.__dict__.items()})
+    set_class(clone, FastConvTranspose2d, FastConvTranspose2d)
+    return clone  # type: ignore[return-value]
 
 
 def _plain_cuda_tensor(t: torch.Tensor) -> bool:
@@ -81,6 +92,12 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
                 f"FastConvTranspose2d.from_module expects nn.ConvTranspose2d, got "
                 f"{type(module).__name__}"
             )
+        if "weight" not in module._parameters:
+            # A parametrization or a norm hook (weight_norm, spectral_norm) computes the weight
+            # on each call: a shallow clone keeps that machinery (and shares the tensors).
+            if activation != "none":
+                raise ValueError("deconv_patch: a fused activation needs a plain weight Parameter")
+            return _patched_clone(module)
         fast = cls(
             module.in_channels,
             module.out_channels,
@@ -111,9 +128,36 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
         params = self._parameters  # (weight norm / parametrizations move "weight" out of it)
         weight = params["weight"] if "weight" in params else self.weight
         bias = params["bias"] if "bias" in params else self.bias
+        chain = self.__dict__.get("_fused_chain")
+        if chain is not None:
+            folded = chain.folded(self, input, weight, bias)
+            if folded is not None:  # the following BatchNorm / activation run in this call
+                out = self._conv(input, folded[0], folded[1], output_size, chain.activation,
+                                 chain.negative_slope, "_fast_path_fused")
+                chain.hand_over(out)
+                return out
+        return self._conv(input, weight, bias, output_size, self.activation,
+                          self.negative_slope, "_fast_path")
+
+    def forward_fused(self, input: torch.Tensor) -> torch.Tensor:
+        """This layer's fused chain (conv, folded eval BatchNorm, activation) on `input`, whoever
+        calls: what the model computes in this layer's call in eval mode. For validation and
+        benchmarks; a layer without a chain computes its plain forward."""
+        chain = self.__dict__.get("_fused_chain")
+        if chain is None:
+            return self(input)
+        weight, bias = chain.fold_for(self, self.weight, self.bias)
+        return self._conv(input, weight, bias, None, chain.activation, chain.negative_slope,
+                          "_fast_path_fused")
+
+    def _conv(self, input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
+              output_size: Optional[List[int]], activation: str, negative_slope: float,
+              fast_slot: str) -> torch.Tensor:
+        """The convolution (and `activation`) on our kernel or PyTorch's. `fast_slot` names the
+        armed C++ fast path of this epilogue (a fused chain's calls have their own)."""
         compiling = torch.compiler.is_compiling()
         if not compiling:  # (graph capture never sees the C++ object)
-            fast = self.__dict__.get("_fast_path")
+            fast = self.__dict__.get(fast_slot)
             if fast is not None and output_size is None and planner.forced_variant() is None:
                 # The last call's geometry, checked and run in C++ (cuda/prepared_call.cpp);
                 # None when this call differs in any way the plan depends on.
@@ -129,7 +173,7 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
                 input, output_size, self.stride, self.padding, self.kernel_size,  # type: ignore[arg-type]
                 2, self.dilation,  # type: ignore[arg-type]
             )
-        fused = self.activation != "none"
+        fused = activation != "none"
         entry: Optional[_Entry] = None
         if input.is_cuda and not compiling and torch.is_autocast_enabled("cuda"):
             # What ATen's autocast does to conv_transpose2d's arguments (our kernel path below
@@ -142,7 +186,8 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
                 input.device, input.dtype, self.kernel_size, self._args(output_padding),
                 (self.in_channels // self.groups, self.out_channels // self.groups))
         else:
-            entry = self._entry_for(input, output_padding, weight, bias)
+            entry = self._entry_for(input, output_padding, weight, bias, activation,
+                                    negative_slope)
             use_op = entry.plan.uses_kernel or entry.tune
             if use_op and not entry.tune and _plain_cuda_tensor(input) and not (
                     torch.is_grad_enabled() and (
@@ -153,10 +198,11 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
                 else:
                     out = first_run(entry, kernel_call(entry.plan.variant, input, weight,
                                                        self._args(output_padding),
-                                                       self._epilogue()),
+                                                       Epilogue(activation=activation,
+                                                                negative_slope=negative_slope)),
                                     input, weight, bias)
                 if out is not None:
-                    self._arm_fast_path(entry, input, weight, bias, output_size)
+                    self._arm_fast_path(entry, input, weight, bias, output_size, fast_slot)
                     return out
                 use_op = False  # the kernel refused: its plan is PyTorch from now on
         if not use_op:
@@ -165,19 +211,20 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
             y = F.conv_transpose2d(input, weight, bias, self.stride, self.padding,
                                    output_padding, self.groups, self.dilation)
             if fused:
-                return activate(y, self.activation, self.negative_slope)
+                return activate(y, activation, negative_slope)
             if entry is not None and not entry.plan.uses_kernel:  # (after PyTorch accepted it)
-                self._arm_fast_path(entry, input, weight, bias, output_size)
+                self._arm_fast_path(entry, input, weight, bias, output_size, fast_slot)
             return y
         if fused:
             return conv_transpose2d_fused(
                 input, weight, bias, self.stride, self.padding, output_padding, self.groups,
-                self.dilation, None, None, self.activation, self.negative_slope)
+                self.dilation, None, None, activation, negative_slope)
         return conv_transpose2d(input, weight, bias, self.stride, self.padding, output_padding,
                                 self.groups, self.dilation)
 
     def _arm_fast_path(self, entry: _Entry, input: torch.Tensor, weight: torch.Tensor,
-                       bias: Optional[torch.Tensor], output_size: Optional[List[int]]) -> None:
+                       bias: Optional[torch.Tensor], output_size: Optional[List[int]],
+                       fast_slot: str) -> None:
         """Lets the next call with this geometry skip the Python above: a C++ ModuleFastPath for
         the entry's prepared kernel call, or for PyTorch's convolution when that is the plan
         (CUDA inputs only, and only once the extension is loaded: never a reason to build it).
@@ -188,7 +235,7 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
         ext = loaded_extension()
         if ext is None:
             return
-        self.__dict__["_fast_path"] = ext.ModuleFastPath(
+        self.__dict__[fast_slot] = ext.ModuleFastPath(
             entry.call if entry.plan.uses_kernel else None, input, weight, bias,
             list(self.stride), list(self.padding), list(self.output_padding),
             list(self.dilation), self.groups)
@@ -197,23 +244,23 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
         # Any attribute change (hyperparameters, activation, parameters, device moves) disarms
         # the fast path; the next call re-plans through Python and re-arms it.
         self.__dict__.pop("_fast_path", None)
+        self.__dict__.pop("_fast_path_fused", None)
         super().__setattr__(name, value)
 
     def _args(self, output_padding: Sequence[int]) -> ConvTransposeArgs:
         return ConvTransposeArgs(self.stride, self.padding, tuple(output_padding),  # type: ignore[arg-type]
                                  self.dilation, self.groups)  # type: ignore[arg-type]
 
-    def _epilogue(self) -> Epilogue:
-        return Epilogue(activation=self.activation, negative_slope=self.negative_slope)
-
     def plan_for(self, input: torch.Tensor,
                  output_padding: Optional[Sequence[int]] = None) -> planner.Plan:
         """Which implementation runs for this input (and the output_padding an `output_size=`
         implies) and why."""
-        return self._entry_for(input, output_padding, self.weight, self.bias).plan
+        return self._entry_for(input, output_padding, self.weight, self.bias, self.activation,
+                               self.negative_slope).plan
 
     def _entry_for(self, input: torch.Tensor, output_padding: Optional[Sequence[int]],
-                   weight: torch.Tensor, bias: Optional[torch.Tensor]) -> _Entry:
+                   weight: torch.Tensor, bias: Optional[torch.Tensor], activation: str,
+                   negative_slope: float) -> _Entry:
         """The plan (and prepared call) for this input geometry. Cached per geometry, device,
         dtype, weight/bias, epilogue and backend flags: this runs on every call, so a hit is
         one dict lookup (the flags are read through torch._C's getters, ~10x cheaper than the
@@ -223,8 +270,7 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
                weight.stride(), weight.dtype, weight.device, bias is None,
                torch._C._get_cudnn_enabled(), torch._C._get_cudnn_allow_tf32(),
                torch._C._get_cudnn_benchmark(), planner.forced_variant(), self.stride,
-               self.padding, out_pad, self.dilation, self.groups, self.activation,
-               self.negative_slope)
+               self.padding, out_pad, self.dilation, self.groups, activation, negative_slope)
         cache = self.__dict__.setdefault("_plan_cache", {})
         found = cache.get(key)
         if found is not None:
@@ -239,7 +285,9 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
         if chosen.fallback and input.is_cuda:  # our kernels cannot run here: say so, once
             warnings.warn(f"deconv_patch: {chosen.reason}", FallbackWarning, stacklevel=4)
         if len(chosen.candidates) > 1 and autotune.enabled():
-            key_t = autotune.call_key(input, weight, bias is not None, args, self._epilogue())
+            key_t = autotune.call_key(input, weight, bias is not None, args,
+                                      Epilogue(activation=activation,
+                                               negative_slope=negative_slope))
             known = autotune.cache().choices.get(key_t)
             if known is None:  # not timed yet: the op autotunes this call; re-plan next time
                 return _Entry(chosen, tune=True)
@@ -255,6 +303,7 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
         state.pop("_plan_cache", None)
         state.pop("_last_plan", None)
         state.pop("_fast_path", None)
+        state.pop("_fast_path_fused", None)
         return state
 
     def extra_repr(self) -> str:

@@ -1,35 +1,48 @@
 """`deconv_patch.optimize(model)`: the one call users make.
 
-Tries the torch.fx pass first (every transposed convolution, modules and functional calls, plus
-BatchNorm folding); models fx cannot trace (data-dependent control flow, e.g. torchvision
-detection models) fall back to swapping nn.ConvTranspose2d submodules by name. Either way the
-summary attached to the result says which path was taken and why.
-
-Fusion (fx path, eval mode): a following BatchNorm2d is folded into the conv's weights/bias and a
-following activation moves into the conv's fused epilogue.
+The result is the user's model (a deep copy unless `inplace=True`), patched where it stands:
+* every nn.ConvTranspose2d module object becomes a FastConvTranspose2d (a change of class:
+  patching.py), hooks, parametrizations and references kept;
+* every module whose forward calls F.conv_transpose2d runs that same forward with the call routed
+  to our op (functional_calls.py);
+* in eval mode, conv -> BatchNorm2d -> activation chains run as one fused call, where a record of
+  a real forward proves the data flow (dataflow.py, fuse_plan.py): on `example_inputs`, or on
+  the model's first call when none were given.
+Nothing else changes: class, methods, attributes, Python control flow and state_dict are the
+model's own. The summary attached to the result lists what was patched and fused and, with the
+reason, what was not; a PatchWarning says so in one line.
 """
 
 from __future__ import annotations
 
-import copy
+import contextlib
 import dataclasses
+import sys
 import warnings
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 from torch import nn
 
-from .fx_pass import FilterFn, UntraceableError, fx_patch, one_line
+from . import planner
+from .dataflow import Record, record_forward, _Recorder
+from .functional_calls import FunctionalRouter, covers, routable_forward, route
+from .fuse_plan import CHAIN_ATTR, ChainPlan, attach_chains, detach_chains, plan_chains, \
+    verify_chains
 from .modules import FastConvTranspose2d
+from .patching import FilterFn, copy_model, patch_modules
 from .summary import (
-    FUSION_NOTE, PATH_FX, PATH_NONE, PATH_SWAP, LayerPatch, PatchSummary, attach, get_summary,
-    layer_from_module, with_notes,
+    FUSION_NOTE, PATH_NONE, PATH_PATCHED, LayerPatch, PatchSummary, PatchWarning, attach,
+    get_summary, layer_from_module, with_notes,
 )
-from .swap import swap_conv_transpose2d
+
+PROGRESS_THRESHOLD = 20  # show a tqdm bar when more layers than this are patched
+FIRST_CALL_NOTE = "no example_inputs: fusion is decided on the model's first call"
 
 
 def _as_args(example_inputs: Any) -> Optional[Tuple[Any, ...]]:
-    """A tuple is the positional arguments; anything else (a tensor, a list) is the only one."""
+    """A tuple is the positional arguments; anything else (a tensor, a list, a dict) is the
+    only one."""
     if example_inputs is None:
         return None
     if isinstance(example_inputs, tuple):
@@ -37,48 +50,136 @@ def _as_args(example_inputs: Any) -> Optional[Tuple[Any, ...]]:
     return (example_inputs,)
 
 
-def _run_restoring_state(module: nn.Module, args: Tuple[Any, ...]) -> None:
-    """One forward on `args` with gradients off, putting buffers (BN statistics) and the random
-    number generators (dropout) back after, so the check leaves no trace."""
-    saved = {name: buf.detach().clone() for name, buf in module.named_buffers()}
-    cuda_devices = list(range(torch.cuda.device_count())) if torch.cuda.is_initialized() else []
+@contextlib.contextmanager
+def _state_restored(model: nn.Module):
+    """No gradients, PyTorch's kernels; buffers (BN statistics) and random state put back."""
+    saved = [(b, b.detach().clone()) for b in model.buffers()]
+    devices = list(range(torch.cuda.device_count())) if torch.cuda.is_initialized() else []
     try:
-        with torch.no_grad(), torch.random.fork_rng(devices=cuda_devices):
-            module(*args)
+        with torch.no_grad(), torch.random.fork_rng(devices=devices), \
+                planner.use_variant(planner.ATEN):
+            yield
     finally:
         with torch.no_grad():
-            for name, buf in module.named_buffers():
-                if name in saved:
-                    buf.copy_(saved[name])
+            for buf, value in saved:
+                buf.copy_(value)
 
 
-def _swap_path(model: nn.Module, filter_fn: Optional[FilterFn], why: str,
-               previous: Optional[PatchSummary]) -> Tuple[nn.Module, PatchSummary]:
-    """Plain swap by name (no fusion); `why` is the one-line reason fx was not used."""
-    previous_fused = {layer.name: layer.fused for layer in (previous.layers if previous else ())}
-    candidates = [name for name, m in model.named_modules(remove_duplicate=False)
-                  if name and isinstance(m, nn.ConvTranspose2d)]
-    already = {name for name in candidates
-               if isinstance(model.get_submodule(name), FastConvTranspose2d)}
-    patched_names = already | set(swap_conv_transpose2d(model, filter_fn))
-    skipped = tuple(name for name in candidates if name not in patched_names)
-    layers = tuple(
-        layer_from_module(name, model.get_submodule(name),  # type: ignore[arg-type]
-                          previous_fused.get(name, "-"))
-        for name in candidates if name in patched_names)
-    if not layers:
-        what = (f"filter_fn skipped all {len(candidates)} layers" if candidates
-                else "no ConvTranspose2d submodules to swap")
-        return model, PatchSummary(
-            path=PATH_NONE, reason=f"fx tracing not used ({why}); {what}; model returned unchanged",
-            skipped=skipped)
-    summary = PatchSummary(
-        path=PATH_SWAP, reason=f"fx pass not usable ({why}); swapped submodules by name",
-        layers=layers, skipped=skipped,
-        notes=("swap path: nothing fused (BatchNorm folding needs the fx graph); functional "
-               "F.conv_transpose2d calls stay on PyTorch",),
-    )
-    return model, summary
+def _function_rows(routed: List[str]) -> List[LayerPatch]:
+    rows = []
+    for owner in routed:
+        rows.append(LayerPatch(
+            name=f"{owner}.forward" if owner else "forward", kind="function", in_channels=None,
+            out_channels=None, kernel_size=None, stride=None, padding=None,
+            output_padding=None, dilation=None, groups=None, bias=None, fused="-",
+            backend="per call"))
+    return rows
+
+
+def _unrouted_calls(record: Record, names: Dict[int, str]) -> List[Tuple[str, str]]:
+    """Functional calls the record saw that routing does not reach."""
+    left = []
+    for call in record.functional:
+        owner = call.owner
+        routed = owner is not None and isinstance(owner.__dict__.get("forward"), FunctionalRouter)
+        if routed and covers(type(owner).forward, call.caller):
+            continue
+        where = call.caller.co_name if call.caller is not None else "?"
+        owner_name = names.get(id(owner), "") if owner is not None else "(outside any module)"
+        row = (f"{owner_name or 'forward'}: conv_transpose2d in {where}()",
+               "called outside the module's own forward code (a helper or decorator): stays on "
+               "PyTorch")
+        if row not in left:
+            left.append(row)
+    return left
+
+
+class _Patcher:
+    """State of one optimize() call, kept on the model until its fusion is decided."""
+
+    def __init__(self, model: nn.Module, fuse: bool, summary: PatchSummary,
+                 convs: List[Tuple[str, FastConvTranspose2d]]) -> None:
+        self.model = model
+        self.fuse = fuse
+        self.summary = summary
+        self.convs = convs
+        self.handles: List[Any] = []
+        self.recorder: Optional[_Recorder] = None
+
+    def decide(self, record: Record, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> None:
+        """Fuses what `record` proves, checks it on (args, kwargs), updates the summary."""
+        names = {}
+        for n, m in self.model.named_modules(remove_duplicate=False):
+            names.setdefault(id(m), n)
+        left = list(self.summary.left) + [row for row in _unrouted_calls(record, names)
+                                          if row not in self.summary.left]
+        plan = plan_chains(record, self.convs, names) if self.fuse else ChainPlan()
+        notes = [n for n in self.summary.notes if n != FIRST_CALL_NOTE]
+        if plan.chains:
+            attach_chains(plan)
+            problem = verify_chains(self.model, plan, args, kwargs)
+            if problem is not None:
+                detach_chains(self.model, plan)
+                plan.declined.extend((name, f"fused check failed: {problem}")
+                                     for name in plan.chains)
+                plan.chains.clear()
+        fused = {name: chain.what for name, (_, chain) in plan.chains.items()}
+        calls = {name: len(record.conv_calls.get(id(conv), ())) for name, conv in self.convs}
+        layers = tuple(dataclasses.replace(layer, fused=fused.get(layer.name, layer.fused),
+                                           calls=calls.get(layer.name, layer.calls))
+                       for layer in self.summary.layers)
+        self.summary = dataclasses.replace(
+            self.summary, layers=layers, notes=tuple(notes), left=tuple(left),
+            declined=tuple(self.summary.declined) + tuple(plan.declined))
+        attach(self.model, self.summary)
+        _warn(self.summary, stacklevel=4)
+
+    # -- the first call, when optimize() had no example inputs
+    def arm_first_call(self) -> None:
+        self.handles = [
+            self.model.register_forward_pre_hook(self._first_pre, with_kwargs=True),
+            self.model.register_forward_hook(self._first_post, with_kwargs=True,
+                                             always_call=True)]
+
+    def _first_pre(self, module: nn.Module, args: Tuple[Any, ...], kwargs: Dict[str, Any]
+                   ) -> None:
+        if torch.compiler.is_compiling() or self.recorder is not None:
+            return
+        self.recorder = _Recorder(module)
+        self.recorder.start()
+        self.recorder.pre_hook(module, args)  # (the root's own call started before the hooks)
+
+    def _first_post(self, module: nn.Module, args: Tuple[Any, ...], kwargs: Dict[str, Any],
+                    output: Any) -> None:
+        recorder = self.recorder
+        if recorder is None:
+            return
+        self.recorder = None
+        record = recorder.stop(output)
+        if sys.exc_info()[0] is not None:  # the call raised: decide on a later, whole one
+            return
+        for handle in self.handles:
+            handle.remove()
+        self.handles = []
+        self.decide(record, args, kwargs)
+
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        state["recorder"] = None
+        return state
+
+
+def _warn(summary: PatchSummary, stacklevel: int) -> None:
+    parts = []
+    if summary.left:
+        parts.append(f"{len(summary.left)} transposed convolution(s) left on PyTorch ("
+                     + "; ".join(f"{n}: {why}" for n, why in summary.left) + ")")
+    if summary.declined:
+        parts.append(f"{len(summary.declined)} fusion(s) declined ("
+                     + "; ".join(f"{n}: {why}" for n, why in summary.declined) + ")")
+    if parts:
+        warnings.warn("deconv_patch.optimize: " + "; ".join(parts)
+                      + "; see deconv_patch.summary(model)", PatchWarning, stacklevel=stacklevel)
 
 
 def optimize(
@@ -91,80 +192,107 @@ def optimize(
     validate: bool = False,
     progress: Optional[bool] = None,
     validate_kwargs: Optional[Dict[str, Any]] = None,
+    example_kwargs: Optional[Dict[str, Any]] = None,
 ) -> nn.Module:
     """Returns `model` with every transposed convolution running on deconv_patch.
 
     Args:
-        model: any nn.Module. Its training/eval mode, device, dtype and parameter values are kept.
+        model: any nn.Module. It stays itself: class, methods, attributes, hooks,
+            parametrizations, training/eval mode, device, dtype, parameters and state_dict.
         example_inputs: optional; a tuple is the forward's positional arguments, anything else
-            its single argument. When given, the traced graph is run once on them (buffers put
-            back) and, if it fails, the plain swap is used instead.
-        inplace: False (default) works on a deepcopy. True skips the copy: the result then reuses
-            `model`'s submodules and parameters (the swap path patches `model` itself), so use the
-            result instead of `model` afterwards.
+            its single argument (`example_kwargs`: its keyword arguments). The model runs once
+            on them, recorded, to decide fusion; without them that happens on its first call.
+        inplace: False (default) patches a deep copy; True patches `model` itself.
         filter_fn: `filter_fn(name, module) -> bool`; False leaves that layer on PyTorch. For
-            functional F.conv_transpose2d calls it receives the fx node name and None.
-        fuse: fold a BatchNorm2d that directly follows a ConvTranspose2d module (and is the
-            conv output's only user) into the conv's weights/bias, in eval mode only. This
-            replaces parameter values, so state_dict keys change for folded layers (the BN's keys
-            go, the conv gains a bias), and the folded model is for inference: calling .train()
-            on it does not bring batch statistics back (use fuse=False to fine-tune). An
-            activation that is the conv's (or folded BN's) only user then moves into the conv's
-            epilogue (FastConvTranspose2d.activation); its module node leaves the graph.
+            modules whose forward calls F.conv_transpose2d it receives "<name>.forward" and None.
+        fuse: run conv -> BatchNorm2d -> activation chains as one call where a real forward
+            proves they are one (eval mode, no gradients; see deconv_patch/fuse_plan.py).
         validate: compare the result with the original on `example_inputs` using
             `deconv_patch.validation.validate`; the report lands in the summary.
         progress: show a tqdm bar (None: only when more than 20 layers).
         validate_kwargs: extra keyword arguments for `validate`.
 
-    Idempotent: optimizing an optimized model changes nothing more. The fx path returns a
-    torch.fx.GraphModule (the model's own Python attributes and methods other than forward are
-    not carried over; `if self.training` branches are baked in at trace time). See
-    `deconv_patch.summary(result)` for what was done.
+    Idempotent: optimizing an optimized model changes nothing more. See
+    `deconv_patch.summary(result)` for what was done, and what was not and why.
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"optimize expects an nn.Module, got {type(model).__name__}")
     args = _as_args(example_inputs)
+    if args is None and example_kwargs:
+        args = ()
+    kwargs = dict(example_kwargs or {})
     if validate and args is None:
         raise ValueError("optimize(validate=True) needs example_inputs to run both models on")
     previous = get_summary(model)
-    reference = copy.deepcopy(model) if (validate and inplace) else model
-    work = model if inplace else copy.deepcopy(model)
+    reference = copy_model(model) if (validate and inplace) else model
+    work = model if inplace else copy_model(model)
 
-    patched: nn.Module
-    try:
-        result = fx_patch(work, filter_fn=filter_fn, fuse=fuse, progress=progress,
-                          previous=previous)
-        if args is not None and result.summary.layers:
-            try:
-                _run_restoring_state(result.module, args)
-            except Exception as exc:
-                raise UntraceableError(
-                    f"traced graph failed on example_inputs: {one_line(exc)}") from exc
-        summary = result.summary
-        if not summary.layers:
-            reason = ("no ConvTranspose2d modules or conv_transpose2d calls found"
-                      if result.found == 0 else
-                      f"filter_fn skipped all {result.found} transposed convolutions")
-            patched, summary = work, PatchSummary(
-                path=PATH_NONE, reason=f"{reason}; model returned unchanged",
-                skipped=summary.skipped)
-        else:
-            patched = result.module
-    except Exception as exc:  # never fail where a plain swap works
-        why = str(exc) if isinstance(exc, UntraceableError) else f"fx pass error: {one_line(exc)}"
-        patched, summary = _swap_path(work, filter_fn, why, previous)
+    with _progress(work, progress):
+        patch = patch_modules(work, filter_fn)
+    routed: List[str] = []
+    skipped = list(patch.filtered)
+    for name, module in work.named_modules():
+        already = isinstance(module.__dict__.get("forward"), FunctionalRouter)
+        if isinstance(module, nn.ConvTranspose2d) or not (already or routable_forward(module)):
+            continue
+        label = f"{name}.forward" if name else "forward"
+        if filter_fn is not None and not filter_fn(label, None):
+            skipped.append(label)
+            continue
+        if route(module):
+            routed.append(name)
 
-    if summary.path == PATH_NONE:
+    previous_fused = {layer.name: layer.fused for layer in (previous.layers if previous else ())}
+    layers = tuple(layer_from_module(name, conv, previous_fused.get(name, "-"))
+                   for name, conv in patch.patched) + tuple(_function_rows(routed))
+    notes: List[str] = []
+    if layers:
+        notes.append(FUSION_NOTE if fuse else "fuse=False: nothing fused")
+    summary = PatchSummary(
+        path=PATH_PATCHED if layers else PATH_NONE,
+        reason=("patched the model's own modules in place" if layers else
+                "no ConvTranspose2d modules or conv_transpose2d calls to patch; model "
+                "returned unchanged"),
+        layers=layers, skipped=tuple(skipped), left=tuple(patch.left), notes=tuple(notes),
+        declined=previous.declined if previous else ())
+    patcher = _Patcher(work, fuse, summary, patch.patched)
+    if not layers:
+        attach(work, summary)
+        _warn(summary, stacklevel=2)
         warnings.warn(f"deconv_patch.optimize: {summary.reason}", UserWarning, stacklevel=2)
-    if summary.path == PATH_FX:
-        summary = with_notes(summary, FUSION_NOTE if fuse else "fuse=False: nothing folded")
-    attach(patched, summary)  # before validating: validate reads the "fused" column from it
+    elif args is not None:
+        with _state_restored(work):
+            record, _ = record_forward(work, args, kwargs)
+        patcher.decide(record, args, kwargs)
+    else:
+        fusable = fuse and any(CHAIN_ATTR not in conv.__dict__ for _, conv in patch.patched)
+        if fusable:
+            summary = with_notes(summary, FIRST_CALL_NOTE)
+            patcher.summary = summary
+        attach(work, summary)
+        _warn(summary, stacklevel=2)
+        patcher.arm_first_call()
     if validate:
         from .validation import validate as run_validation  # imported lazily: optional layer
 
-        report = run_validation(reference, patched, args, **(validate_kwargs or {}))
-        attach(patched, dataclasses.replace(summary, validation=report))
-    return patched
+        report = run_validation(reference, work, args, **(validate_kwargs or {}))
+        attach(work, dataclasses.replace(get_summary(work) or summary, validation=report))
+    return work
 
 
-__all__ = ["LayerPatch", "PatchSummary", "optimize"]
+@contextlib.contextmanager
+def _progress(model: nn.Module, show: Optional[bool]):
+    """A tqdm line while patching many layers (or when asked)."""
+    total = sum(1 for m in model.modules() if isinstance(m, nn.ConvTranspose2d))
+    enabled = show if show is not None else total > PROGRESS_THRESHOLD
+    if not enabled:
+        yield
+        return
+    from tqdm.auto import tqdm
+
+    with tqdm(total=total, desc="deconv_patch", unit="layer", leave=False) as bar:
+        yield
+        bar.update(total)
+
+
+__all__ = ["LayerPatch", "PatchSummary", "PatchWarning", "optimize"]

@@ -1,8 +1,8 @@
-"""What `deconv_patch.optimize` did to a model: one row per patched layer, printable as a table.
+"""What `deconv_patch.optimize` did to a model: one row per patched layer, printable as a table,
+and every layer or fusion it left out, with why.
 
-The summary travels with the patched model (attribute `_deconv_patch_summary`, and for fx
-GraphModules also `meta["deconv_patch_summary"]`, which survives `copy.deepcopy`), so
-`deconv_patch.summary(model)` works on whatever `optimize` returned.
+The summary travels with the patched model (attribute `_deconv_patch_summary`, copied and
+pickled with it), so `deconv_patch.summary(model)` works on whatever `optimize` returned.
 """
 
 from __future__ import annotations
@@ -15,17 +15,21 @@ from typing import Any, List, Optional, Sequence, TextIO, Tuple
 from torch import nn
 
 SUMMARY_ATTR = "_deconv_patch_summary"
-SUMMARY_META_KEY = "deconv_patch_summary"
 
-PATH_FX = "fx"
-PATH_SWAP = "swap"
+PATH_PATCHED = "in-place"
 PATH_NONE = "none"
 
-# Shown under fx-path summaries, so nobody expects more (or less) than what fusion does.
+# Shown under summaries with fusion on, so nobody expects more (or less) than what fusion does.
 FUSION_NOTE = (
-    "eval mode only: a following BatchNorm2d is folded into the conv weights/bias and a following "
-    "activation runs in the conv kernel's epilogue."
+    "fused chains run fused only in eval mode without gradients: the BatchNorm2d folded into a "
+    "copy of the conv weights/bias, the activation in the conv kernel's epilogue; parameters and "
+    "state_dict stay the model's own."
 )
+
+
+class PatchWarning(UserWarning):
+    """optimize() left a transposed convolution on PyTorch or declined a fusion (the summary
+    lists each with its reason)."""
 
 IntPair = Tuple[int, int]
 
@@ -57,7 +61,10 @@ class LayerPatch:
 
 @dataclass(frozen=True)
 class PatchSummary:
-    """How a model was patched: `path` is "fx", "swap" or "none"; `reason` says why in one line."""
+    """How a model was patched: `path` is "in-place" (the model's own modules were patched) or
+    "none"; `reason` says why in one line. `skipped`: layers `filter_fn` kept on PyTorch;
+    `left`: (layer, reason) for transposed convolutions that stay on PyTorch; `declined`:
+    (layer, reason) for fusions not made."""
 
     path: str
     reason: str
@@ -65,6 +72,8 @@ class PatchSummary:
     skipped: Tuple[str, ...] = ()
     notes: Tuple[str, ...] = ()
     validation: Any = None
+    left: Tuple[Tuple[str, str], ...] = ()
+    declined: Tuple[Tuple[str, str], ...] = ()
 
     @property
     def num_patched(self) -> int:
@@ -125,6 +134,10 @@ def format_table(summary: PatchSummary) -> str:
                 lines.append("  ".join("-" * width for width in widths))
     if summary.skipped:
         lines.append(f"skipped by filter_fn: {', '.join(summary.skipped)}")
+    for name, why in summary.left:
+        lines.append(f"left on PyTorch: {name}: {why}")
+    for name, why in summary.declined:
+        lines.append(f"not fused: {name}: {why}")
     for note in summary.notes:
         lines.append(f"note: {note}")
     if summary.validation is not None:
@@ -133,22 +146,14 @@ def format_table(summary: PatchSummary) -> str:
 
 
 def attach(model: nn.Module, summary: PatchSummary) -> None:
-    """Stores `summary` on `model` (and in a GraphModule's deepcopy-safe `meta`)."""
+    """Stores `summary` on `model`."""
     object.__setattr__(model, SUMMARY_ATTR, summary)
-    meta = getattr(model, "meta", None)
-    if isinstance(meta, dict):
-        meta[SUMMARY_META_KEY] = summary
 
 
 def get_summary(model: nn.Module) -> Optional[PatchSummary]:
     """The summary `optimize` attached to `model`, or None."""
     found = model.__dict__.get(SUMMARY_ATTR)
-    if isinstance(found, PatchSummary):
-        return found
-    meta = getattr(model, "meta", None)
-    if isinstance(meta, dict) and isinstance(meta.get(SUMMARY_META_KEY), PatchSummary):
-        return meta[SUMMARY_META_KEY]
-    return None
+    return found if isinstance(found, PatchSummary) else None
 
 
 def refreshed(summary: PatchSummary, model: nn.Module) -> PatchSummary:
@@ -205,6 +210,7 @@ def with_notes(summary: PatchSummary, *notes: str) -> PatchSummary:
 
 
 __all__ = [
-    "FUSION_NOTE", "LayerPatch", "PATH_FX", "PATH_NONE", "PATH_SWAP", "PatchSummary", "attach",
+    "FUSION_NOTE", "LayerPatch", "PATH_NONE", "PATH_PATCHED", "PatchSummary", "PatchWarning",
+    "attach",
     "format_table", "get_summary", "layer_from_module", "refreshed", "summary", "with_notes",
 ]

@@ -28,6 +28,8 @@ from ._version import __version__
 from .epilogue import activate, activation_of_module
 from .reference import tf32_round
 from .modules import FastConvTranspose2d
+from .patching import copy_model
+from .derived import original_class
 from .ops import FallbackWarning
 from .planner import ATEN
 from .timing import capture_graph, time_interleaved
@@ -187,6 +189,41 @@ def declared_fusion(patched: nn.Module) -> Dict[str, str]:
     return found
 
 
+def _fused_chains(patched: nn.Module) -> Dict[str, List[str]]:
+    """Patched layer name -> the names of the BatchNorm / activation its fused chain runs."""
+    names: Dict[int, str] = {}
+    for name, module in patched.named_modules():
+        names.setdefault(id(module), name)
+    found: Dict[str, List[str]] = {}
+    for name, module in patched.named_modules():
+        chain = module.__dict__.get("_fused_chain")
+        if chain is not None and name:
+            found[name] = [names[id(x)] for x in (chain.bn, chain.act)
+                           if x is not None and id(x) in names]
+    return found
+
+
+class _FusedLayer(nn.Module):
+    """A patched layer running its fused chain (FastConvTranspose2d.forward_fused): what the
+    model computes in eval mode in that layer's one call."""
+
+    def __init__(self, layer: nn.Module) -> None:
+        super().__init__()
+        self.layer = layer
+        chain = layer.__dict__["_fused_chain"]
+        self.activation, self.negative_slope = chain.activation, chain.negative_slope
+
+    @property
+    def backend(self) -> str:
+        return self.layer.backend
+
+    def plan_for(self, input: torch.Tensor) -> Any:
+        return self.layer.plan_for(input)
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        return self.layer.forward_fused(input)
+
+
 def _follow_fusion(name: str, followers: Mapping[str, "_Capture"]) -> List[str]:
     """The folded-away original modules that took `name`'s output, then each other's, in order."""
     chain: List[str] = []
@@ -218,7 +255,8 @@ def find_layers(original: nn.Module, patched: nn.Module,
         counterpart = orig_modules.get(name)
         # a type change counts only for modules that compute something: fx hierarchy
         # placeholders (plain nn.Module, no forward) stand in for the original's containers
-        differs = (counterpart is not None and type(counterpart) is not type(module)
+        differs = (counterpart is not None
+                   and original_class(counterpart) is not original_class(module)
                    and type(module).forward is not nn.Module.forward)
         if _is_patched_layer(module) or differs or name in extra:
             pairs.append(_LayerPair(name, counterpart, module))
@@ -685,8 +723,8 @@ def validate(
     tol = (tolerances or Tolerances())
     args, kwargs = _split_inputs(example_inputs, example_kwargs)
     if dtype is not None:
-        original = copy.deepcopy(original).to(dtype)
-        patched = copy.deepcopy(patched).to(dtype)
+        original = copy_model(original).to(dtype)
+        patched = copy_model(patched).to(dtype)
         args, kwargs = _cast_floats(args, dtype), _cast_floats(kwargs, dtype)
     device = _model_device(original, args, kwargs)
     pairs = find_layers(original, patched, layers)
@@ -710,7 +748,7 @@ def validate(
     bar = _Progress(steps, progress)
     reference = None
     if fp64:
-        reference = copy.deepcopy(original).to(device=device, dtype=torch.float64)
+        reference = copy_model(original).to(device=device, dtype=torch.float64)
     models = _Models(original, patched, reference, device, args, kwargs,
                      _cast_floats(args, torch.float64), _cast_floats(kwargs, torch.float64))
     if reference is not None and device.type == "cuda" and env.dtype == "float32" \
@@ -736,14 +774,17 @@ def _accuracy(report: ValidationReport, m: _Models, pairs: Sequence[_LayerPair],
               timing: Optional[Tuple[int, int, bool, bool]]) -> None:
     names = [p.name for p in pairs]
     fused = declared_fusion(m.patched)
+    chains = _fused_chains(m.patched)
     patched_names = {n for n, _ in m.patched.named_modules()}
-    # modules folded away (absent from the patched model): captured so that a layer whose
-    # output fed them can be compared with the original's layer + those modules
+    # modules folded away (absent from the patched model), and the BatchNorms / activations a
+    # patched layer runs in its own call: captured so that a layer whose output fed them is
+    # compared with the original's layer + those modules
     removed = [n for n, _ in m.original.named_modules() if n and n not in patched_names]
-    with _capturing(m.original, names, followers=removed) as cap_o:
+    followers = removed + sorted({n for chain in chains.values() for n in chain} - set(removed))
+    with _capturing(m.original, names, followers=followers) as cap_o:
         out_o = _call(m.original, m.args, m.kwargs, seed, m.device)
     bar.step("original")
-    with _capturing(m.patched, names) as cap_p:
+    with _capturing(m.patched, names, followers=followers) as cap_p:
         out_p = _call(m.patched, m.args, m.kwargs, seed, m.device)
     bar.step("patched")
     out_r = out_t = None
@@ -761,12 +802,26 @@ def _accuracy(report: ValidationReport, m: _Models, pairs: Sequence[_LayerPair],
     tf32_modules = (dict(m.tf32_reference.named_modules()) if m.tf32_reference is not None
                     else {})
     orig_modules = dict(m.original.named_modules())
-    removed_caps = {n: cap_o.pop(n) for n in removed if n in cap_o}
+    removed_caps = {n: cap_o.pop(n) for n in followers if n in cap_o}
+    patched_follower_caps = {n: cap_p.pop(n) for n in followers if n in cap_p}
     for pair in pairs:
         capture, ref_module = cap_o.pop(pair.name, None), ref_modules.get(pair.name)
         tf32_module = tf32_modules.get(pair.name)
+        patched_capture = cap_p.pop(pair.name, None)
+        if pair.name in chains:
+            # the layer as the model runs it in eval mode: its fused chain in one call (hooks,
+            # like these captures, switch fusion off inside the model's own forward)
+            pair = _LayerPair(pair.name, pair.original, _FusedLayer(pair.patched))
+            if patched_capture is not None:
+                tail = _follow_fusion(pair.name, patched_follower_caps)
+                if tail:
+                    last = patched_follower_caps[tail[-1]]
+                    patched_capture = _Capture(patched_capture.args, patched_capture.kwargs,
+                                               last.output, patched_capture.calls)
         if capture is not None and pair.original is not None:
             chain = _follow_fusion(pair.name, removed_caps) if removed_caps else []
+            if pair.name in chains:
+                chain = [n for n in chain if n in chains[pair.name] or n in removed]
             absorbed = [orig_modules[n] for n in chain]
             act = _epilogue_activation(pair.patched, absorbed)
             if chain or act is not None:
@@ -781,13 +836,13 @@ def _accuracy(report: ValidationReport, m: _Models, pairs: Sequence[_LayerPair],
                 capture = _Capture(capture.args, capture.kwargs, output, capture.calls)
                 ref_module = _counterpart(ref_module, ref_modules, chain, extra)
                 tf32_module = _counterpart(tf32_module, tf32_modules, chain, extra)
-        layer = _layer_accuracy(pair, capture, cap_p.pop(pair.name, None), ref_module, tol,
+        layer = _layer_accuracy(pair, capture, patched_capture, ref_module, tol,
                                 seed, m.device, timing, tf32_module)
         if pair.fused_with:
             how = f"declared {fused[pair.name]}" if pair.name in fused else "inferred"
             layer.notes.append(f"fused ({how}): compared with the original's "
                                f"{' + '.join([pair.name, *pair.fused_with])}, which the patched "
-                               "model lacks")
+                               "layer computes in one call")
         elif pair.name in fused:
             layer.notes.append(f"declared fused ({fused[pair.name]}) but no module absent from "
                                "the patched model takes its output: compared with the original "
@@ -821,7 +876,7 @@ def _tf32_reference(reference: nn.Module, names: Sequence[str]) -> nn.Module:
     float32 convolutions (torch.backends.cudnn.allow_tf32) and cuDNN uses on some shapes only;
     a patched layer running TF32 kernels is held to that, not to a cuDNN run that happened to
     use full float32."""
-    rounded = copy.deepcopy(reference)
+    rounded = copy_model(reference)
     modules = dict(rounded.named_modules())
 
     def round_inputs(module: nn.Module, args: Args) -> Args:

@@ -15,14 +15,15 @@ from torch import nn
 class Example:
     """One example architecture: its module in `examples/` and how it is exercised.
 
-    `traceable` says which optimize path it takes (fx, or the swap fallback); `conv_transpose`
+    `dense_output` is False for detection models (data-dependent graphs, detections compared
+    on their own rather than as one tensor output); `conv_transpose`
     is how many nn.ConvTranspose2d modules it has (each must end up patched).
     """
 
     name: str
     title: str
     module_name: str
-    traceable: bool
+    dense_output: bool
     conv_transpose: int
 
     @property

@@ -28,7 +28,7 @@ from examples._common import flatten_tensors  # noqa: E402
 from examples.registry import EXAMPLES, Example  # noqa: E402
 
 FUSED_LAYERS = {"dcgan": 5, "unet": 0, "pix2pix": 8, "cyclegan": 0, "simple_baseline": 3,
-                "fsrcnn": 0, "mask_rcnn": 0}
+                "fsrcnn": 0, "mask_rcnn": 1}
 IDS = [e.name for e in EXAMPLES]
 
 
@@ -81,7 +81,8 @@ def test_every_conv_transpose_is_patched_and_output_is_identical(small_example):
     assert count == example.conv_transpose
     patched = optimize(model, inputs, fuse=False)
     info = summary(patched, quiet=True)
-    assert info.path == ("fx" if example.traceable else "swap"), info.reason
+    assert info.path == "in-place", info.reason
+    assert type(patched) is type(model)
     assert info.num_patched == count and info.num_fused == 0
     assert all(isinstance(m, FastConvTranspose2d) for m in _conv_transposes(patched))
     assert not any(isinstance(m, FastConvTranspose2d) for m in model.modules())  # a copy
@@ -136,8 +137,8 @@ DTYPES = [torch.float32, torch.bfloat16]
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("dtype", DTYPES, ids=["fp32", "bf16"])
-@pytest.mark.parametrize("example", [e for e in EXAMPLES if e.traceable],
-                         ids=[e.name for e in EXAMPLES if e.traceable])
+@pytest.mark.parametrize("example", [e for e in EXAMPLES if e.dense_output],
+                         ids=[e.name for e in EXAMPLES if e.dense_output])
 def test_cuda_example_within_foundation_bound(example: Example, dtype: torch.dtype):
     torch.manual_seed(0)
     device = torch.device("cuda")
@@ -163,8 +164,8 @@ def test_cuda_example_within_foundation_bound(example: Example, dtype: torch.dty
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("dtype", DTYPES, ids=["fp32", "bf16"])
-def test_cuda_mask_rcnn_swap_path(dtype: torch.dtype):
-    """Swap path on CUDA: detections unchanged, and the patched mask predictor within the bound
+def test_cuda_mask_rcnn(dtype: torch.dtype):
+    """On CUDA: detections unchanged, and the patched mask predictor within the bound
     on the exact RoI features the detector produced (a float64 run of the whole detector would
     pick other boxes, so the bound is checked where the ConvTranspose2d is)."""
     from examples.mask_rcnn import mask_head_input
@@ -175,7 +176,7 @@ def test_cuda_mask_rcnn_swap_path(dtype: torch.dtype):
     model = example.build(small=False).to(device).eval()
     (images,) = example.inputs(example.test_batch, device)
     patched = optimize(model)
-    assert summary(patched, quiet=True).path == "swap"
+    assert summary(patched, quiet=True).path == "in-place"
     with torch.no_grad():
         out_o, out_p = model(images), patched(images)
     for det_o, det_p in zip(out_o, out_p):

@@ -1,5 +1,5 @@
 """The fused epilogue on the CPU: the fused op's reference path, its fake kernel and autograd, the
-module's `activation`, and the fx pass moving activations into the conv (GPU kernels:
+module's `activation`, and optimize() running activation modules in the conv's call (GPU kernels:
 test_gpu_epilogue.py)."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 import deconv_patch
 from deconv_patch import FastConvTranspose2d, optimize, summary
 from deconv_patch.epilogue import ACTIVATIONS, activation_of_module, apply_epilogue
-from deconv_patch.fx_pass import fx_patch
+from deconv_patch.summary import PatchWarning
 
 FUSED = torch.ops.deconv_patch.conv_transpose2d_fused
 
@@ -128,25 +128,28 @@ class FunctionalActs(nn.Module):
 def test_optimize_moves_each_activation_module_into_the_conv(name):
     torch.manual_seed(0)
     model = UpAct(copy.deepcopy(MODULES[name])).eval()
-    x = torch.randn(2, 4, 5, 6)
-    patched = optimize(model)
+    patched = optimize(model, torch.randn(1, 4, 3, 3))
     assert [layer.fused for layer in summary(patched, quiet=True).layers] == [name]
-    assert patched.get_submodule("up").activation == name
-    assert not any(n.op == "call_module" and n.target == "act" for n in patched.graph.nodes)
+    chain = patched.get_submodule("up").__dict__["_fused_chain"]
+    assert chain.activation == name and chain.act is patched.act and chain.bn is None
+    assert type(patched.act).__name__ == type(model.act).__name__
+    x = torch.randn(2, 4, 5, 6)  # a fresh input, other shape
     with torch.no_grad():
         assert torch.equal(patched(x), model(x))  # CPU: PyTorch conv + the same activation
+        assert torch.equal(patched.act(x), model.act(x))  # other inputs: the activation itself
 
 
-def test_functions_and_methods_are_fused_with_their_arguments():
+def test_function_and_method_activations_stay_as_written():
     torch.manual_seed(0)
     model = FunctionalActs().eval()
     x = torch.randn(2, 4, 5, 6)
-    patched = optimize(model)
-    fused = {layer.name: layer.fused for layer in summary(patched, quiet=True).layers}
-    assert fused == {"a": "leaky_relu", "b": "sigmoid", "c": "gelu_tanh", "d": "relu"}
-    assert patched.get_submodule("a").negative_slope == 0.1
+    patched = optimize(model, x)
+    info = summary(patched, quiet=True)
+    assert {layer.name: layer.fused for layer in info.layers} == dict.fromkeys("abcd", "-")
+    assert not info.declined  # nothing that could be fused was declined
     with torch.no_grad():
-        assert torch.equal(patched(x), model(x))
+        fresh = torch.randn(3, 4, 4, 7)
+        assert torch.equal(patched(fresh), model(fresh))
 
 
 class Branching(nn.Module):
@@ -167,24 +170,36 @@ class Branching(nn.Module):
 def test_no_fusion_when_the_output_is_shared_or_the_conv_is_reused():
     model = Branching().eval()
     x = torch.randn(1, 4, 3, 3)
-    patched = optimize(model)
-    assert all(layer.fused == "-" for layer in summary(patched, quiet=True).layers)
+    with pytest.warns(PatchWarning, match="2 fusion"):
+        patched = optimize(model, x)
+    info = summary(patched, quiet=True)
+    assert all(layer.fused == "-" for layer in info.layers)
+    reasons = dict(info.declined)
+    assert "2 uses" in reasons["up"] and "called 2 times" in reasons["twice"]
     with torch.no_grad():
-        assert torch.equal(patched(x), model(x))
+        fresh = torch.randn(2, 4, 5, 3)
+        assert torch.equal(patched(fresh), model(fresh))
 
 
 def test_training_models_and_fuse_false_keep_activations_separate():
     model = UpAct(nn.ReLU())
-    for patched in (optimize(model), optimize(model.eval(), fuse=False)):
-        assert patched.get_submodule("up").activation == "none"
-        assert any(n.op == "call_module" and n.target == "act" for n in patched.graph.nodes)
+    x = torch.randn(2, 4, 3, 3)
+    trained = optimize(model, x)  # fused chain planned, but training mode runs it unfused
+    off = optimize(model.eval(), x, fuse=False)
+    assert "_fused_chain" not in off.get_submodule("up").__dict__
+    assert type(off.act) is nn.ReLU
+    with torch.no_grad():
+        assert torch.equal(off(x), model(x))
+        assert torch.equal(trained.train()(x), model.train()(x))
+    assert trained.get_submodule("up").activation == "none"
 
 
 def test_optimize_twice_does_not_fuse_twice():
     model = UpAct(nn.Tanh()).eval()
-    once = optimize(model)
-    twice = optimize(once)
-    assert twice.get_submodule("up").activation == "tanh"
+    once = optimize(model, torch.randn(1, 4, 3, 3))
+    twice = optimize(once, torch.randn(1, 4, 3, 3))
+    assert [layer.fused for layer in summary(twice, quiet=True).layers] == ["tanh"]
+    assert twice.get_submodule("up").activation == "none"
     x = torch.randn(1, 4, 3, 3)
     with torch.no_grad():
         assert torch.equal(twice(x), model(x))

@@ -1,0 +1,186 @@
+"""conv -> BatchNorm2d -> activation run as one call of the conv, on the user's own modules.
+
+A `FusedChain` hangs on a patched conv. On each call it decides whether this call may run the
+chain fused; when it may, the conv computes activation(bn(conv(x))) in one kernel (the eval
+BatchNorm folded into a cached copy of the weight and bias, the activation in the epilogue) and
+hands the result to the BatchNorm and activation modules, which then pass it through. Both keep
+their class's behaviour for any other input: their class becomes a subclass (`BatchNormGate`,
+`ActivationGate`) whose forward checks that the tensor it gets *is* the one the conv handed over.
+
+A call runs fused only when all of these hold, so switching to train mode, asking for
+gradients, adding a hook or calling the conv from other code gives the unfused computation:
+* the conv is called from the call expression the recorded forward called it from (the same
+  code object and instruction: dataflow.call_site), so another line, branch or caller of the
+  same conv runs it unfused;
+* the BatchNorm is in eval mode with running statistics;
+* no forward hooks on the conv, no hooks on the BatchNorm or activation, no global module hooks;
+* no tensor involved needs a gradient (with grad mode on);
+* not while torch.compile traces (the compiled graph keeps PyTorch's modules, which Inductor
+  fuses itself).
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any, Optional, Tuple
+
+import torch
+from torch import nn
+
+from .dataflow import CallSite, call_site
+from .fusion import bn_scale_shift, fold_scale_shift
+
+PENDING = "_deconv_patch_pending"  # module __dict__ key: (weakref to the handed-over output, next)
+SiteKey = Tuple[str, str, int, int]
+
+
+def site_key(site: Optional[CallSite]) -> Optional[SiteKey]:
+    """A picklable name for a call site."""
+    if site is None:
+        return None
+    code, offset = site
+    return (code.co_filename, getattr(code, "co_qualname", code.co_name), code.co_firstlineno,
+            offset)
+
+
+def _hooked(module: nn.Module) -> bool:
+    return bool(module._forward_hooks or module._forward_pre_hooks or module._backward_hooks
+                or module._backward_pre_hooks)
+
+
+def _global_hooks() -> bool:
+    m = nn.modules.module
+    return bool(m._global_forward_hooks or m._global_forward_pre_hooks
+                or m._global_backward_hooks or m._global_backward_pre_hooks)
+
+
+def _pass_through(module: nn.Module, input: Any) -> bool:
+    """Whether `input` is the output a fused conv handed to `module` (consumes the hand-over)."""
+    pending = module.__dict__.pop(PENDING, None)
+    if pending is None or pending[0]() is not input or torch.compiler.is_compiling():
+        return False
+    if pending[1] is not None:
+        pending[1].__dict__[PENDING] = (pending[0], None)
+    return True
+
+
+class BatchNormGate(nn.Module):
+    """Mixin for a BatchNorm whose work a fused conv already did for the tensor it handed over."""
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        if _pass_through(self, input):
+            return input
+        return super().forward(input)  # type: ignore[misc]
+
+    def __getstate__(self) -> dict:
+        state = super().__getstate__()
+        state.pop(PENDING, None)  # (a weak reference: never copied or pickled)
+        return state
+
+
+class ActivationGate(nn.Module):
+    """Mixin for an activation module that a fused conv already applied to the tensor it handed
+    over (other callers, e.g. of a shared nn.ReLU, get the activation as usual)."""
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        if _pass_through(self, input):
+            return input
+        return super().forward(input)  # type: ignore[misc]
+
+    def __getstate__(self) -> dict:
+        state = super().__getstate__()
+        state.pop(PENDING, None)
+        return state
+
+
+class FusedChain:
+    """The BatchNorm and/or activation that follow one conv in the recorded forward."""
+
+    def __init__(self, bn: Optional[nn.Module], act: Optional[nn.Module], activation: str,
+                 negative_slope: float, site: Optional[CallSite]) -> None:
+        self.bn = bn
+        self.act = act
+        self.activation = activation
+        self.negative_slope = negative_slope
+        self.site_key = site_key(site)
+        self._site: Optional[CallSite] = site
+        self._folded_key: Optional[tuple] = None
+        self._folded: Optional[Tuple[torch.Tensor, torch.Tensor]] = None
+
+    @property
+    def what(self) -> str:
+        """The summary's `fused` column."""
+        parts = (["bn(folded)"] if self.bn is not None else []) + \
+            ([self.activation] if self.activation != "none" else [])
+        return "+".join(parts)
+
+    def folded(self, conv: nn.Module, input: torch.Tensor, weight: torch.Tensor,
+               bias: Optional[torch.Tensor]
+               ) -> Optional[Tuple[torch.Tensor, Optional[torch.Tensor]]]:
+        """(weight, bias) to run this call fused with, or None to run it as it is."""
+        if torch.compiler.is_compiling():
+            return None
+        site = call_site(1)  # (this method <- forward <- nn.Module's call)
+        known = self._site
+        if site is None or known is None or site[0] is not known[0] or site[1] != known[1]:
+            if site_key(site) != self.site_key:
+                return None
+            self._site = site  # a copy or an unpickled chain meets its code object
+        bn, act = self.bn, self.act
+        if conv._forward_hooks or _global_hooks() or (act is not None and _hooked(act)):
+            return None
+        grad = torch.is_grad_enabled() and (
+            input.requires_grad or weight.requires_grad
+            or (bias is not None and bias.requires_grad))
+        if bn is None:
+            return None if grad else (weight, bias)
+        if bn.training or _hooked(bn) or bn.running_mean is None or bn.running_var is None:
+            return None
+        if grad and any(p is not None and p.requires_grad for p in (bn.weight, bn.bias)):
+            return None
+        if grad or not input.is_floating_point():
+            return None
+        return self.fold_for(conv, weight, bias)
+
+    def fold_for(self, conv: nn.Module, weight: torch.Tensor, bias: Optional[torch.Tensor]
+                 ) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
+        """(weight, bias) with the BatchNorm folded in (as they are without one)."""
+        if self.bn is None:
+            return weight, bias
+        return self._fold(conv, weight, bias)
+
+    def _fold(self, conv: nn.Module, weight: torch.Tensor, bias: Optional[torch.Tensor]
+              ) -> Tuple[torch.Tensor, torch.Tensor]:
+        """The BatchNorm folded into a copy of (weight, bias), cached until any of the tensors
+        it came from changes (identity, storage or version counter)."""
+        bn = self.bn
+        sources = (weight, bias, bn.running_mean, bn.running_var, bn.weight, bn.bias)
+        if any(t is not None and t.is_inference() for t in sources):
+            key = None  # (inference tensors have no version counter: fold every call)
+        else:
+            key = tuple((id(t), t.data_ptr(), t._version) if t is not None else None
+                        for t in sources) + (bn.eps,)
+        if key is not None and key == self._folded_key and self._folded is not None:
+            return self._folded
+        with torch.no_grad():
+            scale, shift = bn_scale_shift(bn)  # type: ignore[arg-type]
+            folded = fold_scale_shift(weight, bias, scale, shift, conv.groups)
+        if key is not None:
+            self._folded_key, self._folded = key, folded
+        return folded
+
+    def hand_over(self, output: torch.Tensor) -> None:
+        """Tells the first module of the chain that `output` already went through it."""
+        ref = weakref.ref(output)
+        if self.bn is not None:
+            self.bn.__dict__[PENDING] = (ref, self.act)
+        elif self.act is not None:
+            self.act.__dict__[PENDING] = (ref, None)
+
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        state.update(_site=None, _folded_key=None, _folded=None)
+        return state
+
+
+__all__ = ["ActivationGate", "BatchNormGate", "FusedChain", "site_key"]
