@@ -65,7 +65,7 @@ def call_site(depth: int = 0) -> Optional[CallSite]:
     return (frame.f_code, frame.f_lasti) if frame is not None else None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Use:
     """One consumer of a recorded tensor: a module call, a function, or the model's output."""
 
@@ -76,10 +76,12 @@ class Use:
 
 @dataclass
 class ConvCall:
-    """One call of a ConvTranspose2d module: the token of its output and its call site."""
+    """One call of a ConvTranspose2d module: the token of its output, its call site and the
+    module whose forward made the call (None for the model itself)."""
 
     output: int
     site: Optional[CallSite]
+    owner: Optional[nn.Module] = None
 
 
 @dataclass
@@ -113,6 +115,12 @@ def _tensors(obj: Any) -> Iterator[torch.Tensor]:
     return (t for t in tree_leaves(obj) if isinstance(t, torch.Tensor))
 
 
+def _leaf(module: nn.Module) -> bool:
+    """Modules whose inner uses of a tensor are their own business (see _Recorder._use)."""
+    return _follows(module) or isinstance(module, (nn.ConvTranspose2d, torch.jit.ScriptModule)) \
+        or not module._modules
+
+
 def _follows(module: nn.Module) -> bool:
     """Modules whose output is followed further: BatchNorms and fusable activations."""
     return isinstance(module, nn.modules.batchnorm._BatchNorm) or \
@@ -128,7 +136,8 @@ class _Recorder(TorchFunctionMode):
         self.record = Record()
         self.tokens: Dict[int, int] = {}  # id(tensor) -> token, for recorded tensors
         self.alive: List[torch.Tensor] = []  # keeps ids unique while recording
-        self.stack: List[Tuple[nn.Module, Set[int]]] = []
+        # module calls in progress: (module, ids of its input tensors, its own uses by id)
+        self.stack: List[Tuple[nn.Module, Set[int], Dict[int, Use]]] = []
 
     # -- tensors
     def _token(self, t: torch.Tensor) -> Optional[int]:
@@ -140,21 +149,36 @@ class _Recorder(TorchFunctionMode):
         self.tokens[id(t)] = token
         return token
 
-    def _inside_consumer(self, t: torch.Tensor) -> bool:
-        """A use inside a module call that itself took `t` is part of that call's use."""
-        return any(id(t) in inputs for _, inputs in self.stack)
-
-    def _use(self, t: torch.Tensor, use: Use) -> None:
+    def _use(self, t: torch.Tensor, use: Use) -> Optional[Use]:
+        """Records that `use` consumes `t`. Inside a module call that took `t`, a leaf module
+        (BatchNorm, activation, conv, or one without children) owns all of its uses; a
+        container's use is replaced by the uses inside it, so a BatchNorm inside an
+        nn.Sequential block is seen as the BatchNorm."""
         token = self._token(t)
-        if token is not None and not self._inside_consumer(t):
-            self.record.uses.setdefault(token, []).append(use)
+        if token is None:
+            return None
+        uses = self.record.uses.setdefault(token, [])
+        for module, inputs, own in reversed(self.stack):
+            if id(t) not in inputs:
+                continue
+            if _leaf(module):
+                return None
+            outer = own.pop(id(t), None)
+            if outer is not None and outer in uses:
+                uses.remove(outer)
+            break
+        uses.append(use)
+        return use
 
     # -- module hooks
     def pre_hook(self, module: nn.Module, args: Tuple[Any, ...]) -> None:
+        own: Dict[int, Use] = {}
         for t in _tensors(args):
-            self._use(t, Use("module", module, type(module).__name__))
+            use = self._use(t, Use("module", module, type(module).__name__))
+            if use is not None:
+                own[id(t)] = use
         self.record.calls[id(module)] = self.record.calls.get(id(module), 0) + 1
-        self.stack.append((module, {id(t) for t in _tensors(args)}))
+        self.stack.append((module, {id(t) for t in _tensors(args)}, own))
 
     def post_hook(self, module: nn.Module, args: Tuple[Any, ...], output: Any) -> None:
         if not self.stack or self.stack[-1][0] is not module:
@@ -163,8 +187,9 @@ class _Recorder(TorchFunctionMode):
         if isinstance(output, torch.Tensor):
             if isinstance(module, nn.ConvTranspose2d):
                 token = self._new_token(output)
+                owner = self.stack[-1][0] if self.stack else None
                 self.record.conv_calls.setdefault(id(module), []).append(
-                    ConvCall(token, call_site(1)))
+                    ConvCall(token, call_site(1), owner))
             elif _follows(module) and len(args) == 1 and isinstance(args[0], torch.Tensor):
                 source = self._token(args[0])
                 if source is not None:

@@ -22,7 +22,7 @@ from . import planner
 from .dataflow import Record
 from .derived import original_class, restore_class, set_class
 from .epilogue import activation_of_module
-from .fused_chain import ActivationGate, BatchNormGate, FusedChain, PENDING
+from .fused_chain import ActivationGate, BatchNormGate, EscapeCheck, FusedChain, PENDING
 from .modules import FastConvTranspose2d
 
 CHAIN_ATTR = "_fused_chain"
@@ -37,6 +37,7 @@ class ChainPlan:
     """The chains to fuse (conv name -> chain) and the chains declined, with why."""
 
     chains: Dict[str, Tuple[FastConvTranspose2d, FusedChain]] = field(default_factory=dict)
+    owners: Dict[str, nn.Module] = field(default_factory=dict)  # conv name -> calling module
     declined: List[Tuple[str, str]] = field(default_factory=list)
 
 
@@ -78,6 +79,8 @@ def plan_chains(record: Record, convs: List[Tuple[str, FastConvTranspose2d]],
         problem = None
         if len(calls) > 1:
             problem = f"the conv is called {len(calls)} times"
+        elif calls[0].owner is None:
+            problem = "the conv is the model itself"
         elif len(uses) > 1:
             problem = f"its output has {len(uses)} uses ({', '.join(u.what for u in uses)})"
         elif conv._forward_hooks:
@@ -110,22 +113,44 @@ def plan_chains(record: Record, convs: List[Tuple[str, FastConvTranspose2d]],
         chain = FusedChain(bn, act, found.name if found else "none",
                            found.negative_slope if found else 0.01, calls[0].site)
         plan.chains[name] = (conv, chain)
+        plan.owners[name] = calls[0].owner  # type: ignore[assignment]
     return plan
 
 
+def _escape_check(owner: nn.Module) -> Tuple[Optional[int], Optional[EscapeCheck]]:
+    for key, hook in owner._forward_hooks.items():
+        if isinstance(hook, EscapeCheck):
+            return key, hook
+    return None, None
+
+
 def attach_chains(plan: ChainPlan) -> None:
-    for conv, chain in plan.chains.values():
+    for name, (conv, chain) in plan.chains.items():
         if chain.bn is not None:
             set_class(chain.bn, BatchNormGate)
         if chain.act is not None:
             set_class(chain.act, ActivationGate)
+        owner = plan.owners[name]
+        _, check = _escape_check(owner)
+        if check is None:
+            check = EscapeCheck()
+            owner.register_forward_hook(check, with_kwargs=True)
+        if chain not in check.chains:
+            check.chains.append(chain)
         conv.__dict__[CHAIN_ATTR] = chain
 
 
 def detach_chains(model: nn.Module, plan: ChainPlan) -> None:
     """Undoes attach_chains (a gate shared with a chain outside `plan` stays)."""
-    for conv, _ in plan.chains.values():
+    for name, (conv, chain) in plan.chains.items():
         conv.__dict__.pop(CHAIN_ATTR, None)
+        owner = plan.owners[name]
+        key, check = _escape_check(owner)
+        if check is not None and chain in check.chains:
+            check.chains.remove(chain)
+            if not check.chains:
+                owner._forward_hooks.pop(key, None)
+                owner._forward_hooks_with_kwargs.pop(key, None)
     still = [m.__dict__[CHAIN_ATTR] for m in model.modules() if CHAIN_ATTR in m.__dict__]
     for _, chain in plan.chains.values():
         for module, gate in ((chain.bn, BatchNormGate), (chain.act, ActivationGate)):

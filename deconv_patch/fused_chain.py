@@ -21,6 +21,7 @@ gradients, adding a hook or calling the conv from other code gives the unfused c
 
 from __future__ import annotations
 
+import warnings
 import weakref
 from typing import Any, Optional, Tuple
 
@@ -29,6 +30,7 @@ from torch import nn
 
 from .dataflow import CallSite, call_site
 from .fusion import bn_scale_shift, fold_scale_shift
+from .summary import PatchWarning
 
 PENDING = "_deconv_patch_pending"  # module __dict__ key: (weakref to the handed-over output, next)
 SiteKey = Tuple[str, str, int, int]
@@ -55,10 +57,12 @@ def _global_hooks() -> bool:
 
 
 def _pass_through(module: nn.Module, input: Any) -> bool:
-    """Whether `input` is the output a fused conv handed to `module` (consumes the hand-over)."""
-    pending = module.__dict__.pop(PENDING, None)
+    """Whether `input` is the output a fused conv handed to `module` (then the hand-over is
+    consumed; an unconsumed one is caught by EscapeCheck)."""
+    pending = module.__dict__.get(PENDING)
     if pending is None or pending[0]() is not input or torch.compiler.is_compiling():
         return False
+    del module.__dict__[PENDING]
     if pending[1] is not None:
         pending[1].__dict__[PENDING] = (pending[0], None)
     return True
@@ -94,7 +98,10 @@ class ActivationGate(nn.Module):
 
 
 class FusedChain:
-    """The BatchNorm and/or activation that follow one conv in the recorded forward."""
+    """The BatchNorm and/or activation that follow one conv in the recorded forward.
+    `disabled` (with why) once a call showed the data flow differs from the recorded one."""
+
+    disabled: Optional[str] = None
 
     def __init__(self, bn: Optional[nn.Module], act: Optional[nn.Module], activation: str,
                  negative_slope: float, site: Optional[CallSite]) -> None:
@@ -118,7 +125,7 @@ class FusedChain:
                bias: Optional[torch.Tensor]
                ) -> Optional[Tuple[torch.Tensor, Optional[torch.Tensor]]]:
         """(weight, bias) to run this call fused with, or None to run it as it is."""
-        if torch.compiler.is_compiling():
+        if self.disabled is not None or torch.compiler.is_compiling():
             return None
         site = call_site(1)  # (this method <- forward <- nn.Module's call)
         known = self._site
@@ -177,10 +184,45 @@ class FusedChain:
         elif self.act is not None:
             self.act.__dict__[PENDING] = (ref, None)
 
+    def outstanding(self) -> bool:
+        """Whether a fused output was handed over and its first module never took it."""
+        first = self.bn if self.bn is not None else self.act
+        return first is not None and PENDING in first.__dict__
+
+    def disable(self, why: str) -> None:
+        self.disabled = why
+        for module in (self.bn, self.act):
+            if module is not None:
+                module.__dict__.pop(PENDING, None)
+
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
         state.update(_site=None, _folded_key=None, _folded=None)
         return state
 
 
-__all__ = ["ActivationGate", "BatchNormGate", "FusedChain", "site_key"]
+class EscapeCheck:
+    """Forward hook on the module whose forward calls fused convs: when a call left a fused
+    output unconsumed (another branch of that forward used it instead of the BatchNorm /
+    activation), that chain is switched off for good and the call is made again, unfused, so
+    its result is the model's own."""
+
+    def __init__(self) -> None:
+        self.chains: list = []
+
+    def __call__(self, module: nn.Module, args: Tuple[Any, ...], kwargs: dict, output: Any
+                 ) -> Any:
+        if torch.compiler.is_compiling():
+            return None
+        escaped = [chain for chain in self.chains if chain.outstanding()]
+        if not escaped:
+            return None
+        for chain in escaped:
+            chain.disable("a call used the conv's output elsewhere than in the recorded run")
+        warnings.warn(f"deconv_patch: {type(module).__name__}'s forward used a fused conv's "
+                      "output differently from the recorded run: that fusion is off from now "
+                      "on, and this call was recomputed unfused", PatchWarning, stacklevel=2)
+        return module.forward(*args, **kwargs)
+
+
+__all__ = ["ActivationGate", "BatchNormGate", "EscapeCheck", "FusedChain", "site_key"]

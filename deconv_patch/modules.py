@@ -313,16 +313,33 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
             fused = f", activation={self.activation}{slope}"
         return f"{super().extra_repr()}{fused}, backend={self.backend}"
 
+    def _stored_weight(self) -> torch.Tensor:
+        """The weight as stored, for its device and dtype: reading `self.weight` of a
+        parametrized or spectral-normed module would compute it (a power iteration step in
+        training mode, which changes the module's state)."""
+        stored = self._parameters.get("weight")
+        if stored is not None:
+            return stored
+        parametrizations = self._modules.get("parametrizations")
+        if parametrizations is not None and "weight" in parametrizations:
+            return parametrizations["weight"].original
+        for name in ("weight_orig", "weight_v", "weight"):  # legacy spectral / weight norm
+            found = self._parameters.get(name, self.__dict__.get(name))
+            if isinstance(found, torch.Tensor):
+                return found
+        return self.weight
+
     @property
     def backend(self) -> str:
         """Which implementation runs for this module's current device and dtype: the plan of its
         last call when that ran on them (a plan can depend on the input's size: a 1 x 1 input
         runs as a kernel == stride layer, ConvTransposeArgs.kernel_view), else the
         input-size independent rule (planner.describe)."""
+        stored = self._stored_weight()
         last = self.__dict__.get("_last_plan")
-        if last is not None and last[0] == self.weight.device and last[1] == self.weight.dtype:
+        if last is not None and last[0] == stored.device and last[1] == stored.dtype:
             return last[2].variant
         args = ConvTransposeArgs(self.stride, self.padding, self.output_padding,  # type: ignore[arg-type]
                                  self.dilation, self.groups)  # type: ignore[arg-type]
-        return planner.describe(self.weight.device, self.weight.dtype, self.kernel_size, args,
+        return planner.describe(stored.device, stored.dtype, self.kernel_size, args,
                                 (self.in_channels // self.groups, self.out_channels // self.groups))

@@ -16,6 +16,7 @@ reason, what was not; a PatchWarning says so in one line.
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import sys
 import warnings
@@ -106,8 +107,11 @@ class _Patcher:
         self.handles: List[Any] = []
         self.recorder: Optional[_Recorder] = None
 
-    def decide(self, record: Record, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> None:
-        """Fuses what `record` proves, checks it on (args, kwargs), updates the summary."""
+    def decide(self, record: Record, args: Tuple[Any, ...], kwargs: Dict[str, Any],
+               check_on_copy: bool = False) -> None:
+        """Fuses what `record` proves, checks it on (args, kwargs), updates the summary.
+        `check_on_copy`: run the check on a copy (the user's own call is still in flight:
+        its autograd graph must not see buffers restored under it)."""
         names = {}
         for n, m in self.model.named_modules(remove_duplicate=False):
             names.setdefault(id(m), n)
@@ -115,9 +119,16 @@ class _Patcher:
                                           if row not in self.summary.left]
         plan = plan_chains(record, self.convs, names) if self.fuse else ChainPlan()
         notes = [n for n in self.summary.notes if n != FIRST_CALL_NOTE]
-        if plan.chains:
+        if plan.chains and check_on_copy:
+            memo: Dict[int, Any] = {}
+            model_copy = copy_model(self.model, memo)
+            problem = verify_chains(model_copy, copy.deepcopy(plan, memo), args, kwargs)
+            if problem is None:
+                attach_chains(plan)
+        elif plan.chains:
             attach_chains(plan)
             problem = verify_chains(self.model, plan, args, kwargs)
+        if plan.chains:
             if problem is not None:
                 detach_chains(self.model, plan)
                 plan.declined.extend((name, f"fused check failed: {problem}")
@@ -161,7 +172,7 @@ class _Patcher:
         for handle in self.handles:
             handle.remove()
         self.handles = []
-        self.decide(record, args, kwargs)
+        self.decide(record, args, kwargs, check_on_copy=True)
 
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
@@ -257,16 +268,14 @@ def optimize(
         declined=previous.declined if previous else ())
     patcher = _Patcher(work, fuse, summary, patch.patched)
     if not layers:
-        attach(work, summary)
-        _warn(summary, stacklevel=2)
         warnings.warn(f"deconv_patch.optimize: {summary.reason}", UserWarning, stacklevel=2)
-    elif args is not None:
+    if args is not None:
         with _state_restored(work):
             record, _ = record_forward(work, args, kwargs)
         patcher.decide(record, args, kwargs)
     else:
         fusable = fuse and any(CHAIN_ATTR not in conv.__dict__ for _, conv in patch.patched)
-        if fusable:
+        if fusable and layers:
             summary = with_notes(summary, FIRST_CALL_NOTE)
             patcher.summary = summary
         attach(work, summary)

@@ -89,11 +89,12 @@ def patch_modules(model: nn.Module, filter_fn: Optional[FilterFn] = None) -> Mod
     return result
 
 
-def copy_model(model: nn.Module) -> nn.Module:
+def copy_model(model: nn.Module, memo: Optional[Dict[int, object]] = None) -> nn.Module:
     """copy.deepcopy that also copies modules holding tensors computed from their parameters
     (legacy weight_norm / spectral_norm keep `weight` as such a tensor, which deepcopy refuses):
-    those are copied detached; their hooks recompute them before every forward anyway."""
-    memo: Dict[int, object] = {}
+    those are copied detached; their hooks recompute them before every forward anyway.
+    `memo` (copy.deepcopy's) maps each original object to its copy afterwards."""
+    memo = {} if memo is None else memo
     for module in model.modules():
         for value in module.__dict__.values():
             if isinstance(value, torch.Tensor) and not value.is_leaf:

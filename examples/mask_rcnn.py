@@ -2,9 +2,8 @@
 
 `torchvision.models.detection.maskrcnn_resnet50_fpn(weights=None, weights_backbone=None)`:
 random init, nothing downloaded. Its mask head upsamples 14x14 RoI features to 28x28 with one
-ConvTranspose2d(256, 256, k=2, s=2). The detection model has data-dependent control flow
-(per-image loops, proposal filtering), so torch.fx cannot trace it and `optimize` takes the
-swap path: the ConvTranspose2d module is swapped by name, nothing fused.
+ConvTranspose2d(256, 256, k=2, s=2), followed by a ReLU that `optimize` runs in the same call
+in eval mode (the detection model's data-dependent control flow runs as written).
 
 `box_score_thresh=0` keeps detections from a random-init model, so the mask head does run.
 
