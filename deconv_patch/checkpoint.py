@@ -8,14 +8,21 @@ caller says it trusts the file (`trust=True`, the CLI's --trust-checkpoint). Sta
 
 from __future__ import annotations
 
+import fnmatch
+import importlib
+import io
 import json
 import os
 import pickle
+import pickletools
+import re
+import stat
+import sys
 import tempfile
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, Mapping, Optional, Union
+from typing import IO, Any, Callable, Dict, List, Mapping, Optional, Set, Tuple, Union
 
 import torch
 from torch import nn
@@ -74,7 +81,8 @@ def detect_format(path: PathLike) -> str:
     except OSError as exc:
         raise CheckpointError(f"{path}: cannot read ({exc.strerror})", ExitCode.FILE_UNREADABLE)
     if not is_zip:
-        return PICKLE  # legacy (non-zip) torch.save, or garbage: loading tells which
+        _check_legacy(path)
+        return PICKLE
     try:
         with zipfile.ZipFile(path) as archive:
             names = archive.namelist()
@@ -85,7 +93,32 @@ def detect_format(path: PathLike) -> str:
         return EXPORT
     if "constants.pkl" in tails or any(t.startswith("code/") for t in tails):
         return TORCHSCRIPT
+    if "data.pkl" not in tails:
+        raise CheckpointError(f"{path}: not a PyTorch checkpoint (a zip archive without "
+                              "data.pkl)", ExitCode.CORRUPT_FILE)
     return PICKLE
+
+
+def _check_legacy(path: Path) -> None:
+    """A non-zip file is a checkpoint only when it opens as torch.save's legacy format does: a
+    pickled magic number. Anything else (text, random bytes, a plain pickle) is refused here,
+    before any unpickling, so that --trust-checkpoint cannot be asked for it."""
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(64)
+    except OSError as exc:
+        raise CheckpointError(f"{path}: cannot read ({exc.strerror})", ExitCode.FILE_UNREADABLE)
+    if head.startswith(b"PK\x03\x04"):
+        raise CheckpointError(f"{path}: truncated or corrupt zip archive (its directory is "
+                              "missing)", ExitCode.CORRUPT_FILE)
+    try:
+        values = [arg for op, arg, _ in pickletools.genops(io.BytesIO(head))
+                  if op.name not in ("PROTO", "FRAME", "STOP")]
+    except Exception:  # genops raises ValueError and others on bytes that are no pickle
+        values = []
+    if values != [torch.serialization.MAGIC_NUMBER]:
+        raise CheckpointError(f"{path}: not a PyTorch checkpoint (neither a zip archive nor a "
+                              "legacy pickle)", ExitCode.CORRUPT_FILE)
 
 
 def _is_tensor_dict(obj: Any) -> bool:
@@ -131,6 +164,46 @@ UNTRUSTED_MESSAGE = (
     "{path}: holds a whole pickled model; unpickling it runs arbitrary code from the file. "
     "Refused. If you trust it, pass --trust-checkpoint; safer: save a state_dict and pass "
     "--model package.module:factory")
+UNTRUSTED_OBJECTS_MESSAGE = (
+    "{path}: its pickle names Python objects that weights-only loading refuses ({names}); "
+    "unpickling them runs code from the file. Refused. If you trust it, pass --trust-checkpoint")
+
+
+def _object_strings(path: Path) -> Set[str]:
+    """Every string in the pickle that holds the saved object (data.pkl of a zip checkpoint, the
+    fourth pickle of the legacy format), read with pickletools: nothing is executed or imported.
+    ValueError and others when those bytes are not a well-formed pickle."""
+
+    def strings(stream: IO[bytes]) -> Set[str]:
+        return {arg for _op, arg, _pos in pickletools.genops(stream) if isinstance(arg, str)}
+
+    if zipfile.is_zipfile(path):
+        with zipfile.ZipFile(path) as archive:
+            name = next(n for n in archive.namelist() if n.split("/", 1)[-1] == "data.pkl")
+            return strings(io.BytesIO(archive.read(name)))
+    with open(path, "rb") as handle:
+        for _ in range(3):  # magic number, protocol version, system info
+            strings(handle)
+        return strings(handle)
+
+
+def _untrusted(path: Path, refusal: pickle.UnpicklingError) -> CheckpointError:
+    """Why weights-only loading refused `path`: a pickled nn.Module (whose state always names
+    _parameters, _buffers and _modules), other Python objects, or bytes that are no pickle."""
+    try:
+        strings = _object_strings(path)
+    except Exception as exc:
+        return CheckpointError(f"{path}: corrupt checkpoint (its pickle is damaged: "
+                               f"{_first_line(exc)})", ExitCode.CORRUPT_FILE)
+    if {"_parameters", "_buffers", "_modules"} <= strings:
+        return CheckpointError(UNTRUSTED_MESSAGE.format(path=path), ExitCode.UNTRUSTED_PICKLE)
+    try:
+        names = sorted(torch.serialization.get_unsafe_globals_in_checkpoint(str(path)))
+    except Exception:  # the legacy format: the refusal names the first global it refused
+        names = re.findall(r"GLOBAL ([\w.]+)", str(refusal))[:1]
+    return CheckpointError(UNTRUSTED_OBJECTS_MESSAGE.format(
+        path=path, names=", ".join(names) or "outside torch's allowlist"),
+        ExitCode.UNTRUSTED_PICKLE)
 
 
 def load_checkpoint(path: PathLike, *, trust: bool = False) -> Loaded:
@@ -152,9 +225,11 @@ def load_checkpoint(path: PathLike, *, trust: bool = False) -> Loaded:
                                   f"({_first_line(exc)})", ExitCode.CORRUPT_FILE) from exc
     try:
         obj = _torch_load(path, weights_only=True)
-    except pickle.UnpicklingError:
-        if not trust:
-            raise CheckpointError(UNTRUSTED_MESSAGE.format(path=path), ExitCode.UNTRUSTED_PICKLE)
+    except pickle.UnpicklingError as refusal:
+        refused = _untrusted(path, refusal)
+        # a damaged pickle is refused even when trusted: unpickling garbage proves nothing
+        if not trust or refused.code == ExitCode.CORRUPT_FILE:
+            raise refused from refusal
         obj = _torch_load(path, weights_only=False)
     return _classify(path, obj)
 
@@ -201,23 +276,164 @@ def load_state_dict_into(model: nn.Module, state: Mapping[str, torch.Tensor]) ->
 # ------------------------------------------------------------------------------- saving
 
 
+FileWriter = Callable[[IO[bytes]], None]
+
+
+class _Output(io.RawIOBase):
+    """A temporary file handed to a writer: write() writes every byte or raises, and keeps the
+    OSError, because torch's zip writer re-raises it as a RuntimeError that has lost its errno
+    (a full disk then reads "[enforce fail at inline_container.cc]")."""
+
+    def __init__(self, fd: int) -> None:
+        super().__init__()
+        self.fd = fd
+        self.error: Optional[OSError] = None
+
+    def writable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
+        return os.lseek(self.fd, offset, whence)
+
+    def tell(self) -> int:
+        return os.lseek(self.fd, 0, os.SEEK_CUR)
+
+    def write(self, data: Any) -> int:
+        view = memoryview(data).cast("B")
+        size = len(view)
+        try:
+            while view:
+                view = view[os.write(self.fd, view):]
+        except OSError as exc:
+            self.error = exc
+            raise
+        return size
+
+
+def _file_mode(path: Path) -> int:
+    """The mode a plain open(path, "w") leaves: an existing file keeps its own, a new one gets
+    0o666 less the umask (mkstemp's 0o600 would hide outputs from group and others)."""
+    try:
+        return stat.S_IMODE(path.stat().st_mode)
+    except FileNotFoundError:
+        mask = os.umask(0o022)  # reading the umask means setting it; restored at once
+        os.umask(mask)
+        return 0o666 & ~mask
+
+
+def _stage(path: Path, write: Callable[[Any], None], by_path: bool) -> Path:
+    """A complete, synced temporary file next to `path` (not yet renamed): write() gets its path
+    (by_path) or an _Output. On failure the temporary file is removed; an OSError the writer
+    hit is raised again as an OSError naming `path` (not the temporary file), also where torch
+    wrapped it in a RuntimeError."""
+    mode = _file_mode(path)
+    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    tmp = Path(name)
+    try:
+        out = _Output(fd)
+        try:
+            write(tmp if by_path else out)
+        except Exception as exc:
+            error = exc if isinstance(exc, OSError) else out.error
+            if error is None:
+                raise
+            raise OSError(error.errno, error.strerror, str(path)) from exc
+        os.fsync(fd)
+        os.chmod(tmp, mode)
+    except BaseException:
+        os.close(fd)
+        tmp.unlink(missing_ok=True)
+        raise
+    os.close(fd)
+    return tmp
+
+
+def write_files(files: Mapping[PathLike, FileWriter]) -> None:
+    """Writes all of `files` (path -> write(handle)) or none: each is written to a temporary
+    file next to it and synced, and only when every one is complete are they renamed into
+    place. On any failure no temporary file is left and no new file is placed (one already
+    renamed is removed again), so a rerun never meets half a set. A write that fails with an
+    OSError (a full disk: errno ENOSPC) raises an OSError naming the file, also when torch's
+    writer turned it into a RuntimeError."""
+    staged: List[Tuple[Path, Path]] = []
+    placed: List[Path] = []
+    try:
+        for path, write in files.items():
+            staged.append((_stage(Path(path), write, by_path=False), Path(path)))
+        for tmp, path in staged:
+            os.replace(tmp, path)
+            placed.append(path)
+    except BaseException:
+        for tmp, _ in staged:
+            tmp.unlink(missing_ok=True)
+        for path in placed:
+            path.unlink(missing_ok=True)
+        raise
+
+
 def atomic_write(path: PathLike, write: Callable[[Path], None]) -> None:
     """Calls write(tmp) on a temporary file next to `path`, then renames it over `path`, so
     readers see the old file or the complete new one, never a partial write."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp" + path.suffix,
-                               dir=path.parent)
-    os.close(fd)
-    tmp = Path(name)
+    tmp = _stage(path, write, by_path=True)
     try:
-        write(tmp)
-        with open(tmp, "rb") as handle:
-            os.fsync(handle.fileno())
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def build_from_spec(spec: str, kwargs: Mapping[str, Any]) -> nn.Module:
+    """`package.module:factory(**kwargs)`, the current directory importable as with
+    `python -m`; BAD_MODEL_SPEC errors say what went wrong."""
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise CheckpointError(f"--model {spec!r}: want package.module:factory",
+                              ExitCode.BAD_MODEL_SPEC)
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        factory: Any = importlib.import_module(module_name)
+        for part in attr.split("."):
+            factory = getattr(factory, part)
+        model = factory(**kwargs)
+    except Exception as exc:
+        raise CheckpointError(f"--model {spec}: {type(exc).__name__}: {exc}",
+                              ExitCode.BAD_MODEL_SPEC) from exc
+    if not isinstance(model, nn.Module):
+        raise CheckpointError(f"--model {spec} returned a {type(model).__name__}, not an "
+                              "nn.Module", ExitCode.BAD_MODEL_SPEC)
+    return model
+
+
+def needs_recipe(model: nn.Module) -> bool:
+    """Whether `model` cannot be pickled as it is: PyTorch refuses to pickle parametrized
+    modules (parametrizations.spectral_norm / weight_norm); such a checkpoint stores how to
+    rebuild the patched model instead (`recipe`)."""
+    from torch.nn.utils import parametrize
+
+    return any(parametrize.is_parametrized(m) for m in model.modules())
+
+
+def _rebuild(recipe: Mapping[str, Any], map_location: Any) -> nn.Module:
+    """The patched model a recipe describes: the architecture from its factory, the saved
+    state_dict, then optimize() with the saved settings (fusion is decided on its first call)."""
+    from .optimize import optimize
+
+    model = build_from_spec(recipe["factory"], recipe.get("model_kwargs") or {})
+    state = {k: v.to(map_location) if isinstance(v, torch.Tensor) else v
+             for k, v in recipe["state_dict"].items()}
+    load_state_dict_into(model, state)
+    skip = list(recipe.get("skip") or ())
+
+    def keep(name: str, module: Any) -> bool:
+        return not any(fnmatch.fnmatchcase(name, glob) for glob in skip)
+
+    return optimize(model.eval(), filter_fn=keep, fuse=bool(recipe.get("fuse", True)))
 
 
 def patched_payload(model: nn.Module, *, autotune: Mapping[str, Any],
@@ -234,7 +450,7 @@ def patched_payload(model: nn.Module, *, autotune: Mapping[str, Any],
 
 
 def save_patched(path: PathLike, payload: Mapping[str, Any]) -> None:
-    atomic_write(path, lambda tmp: torch.save(dict(payload), tmp))
+    write_files({path: lambda handle: torch.save(dict(payload), handle)})
 
 
 def load(path: PathLike, *, import_autotune: bool = True, map_location: Any = "cpu") -> nn.Module:
@@ -261,6 +477,8 @@ def load(path: PathLike, *, import_autotune: bool = True, map_location: Any = "c
         raise CheckpointError(f"{path}: written by a newer deconv_patch (format version "
                               f"{obj.get('version')})", ExitCode.UNSUPPORTED_FORMAT)
     model = obj["model"]
+    if model is None and isinstance(obj.get("recipe"), Mapping):
+        model = _rebuild(obj["recipe"], map_location)
     if import_autotune and obj.get("autotune"):
         from .autotune import cache
 
@@ -277,7 +495,8 @@ def to_jsonable(data: Any) -> Any:
 
 __all__ = [
     "CheckpointError", "EXPORT", "FORMAT_MARKER", "FORMAT_VERSION", "Loaded", "PATCHED",
-    "PICKLE", "STATE_DICT", "TORCHSCRIPT", "atomic_write", "detect_format", "find_state_dict",
+    "PICKLE", "STATE_DICT", "TORCHSCRIPT", "atomic_write", "build_from_spec", "detect_format",
+    "find_state_dict", "needs_recipe",
     "load", "load_checkpoint", "load_state_dict_into", "patched_payload", "save_patched",
-    "to_jsonable",
+    "to_jsonable", "write_files",
 ]

@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import copy
 import fnmatch
-import importlib
 import json
 import os
 import statistics
@@ -18,31 +17,33 @@ import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from ._version import __version__
+from .cli_output import (
+    CliError, FileWriter, check_output, check_report, report_writer, state_dict_path,
+    write_outputs,
+)
 from .exit_codes import ExitCode
-
-
-class CliError(Exception):
-    """A user-facing failure: one line of text and its exit code."""
-
-    def __init__(self, message: str, code: ExitCode) -> None:
-        super().__init__(message)
-        self.code = code
+from .patching import copy_model
 
 
 # ----------------------------------------------------------------------- existing commands
 
 
 def _cmd_build(args: argparse.Namespace) -> int:
-    from .extension import ExtensionUnavailableError, build
+    from .extension import ExtensionUnavailableError, _capabilities, build
 
     try:
         info = build()
     except ExtensionUnavailableError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        # no usable GPU is CUDA_UNAVAILABLE as for every command; a missing toolchain or a
+        # failed compile is a usage problem (2)
+        try:
+            usable_gpu = bool(_capabilities())
+        except Exception:  # a broken driver: no usable GPU either
+            usable_gpu = False
+        raise CliError(str(exc), ExitCode.USAGE if usable_gpu else ExitCode.CUDA_UNAVAILABLE)
     archs = ", ".join(f"sm_{a}{b}" for a, b in info.capabilities)
     print(f"deconv_patch CUDA extension ready for {archs}")
     print(f"module: {info.module_path}")
@@ -68,7 +69,11 @@ def parse_shape(text: str) -> Tuple[int, ...]:
     except ValueError:
         raise argparse.ArgumentTypeError(f"bad shape {text!r}: want comma-separated ints")
     if not dims or any(d < 0 for d in dims):
-        raise argparse.ArgumentTypeError(f"bad shape {text!r}: want comma-separated ints >= 0")
+        raise argparse.ArgumentTypeError(f"bad shape {text!r}: want comma-separated ints >= 1")
+    if 0 in dims:
+        raise argparse.ArgumentTypeError(
+            f"bad shape {text!r}: a zero dimension makes an empty input, and comparing empty "
+            "outputs proves nothing; every dimension must be >= 1")
     return dims
 
 
@@ -130,27 +135,18 @@ def _build_architecture(spec: Optional[str], kwargs_text: Optional[str]) -> Any:
     if not spec:
         raise CliError("this checkpoint is a state_dict: pass --model package.module:factory to "
                        "build the architecture", ExitCode.BAD_MODEL_SPEC)
-    module_name, _, attr = spec.partition(":")
-    if not module_name or not attr:
-        raise CliError(f"--model {spec!r}: want package.module:factory", ExitCode.BAD_MODEL_SPEC)
     try:
         kwargs = json.loads(kwargs_text) if kwargs_text else {}
     except ValueError as exc:
         raise CliError(f"--model-kwargs is not JSON: {exc}", ExitCode.BAD_MODEL_SPEC)
     if not isinstance(kwargs, dict):
         raise CliError("--model-kwargs must be a JSON object", ExitCode.BAD_MODEL_SPEC)
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
+    from .checkpoint import CheckpointError, build_from_spec
+
     try:
-        factory = importlib.import_module(module_name)
-        for part in attr.split("."):
-            factory = getattr(factory, part)
-        model = factory(**kwargs)
-    except Exception as exc:
-        raise CliError(f"--model {spec}: {type(exc).__name__}: {exc}", ExitCode.BAD_MODEL_SPEC)
-    if not isinstance(model, nn.Module):
-        raise CliError(f"--model {spec} returned a {type(model).__name__}, not an nn.Module",
-                       ExitCode.BAD_MODEL_SPEC)
+        model = build_from_spec(spec, kwargs)
+    except CheckpointError as exc:
+        raise CliError(str(exc), exc.code)
     return model
 
 
@@ -209,41 +205,9 @@ def _check_inputs(model: Any, inputs: Tuple[Any, ...]) -> None:
                        f"{first}", ExitCode.BAD_INPUT_SHAPE)
 
 
-def _write_report(report: Any, path: Optional[str], force: bool) -> None:
-    if not path:
-        return
-    from .checkpoint import atomic_write
-
-    suffix = Path(path).suffix.lower()
-    render = {".html": report.to_html, ".htm": report.to_html, ".json": report.to_json,
-              ".md": report.to_markdown}.get(suffix)
-    if render is None:
-        raise CliError(f"--report {path}: use .html, .json or .md", ExitCode.USAGE)
-    _check_writable(Path(path), force, "--report")
-    text = render()
-    atomic_write(path, lambda tmp: tmp.write_text(text + ("\n" if suffix == ".json" else ""),
-                                                  encoding="utf-8"))
-
-
-def _check_writable(path: Path, force: bool, what: str, inputs: Sequence[str] = ()) -> None:
-    for source in inputs:
-        if path.exists() and Path(source).exists() and path.samefile(source):
-            raise CliError(f"{what} {path} is the input file; refusing to overwrite it",
-                           ExitCode.OUTPUT_EXISTS)
-    if path.exists() and not force:
-        raise CliError(f"{what} {path} exists; pass --force to replace it", ExitCode.OUTPUT_EXISTS)
-    if path.exists() and path.is_dir():
-        raise CliError(f"{what} {path} is a directory", ExitCode.OUTPUT_EXISTS)
-
-
-def _state_dict_path(out: Path) -> Path:
-    return out.with_name(f"{out.stem}.state_dict.pt")
-
-
-def _validate(original: Any, patched: Any, inputs: Tuple[Any, ...],
-              args: argparse.Namespace) -> Any:
-    """The validation report of `patched` against `original`, printed and written to
-    --report; out of GPU memory becomes its own exit code."""
+def _validate(original: Any, patched: Any, inputs: Tuple[Any, ...]) -> Any:
+    """The validation report of `patched` against `original`, printed; out of GPU memory
+    becomes its own exit code."""
     from .validation import validate
 
     try:
@@ -255,16 +219,28 @@ def _validate(original: Any, patched: Any, inputs: Tuple[Any, ...],
             raise _oom_error("validation", exc)
         raise
     print(report)
-    _write_report(report, args.report, args.force)
     return report
 
 
-def _refused(report: Any, out: Path) -> Optional[int]:
-    """VALIDATION_FAILED (after saying OUT is not written) when the report failed, else None."""
+def _report_files(report: Any, args: argparse.Namespace) -> Dict[Path, FileWriter]:
+    """{--report path: its writer}, or nothing without --report."""
+    return {Path(args.report): report_writer(report, args.report)} if args.report else {}
+
+
+def _refused(report: Any, out: Path, args: argparse.Namespace) -> Optional[int]:
+    """VALIDATION_FAILED (after writing the report, which says why, and saying OUT is not
+    written) when the report failed, else None."""
     if report.passed:
         return None
+    write_outputs(_report_files(report, args))
     print(f"error: validation failed ({report.verdict}); {out} not written", file=sys.stderr)
     return ExitCode.VALIDATION_FAILED
+
+
+def _cpu_note(target: Target) -> None:
+    if target.device.type != "cuda":
+        print(f"note: on {target.device} nothing is faster: without CUDA the patched model runs "
+              "PyTorch's own kernels; the speedup needs a CUDA GPU")
 
 
 # ----------------------------------------------------------------------- patch
@@ -279,16 +255,19 @@ def _cmd_patch(args: argparse.Namespace) -> int:
     from .summary import get_summary
 
     out = Path(args.output)
-    _check_writable(out, args.force, "OUT", [args.input])
+    check_output(out, args.force, "OUT", [args.input])
+    if not args.no_validate:
+        check_report(args.report, args.force)
     target = _target(args)
     source = _load(args.input, args)
     if source.kind == ck.STATE_DICT:
-        _check_writable(_state_dict_path(out), args.force, "state_dict output", [args.input])
+        check_output(state_dict_path(out), args.force, "state_dict output", [args.input])
+    _cpu_note(target)
     if source.kind == ck.EXPORT:
         return _patch_program(args, source, out, target)
     if not args.input_shape:
         raise CliError("--input-shape is required (one per positional input)", ExitCode.USAGE)
-    original = _place(copy.deepcopy(source.model), target)
+    original = _place(copy_model(source.model), target)
     inputs = _inputs(args.input_shape, target)
     _check_inputs(original, inputs)
 
@@ -311,13 +290,12 @@ def _cmd_patch(args: argparse.Namespace) -> int:
     print(summary.table())
     report = None
     if not args.no_validate:
-        report = _validate(original, patched, inputs, args)
-        refused = _refused(report, out)
+        report = _validate(original, patched, inputs)
+        refused = _refused(report, out, args)
         if refused is not None:
             return refused
     elif args.report:
         print("note: --report ignored with --no-validate", file=sys.stderr)
-    fused = summary.num_fused > 0
     payload = ck.patched_payload(
         patched, autotune=cache().export(),
         summary=ck.to_jsonable(summary.to_dict()),
@@ -329,28 +307,35 @@ def _cmd_patch(args: argparse.Namespace) -> int:
                 "input_shapes": [list(s) for s in args.input_shape],
                 "deconv_patch": __version__},
     )
-    try:
-        ck.save_patched(out, payload)
-        print(f"wrote {out} (load with deconv_patch.load)")
-        if source.kind == ck.STATE_DICT:
-            plain = {k: v.detach().cpu() for k, v in source.model.state_dict().items()}
-            sd_path = _state_dict_path(out)
-            ck.atomic_write(sd_path, lambda tmp: torch.save(plain, tmp))
-            why = (" (BatchNorm was folded in the patched model, so this is the original, "
-                   "unfolded state_dict)" if fused else "")
-            print(f"wrote {sd_path}: plain state_dict for the original architecture{why}")
-    except OSError as exc:
-        raise CliError(f"cannot write {out}: {exc}", ExitCode.WRITE_FAILED)
+    sd_path = state_dict_path(out)
+    plain = {k: v.detach().cpu() for k, v in source.model.state_dict().items()}
+    if ck.needs_recipe(patched):
+        if source.kind != ck.STATE_DICT:
+            raise CliError("the model has parametrized modules (spectral_norm / weight_norm), "
+                           "which PyTorch cannot pickle: patch its state_dict with --model "
+                           "instead", ExitCode.UNSUPPORTED_FORMAT)
+        # rebuilt on load from the factory and state_dict (see checkpoint.needs_recipe)
+        payload.update(model=None, recipe={
+            "factory": args.model, "model_kwargs": json.loads(args.model_kwargs or "{}"),
+            "state_dict": plain, "fuse": not args.no_fuse, "skip": list(args.skip or ())})
+    files: Dict[Path, FileWriter] = {out: lambda handle: torch.save(payload, handle)}
+    if source.kind == ck.STATE_DICT:
+        files[sd_path] = lambda handle: torch.save(plain, handle)
+    if report is not None:
+        files.update(_report_files(report, args))
+    write_outputs(files)
+    print(f"wrote {out} (load with deconv_patch.load)")
+    if source.kind == ck.STATE_DICT:
+        print(f"wrote {sd_path}: plain state_dict for the original architecture")
+    if report is not None and args.report:
+        print(f"wrote {args.report}")
     return ExitCode.OK
 
 
 def _patch_program(args: argparse.Namespace, source: Source, out: Path, target: Target) -> int:
     import torch
 
-    from .checkpoint import atomic_write
-    from .export_patch import count_patched, patch_program
-
-    from .export_patch import find_layers
+    from .export_patch import count_patched, find_layers, patch_program
 
     program = source.program
     original = copy.deepcopy(program)
@@ -359,8 +344,10 @@ def _patch_program(args: argparse.Namespace, source: Source, out: Path, target: 
     left = [layer.node for layer in found if layer not in layers]
     if not layers:
         already = count_patched(program)
+        on_gpu = ("cuDNN runs them as fast" if target.device.type == "cuda"
+                  else "on a CUDA GPU, cuDNN runs them as fast")
         why = (f"none of its {len(left)} transposed convolution(s) would run a deconv_patch "
-               "kernel (cuDNN runs them as fast; --all-layers routes them anyway)" if left
+               f"kernel ({on_gpu}; --all-layers routes them anyway)" if left
                else "no transposed convolutions in the exported graph")
         print(f"nothing to patch: {why}" + (f" ({already} already patched)" if already else "")
               + "; nothing written")
@@ -370,6 +357,7 @@ def _patch_program(args: argparse.Namespace, source: Source, out: Path, target: 
     if left:
         print(f"left on PyTorch (no deconv_patch kernel would run them; --all-layers routes "
               f"them anyway): {', '.join(left)}")
+    report = None
     if not args.no_validate:
         shapes = args.input_shape
         if shapes:
@@ -385,14 +373,17 @@ def _patch_program(args: argparse.Namespace, source: Source, out: Path, target: 
         # validate a copy: moving program.module() to the device would move the program's own
         # weights, and the .pt2 written below must stay on the device it came from
         candidate = copy.deepcopy(program).module().to(target.device)
-        refused = _refused(_validate(ref, candidate, inputs, args), out)
+        report = _validate(ref, candidate, inputs)
+        refused = _refused(report, out, args)
         if refused is not None:
             return refused
-    try:
-        atomic_write(out, lambda tmp: torch.export.save(program, str(tmp)))
-    except OSError as exc:
-        raise CliError(f"cannot write {out}: {exc}", ExitCode.WRITE_FAILED)
+    files: Dict[Path, FileWriter] = {out: lambda handle: torch.export.save(program, handle)}
+    if report is not None:
+        files.update(_report_files(report, args))
+    write_outputs(files)
     print(f"wrote {out} (torch.export.load reads it after `import deconv_patch`)")
+    if report is not None and args.report:
+        print(f"wrote {args.report}")
     return ExitCode.OK
 
 
@@ -405,13 +396,15 @@ def _eager(source: Source, target: Target) -> Any:
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
+    check_report(args.report, args.force)
     target = _target(args)
     original = _eager(_load(args.original, args), target)
     patched = _eager(_load(args.patched, args), target)
     inputs = _inputs(args.input_shape, target)
     _check_inputs(original, inputs)
     _check_inputs(patched, inputs)
-    report = _validate(original, patched, inputs, args)
+    report = _validate(original, patched, inputs)
+    write_outputs(_report_files(report, args))
     return ExitCode.OK if report.passed else ExitCode.VALIDATION_FAILED
 
 
@@ -497,11 +490,16 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         if _is_oom(exc):
             raise _oom_error("timing", exc)
         raise
-    print(f"forward on {target.device} {str(target.dtype).replace('torch.', '')}: PyTorch "
-          f"{ms_o:.3f} ms, deconv_patch {ms_p:.3f} ms, speedup {ms_o / ms_p:.2f}x "
-          f"(median of {args.reps})")
-    if target.device.type != "cuda":
-        print("note: on CPU both run PyTorch's kernels; CUDA is needed for a speedup")
+    where = f"{target.device} {str(target.dtype).replace('torch.', '')}"
+    if target.device.type == "cuda":
+        print(f"forward on {where}: PyTorch {ms_o:.3f} ms, deconv_patch {ms_p:.3f} ms, speedup "
+              f"{ms_o / ms_p:.2f}x (median of {args.reps})")
+        return ExitCode.OK
+    # both sides run PyTorch's kernels here: a ratio would be timing noise presented as a result
+    print(f"forward on {where}: original {ms_o:.3f} ms, patched {ms_p:.3f} ms (median of "
+          f"{args.reps}); this compares PyTorch with PyTorch: off CUDA the patched model runs "
+          "PyTorch's own kernels, so nothing is faster here; run bench on a CUDA GPU to measure "
+          "deconv_patch")
     return ExitCode.OK
 
 
@@ -610,9 +608,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Optional[List[str]] = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    if getattr(args, "func", None) is None:
-        parser.print_help()
-        return 0
+    if getattr(args, "func", None) is None:  # a missing command is an argument error
+        parser.print_help(sys.stderr)
+        print(f"{parser.prog}: error: a command is required", file=sys.stderr)
+        return int(ExitCode.USAGE)
     from .checkpoint import CheckpointError
 
     try:

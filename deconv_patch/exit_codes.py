@@ -1,7 +1,8 @@
 """Exit codes of the `deconv-patch` console script, one per kind of failure.
 
 Scripts and CI can branch on the code without parsing messages. 2 is argparse's usage error
-(and `deconv-patch build`'s "no CUDA toolchain", kept for compatibility).
+(a missing command too), and `deconv-patch build`'s missing toolchain or failed compile, kept
+for compatibility; `build` without a usable GPU is CUDA_UNAVAILABLE like every command.
 """
 
 from __future__ import annotations

@@ -310,8 +310,12 @@ class ValidationReport:
             source = Path(source).read_text(encoding="utf-8")
         return cls.from_dict(json.loads(source))
 
-    def to_markdown(self) -> str:
-        return _markdown(self)
+    def to_markdown(self, path: Union[str, Path, None] = None) -> str:
+        """The report as Markdown text; also written to `path`."""
+        text = _markdown(self)
+        if path is not None:
+            Path(path).write_text(text, encoding="utf-8")
+        return text
 
     def to_html(self, path: Union[str, Path, None] = None) -> str:
         """One self-contained HTML page (tables + inline SVG chart); also written to `path`."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import stat
 from pathlib import Path
 
 import pytest
@@ -106,6 +108,22 @@ def test_atomic_write_keeps_old_file_on_failure(tmp_path):
     assert target.read_bytes() == b"old" and list(tmp_path.iterdir()) == [target]
     atomic_write(target, lambda tmp: tmp.write_bytes(b"new"))
     assert target.read_bytes() == b"new"
+
+
+@pytest.mark.skipif(os.name != "posix", reason="POSIX file modes")
+def test_saved_files_get_the_mode_of_a_plain_write(tmp_path, model):
+    """Not mkstemp's 0o600: 0o666 less the umask, as open(path, "w") gives."""
+    old = os.umask(0o027)
+    try:
+        save_patched(tmp_path / "p.pt", patched_payload(model, autotune={}))
+        atomic_write(tmp_path / "a.bin", lambda tmp: tmp.write_bytes(os.urandom(64)))
+    finally:
+        os.umask(old)
+    for name in ("p.pt", "a.bin"):
+        assert stat.S_IMODE((tmp_path / name).stat().st_mode) == 0o640, name
+    fresh = torch.randn(2, 100, 1, 1)
+    with torch.no_grad():
+        assert torch.equal(load(tmp_path / "p.pt")(fresh), model(fresh))
 
 
 @pytest.mark.parametrize("decompose", [False, True])

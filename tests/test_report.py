@@ -137,6 +137,22 @@ def test_markdown_has_table_and_verdict():
     assert "Speed not measured" in md
 
 
+def test_every_format_returns_its_text_and_writes_it_to_a_path(tmp_path):
+    """to_markdown, to_html and to_json share one signature: no path returns the text, a path
+    also writes it there (JSON adds the final newline a text file ends with)."""
+    report = _report(skew=bool(torch.rand(()) < 0.5))
+    for name, end in (("to_markdown", ""), ("to_html", ""), ("to_json", "\n")):
+        render = getattr(report, name)
+        text = render()
+        assert isinstance(text, str) and text
+        path = tmp_path / f"report.{name}"
+        assert render(path) == text and path.read_text(encoding="utf-8") == text + end, name
+        assert render(path=str(tmp_path / "again")) == text
+        assert (tmp_path / "again").read_text(encoding="utf-8") == text + end
+    md = (tmp_path / "report.to_markdown").read_text(encoding="utf-8")
+    assert md.startswith("# deconv_patch validation report") and report.verdict in md
+
+
 def test_html_is_self_contained_and_names_every_layer(tmp_path):
     report = _report(skew=True)
     path = tmp_path / "report.html"
