@@ -29,12 +29,26 @@
 // (no divergence, weight reads are broadcasts). Lanes run along qc (stores along w, NCHW-like
 // output) or, for channels_last output with few channels per group, along the groups (stores
 // along c).
+//
+// Summation order. One output sums C*T products (C = Cin/g channels, T = taps of its phase),
+// visited channel by channel, each channel's taps together. In a single fp32 accumulator that is
+// one serial chain, whose rounding error grows like C*T (random-walk model: variance ~ (C*T)^2)
+// against C*T*(C + T) for a GEMM + col2im order (a chain over the channels per tap, then one over
+// the taps): up to 2-4x PyTorch's error on grouped layers with large kernels. So where
+// C*T > C + T (C >= 2 and T >= 2, except C = T = 2) the channels are summed in blocks of
+// cblk = floor(sqrt(C/T)) >= 1 channels: each block's cblk*T products go to a fresh partial that
+// is then added to the output's total, two chains of cblk*T and C/cblk terms (error like the
+// GEMM order's, or below). The partials double the accumulators; where that would not fit in
+// registers a blocked item runs its TR rows in two passes (blocked_rows). fp32 input only (TF32
+// and strict alike: the kernel is FFMA either way); 16-bit input keeps the single chain, whose
+// error stays far below the 16-bit output's rounding.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "conv_transpose2d_grouped.h"
 #include "conv_transpose2d_params.h"
@@ -386,14 +400,15 @@ __device__ __forceinline__ void load_weights(const float* p, float (&w)[OCT]) {
 // Otherwise each (row, tap) reads shared memory. Rows outside the image read the staged zeros;
 // WINDOW is used only when every staged weight is finite (0 * w == 0); the exact path skips such
 // rows (PyTorch never multiplies them). Columns outside the image are skipped on both paths.
+// Sums channels [c_lo, c_hi) into acc.
 template <int OCT, int TR, bool WINDOW>
 __device__ __forceinline__ void accumulate(const GroupedArgs& a, const TileCoord& tc,
                                            const float* xg, const float* wg, const PhaseTaps& th,
-                                           const PhaseTaps& tw, int row0, int col0,
-                                           float (&acc)[TR][OCT]) {
+                                           const PhaseTaps& tw, int row0, int col0, int c_lo,
+                                           int c_hi, float (&acc)[TR][OCT]) {
   const int kw_n = a.w.kernel;
 #pragma unroll 1
-  for (int ci = 0; ci < a.cin_g; ++ci) {
+  for (int ci = c_lo; ci < c_hi; ++ci) {
     const float* xp = xg + ci * a.cp;
     const float* wp = wg + ci * a.wp;
 #pragma unroll 1
@@ -504,12 +519,13 @@ __device__ __forceinline__ void store_pixel(T* dst, int64_t c_stride, const floa
     if (o == 0 || o < valid) dst[o * c_stride] = from_float<T>(v[o]);  // valid >= 1
 }
 
-// Epilogue (epilogue.cuh: y = act((acc + bias) * scale + shift), rounded once) and stores for one
-// item. ACT is a template argument so each activation's code is unrolled once over the tile.
+// Epilogue (epilogue.cuh: y = act((acc + bias) * scale + shift), rounded once) and stores for TR
+// rows of one item, the first at q-row qr0 of the tile. ACT is a template argument so each
+// activation's code is unrolled once over the rows.
 template <Activation ACT, typename T, int OCT, int TR>
 __device__ __forceinline__ void finish_item(const GroupedArgs& a, const TileCoord& tc,
                                             const ChannelAffine* aff, const float (&acc)[TR][OCT],
-                                            int gi, int qc, int phh, int phw, int rr) {
+                                            int gi, int qc, int phh, int phw, int qr0) {
   const int g = tc.g0 + gi;
   const int ow = tc.ow0 + qc * a.w.stride + phw;
   if (g >= a.groups || ow >= a.w.out_size) return;
@@ -528,7 +544,7 @@ __device__ __forceinline__ void finish_item(const GroupedArgs& a, const TileCoor
   }
   T* base = static_cast<T*>(a.out) + (int64_t)tc.n * a.os[0] +
             ((int64_t)g * a.cout_g + oc0) * a.os[1] + (int64_t)ow * a.os[3];
-  int oh = tc.oh0 + rr * TR * a.h.stride + phh;
+  int oh = tc.oh0 + qr0 * a.h.stride + phh;
   T* dst = base + (int64_t)oh * a.os[2];
   const int64_t dst_step = (int64_t)a.h.stride * a.os[2];
   constexpr int kBytes = OCT * (int)sizeof(T);
@@ -552,10 +568,40 @@ __device__ __forceinline__ void finish_item(const GroupedArgs& a, const TileCoor
   }
 }
 
+// Epilogue and stores of TR rows (finish_item for the launch's activation).
+template <typename T, int OCT, int TR>
+__device__ __forceinline__ void finish_rows(const GroupedArgs& a, const TileCoord& tc,
+                                            const ChannelAffine* aff, const float (&acc)[TR][OCT],
+                                            int gi, int qc, int phh, int phw, int qr0) {
+  switch (a.epi.activation) {
+#define DP_GROUPED_FINISH(A)                                                    \
+  case A: finish_item<A, T, OCT, TR>(a, tc, aff, acc, gi, qc, phh, phw, qr0); \
+    break;
+    DP_GROUPED_FINISH(Activation::kNone)
+    DP_GROUPED_FINISH(Activation::kReLU)
+    DP_GROUPED_FINISH(Activation::kLeakyReLU)
+    DP_GROUPED_FINISH(Activation::kSiLU)
+    DP_GROUPED_FINISH(Activation::kGELU)
+    DP_GROUPED_FINISH(Activation::kGELUTanh)
+    DP_GROUPED_FINISH(Activation::kTanh)
+    DP_GROUPED_FINISH(Activation::kSigmoid)
+    DP_GROUPED_FINISH(Activation::kHardswish)
+#undef DP_GROUPED_FINISH
+  }
+}
+
+// Rows per pass of a blocked item (see the top). OCT 4 keeps all TR rows: its 2*32 accumulators
+// fit the 128-register budget of min_blocks_for. The others would spill (OCT 1 and 2 under
+// their 80-register cap, OCT 8 and 16 with 2*64), so they run two passes of TR/2 rows, partials
+// and totals together within the single-chain path's TR*OCT accumulators.
+__host__ __device__ constexpr int blocked_rows(int oct, int tr) { return oct == 4 ? tr : tr / 2; }
+
 // Computes and stores every item of this thread's slab.
 template <typename T, int OCT, int TR>
 __device__ __forceinline__ void compute_tile(const GroupedArgs& a, const TileCoord& tc,
                                              const SmemLayout& sm, int tid, bool finite_w) {
+  constexpr int SR = blocked_rows(OCT, TR);
+  static_assert(SR >= 1 && TR % SR == 0, "blocked passes must tile the item's rows");
   const int slab = tid >> a.log2_slab, t = tid & ((1 << a.log2_slab) - 1);
   int gi, qc;
   if (a.c_fast) {
@@ -567,6 +613,7 @@ __device__ __forceinline__ void compute_tile(const GroupedArgs& a, const TileCoo
   }
   const float* xg = sm.x + gi * a.cin_g * a.cp;
   const float* wg = sm.w + gi * a.cin_g * a.wp;
+  const int cin = a.cin_g;
   // Items in (row run, row phase, column phase) order, column phase fastest: neighbouring slabs
   // fill the same output rows at the same time. Passes alternate direction over the slabs, so a
   // slab that drew a phase with many taps in one pass draws one with few in the next (phases
@@ -582,35 +629,59 @@ __device__ __forceinline__ void compute_tile(const GroupedArgs& a, const TileCoo
     const int phw = ph - phh * a.w.stride;
     const PhaseTaps th = sm.taps[phh];
     const PhaseTaps tw = sm.taps[a.h.stride + phw];
+    // Staged row of output row 0 / tap 0, and staged column of tap 0 (see the top).
+    const int row0 = (th.qoff - a.h.qoff_min) + a.h.dmax + rr * TR - th.d0;
+    const int col0 = (tw.qoff - a.w.qoff_min) + a.w.dmax + qc - tw.d0;
+    const bool window = finite_w && th.count <= kMaxTaps && (th.count == 1 || a.h.in_step == 1);
+    const int taps = th.count * tw.count;  // slab-uniform, like everything that picks a path
+    // 16-bit inputs keep the single chain: their error bar is the 16-bit output's rounding.
+    if constexpr (std::is_same<T, float>::value) {
+      if (cin >= 2 && (cin - 1) * (taps - 1) > 1) {  // C*T > C + T: blocked channel sums
+        int cblk = 1;
+        while ((cblk + 1) * (cblk + 1) * taps <= cin) ++cblk;
+#pragma unroll 1
+        for (int r0 = 0; r0 < TR; r0 += SR) {
+          const int qr0 = rr * TR + r0;
+          if (tc.oh0 + qr0 * a.h.stride + phh >= a.h.out_size) break;  // rest below the output
+          float acc[SR][OCT];
+#pragma unroll
+          for (int r = 0; r < SR; ++r)
+#pragma unroll
+            for (int o = 0; o < OCT; ++o) acc[r][o] = 0.f;
+#pragma unroll 1
+          for (int c = 0; c < cin; c += cblk) {
+            float part[SR][OCT];
+#pragma unroll
+            for (int r = 0; r < SR; ++r)
+#pragma unroll
+              for (int o = 0; o < OCT; ++o) part[r][o] = 0.f;
+            const int c_hi = imin(c + cblk, cin);
+            if (window)
+              accumulate<OCT, SR, true>(a, tc, xg, wg, th, tw, row0 + r0, col0, c, c_hi, part);
+            else
+              accumulate<OCT, SR, false>(a, tc, xg, wg, th, tw, row0 + r0, col0, c, c_hi, part);
+#pragma unroll
+            for (int r = 0; r < SR; ++r)
+#pragma unroll
+              for (int o = 0; o < OCT; ++o) acc[r][o] += part[r][o];
+          }
+          finish_rows<T, OCT, SR>(a, tc, sm.aff, acc, gi, qc, phh, phw, qr0);
+        }
+        continue;
+      }
+    }
     float acc[TR][OCT];
 #pragma unroll
     for (int r = 0; r < TR; ++r)
 #pragma unroll
       for (int o = 0; o < OCT; ++o) acc[r][o] = 0.f;
-    if (th.count > 0 && tw.count > 0) {
-      // Staged row of output row 0 / tap 0, and staged column of tap 0 (see the top).
-      const int row0 = (th.qoff - a.h.qoff_min) + a.h.dmax + rr * TR - th.d0;
-      const int col0 = (tw.qoff - a.w.qoff_min) + a.w.dmax + qc - tw.d0;
-      if (finite_w && th.count <= kMaxTaps && (th.count == 1 || a.h.in_step == 1))
-        accumulate<OCT, TR, true>(a, tc, xg, wg, th, tw, row0, col0, acc);
+    if (taps > 0) {
+      if (window)
+        accumulate<OCT, TR, true>(a, tc, xg, wg, th, tw, row0, col0, 0, cin, acc);
       else
-        accumulate<OCT, TR, false>(a, tc, xg, wg, th, tw, row0, col0, acc);
+        accumulate<OCT, TR, false>(a, tc, xg, wg, th, tw, row0, col0, 0, cin, acc);
     }
-    switch (a.epi.activation) {
-#define DP_GROUPED_FINISH(A)                                                      \
-  case A: finish_item<A, T, OCT, TR>(a, tc, sm.aff, acc, gi, qc, phh, phw, rr); \
-    break;
-      DP_GROUPED_FINISH(Activation::kNone)
-      DP_GROUPED_FINISH(Activation::kReLU)
-      DP_GROUPED_FINISH(Activation::kLeakyReLU)
-      DP_GROUPED_FINISH(Activation::kSiLU)
-      DP_GROUPED_FINISH(Activation::kGELU)
-      DP_GROUPED_FINISH(Activation::kGELUTanh)
-      DP_GROUPED_FINISH(Activation::kTanh)
-      DP_GROUPED_FINISH(Activation::kSigmoid)
-      DP_GROUPED_FINISH(Activation::kHardswish)
-#undef DP_GROUPED_FINISH
-    }
+    finish_rows<T, OCT, TR>(a, tc, sm.aff, acc, gi, qc, phh, phw, rr * TR);
   }
 }
 

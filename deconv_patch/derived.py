@@ -14,6 +14,7 @@ class still holds, and the subclass keeps the original's name so `print(model)` 
 
 from __future__ import annotations
 
+import copy
 from typing import Any, Dict, Optional, Tuple
 
 from torch import nn
@@ -66,7 +67,22 @@ def patched_class(module: nn.Module, mixin: type, plain: Optional[type] = None) 
         return on(type(module))
     cls = type(module)
     namespace = {k: v for k, v in cls.__dict__.items() if k not in ("__dict__", "__weakref__")}
+    namespace["__deepcopy__"] = _deepcopy_without_transient
     return type(cls.__name__, (on(cls.__bases__[0]),), namespace)
+
+
+def _deepcopy_without_transient(self: nn.Module, memo: Dict[int, Any]) -> nn.Module:
+    """deepcopy for parametrized patched modules (parametrize's own copies `__dict__` whole):
+    the mixin's per-process caches (`TRANSIENT_STATE`, e.g. prepared C++ calls) stay behind."""
+    found = memo.get(id(self))
+    if found is not None:
+        return found
+    replica = self.__new__(type(self))
+    memo[id(self)] = replica
+    transient = getattr(type(self), "TRANSIENT_STATE", ())
+    replica.__dict__ = copy.deepcopy(
+        {k: v for k, v in self.__dict__.items() if k not in transient}, memo)
+    return replica
 
 
 def set_class(module: nn.Module, mixin: type, plain: Optional[type] = None) -> None:

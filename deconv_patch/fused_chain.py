@@ -71,6 +71,8 @@ def _pass_through(module: nn.Module, input: Any) -> bool:
 class BatchNormGate(nn.Module):
     """Mixin for a BatchNorm whose work a fused conv already did for the tensor it handed over."""
 
+    TRANSIENT_STATE = (PENDING,)  # (a weak reference: never copied or pickled)
+
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         if _pass_through(self, input):
             return input
@@ -78,13 +80,15 @@ class BatchNormGate(nn.Module):
 
     def __getstate__(self) -> dict:
         state = super().__getstate__()
-        state.pop(PENDING, None)  # (a weak reference: never copied or pickled)
+        state.pop(PENDING, None)
         return state
 
 
 class ActivationGate(nn.Module):
     """Mixin for an activation module that a fused conv already applied to the tensor it handed
     over (other callers, e.g. of a shared nn.ReLU, get the activation as usual)."""
+
+    TRANSIENT_STATE = (PENDING,)
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         if _pass_through(self, input):
@@ -162,11 +166,11 @@ class FusedChain:
         it came from changes (identity, storage or version counter)."""
         bn = self.bn
         sources = (weight, bias, bn.running_mean, bn.running_var, bn.weight, bn.bias)
-        if any(t is not None and t.is_inference() for t in sources):
-            key = None  # (inference tensors have no version counter: fold every call)
-        else:
-            key = tuple((id(t), t.data_ptr(), t._version) if t is not None else None
-                        for t in sources) + (bn.eps,)
+        try:  # (identity and version counter: any in-place change, load_state_dict included)
+            key: Optional[tuple] = tuple(None if t is None else (id(t), t._version)
+                                         for t in sources) + (bn.eps,)
+        except RuntimeError:  # inference tensors have no version counter: fold every call
+            key = None
         if key is not None and key == self._folded_key and self._folded is not None:
             return self._folded
         with torch.no_grad():

@@ -74,6 +74,8 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
     # from before activation fusion still load.
     activation: str = "none"
     negative_slope: float = DEFAULT_NEGATIVE_SLOPE
+    # Per-process caches: never copied or pickled (the copy re-plans on its first call).
+    TRANSIENT_STATE = ("_plan_cache", "_last_plan", "_fast_path", "_fast_path_fused")
 
     @classmethod
     def from_module(cls, module: nn.ConvTranspose2d, activation: str = "none",
@@ -299,12 +301,7 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
     def __getstate__(self) -> dict:
         # The plan cache holds prepared kernel calls (closures): a cache, never pickled or
         # deep-copied; the copy re-plans on its first call.
-        state = self.__dict__.copy()
-        state.pop("_plan_cache", None)
-        state.pop("_last_plan", None)
-        state.pop("_fast_path", None)
-        state.pop("_fast_path_fused", None)
-        return state
+        return {k: v for k, v in self.__dict__.items() if k not in self.TRANSIENT_STATE}
 
     def extra_repr(self) -> str:
         fused = ""

@@ -203,6 +203,14 @@ def _fused_chains(patched: nn.Module) -> Dict[str, List[str]]:
     return found
 
 
+def _chain_runs_fused(layer: nn.Module) -> bool:
+    """Whether the layer's fused chain runs fused in the model as it is now (eval BatchNorm,
+    chain not switched off)."""
+    chain = layer.__dict__.get("_fused_chain")
+    return chain is not None and chain.disabled is None and (
+        chain.bn is None or not chain.bn.training)
+
+
 class _FusedLayer(nn.Module):
     """A patched layer running its fused chain (FastConvTranspose2d.forward_fused): what the
     model computes in eval mode in that layer's one call."""
@@ -808,9 +816,12 @@ def _accuracy(report: ValidationReport, m: _Models, pairs: Sequence[_LayerPair],
         capture, ref_module = cap_o.pop(pair.name, None), ref_modules.get(pair.name)
         tf32_module = tf32_modules.get(pair.name)
         patched_capture = cap_p.pop(pair.name, None)
-        if pair.name in chains:
-            # the layer as the model runs it in eval mode: its fused chain in one call (hooks,
-            # like these captures, switch fusion off inside the model's own forward)
+        chain = _follow_fusion(pair.name, removed_caps) if removed_caps else []
+        if pair.name in chains and capture is not None and pair.original is not None and \
+                set(chains[pair.name]) <= set(chain) and _chain_runs_fused(pair.patched):
+            # the layer as the model runs it here: its fused chain in one call (hooks, like
+            # these captures, switch fusion off inside the model's own forward)
+            chain = [n for n in chain if n in chains[pair.name] or n in removed]
             pair = _LayerPair(pair.name, pair.original, _FusedLayer(pair.patched))
             if patched_capture is not None:
                 tail = _follow_fusion(pair.name, patched_follower_caps)
@@ -818,10 +829,9 @@ def _accuracy(report: ValidationReport, m: _Models, pairs: Sequence[_LayerPair],
                     last = patched_follower_caps[tail[-1]]
                     patched_capture = _Capture(patched_capture.args, patched_capture.kwargs,
                                                last.output, patched_capture.calls)
+        else:
+            chain = [n for n in chain if n in removed]
         if capture is not None and pair.original is not None:
-            chain = _follow_fusion(pair.name, removed_caps) if removed_caps else []
-            if pair.name in chains:
-                chain = [n for n in chain if n in chains[pair.name] or n in removed]
             absorbed = [orig_modules[n] for n in chain]
             act = _epilogue_activation(pair.patched, absorbed)
             if chain or act is not None:

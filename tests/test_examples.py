@@ -144,8 +144,8 @@ def test_cuda_example_within_foundation_bound(example: Example, dtype: torch.dty
     device = torch.device("cuda")
     model = example.build(small=False).to(device=device, dtype=dtype).eval()
     inputs = example.inputs(example.test_batch, device, dtype)
-    unfused = optimize(model, fuse=False)
-    fused = optimize(model)
+    unfused = optimize(model, inputs, fuse=False)
+    fused = optimize(model, inputs)
     assert summary(fused, quiet=True).num_fused == FUSED_LAYERS[example.name]
     for layer in summary(unfused, quiet=True).layers:  # the table shows what each layer runs
         assert layer.backend == unfused.get_submodule(layer.name).backend

@@ -203,3 +203,25 @@ def test_fast_path_never_armed_for_cpu_calls():
         for _ in range(2):
             fast(torch.randn(1, 4, 5, 5))
     assert "_fast_path" not in fast.__dict__
+
+
+def test_patched_parametrized_layer_copies_without_its_process_caches():
+    """A prepared C++ call (here a stand-in) is per process: deepcopy leaves it behind, also
+    for parametrized layers, whose own deepcopy copies everything else."""
+    import copy as copy_
+
+    from torch.nn.utils import parametrizations, parametrize
+
+    from deconv_patch.patching import patch_modules
+
+    model = nn.Sequential(parametrizations.spectral_norm(nn.ConvTranspose2d(4, 6, 4, 2, 1)))
+    patch_modules(model)
+    model[0].__dict__["_fast_path"] = object()
+    clone = copy_.deepcopy(model)
+    assert "_fast_path" not in clone[0].__dict__
+    assert isinstance(clone[0], FastConvTranspose2d) and parametrize.is_parametrized(clone[0])
+    x = torch.randn(2, 4, 5, 5)
+    with torch.no_grad():
+        assert torch.equal(clone.eval()(x), model.eval()(x))
+    parametrize.remove_parametrizations(clone[0], "weight")
+    assert type(clone[0]) is FastConvTranspose2d
