@@ -1,7 +1,7 @@
 """deconv_patch: faster transposed convolutions for PyTorch models, same results.
 
     import deconv_patch
-    fast_model = deconv_patch.optimize(model, example_inputs)      # fx pass, BN + activation fusion
+    fast_model = deconv_patch.optimize(model, example_inputs)      # the model itself, patched; BN + activation fused
     report = deconv_patch.validate(model, fast_model, example_inputs)
     print(report)                                                # accuracy + speed, per layer
     fast = deconv_patch.FastConvTranspose2d.from_module(nn.ConvTranspose2d(64, 32, 4, 2, 1))

@@ -130,8 +130,6 @@ def _place(model: Any, target: Target) -> Any:
 def _build_architecture(spec: Optional[str], kwargs_text: Optional[str]) -> Any:
     """Calls `package.module:factory(**json_kwargs)`; the current directory is importable, as
     with `python -m`."""
-    from torch import nn
-
     if not spec:
         raise CliError("this checkpoint is a state_dict: pass --model package.module:factory to "
                        "build the architecture", ExitCode.BAD_MODEL_SPEC)

@@ -116,7 +116,7 @@ def _tensors(obj: Any) -> Iterator[torch.Tensor]:
 
 
 def _leaf(module: nn.Module) -> bool:
-    """Modules whose inner uses of a tensor are their own business (see _Recorder._use)."""
+    """Modules whose inner uses of a tensor are their own business (see Recorder._use)."""
     return _follows(module) or isinstance(module, (nn.ConvTranspose2d, torch.jit.ScriptModule)) \
         or not module._modules
 
@@ -127,7 +127,7 @@ def _follows(module: nn.Module) -> bool:
         activation_of_module(module) is not None
 
 
-class _Recorder(TorchFunctionMode):
+class Recorder(TorchFunctionMode):
     """Global module hooks + a TorchFunctionMode that fill a Record (see the module docstring)."""
 
     def __init__(self, root: nn.Module) -> None:
@@ -233,7 +233,7 @@ class _Recorder(TorchFunctionMode):
 def record_forward(model: nn.Module, args: Tuple[Any, ...], kwargs: Dict[str, Any]
                    ) -> Tuple[Record, Any]:
     """Runs `model(*args, **kwargs)` once, recording it; returns the record and the output."""
-    recorder = _Recorder(model)
+    recorder = Recorder(model)
     recorder.start()
     output = None
     try:
@@ -243,5 +243,6 @@ def record_forward(model: nn.Module, args: Tuple[Any, ...], kwargs: Dict[str, An
     return record, output
 
 
-__all__ = ["CONV_TRANSPOSE_FUNCTIONS", "CallSite", "ConvCall", "FunctionalCall", "METADATA_FUNCTIONS",
-           "Record", "Use", "call_site", "caller_code", "record_forward"]
+__all__ = ["CONV_TRANSPOSE_FUNCTIONS", "CallSite", "ConvCall", "FunctionalCall",
+           "METADATA_FUNCTIONS", "Record", "Recorder", "Use", "call_site", "caller_code",
+           "record_forward"]

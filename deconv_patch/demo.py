@@ -51,8 +51,8 @@ def _trained_batchnorm(model: nn.Module, seed: int) -> None:
 
 def run_demo(batch: int = 64, seed: int = 0) -> int:
     """The README's main job, through the public API: optimize() patches the bundled generator
-    (fx pass; each BatchNorm folded into its deconvolution and each activation into its
-    epilogue), validate() compares it with the original (accuracy against float64 and, on
+    (each BatchNorm folded into its deconvolution and each activation into its epilogue,
+    proved on the example input), validate() compares it with the original (accuracy against float64 and, on
     CUDA, time per layer and end to end) in fp32 and bf16 (bf16 on the CPU too: it runs there,
     and its accuracy check is as meaningful as on CUDA). On CUDA, cudnn.benchmark is on for
     the run: it lets cuDNN time its algorithms for the original and deconv_patch's autotune time

@@ -4,14 +4,14 @@
 
 The CUDA kernels compute it in fp32 on the accumulator (cuda/epilogue.cuh); this file holds the
 activation names (codes mirrored in cuda/conv_transpose2d_params.h), the PyTorch reference used
-on every other path, and the mapping from torch.nn activation modules / functions that the fx
-pass fuses.
+on every other path, and the mapping from the torch.nn activation modules that optimize()
+fuses.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Dict, Optional
 
 import torch
 import torch.nn.functional as F
@@ -123,47 +123,6 @@ def activation_of_module(m: nn.Module) -> Optional[FusedActivation]:
     if kind is nn.Hardswish:
         return FusedActivation("hardswish")
     return None
-
-
-# Functions (as they appear as fx call_function targets) -> reader of (args, kwargs) after the
-# first argument; returns None when an argument makes the call unfusable (e.g. inplace is fine,
-# a non-constant slope is not).
-def _slope(args: tuple, kwargs: dict) -> Optional[FusedActivation]:
-    slope = args[0] if args else kwargs.get("negative_slope", DEFAULT_NEGATIVE_SLOPE)
-    return FusedActivation("leaky_relu", float(slope)) if isinstance(slope, (int, float)) else None
-
-
-def _gelu_call(args: tuple, kwargs: dict) -> Optional[FusedActivation]:
-    return _from_gelu(args[0] if args else kwargs.get("approximate", "none"))
-
-
-_FUNCTIONS: Dict[Callable[..., Any], Callable[[tuple, dict], Optional[FusedActivation]]] = {
-    F.relu: lambda a, k: FusedActivation("relu"),
-    torch.relu: lambda a, k: FusedActivation("relu"),
-    F.leaky_relu: _slope,
-    F.silu: lambda a, k: FusedActivation("silu"),
-    F.gelu: _gelu_call,
-    torch.tanh: lambda a, k: FusedActivation("tanh"),
-    torch.sigmoid: lambda a, k: FusedActivation("sigmoid"),
-    F.hardswish: lambda a, k: FusedActivation("hardswish"),
-}
-_METHODS: Dict[str, Callable[[tuple, dict], Optional[FusedActivation]]] = {
-    "relu": lambda a, k: FusedActivation("relu"),
-    "tanh": lambda a, k: FusedActivation("tanh"),
-    "sigmoid": lambda a, k: FusedActivation("sigmoid"),
-}
-
-
-def activation_of_call(op: str, target: Any, args: tuple, kwargs: dict
-                       ) -> Optional[FusedActivation]:
-    """The fusable activation an fx call_function / call_method node computes, or None.
-
-    `args` excludes the tensor argument.
-    """
-    table: Dict[Any, Callable[[tuple, dict], Optional[FusedActivation]]]
-    table = _FUNCTIONS if op == "call_function" else _METHODS if op == "call_method" else {}
-    reader = table.get(target)
-    return reader(args, kwargs) if reader is not None else None
 
 
 @dataclass(frozen=True)

@@ -26,12 +26,12 @@ import torch
 from torch import nn
 
 from . import planner
-from .dataflow import Record, record_forward, _Recorder
+from .dataflow import Record, record_forward, Recorder
 from .functional_calls import FunctionalRouter, covers, routable_forward, route
 from .fuse_plan import CHAIN_ATTR, ChainPlan, attach_chains, detach_chains, plan_chains, \
     verify_chains
 from .modules import FastConvTranspose2d
-from .patching import FilterFn, copy_model, patch_modules
+from .patching import copy_model, patch_modules
 from .summary import (
     FUSION_NOTE, PATH_NONE, PATH_PATCHED, LayerPatch, PatchSummary, PatchWarning, attach,
     get_summary, layer_from_module, with_notes,
@@ -105,7 +105,7 @@ class _Patcher:
         self.summary = summary
         self.convs = convs
         self.handles: List[Any] = []
-        self.recorder: Optional[_Recorder] = None
+        self.recorder: Optional[Recorder] = None
 
     def decide(self, record: Record, args: Tuple[Any, ...], kwargs: Dict[str, Any],
                check_on_copy: bool = False) -> None:
@@ -156,7 +156,7 @@ class _Patcher:
                    ) -> None:
         if torch.compiler.is_compiling() or self.recorder is not None:
             return
-        self.recorder = _Recorder(module)
+        self.recorder = Recorder(module)
         self.recorder.start()
         self.recorder.pre_hook(module, args)  # (the root's own call started before the hooks)
 

@@ -39,8 +39,8 @@ class LayerPatch:
     """One patched transposed convolution.
 
     `kind` is "module" (an nn.ConvTranspose2d became a FastConvTranspose2d; `name` is its
-    qualified name) or "function" (an F.conv_transpose2d call now calls our op; `name` is the
-    fx node name). Shape fields are None for functional calls whose weight is computed at run time.
+    qualified name) or "function" (F.conv_transpose2d calls in a module's forward now call our
+    op; `name` is "<module>.forward"). Shape fields are None for functional calls whose weight is computed at run time.
     """
 
     name: str

@@ -12,7 +12,6 @@ two sides so clock and thermal drift hit both equally.
 from __future__ import annotations
 
 import contextlib
-import copy
 import datetime
 import math
 import platform
@@ -261,7 +260,7 @@ def find_layers(original: nn.Module, patched: nn.Module,
         if not name:
             continue
         counterpart = orig_modules.get(name)
-        # a type change counts only for modules that compute something: fx hierarchy
+        # a type change counts only for modules that compute something: hierarchy
         # placeholders (plain nn.Module, no forward) stand in for the original's containers
         differs = (counterpart is not None
                    and original_class(counterpart) is not original_class(module)

@@ -1,4 +1,4 @@
-"""Small building blocks shared by the optimize / fx-pass tests."""
+"""Small building blocks shared by the optimize tests."""
 
 from __future__ import annotations
 
