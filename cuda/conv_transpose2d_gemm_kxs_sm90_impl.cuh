@@ -86,9 +86,8 @@
 // values (cvt.rna) and issues the wgmma. Each k step is its own commit group, so the fragment
 // registers of step ks are rewritten only after wgmma_wait<3>, when step ks of the previous k
 // block (their last reader) is done; the stage of k block kb-1 is released at step 3 of block kb.
-// (Until session 15 the consumers rounded their A rows in shared memory in place before
-// shared-memory wgmmas: 16 KB more read and written per stage, in a kernel bound by shared-
-// memory bandwidth: docs/perf-notes.md version 16.)
+// (Rounding A rows in shared memory in place before shared-memory wgmmas instead costs 16 KB
+// more read and written per stage, in a kernel bound by shared-memory bandwidth.)
 //
 // NCHW paths (PyTorch's default layout). Independent parts, chosen by template flags:
 // * Staged store (STAGED: output channel stride os_c != 1, and every NCHW-input launch), here with

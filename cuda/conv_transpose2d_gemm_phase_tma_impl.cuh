@@ -104,12 +104,13 @@
 // empty tile skips the epilogue as well).
 // Ping-pong order barrier: a consumer starts a tile's main loop only once the other has issued
 // the main loop of the CTA's previous tile, so no parity wait ever meets a barrier a full round
-// behind (and the tensor cores alternate). TF32: A is read into registers and rounded there, as
+// behind (and the tensor cores alternate). TF32: A is read into registers and rounded there (not
+// in shared memory), as
 // in gemm_kxs_sm90 (ldmatrix per k step, cvt.rna, register-A wgmma, one commit group per k step,
 // wait_group 3 before a step's registers are rewritten; the stage of k block kb-1 is released at
 // step 3 of block kb), except that step ks + 1's ldmatrix is issued before step ks's wgmmas
 // (tf32_rs_k_block's PREFETCH: 10-15% faster on the ping-pong configs here, slower in
-// gemm_kxs_sm90). Until session 15 the consumers rounded their A rows in shared memory.
+// gemm_kxs_sm90).
 //
 // Epilogue, per consumer and tile: bias/scale/shift loads issued before the main loop, (mul, add)
 // tabulated in shared memory after it (channel_affine), then one of three store paths:
@@ -961,7 +962,7 @@ __global__ void __launch_bounds__(kPtThreads, 1)
           // store fills whole 32-byte sectors. Every lane takes part in the shuffles, so the
           // channel tail is tested per store below, and here only for the whole group (uniform).
           // Not in fp32 strict (3xTF32), which is bound by its three MMAs per product: there
-          // the regroup measured 0-5% slower (SimpleBaseline d1 / d3, H100, session 18).
+          // the regroup measured 0-5% slower (SimpleBaseline d1 / d3, H100).
           constexpr bool regroup = kTf32 && !Cfg::kSplit && kVec;
           if (regroup ? tl.col0 + kPtColGroup * cg >= p.cout_g : tl.col0 + lc >= p.cout_g) {
             if (regroup) break;

@@ -6,7 +6,7 @@
 // 64 contiguous bytes. In fp32 it is 32 bytes, stored as two 16-byte vectors: the first store of
 // the warp then writes bytes 32q .. 32q+15 of each row, half of every 32-byte sector, and the
 // second store the other halves, so each store instruction touches twice the sectors it fills
-// (ncu, U-Net up1 TF32: 3.2 M L2 sectors for 1.6 M sectors of output, session 18).
+// (ncu, U-Net up1 TF32: 3.2 M L2 sectors for 1.6 M sectors of output).
 // (gemm_kxs_sm90 no longer needs this: its fp32 packed weight has its own column permutation
 // that puts the values there, kxs_lane_col.)
 //

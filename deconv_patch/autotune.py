@@ -165,9 +165,9 @@ def _confirmed(run: Callable[[str], object], kernel: str) -> bool:
     in bursts (throughput), and by _MARGIN one call at a time (latency: a call's host + GPU
     time, what the layer benchmark measures). With many candidates each gets few samples,
     and on host-bound layers one lucky median picked kernels that then measured 1-11% slower
-    (H100 layer benchmark, session 5); a burst win alone still let a kernel 8% slower per call
-    replace cuDNN (dcgan.g1 bf16 NCHW, session 10), and a latency tie let one measure 11% slower
-    (dcgan.g1 fp16 NHWC, session 15: the same GPU time, host noise), so a tie keeps cuDNN."""
+    (H100 layer benchmark); a burst win alone still let a kernel 8% slower per call replace
+    cuDNN (dcgan.g1 bf16 NCHW), and a latency tie let one measure 11% slower (dcgan.g1 fp16
+    NHWC: the same GPU time, host noise), so a tie keeps cuDNN."""
     mine, theirs = time_interleaved([_burst(run, kernel), _burst(run, ATEN)], 0, _CONFIRM_REPS)
     if statistics.median(mine) * _MARGIN > statistics.median(theirs):
         return False

@@ -50,6 +50,14 @@ def _hooked(module: nn.Module) -> bool:
                 or module._backward_pre_hooks)
 
 
+def _member(module: nn.Module, name: str) -> Any:
+    """module.<name> for a parameter or buffer, read from its dict when it is there."""
+    found = module._parameters.get(name)
+    if found is None:
+        found = module._buffers.get(name)
+    return found if found is not None else getattr(module, name, None)
+
+
 def _global_hooks() -> bool:
     m = nn.modules.module
     return bool(m._global_forward_hooks or m._global_forward_pre_hooks
@@ -68,11 +76,21 @@ def _pass_through(module: nn.Module, input: Any) -> bool:
     return True
 
 
-class BatchNormGate(nn.Module):
-    """Mixin for a BatchNorm whose work a fused conv already did for the tensor it handed over."""
+class _PassThroughGate(nn.Module):
+    """Mixin for a module whose work a fused conv already did for the tensor it handed over:
+    that tensor is returned as it is, any other call computes as the module's class does."""
 
     TRANSIENT_STATE = (PENDING,)  # (a weak reference: never copied or pickled)
 
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        # The hand-over is taken here, before nn.Module's call machinery (two Python frames
+        # per call on the fused path); a module with hooks takes it in forward, after them.
+        if PENDING in self.__dict__ and len(args) == 1 and not kwargs and \
+                not (self._forward_hooks or self._forward_pre_hooks or _global_hooks()) and \
+                _pass_through(self, args[0]):
+            return args[0]
+        return super().__call__(*args, **kwargs)
+
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         if _pass_through(self, input):
             return input
@@ -84,21 +102,13 @@ class BatchNormGate(nn.Module):
         return state
 
 
-class ActivationGate(nn.Module):
-    """Mixin for an activation module that a fused conv already applied to the tensor it handed
+class BatchNormGate(_PassThroughGate):
+    """For a BatchNorm whose work a fused conv already did for the tensor it handed over."""
+
+
+class ActivationGate(_PassThroughGate):
+    """For an activation module that a fused conv already applied to the tensor it handed
     over (other callers, e.g. of a shared nn.ReLU, get the activation as usual)."""
-
-    TRANSIENT_STATE = (PENDING,)
-
-    def forward(self, input: torch.Tensor) -> torch.Tensor:
-        if _pass_through(self, input):
-            return input
-        return super().forward(input)  # type: ignore[misc]
-
-    def __getstate__(self) -> dict:
-        state = super().__getstate__()
-        state.pop(PENDING, None)
-        return state
 
 
 class FusedChain:
@@ -116,6 +126,8 @@ class FusedChain:
         self.site_key = site_key(site)
         self._site: Optional[CallSite] = site
         self._folded_key: Optional[tuple] = None
+        self._folded_eps: Optional[float] = None
+        self._folded_sources: Optional[tuple] = None
         self._folded: Optional[Tuple[torch.Tensor, torch.Tensor]] = None
 
     @property
@@ -128,7 +140,9 @@ class FusedChain:
     def folded(self, conv: nn.Module, input: torch.Tensor, weight: torch.Tensor,
                bias: Optional[torch.Tensor]
                ) -> Optional[Tuple[torch.Tensor, Optional[torch.Tensor]]]:
-        """(weight, bias) to run this call fused with, or None to run it as it is."""
+        """(weight, bias) to run this call fused with, or None to run it as it is. Runs on
+        every call of the conv, so module state is read from its dicts (nn.Module.__getattr__
+        costs about a microsecond per name)."""
         if self.disabled is not None or torch.compiler.is_compiling():
             return None
         site = call_site(1)  # (this method <- forward <- nn.Module's call)
@@ -145,39 +159,44 @@ class FusedChain:
             or (bias is not None and bias.requires_grad))
         if bn is None:
             return None if grad else (weight, bias)
-        if bn.training or _hooked(bn) or bn.running_mean is None or bn.running_var is None:
+        if bn.training or _hooked(bn) or grad or not input.is_floating_point():
             return None
-        if grad and any(p is not None and p.requires_grad for p in (bn.weight, bn.bias)):
+        mean, var = _member(bn, "running_mean"), _member(bn, "running_var")
+        if mean is None or var is None:
             return None
-        if grad or not input.is_floating_point():
-            return None
-        return self.fold_for(conv, weight, bias)
+        return self._fold(conv, (weight, bias, mean, var, _member(bn, "weight"),
+                                 _member(bn, "bias")))
 
     def fold_for(self, conv: nn.Module, weight: torch.Tensor, bias: Optional[torch.Tensor]
                  ) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
         """(weight, bias) with the BatchNorm folded in (as they are without one)."""
-        if self.bn is None:
-            return weight, bias
-        return self._fold(conv, weight, bias)
-
-    def _fold(self, conv: nn.Module, weight: torch.Tensor, bias: Optional[torch.Tensor]
-              ) -> Tuple[torch.Tensor, torch.Tensor]:
-        """The BatchNorm folded into a copy of (weight, bias), cached until any of the tensors
-        it came from changes (identity, storage or version counter)."""
         bn = self.bn
-        sources = (weight, bias, bn.running_mean, bn.running_var, bn.weight, bn.bias)
-        try:  # (identity and version counter: any in-place change, load_state_dict included)
-            key: Optional[tuple] = tuple(None if t is None else (id(t), t._version)
-                                         for t in sources) + (bn.eps,)
+        if bn is None:
+            return weight, bias
+        return self._fold(conv, (weight, bias, bn.running_mean, bn.running_var, bn.weight,
+                                 bn.bias))
+
+    def _fold(self, conv: nn.Module, sources: tuple) -> Tuple[torch.Tensor, torch.Tensor]:
+        """The BatchNorm folded into a copy of (weight, bias), cached until any of `sources`
+        (weight, bias, running mean and variance, BatchNorm weight and bias) or eps changes:
+        identity or version counter, so any in-place change (load_state_dict included) refolds.
+        The cache holds the sources themselves, so no id in its key can be reused."""
+        bn = self.bn
+        try:
+            key: Optional[tuple] = tuple([None if t is None else (id(t), t._version)
+                                          for t in sources])
         except RuntimeError:  # inference tensors have no version counter: fold every call
             key = None
-        if key is not None and key == self._folded_key and self._folded is not None:
-            return self._folded
+        eps = bn.eps  # type: ignore[union-attr]
+        if key is not None and key == self._folded_key and eps == self._folded_eps:
+            return self._folded  # type: ignore[return-value]
+        weight, bias = sources[0], sources[1]
         with torch.no_grad():
             scale, shift = bn_scale_shift(bn)  # type: ignore[arg-type]
             folded = fold_scale_shift(weight, bias, scale, shift, conv.groups)
         if key is not None:
-            self._folded_key, self._folded = key, folded
+            self._folded_key, self._folded_eps, self._folded = key, eps, folded
+            self._folded_sources = sources
         return folded
 
     def hand_over(self, output: torch.Tensor) -> None:
@@ -201,7 +220,8 @@ class FusedChain:
 
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
-        state.update(_site=None, _folded_key=None, _folded=None)
+        state.update(_site=None, _folded_key=None, _folded_eps=None, _folded_sources=None,
+                     _folded=None)
         return state
 
 

@@ -105,8 +105,8 @@ KXS_SM90_AREA_CONFIGS = tuple(f"{GEMM_KXS_SM90}:{t}area" for t in ("128x256s4", 
 # The config the planner runs by default for 16-bit channels_last input (fastest forced on the
 # suite's layers, H100).
 KXS_SM90_WINNER = KXS_SM90_CONFIGS[2]
-# ... and for TF32 channels_last input: since its fp32 stores fill whole sectors (session 18,
-# cuda/quad_regroup.cuh) the cooperative 128x256 tile is the fastest on all 4 such rows (H100,
+# ... and for TF32 channels_last input: since its fp32 stores fill whole sectors
+# (cuda/quad_regroup.cuh) the cooperative 128x256 tile is the fastest on all 4 such rows (H100,
 # forced: U-Net up1 76.7 / up4 179.3 / Mask R-CNN 54.2 / YOLOv8-seg 137.6 us against the
 # ping-pong tile's 108.8 / 179.7 / 60.9 / 145.2; docs/perf-notes.md version 18).
 KXS_SM90_TF32_WINNER = KXS_SM90_CONFIGS[0]
@@ -646,7 +646,7 @@ def plan(input: torch.Tensor, weight: torch.Tensor, args: ConvTransposeArgs) -> 
             # autotune (cudnn.benchmark) measures it exactly. Not for a 1 x 1 input, where
             # cuDNN runs the stride-1 view (H100, DCGAN's 100 > 512 at batch 64, 1 MB of bf16
             # output: cuDNN 36 us of GPU time, gemm_kxs 8.6 us since its weight kept 16-byte
-            # loads, session 28 (19 before); TF32 35 / 11, fp32 strict 73 / 17).
+            # loads (19 before); TF32 35 / 11, fp32 strict 73 / 17).
             return Plan(ATEN, "layer too small for the kernel to matter (host-bound)",
                         candidates=chosen.candidates)
     if (PHASE_CONFIGS[0] in chosen.candidates or OUT_TILE_CONFIGS[0] in chosen.candidates) and \
