@@ -3,7 +3,7 @@
 // thread finds them once for its (oh, ow) and then loops over images (and channels): per output
 // element it is left with the loads, the sum, the epilogue and the store. (Finding the taps per
 // element, a dozen integer divisions, bound the first version: Keypoint R-CNN 42-47 us for 21 MB
-// read, perf-notes version 21.)
+// read, docs/performance/col2im.md.)
 //   * channels_last output (channel stride 1): thread = (ow, co), channels fastest, so a warp
 //     reads consecutive channels of one tap of a cols row and writes consecutive channels;
 //   * any other output (NCHW): thread = ow (lanes along the row: coalesced stores), 8 channels

@@ -565,7 +565,7 @@ struct SmLimits {
 // kBusyWarps) in units of one warp's work (warps rounded up to 32 lanes), times the staging
 // instructions' share (the window's halo makes small blocks stage more per thread). Without
 // the rounds, the model took 32-thread blocks for FSRCNN in channels_last, of which shared
-// memory let an H100 SM hold 7 (6 warps): 1.5x slower than 121-thread blocks (version 25).
+// memory let an H100 SM hold 7 (6 warps): 1.5x slower than 121-thread blocks.
 Geometry make_geometry(const ConvTranspose2dParams& p, ScalarKind kind, const Config& cf,
                        int regs) {
   Geometry g{};
@@ -717,7 +717,7 @@ Geometry make_geometry(const ConvTranspose2dParams& p, ScalarKind kind, const Co
 // The heuristic config (-1): the stride picks the family, the output channels per group the
 // register tile: one position per thread up to 4 channels (twice the threads of q1x2, which
 // left the H100 at 8-9 warps a SM on FSRCNN and DCGAN's output layer; the fastest forced on
-// both, version 24), fewest padded channels above.
+// both), fewest padded channels above.
 int default_config(const ConvTranspose2dParams& p) {
   if (p.ph_h.stride == 3) return 9;
   const int64_t c = p.out_per_group;

@@ -3,8 +3,9 @@
 // mostly padding there, and cuDNN runs them 5-20x above the roofline floor. Each thread owns a
 // few input-aligned positions and computes every stride phase of them, so each input value it
 // loads feeds every tap that reads it. Plain fp32 FFMA for every input type, so fp32 without
-// TF32 stays exact. See conv_transpose2d_ffma_tile.cu for the index math, docs/perf-notes.md
-// versions 23 and 24 for what it measures.
+// TF32 stays exact. See conv_transpose2d_ffma_tile.cu for the index math,
+// docs/performance/ffma-kernels.md
+// for what it measures.
 #pragma once
 
 #include <cuda_runtime.h>

@@ -37,7 +37,7 @@
 //     == 0: 4-aligned groups of 4 logical columns are 4 consecutive channels of one tap), two
 //     16-byte vectors; the quad's 4 lanes then cover 64 contiguous bytes with each store, whole
 //     32-byte sectors. (8 consecutive fp32 per lane, as 16-bit has, would half-fill every sector
-//     of each store: ncu counted twice the L2 sectors, perf-notes version 18.)
+//     of each store: ncu counted twice the L2 sectors, docs/performance/kxs.md.)
 // The A and B tiles are loaded by TMA with OOB zero fill, so M, NC and K tails need no padding
 // (Cin * element size is a multiple of 16 bytes, as TMA requires of the row stride).
 //
@@ -1058,8 +1058,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       // combination is its own unrolled copy, so a tile runs one compact, contiguous stretch of
       // code. With out_vec tested per store, the scalar stores sat between the vector ones and
       // the path a tile ran spread over ~80 KB of code, which the instruction caches had to
-      // fetch again after any other large kernel: ~8 us per call on U-Net up1 (perf-notes
-      // version 19).
+      // fetch again after any other large kernel: ~8 us per call on U-Net up1
+      // (docs/performance/kxs.md).
       auto store_tile = [&](auto act_c, auto vec_c) {
         constexpr Activation kAct = decltype(act_c)::value;
         constexpr bool kVec = decltype(vec_c)::value;
@@ -1069,7 +1069,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           // 16-bit c1 = c0 + 4 (8 consecutive columns); fp32 c0 = 32g + 4q, c1 = c0 + 16, so
           // that a warp's store of values 0..3 (then 4..7) writes 64 contiguous bytes per row,
           // whole 32-byte sectors (the column permutation of the packed weight does what a
-          // shuffle of the quad's values did before, perf-notes version 19).
+          // shuffle of the quad's values did before, docs/performance/kxs.md).
           const int c0 = kColGroup * g + kxs_lane_col(q, 0, kTf32);
           const int c1 = kColGroup * g + kxs_lane_col(q, 4, kTf32);
           if (n0 + c0 >= p.nc) continue;

@@ -151,7 +151,7 @@ __device__ __forceinline__ T round_operand(T v) {
 
 // kSplit (T = float, TF32 not allowed): 3xTF32, a*b = a_hi*b_hi + a_lo*b_hi + a_hi*b_lo with
 // each k step's three products summed in a fresh partial, small terms first, then added to the
-// accumulator in fp32 (the order docs/perf-notes.md version 9 measured for gemm_phase_tma).
+// accumulator in fp32 (the order docs/performance/fp32-strict.md measured for gemm_phase_tma).
 // (2 blocks per SM: shared memory allows no more on the large layers, and without the bound
 // ptxas kept the small-NT instances at 64 registers with spills.)
 template <typename T, int NT, bool kSplit>

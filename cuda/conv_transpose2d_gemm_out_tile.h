@@ -4,7 +4,7 @@
 // Why a separate kernel: the phase GEMMs (gemm_phase, gemm_phase_tma) give each block one stride
 // phase, so a block writes every sw-th output column: isolated 2-byte elements in NCHW, isolated
 // Cout-wide pixels in channels_last. On fcn8s.up8 that is 12x (NCHW) / 3x (NHWC) the output in L2
-// write sectors (docs/perf-notes.md, version 13). Here one block owns a contiguous output tile
+// write sectors (docs/performance/out-tile.md). Here one block owns a contiguous output tile
 // (every column phase, and one or every row phase), runs each phase's small GEMM on tensor cores
 // out of shared memory, stages the finished tile in shared memory and stores whole rows.
 // See conv_transpose2d_gemm_out_tile.cu for the index math and the packed weight layout.

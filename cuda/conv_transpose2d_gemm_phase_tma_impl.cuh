@@ -136,7 +136,8 @@
 // memory: its own A rows (those the TF32 pass rounds) become hi in place and lo in A_lo at the
 // same offset within the region (every region starts on a 1024-byte swizzle atom, so the
 // 128-byte swizzle puts lo at the same logical position and one descriptor layout reads both).
-// Tensor-core fp32 sums are reported to truncate (Fasi et al.; docs/perf-notes.md: three MMAs
+// Tensor-core fp32 sums are reported to truncate (Fasi et al.; docs/performance/fp32-strict.md:
+// three MMAs
 // into one running accumulator gave 9-158x fp32's error at K = 1024-16384 in a host model, a
 // fresh accumulator per 32-deep k tile added with round-to-nearest fp32 adds 0.03-0.68x), so, as
 // gemm_phase does, every k block (32 k) is summed apart: per m64 x n64 sub-tile one commit group

@@ -62,8 +62,9 @@ using ActivationC = std::integral_constant<Activation, A>;
 // Calls f(ActivationC<act>{}): such kernels instantiate their store once per activation, so each
 // element runs its own activation's few instructions. A runtime switch there inlined all nine
 // formulas into every unrolled element, and that code (not the arithmetic) made gemm_phase_tma
-// 2.5x slower with a fused ReLU and 3.8x with Tanh than without (H100, docs/perf-notes.md
-// version 12). The host checks the code (a value outside the list runs as kNone).
+// 2.5x slower with a fused ReLU and 3.8x with Tanh than without (H100,
+// docs/performance/epilogue.md).
+// The host checks the code (a value outside the list runs as kNone).
 template <typename F>
 __device__ __forceinline__ void dispatch_activation(Activation act, F&& f) {
   switch (act) {

@@ -77,8 +77,8 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
 // ---- TMA tile loads: the box at coordinates (c0 innermost, ..) into shared `dst`, completing
 // on mbarrier `bar` (complete_tx bytes) ----------------------------------------------------------
 // c0 must be a whole number of 16-byte units of elements (negative ones too), or the load raises
-// an illegal instruction at run time although cuTensorMapEncodeTiled accepted the map (H100,
-// perf-notes version 22). Our maps keep it so: channels or k innermost, at block offsets, or
+// an illegal instruction at run time although cuTensorMapEncodeTiled accepted the map (seen on
+// the H100). Our maps keep it so: channels or k innermost, at block offsets, or
 // 128-pixel offsets (gemm_kxs_sm90's NCHW input).
 __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map, uint32_t bar,
                                             int c0, int c1) {
@@ -282,7 +282,7 @@ __device__ __forceinline__ void tf32_rs_round(uint32_t (&dst)[MI][4],
 // wgmmas against B at b_desc (+ 32 bytes per step) as one commit group.
 // PREFETCH: step ks + 1's ldmatrix is issued before step ks's wgmmas, into 4 * MI more
 // registers, so its latency is not on the next step's path. Measured per kernel (H100, forced,
-// TF32 NHWC, docs/perf-notes.md version 17): gemm_phase_tma's ping-pong configs 10-15% faster
+// TF32 NHWC, docs/performance/phase-gemms.md): gemm_phase_tma's ping-pong configs 10-15% faster
 // with it; gemm_kxs_sm90's ping-pong config 7-8% slower on Mask R-CNN and YOLO (K = 256), so
 // gemm_kxs_sm90 loads each step's fragment at the step.
 template <bool PREFETCH, int BN, int MI, int ACC>

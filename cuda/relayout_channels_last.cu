@@ -9,7 +9,8 @@ constexpr int kRows = 8;    // blockDim.y
 
 // E: the element's bits (uint16_t / uint32_t); W: the word moved per access, P = sizeof(W) /
 // sizeof(E) elements (1, or 2 for 16-bit pairs when C and H*W are even: with 2-byte accesses a
-// warp moved 64 bytes per request and the copy ran at 1.4 TB/s, perf-notes version 21). A block
+// warp moved 64 bytes per request and the copy ran at 1.4 TB/s, H100).
+// A block
 // moves a tile of 32P channels x 32P pixels (blocks: x pixel tile, y channel tile, z images z,
 // z + gridDim.z, ...). Index math, per image `img`: src element (ch, px) sits at
 // (img * C + ch) * HW + px, dst element at (img * HW + px) * C + ch. The block reads the tile's

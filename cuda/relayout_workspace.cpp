@@ -2,7 +2,7 @@
 //
 // Why: on the device host one caching-allocator call (at::empty_like) costs 4-6 us of CPU per
 // call, and it sits before the re-layout launch, so small NCHW layers paid it in full in their
-// latency (docs/perf-notes.md, version 13: host time of small layers).
+// latency (docs/performance/host-overhead.md: host time of small layers).
 //
 // Safety: a buffer belongs to one (thread, device, stream). Kernels on one stream run in issue
 // order, so the next call's re-layout on that stream starts after the previous call's GEMM has

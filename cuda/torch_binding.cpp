@@ -255,7 +255,7 @@ at::Tensor conv_transpose2d_forward(const std::string& variant, const at::Tensor
   // also reads dense 16-bit NCHW input directly (MN-major A) where its build supports that, so
   // it is asked first. gemm_out_tile reads any layout, but NCHW one element at a time: from
   // 1 MiB of input a re-layout pass plus its 16-byte cp.async path is the faster pair
-  // (docs/perf-notes.md version 15); smaller inputs are read in place.
+  // (docs/performance/out-tile.md); smaller inputs are read in place.
   const bool reads_rows = variant == "gemm_kxs_sm90" || variant == "gemm_phase_tma" ||
                           variant == "gemm_col2im" ||
                           ((variant == "gemm_phase" || variant == "gemm_phase_sm90") &&

@@ -275,8 +275,8 @@ def _candidate_runner(input: torch.Tensor, weight: torch.Tensor, bias: Optional[
     host time and would bias short layers towards our kernels), else the variant's kernel call,
     epilogue fused, prepared once (the module's inference path), so the timing measures the
     call, not its one-off preparation. Timing without the epilogue picked gemm_phase_tma for
-    Tanh output layers where its fused Tanh made it 3.8x slower (H100, docs/perf-notes.md
-    version 12)."""
+    Tanh output layers where its fused Tanh made it 3.8x slower (H100,
+    docs/performance/epilogue.md)."""
     prepared: dict = {}
 
     def run(variant: str) -> torch.Tensor:

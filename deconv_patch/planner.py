@@ -9,7 +9,7 @@ Variants today:
     stride phases, each a dense implicit GEMM over only the taps that land on it, on tensor
     cores (fp16/bf16, TF32 for fp32 when allowed); weights pre-packed once per weight version;
     four tile configs ("gemm_phase:128x128", ...). Runs where autotune timed it faster than
-    cuDNN (it is not yet faster across the board, see docs/perf-notes.md);
+    cuDNN (it is not yet faster across the board, see docs/performance/phase-gemms.md);
   * ``direct``   - our CUDA gather kernel: any hyperparameters, fp32/fp16/bf16, any layout;
   * ``aten``     - PyTorch's own implementation (cuDNN on CUDA where PyTorch can use it).
 
@@ -46,9 +46,10 @@ MIN_3XTF32_DEPTH products, so shallower sums stay on cuDNN. gemm_phase has the s
 only: its error reached 1.11x the bound).
 
 Policy: a variant of ours runs where it is faster than PyTorch; elsewhere PyTorch runs and the
-plan says why. Measured on the H100 (docs/perf-notes.md), the direct kernel loses to cuDNN on
-every layer of the benchmark suite, so it runs by default only where PyTorch cannot use cuDNN
-(output_padding >= stride, cuDNN disabled) and falls back to its slow native kernel.
+plan says why. Measured on the H100 (docs/performance/layer-suite.md), the direct kernel
+loses to cuDNN on every layer of the benchmark suite, so it runs by default only where PyTorch
+cannot use cuDNN (output_padding >= stride, cuDNN disabled) and falls back to its slow native
+kernel.
 `use_variant("direct")` forces a variant for the calls inside it (tests, benchmarks).
 
 Every plan carries a human-readable reason, so a fallback is never silent.
@@ -99,7 +100,7 @@ KXS_SM90_CONFIGS = tuple(f"{GEMM_KXS_SM90}:{t}" for t in ("128x256s4", "128x128s
 # NCHW output hold all KH*KW taps of their channels, so each channel's output rows are stored
 # as one run; elsewhere they run as configs 0-2). They stand in for configs 0-2 wherever the
 # output is NCHW (kxs_sm90_for_output): forced on the suite's NCHW k == stride rows (H100,
-# docs/perf-notes.md version 12) each one tied or beat its base config, by up to 1.5x.
+# docs/performance/kxs.md) each one tied or beat its base config, by up to 1.5x.
 KXS_SM90_AREA_CONFIGS = tuple(f"{GEMM_KXS_SM90}:{t}area" for t in ("128x256s4", "128x128s6",
                                                                      "128x128s6pp"))
 # The config the planner runs by default for 16-bit channels_last input (fastest forced on the
@@ -108,11 +109,11 @@ KXS_SM90_WINNER = KXS_SM90_CONFIGS[2]
 # ... and for TF32 channels_last input: since its fp32 stores fill whole sectors
 # (cuda/quad_regroup.cuh) the cooperative 128x256 tile is the fastest on all 4 such rows (H100,
 # forced: U-Net up1 76.7 / up4 179.3 / Mask R-CNN 54.2 / YOLOv8-seg 137.6 us against the
-# ping-pong tile's 108.8 / 179.7 / 60.9 / 145.2; docs/perf-notes.md version 18).
+# ping-pong tile's 108.8 / 179.7 / 60.9 / 145.2; docs/performance/kxs.md).
 KXS_SM90_TF32_WINNER = KXS_SM90_CONFIGS[0]
 # ... and for dense 16-bit NCHW input (read in place as an MN-major operand) with NCHW output:
-# 128x256s4area was the fastest config on all 8 such rows (bf16 and TF32; docs/perf-notes.md
-# version 12), Mask R-CNN's mask head 1.87x -> 2.21x cuDNN.
+# 128x256s4area was the fastest config on all 8 such rows (bf16 and TF32; docs/performance/kxs.md),
+# Mask R-CNN's mask head 1.87x -> 2.21x cuDNN.
 KXS_SM90_NCHW_WINNER = KXS_SM90_AREA_CONFIGS[0]
 # gemm_phase_tma's configs, in the kernel's order (the extension's gemm_phase_tma_config_names):
 # tile m x n, ring stages, "pp" = ping-pong consumer warpgroups.
@@ -152,8 +153,8 @@ _MAX_COL2IM_BYTES = 256 * 2**20
 _MAX_GROUPED_CHANNELS = 32  # per group, in and out: the grouped kernel's home ground (measured)
 _MAX_GROUPED_CANDIDATE = 64  # per group, in and out: the grouped kernel's limit; autotune times it
 # ffma_tile's domain as an autotune candidate: output channels per group. Measured forced on
-# the H100 (docs/perf-notes.md version 25, GPU time against cuDNN): 1 (FSRCNN) channel 1.4-1.5x
-# in fp32 / TF32 and 4.3-4.7x in 16-bit, 3 (DCGAN's output layer) 1.6-2.3x, 17 (Keypoint
+# the H100 (docs/performance/ffma-kernels.md, GPU time against cuDNN): 1 (FSRCNN) channel
+# 1.4-1.5x in fp32 / TF32 and 4.3-4.7x in 16-bit, 3 (DCGAN's output layer) 1.6-2.3x, 17 (Keypoint
 # R-CNN) 0.2-0.6x (its multiply-adds grow with the channels, cuDNN's GEMM does not); 4-8
 # unmeasured.
 _MAX_FFMA_TILE_CHANNELS = 8
@@ -175,7 +176,7 @@ _MIN_STRICT_TMA_OUT = 32
 _MAX_OUT_TILE_CHANNELS = 32
 # Output channels per group up to which gemm_out_tile is the untimed default of 16-bit layers in
 # place of cuDNN (or gemm_phase where cuDNN cannot run), where its shared memory holds the layer
-# (plan() asks the extension). Measured on the H100 (docs/perf-notes.md version 14), 16-bit, its
+# (plan() asks the extension). Measured on the H100 (docs/performance/out-tile.md), 16-bit, its
 # heuristic config: fcn8s.up8 (21 ch) 2.6-2.7x NCHW / 2.2x NHWC, DCGAN's 64 > 3 2.0-2.4x / 2.3-
 # 2.7x, FSRCNN's 56 > 1 2.8x / 3.7x cuDNN. The grouped kernel's and gemm_kxs's measured defaults
 # stay (see _plan_layer).
@@ -184,7 +185,7 @@ _OUT_TILE_DEFAULT_DTYPES = (torch.float16, torch.bfloat16)
 # fp32 with TF32: the default from this many output channels per group (up to the maximum above)
 # on layers whose stride area is at least OUT_TILE_TF32_DEFAULT_MIN_STRIDE_AREA (FCN's x8
 # up-sampling kind, where cuDNN writes a phase-major temporary). Measured on the H200
-# (docs/perf-notes.md version 15): fcn8s.up8 (21 ch, k16 s8) 2.9x NCHW / 3.4x NHWC cuDNN. Below
+# (docs/performance/out-tile.md): fcn8s.up8 (21 ch, k16 s8) 2.9x NCHW / 3.4x NHWC cuDNN. Below
 # 8 channels TF32 wastes most of an n8 tile and cuDNN's TF32 kernels are strong (DCGAN's 64 > 3,
 # stride 2: 1.0-1.2x NCHW; FSRCNN's 56 > 1: 0.5-0.7x); dense stride-2 layers with 8-32 channels
 # are unmeasured: autotune candidates only.
@@ -313,8 +314,8 @@ def plan_layer(device: torch.device, dtype: torch.dtype, kernel_hw: Sequence[int
         return chosen
     why = f"{channels[0]} in / {channels[1]} out channels per group: too few for tensor-core tiles"
     # Few output channels pad the n tile only (3 of 32 columns for DCGAN's 64 > 3 output layer),
-    # while cuDNN runs such layers 20-80x above the roofline floor (docs/perf-notes.md, version
-    # 1): autotune times the phase GEMMs there, but they are never the untimed default.
+    # while cuDNN runs such layers 20-80x above the roofline floor (docs/performance/roofline.md):
+    # autotune times the phase GEMMs there, but they are never the untimed default.
     # gemm_out_tile stays: few output channels are what it is for.
     return _without_phase(chosen, why, keep_candidates=channels[0] >= _MIN_PHASE_CHANNELS)
 
@@ -353,9 +354,10 @@ def _plan_layer(device: torch.device, dtype: torch.dtype, kernel_hw: Sequence[in
     out_tile = out_tile_configs(device, dtype, channels, depth)
     ffma = ffma_tile_configs(kernel_hw, args, channels)
     if channels is not None and args.groups > 1 and max(channels) <= _MAX_GROUPED_CHANNELS:
-        # Measured on the H100 (docs/perf-notes.md): 1.4-10x cuDNN on the suite's depthwise and
-        # grouped layers; FFMA, so fp32 without TF32 stays exact. The exception: FCN's x8
-        # up-sampling (k16 s8, 64 phases), 0.4-1.3x, so cuDNN there unless autotune disagrees.
+        # Measured on the H100 (docs/performance/ffma-kernels.md): 1.4-10x cuDNN on the
+        # suite's depthwise and grouped layers; FFMA, so fp32 without TF32 stays exact. The
+        # exception: FCN's x8 up-sampling (k16 s8, 64 phases), 0.4-1.3x, so cuDNN there unless
+        # autotune disagrees.
         why = f"{channels[0]} in / {channels[1]} out channels per group"
         if args.stride[0] * args.stride[1] > 16:
             return Plan(
@@ -371,7 +373,7 @@ def _plan_layer(device: torch.device, dtype: torch.dtype, kernel_hw: Sequence[in
                max(channels) <= _MAX_GROUPED_CANDIDATE else ()) + ffma
     # The TMA + wgmma kernels (Hopper; 16-bit, or fp32 with TF32 allowed). gemm_phase_tma also
     # runs fp32 without TF32 as 3xTF32 on sums of >= MIN_3XTF32_DEPTH products (its error:
-    # benchmarks/strict_error_scan.py, docs/perf-notes.md version 9): an autotune candidate.
+    # benchmarks/strict_error_scan.py, docs/performance/fp32-strict.md): an autotune candidate.
     hopper = _is_sm90(device) and not fp32_strict(dtype)
     tma = PHASE_TMA_CONFIGS if _is_sm90(device) and depth is not None and \
         tensor_core_problem(dtype, depth) is None else ()
@@ -393,7 +395,7 @@ def _plan_layer(device: torch.device, dtype: torch.dtype, kernel_hw: Sequence[in
     col2im = COL2IM_CONFIGS if hopper and args.groups == 1 else ()
     # ... and its 3xTF32 form for fp32 without TF32, where the GEMM's sums (the input channels)
     # are deep enough: Keypoint R-CNN's head, where every other kernel of ours lost to cuDNN
-    # (docs/perf-notes.md version 25).
+    # (docs/performance/col2im.md).
     if _is_sm90(device) and fp32_strict(dtype) and args.groups == 1 and channels is not None \
             and tensor_core_problem(dtype, channels[0]) is None:
         col2im = COL2IM_3XTF32_CONFIGS
@@ -404,7 +406,7 @@ def _plan_layer(device: torch.device, dtype: torch.dtype, kernel_hw: Sequence[in
                 else "cuDNN is disabled" if not torch.backends.cudnn.enabled else None)
     if no_cudnn is not None:
         # PyTorch falls back to its slow native kernel here: 8-11x slower than gemm_phase and
-        # ~2x slower than direct on the H100 (docs/perf-notes.md).
+        # ~2x slower than direct on the H100 (docs/performance/phase-gemms.md).
         if tensor_cores:
             return _out_tile_default(Plan(
                 GEMM_PHASE, f"{no_cudnn}; stride-phase implicit GEMM",
@@ -412,15 +414,15 @@ def _plan_layer(device: torch.device, dtype: torch.dtype, kernel_hw: Sequence[in
         return Plan(DIRECT, f"{no_cudnn}; direct kernel",
                     candidates=(DIRECT, *tma, *col2im, *out_tile, *grouped, ATEN))
     if tensor_cores:
-        # Measured on the H100 (docs/perf-notes.md): gemm_phase ranges 0.4-1.5x of cuDNN's sm90
-        # wgmma kernels across the suite with no size rule separating wins from losses, so it
-        # runs where autotune (torch.backends.cudnn.benchmark) timed it faster.
+        # Measured on the H100 (docs/performance/phase-gemms.md): gemm_phase ranges 0.4-1.5x
+        # of cuDNN's sm90 wgmma kernels across the suite with no size rule separating wins from
+        # losses, so it runs where autotune (torch.backends.cudnn.benchmark) timed it faster.
         return _out_tile_default(Plan(
             ATEN, "cuDNN unless autotune times gemm_phase faster (cudnn.benchmark)",
             candidates=(*phase, *out_tile, *grouped, ATEN)), channels, out_tile_first)
     if tma and channels is not None and min(channels) >= _MIN_PHASE_CHANNELS and \
             channels[1] >= _MIN_STRICT_TMA_OUT:
-        # Measured on the H100 (docs/perf-notes.md version 9, GPU time, each config forced):
+        # Measured on the H100 (docs/performance/phase-gemms.md, GPU time, each config forced):
         # 1.1-4.1x cuDNN's FFMA on the suite's fp32-strict phase layers with >= 32 output
         # channels per group (3 TF32 MMAs a product still outrun fp32 FFMA 2.7x); Keypoint
         # R-CNN's 17 (padded to 64) lose, 0.5-0.8x.
@@ -428,7 +430,7 @@ def _plan_layer(device: torch.device, dtype: torch.dtype, kernel_hw: Sequence[in
                     "GEMM in 3xTF32", candidates=(*tma, *col2im, *out_tile, *grouped, ATEN))
     # (gemm_out_tile's 3xTF32, for <= 32 output channels per group, is an autotune candidate
     # only: measured against cuDNN's FFMA it wins on FCN x8 (2.8-3.5x) and loses on DCGAN's
-    # 64 > 3 and FSRCNN's 56 > 1, docs/perf-notes.md version 15.)
+    # 64 > 3 and FSRCNN's 56 > 1, docs/performance/out-tile.md.)
     if tma or out_tile:
         return Plan(ATEN, "fp32 without TF32: cuDNN unless autotune times a 3xTF32 kernel "
                     "faster (cudnn.benchmark)", candidates=(*tma, *col2im, *out_tile, *grouped,
@@ -608,7 +610,7 @@ def plan(input: torch.Tensor, weight: torch.Tensor, args: ConvTransposeArgs) -> 
         chosen = kxs_sm90_for_output(chosen, nhwc_out)
         if sm90 and is_channels_last(x) and \
                 x.shape[1] % (4 if x.dtype == torch.float32 else 8) == 0 and x.shape[0] > 0:
-            # Measured on the H100 (docs/perf-notes.md, forced): 2.1-4.4x cuDNN on the suite's
+            # Measured on the H100 (docs/performance/kxs.md forced): 2.1-4.4x cuDNN on the suite's
             # channels_last 16-bit k == stride layers (tap-major mma.sync: 1.6-2.8x), at every
             # size and K; its weight is packed, so any weight layout.
             winner = KXS_SM90_TF32_WINNER if x.dtype == torch.float32 else KXS_SM90_WINNER
@@ -617,7 +619,7 @@ def plan(input: torch.Tensor, weight: torch.Tensor, args: ConvTransposeArgs) -> 
         if sm90 and x.dtype != torch.float32 and \
                 x.is_contiguous() and x.shape[1] % 8 == 0 and \
                 (x.shape[2] * x.shape[3]) % 8 == 0 and x.shape[0] > 0:
-            # Measured on the H100 (docs/perf-notes.md, forced, bf16 NCHW): 2.3-5.1x cuDNN on
+            # Measured on the H100 (docs/performance/kxs.md forced, bf16 NCHW): 2.3-5.1x cuDNN on
             # U-Net up1/up4 and YOLOv8-seg's proto (mma.sync gemm_kxs: 1.3-3.5x). H*W % 8: the
             # MN-major TMA view's channel stride must be a multiple of 16 bytes.
             winner = KXS_SM90_WINNER if nhwc_out else KXS_SM90_NCHW_WINNER
