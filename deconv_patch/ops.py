@@ -25,7 +25,7 @@ from typing import Callable, Dict, Optional, Sequence, Tuple
 import torch
 import torch.nn.functional as F
 
-from . import autotune, planner
+from . import autotune, kernels, planner
 from .arguments import ConvTransposeArgs, find_problem
 from .epilogue import DEFAULT_NEGATIVE_SLOPE, IDENTITY, Epilogue, check_activation
 from .extension import load_extension, loaded_extension
@@ -44,6 +44,11 @@ FUSED_SCHEMA = SCHEMA.replace(
     ") -> Tensor",
     f", Tensor? scale=None, Tensor? shift=None, str activation=\"none\", "
     f"float negative_slope={DEFAULT_NEGATIVE_SLOPE}) -> Tensor")
+
+
+class KernelRefusal(RuntimeError):
+    """A kernel family does not run this call (its own limits): the op runs PyTorch instead,
+    unless the variant was forced. The binding's own refusals say "does not support" too."""
 
 
 class FallbackWarning(UserWarning):
@@ -247,7 +252,8 @@ def first_run(entry, call: Callable[..., torch.Tensor], input: torch.Tensor,
     try:
         out = call(input, weight, bias)
     except RuntimeError as e:
-        if "does not support" not in str(e) or planner.forced_variant() is not None:
+        refused = isinstance(e, KernelRefusal) or "does not support" in str(e)
+        if not refused or planner.forced_variant() is not None:
             raise
         entry.plan = planner.Plan(planner.ATEN, f"{entry.plan.variant} does not support this "
                                   "call; PyTorch", candidates=entry.plan.candidates)
@@ -327,34 +333,9 @@ def kernel_call(variant: str, input: torch.Tensor, weight: torch.Tensor,
     channels_last = cuda_output_channels_last(
         x, weight, args, weight.shape[1] * args.groups * out_hw[0] * out_hw[1])
     allow_tf32 = bool(torch.backends.cudnn.allow_tf32)
-    depth = planner.reduction_depth(weight.shape[0] // args.groups, weight.shape[-2:], args)
-    if kernel in (planner.GEMM_KXS, planner.GEMM_PHASE, planner.GEMM_PHASE_TMA,
-                  planner.GEMM_COL2IM):
-        # The planner's 3xTF32 rule, for forced calls too. gemm_col2im's GEMM sums over the
-        # input channels only (col2im adds the taps in fp32).
-        sum_depth = weight.shape[0] // args.groups if kernel == planner.GEMM_COL2IM else depth
-        problem = planner.tensor_core_problem(input.dtype, sum_depth)
-        if problem is not None:
-            raise RuntimeError(f"deconv_patch: {kernel} does not support {problem} (3xTF32 "
-                               "would exceed fp32's error bound; see planner.MIN_3XTF32_DEPTH)")
-    if kernel == planner.GEMM_KXS_SM90 and planner.fp32_strict(input.dtype):
-        raise RuntimeError(f"deconv_patch: {kernel} does not support fp32 without TF32")
-    if kernel == planner.GEMM_COL2IM:
-        # Its configs are per mode: gemm_kxs_sm90 tiles (TF32, 16-bit) or gemm_phase_tma tiles
-        # (3xTF32, fp32 without TF32); the binding reads the config index in the mode's list.
-        strict = planner.fp32_strict(input.dtype)
-        if strict and variant in planner.COL2IM_CONFIGS:
-            raise RuntimeError(f"deconv_patch: {variant} does not support fp32 without TF32 "
-                               f"(its 3xTF32 configs: {', '.join(planner.COL2IM_3XTF32_CONFIGS)})")
-        if not strict and variant in planner.COL2IM_3XTF32_CONFIGS:
-            raise RuntimeError(f"deconv_patch: {variant} does not support {input.dtype} with "
-                               "TF32 allowed or 16-bit (it is the fp32-without-TF32 form)")
-    if kernel == planner.GEMM_OUT_TILE:
-        # fp32 strict on shallow sums and > 32 output channels per group, with the planner's
-        # wording (the binding would refuse wide layers too, with a less specific one).
-        problem = planner.out_tile_problem(input.dtype, weight.shape[1], depth)
-        if problem is not None:
-            raise RuntimeError(f"deconv_patch: {kernel} does not support {problem}")
+    refused = kernels.refusal(variant, input.dtype, weight, args)  # the family's own limits
+    if refused is not None:
+        raise KernelRefusal(f"deconv_patch: {kernel} does not support {refused}")
     scale, shift, activation, slope = epilogue.kernel_args(input.device)
     repack: Optional[Callable[[torch.Tensor], torch.Tensor]] = None
     if planner.reads_packed_weight(variant):

@@ -1,45 +1,8 @@
-"""Chooses which implementation runs a conv_transpose2d call.
+"""Chooses which implementation runs a conv_transpose2d call: the order of preference among
+the kernel families (deconv_patch/kernels/: one entry per family, its configs and its own
+limits; docs/kernels.md says what each computes and where it wins) and the reason for each
+choice.
 
-Variants today:
-  * ``gemm_kxs`` - kernel == stride, padding 0, dilation 1 (U-Net, Mask R-CNN, YOLO-seg
-    up-convs): one tensor-core GEMM per group whose epilogue scatters into the output;
-    fp16/bf16, and fp32 through TF32 when torch.backends.cudnn.allow_tf32 is True;
-  * ``gemm_phase`` - any other layer with >= 16 input channels per group (the default only with
-    >= 16 output channels too): the output split into its
-    stride phases, each a dense implicit GEMM over only the taps that land on it, on tensor
-    cores (fp16/bf16, TF32 for fp32 when allowed); weights pre-packed once per weight version;
-    four tile configs ("gemm_phase:128x128", ...). Runs where autotune timed it faster than
-    cuDNN (it is not yet faster across the board, see docs/performance/phase-gemms.md);
-  * ``direct``   - our CUDA gather kernel: any hyperparameters, fp32/fp16/bf16, any layout;
-  * ``aten``     - PyTorch's own implementation (cuDNN on CUDA where PyTorch can use it).
-
-  * ``gemm_kxs:tap_major`` - gemm_kxs with its columns ordered (tap, channel) from a packed
-    weight, so channels_last output is stored 16 bytes at a time: the choice for channels_last
-    output;
-  * ``grouped`` - a register-tiled direct kernel (FFMA) for few channels per group (depthwise,
-    grouped): the choice for grouped layers with <= 32 channels per group in and out;
-  * ``gemm_phase_sm90`` - gemm_phase on Hopper's warpgroup MMA (wgmma), sm_90a builds on
-    compute capability 9.0 only: an autotune candidate for 16-bit layers;
-  * ``gemm_kxs_sm90`` - gemm_kxs as a persistent, warp-specialised TMA + wgmma GEMM (sm_90a,
-    compute capability 9.0, 16-bit or TF32, groups 1, no output_padding): the choice for
-    channels_last input there (config 128x128s6pp, TF32 128x256s4) and for dense 16-bit NCHW
-    input (config 128x256s4area: its "kernel-area" tiles store each channel's NCHW output rows
-    as one run),
-    an autotune candidate otherwise (the area configs wherever the output is NCHW);
-  * ``gemm_phase_tma`` - the stride-phase GEMM in that design (any layer; 16-bit, TF32 and
-    3xTF32): an autotune candidate on Hopper, and the choice there for fp32 without TF32;
-  * ``gemm_out_tile`` - output-tiled stride-phase GEMM for <= 32 output channels per group
-    (FCN's x8 up-sampling, DCGAN's 64 > 3, FSRCNN's 56 > 1): a block owns a contiguous output
-    tile across all column phases, so its stores are whole rows, not every stride-th element;
-    16-bit, TF32 and 3xTF32, any layout, compute capability >= 8.0: the default for 16-bit
-    layers (and TF32 ones with >= 8 output channels per group on strides of area >= 16) where
-    its shared memory holds the layer's weights at once, an autotune candidate (seven tile
-    configs, "gemm_out_tile:4x32", ...) in every mode;
-  * ``ffma_tile`` - plain fp32 FFMA for few output channels per group (<= 8 listed) with
-    kernel == taps x stride (k4 s2, k9 s3), dilation 1: each thread computes every stride
-    phase of a few input-aligned positions, so each loaded input feeds kernel-area
-    multiply-adds; exact in every mode, any layout: an autotune candidate (configs
-    "ffma_tile:s2q2x2o3", ...).
 fp32 without TF32 runs 3xTF32 on gemm_kxs, gemm_out_tile and, on Hopper, gemm_phase_tma (x =
 hi + lo, three TF32 products per multiply): fp32-accurate where each output sums at least
 MIN_3XTF32_DEPTH products, so shallower sums stay on cuDNN. gemm_phase has the same mode (forced
@@ -65,115 +28,50 @@ from typing import Dict, Iterator, Optional, Sequence, Tuple
 
 import torch
 
+from . import kernels
 from .arguments import ConvTransposeArgs, fits_int32
+from .kernels import (direct, ffma_tile, gemm_col2im, gemm_kxs, gemm_kxs_sm90, gemm_out_tile,
+                      gemm_phase, gemm_phase_sm90, gemm_phase_tma, grouped, precision)
+from .kernels.precision import fp32_strict, reduction_depth, tensor_core_problem
 from .layout import cuda_output_channels_last, is_channels_last
 
 KERNEL_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-GEMM_KXS = "gemm_kxs"
-GEMM_PHASE = "gemm_phase"
-GEMM_PHASE_SM90 = "gemm_phase_sm90"
-GEMM_KXS_SM90 = "gemm_kxs_sm90"
-GEMM_PHASE_TMA = "gemm_phase_tma"
-GEMM_OUT_TILE = "gemm_out_tile"
-GEMM_COL2IM = "gemm_col2im"
-GROUPED = "grouped"
-FFMA_TILE = "ffma_tile"
-DIRECT = "direct"
-ATEN = "aten"
-VARIANTS = (GEMM_KXS, GEMM_PHASE, DIRECT, ATEN, GROUPED, GEMM_PHASE_SM90, GEMM_KXS_SM90,
-            GEMM_PHASE_TMA, GEMM_OUT_TILE, GEMM_COL2IM, FFMA_TILE)
-# gemm_phase's tile configurations, in the kernel's order (launch_conv_transpose2d_gemm_phase's
-# `config`). "gemm_phase" alone lets the kernel pick; "gemm_phase:64x64" forces one (autotune
-# times them all).
-PHASE_TILES = ("128x128", "128x64", "64x64", "128x32", "128x128x64")
-PHASE_CONFIGS = tuple(f"{GEMM_PHASE}:{t}" for t in PHASE_TILES)
-# gemm_kxs's configs after the default (config -1 / 0, columns (channel, tap), weight read as is):
-# config 1 orders columns (tap, channel) and reads the weight packed that way.
-KXS_TAP_MAJOR = f"{GEMM_KXS}:tap_major"
-# gemm_phase_sm90's configs, in the kernel's order: block tile m x n, pipeline stages.
-SM90_CONFIGS = tuple(f"{GEMM_PHASE_SM90}:{t}" for t in ("128x128s3", "128x128s4", "128x64s4"))
-# gemm_kxs_sm90's configs, in the kernel's order: tile m x n, pipeline stages, "pp" = ping-pong
-# consumer warpgroups.
-KXS_SM90_CONFIGS = tuple(f"{GEMM_KXS_SM90}:{t}" for t in ("128x256s4", "128x128s6",
-                                                           "128x128s6pp"))
-# gemm_kxs_sm90's kernel-area configs (the kernel's configs 3-5: configs 0-2 whose tiles for
-# NCHW output hold all KH*KW taps of their channels, so each channel's output rows are stored
-# as one run; elsewhere they run as configs 0-2). They stand in for configs 0-2 wherever the
-# output is NCHW (kxs_sm90_for_output): forced on the suite's NCHW k == stride rows (H100,
-# docs/performance/kxs.md) each one tied or beat its base config, by up to 1.5x.
-KXS_SM90_AREA_CONFIGS = tuple(f"{GEMM_KXS_SM90}:{t}area" for t in ("128x256s4", "128x128s6",
-                                                                     "128x128s6pp"))
-# The config the planner runs by default for 16-bit channels_last input (fastest forced on the
-# suite's layers, H100).
-KXS_SM90_WINNER = KXS_SM90_CONFIGS[2]
-# ... and for TF32 channels_last input: since its fp32 stores fill whole sectors
-# (cuda/quad_regroup.cuh) the cooperative 128x256 tile is the fastest on all 4 such rows (H100,
-# forced: U-Net up1 76.7 / up4 179.3 / Mask R-CNN 54.2 / YOLOv8-seg 137.6 us against the
-# ping-pong tile's 108.8 / 179.7 / 60.9 / 145.2; docs/performance/kxs.md).
-KXS_SM90_TF32_WINNER = KXS_SM90_CONFIGS[0]
-# ... and for dense 16-bit NCHW input (read in place as an MN-major operand) with NCHW output:
-# 128x256s4area was the fastest config on all 8 such rows (bf16 and TF32; docs/performance/kxs.md),
-# Mask R-CNN's mask head 1.87x -> 2.21x cuDNN.
-KXS_SM90_NCHW_WINNER = KXS_SM90_AREA_CONFIGS[0]
-# gemm_phase_tma's configs, in the kernel's order (the extension's gemm_phase_tma_config_names):
-# tile m x n, ring stages, "pp" = ping-pong consumer warpgroups.
-PHASE_TMA_CONFIGS = tuple(f"{GEMM_PHASE_TMA}:{t}" for t in ("128x128s6pp", "128x128s6",
-                                                               "128x256s4", "128x64s8pp"))
-# gemm_out_tile's configs, in the kernel's order (the extension's gemm_out_tile_config_names):
-# phase rows x phase columns a block computes per phase; "all": every row phase per block
-# (stride_h x as many contiguous output rows), else one row phase.
-OUT_TILE_CONFIGS = tuple(f"{GEMM_OUT_TILE}:{t}" for t in ("4x32", "2x64", "8x16", "8x32all",
-                                                             "4x64all", "2x64all", "4x32all"))
-# gemm_col2im (one GEMM over every tap into an fp32 buffer, then col2im with the epilogue; TF32
-# or 16-bit on Hopper, one group): its GEMM is gemm_kxs_sm90 on the weight viewed as a 1 x 1
-# kernel, in one of these gemm_kxs_sm90 tiles (the cooperative 128x256 and the ping-pong
-# 128x128); 16-bit operands write the fp32 buffer through its fp32-output kernels.
-COL2IM_CONFIGS = tuple(f"{GEMM_COL2IM}:{t}" for t in ("128x256s4", "128x128s6pp"))
-# ... and in fp32 without TF32 (Hopper): its GEMM is gemm_phase_tma's 3xTF32 in one of these
-# gemm_phase_tma tiles, where the GEMM's sums (input channels) are at least MIN_3XTF32_DEPTH
-# deep; col2im then adds each output's taps in fp32.
-COL2IM_3XTF32_CONFIGS = tuple(f"{GEMM_COL2IM}:3xtf32-{t}" for t in ("128x128s6pp", "128x64s8pp"))
-# ffma_tile (plain fp32 FFMA, every dtype; few output channels per group, kernel == taps x
-# stride, dilation 1): its configs in the kernel's order (the extension's
-# ffma_tile_config_names), "s<stride>q<rows>x<cols>o<channels>": each thread computes every
-# stride phase of rows x cols input-aligned positions for that many output channels.
-FFMA_TILE_CONFIGS = tuple(f"{FFMA_TILE}:{t}" for t in ("s2q2x2o3", "s2q2x2o4", "s2q1x2o4",
-                                                         "s2q1x2o6", "s2q1x2o9", "s2q1x1o3",
-                                                         "s2q1x1o4", "s3q2x2o1", "s3q1x2o1",
-                                                         "s3q1x1o1"))
-NAMED_VARIANTS = VARIANTS + PHASE_CONFIGS + (KXS_TAP_MAJOR,) + SM90_CONFIGS + KXS_SM90_CONFIGS + \
-    KXS_SM90_AREA_CONFIGS + PHASE_TMA_CONFIGS + OUT_TILE_CONFIGS + COL2IM_CONFIGS + \
-    COL2IM_3XTF32_CONFIGS + FFMA_TILE_CONFIGS
+# The families' names and configs, from their registry entries (deconv_patch/kernels/).
+GEMM_KXS = gemm_kxs.NAME
+GEMM_PHASE = gemm_phase.NAME
+GEMM_PHASE_SM90 = gemm_phase_sm90.NAME
+GEMM_KXS_SM90 = gemm_kxs_sm90.NAME
+GEMM_PHASE_TMA = gemm_phase_tma.NAME
+GEMM_OUT_TILE = gemm_out_tile.NAME
+GEMM_COL2IM = gemm_col2im.NAME
+GROUPED = grouped.NAME
+FFMA_TILE = ffma_tile.NAME
+DIRECT = direct.NAME
+ATEN = kernels.ATEN
+PHASE_TILES = gemm_phase.TILES
+PHASE_CONFIGS = gemm_phase.VARIANTS
+KXS_TAP_MAJOR = gemm_kxs.TAP_MAJOR
+SM90_CONFIGS = gemm_phase_sm90.VARIANTS
+KXS_SM90_CONFIGS = gemm_kxs_sm90.VARIANTS
+KXS_SM90_AREA_CONFIGS = gemm_kxs_sm90.AREA_VARIANTS
+KXS_SM90_WINNER = gemm_kxs_sm90.WINNER
+KXS_SM90_TF32_WINNER = gemm_kxs_sm90.TF32_WINNER
+KXS_SM90_NCHW_WINNER = gemm_kxs_sm90.NCHW_WINNER
+PHASE_TMA_CONFIGS = gemm_phase_tma.VARIANTS
+OUT_TILE_CONFIGS = gemm_out_tile.VARIANTS
+COL2IM_CONFIGS = gemm_col2im.VARIANTS
+COL2IM_3XTF32_CONFIGS = gemm_col2im.STRICT_VARIANTS
+FFMA_TILE_CONFIGS = ffma_tile.VARIANTS
+NAMED_VARIANTS = kernels.NAMED_VARIANTS
+MIN_3XTF32_DEPTH = precision.MIN_3XTF32_DEPTH
 _GEMM_TILE = 128
 _MIN_PHASE_CHANNELS = 16  # per group, in and out: below this tensor-core tiles are mostly padding
 _MIN_GEMM_OUTPUT_BYTES = 4 * 2**20
-# gemm_col2im's fp32 buffer holds every tap's product of every input pixel (KH*KW/(SH*SW) times
-# the output's elements): above this autotune does not try it (SimpleBaseline d3: 400 MB).
-_MAX_COL2IM_BYTES = 256 * 2**20
-_MAX_GROUPED_CHANNELS = 32  # per group, in and out: the grouped kernel's home ground (measured)
-_MAX_GROUPED_CANDIDATE = 64  # per group, in and out: the grouped kernel's limit; autotune times it
-# ffma_tile's domain as an autotune candidate: output channels per group. Measured forced on
-# the H100 (docs/performance/ffma-kernels.md, GPU time against cuDNN): 1 (FSRCNN) channel
-# 1.4-1.5x in fp32 / TF32 and 4.3-4.7x in 16-bit, 3 (DCGAN's output layer) 1.6-2.3x, 17 (Keypoint
-# R-CNN) 0.2-0.6x (its multiply-adds grow with the channels, cuDNN's GEMM does not); 4-8
-# unmeasured.
-_MAX_FFMA_TILE_CHANNELS = 8
-# ffma_tile's kernel families: stride -> taps per axis (its kernels are built for kernel == taps x
-# stride: k4 s2, k9 s3).
-_FFMA_TILE_TAPS = {2: 2, 3: 3}
-# 3xTF32 carries each fp32 operand as two TF32 numbers (22 of fp32's 24 significant bits) and
-# tensor-core sums truncate, so each product is a few fp32 ulps off where FFMA is half an ulp
-# off. fp32's own rounding hides that once an output sums enough products; below this depth
-# the result can exceed the GPU tests' bound (2x PyTorch's error + 1 ulp), so cuDNN keeps those
-# calls. Measured on the H100 (benchmarks/strict_error_scan.py, worst error / bound over 400
-# random gemm_kxs layers): depth 1: 1.84, 16-31: 1.13, 32-63: 0.81, >= 64: 0.58, falling about
-# as 1/sqrt(depth); 64 keeps a 1.7x margin and every layer of the benchmark suite (>= 128).
-MIN_3XTF32_DEPTH = 64
-# fp32 strict on Hopper: gemm_phase_tma's 3xTF32 runs by default from this many output channels
-# per group (its 64-wide tiles waste most of their MMAs below; measured, see _plan_layer).
-_MIN_STRICT_TMA_OUT = 32
-# gemm_out_tile's domain: output channels per group (its n tile holds every channel of a group).
-_MAX_OUT_TILE_CHANNELS = 32
+_MAX_COL2IM_BYTES = gemm_col2im.MAX_BUFFER_BYTES
+_MAX_GROUPED_CHANNELS = grouped.MAX_DEFAULT_CHANNELS
+_MAX_GROUPED_CANDIDATE = grouped.MAX_CANDIDATE_CHANNELS
+_MIN_STRICT_TMA_OUT = gemm_phase_tma.MIN_STRICT_OUT
+_MAX_OUT_TILE_CHANNELS = gemm_out_tile.MAX_CHANNELS
 # Output channels per group up to which gemm_out_tile is the untimed default of 16-bit layers in
 # place of cuDNN (or gemm_phase where cuDNN cannot run), where its shared memory holds the layer
 # (plan() asks the extension). Measured on the H100 (docs/performance/out-tile.md), 16-bit, its
@@ -225,42 +123,9 @@ def use_variant(variant: str) -> Iterator[None]:
         _forced_variant.reset(token)
 
 
-def is_variant(variant: str) -> bool:
-    return variant in NAMED_VARIANTS
-
-
-def split_variant(variant: str) -> Tuple[str, int]:
-    """(kernel variant, tile config) of a variant name; config -1 means the kernel's choice."""
-    if variant in PHASE_CONFIGS:
-        return GEMM_PHASE, PHASE_CONFIGS.index(variant)
-    if variant in SM90_CONFIGS:
-        return GEMM_PHASE_SM90, SM90_CONFIGS.index(variant)
-    if variant in KXS_SM90_CONFIGS:
-        return GEMM_KXS_SM90, KXS_SM90_CONFIGS.index(variant)
-    if variant in KXS_SM90_AREA_CONFIGS:
-        return GEMM_KXS_SM90, len(KXS_SM90_CONFIGS) + KXS_SM90_AREA_CONFIGS.index(variant)
-    if variant in PHASE_TMA_CONFIGS:
-        return GEMM_PHASE_TMA, PHASE_TMA_CONFIGS.index(variant)
-    if variant in OUT_TILE_CONFIGS:
-        return GEMM_OUT_TILE, OUT_TILE_CONFIGS.index(variant)
-    if variant in FFMA_TILE_CONFIGS:
-        return FFMA_TILE, FFMA_TILE_CONFIGS.index(variant)
-    if variant in COL2IM_CONFIGS:  # the gemm_kxs_sm90 config of its GEMM
-        return GEMM_COL2IM, KXS_SM90_CONFIGS.index(
-            variant.replace(GEMM_COL2IM, GEMM_KXS_SM90, 1))
-    if variant in COL2IM_3XTF32_CONFIGS:  # the gemm_phase_tma config of its 3xTF32 GEMM
-        return GEMM_COL2IM, PHASE_TMA_CONFIGS.index(
-            variant.replace(f"{GEMM_COL2IM}:3xtf32-", f"{GEMM_PHASE_TMA}:", 1))
-    if variant == KXS_TAP_MAJOR:
-        return GEMM_KXS, 1
-    return variant, -1
-
-
-def reads_packed_weight(variant: str) -> bool:
-    """Whether a variant reads a pre-packed weight (packed_weights.py) instead of the weight."""
-    return split_variant(variant)[0] in (GEMM_PHASE, GEMM_PHASE_SM90, GEMM_KXS_SM90,
-                                         GEMM_PHASE_TMA, GEMM_OUT_TILE, GEMM_COL2IM) or \
-        variant == KXS_TAP_MAJOR
+is_variant = kernels.is_variant
+split_variant = kernels.split_variant
+reads_packed_weight = kernels.reads_packed_weight
 
 
 @functools.lru_cache(maxsize=None)
@@ -272,12 +137,6 @@ def _capability(index: int) -> tuple:
 def _device_capability(device: torch.device) -> tuple:
     index = device.index if device.index is not None else torch.cuda.current_device()
     return _capability(index)
-
-
-def fp32_strict(dtype: torch.dtype) -> bool:
-    """fp32 with TF32 not allowed (torch.backends.cudnn.allow_tf32 False): the tensor-core
-    variants run 3xTF32 there."""
-    return dtype == torch.float32 and not torch.backends.cudnn.allow_tf32
 
 
 def forced_variant() -> Optional[str]:
@@ -441,18 +300,7 @@ def _plan_layer(device: torch.device, dtype: torch.dtype, kernel_hw: Sequence[in
                 candidates=(*grouped, ATEN) if grouped else ())
 
 
-def ffma_tile_configs(kernel_hw: Sequence[int], args: ConvTransposeArgs,
-                      channels: Optional[Tuple[int, int]]) -> Tuple[str, ...]:
-    """ffma_tile's configs that can run a layer, else (): known channels with <= 8 output
-    channels per group, dilation 1, one stride s on both axes and kernel == taps x s on both
-    (a config's "s<stride>" family). Plain fp32 FFMA, so every dtype and mode is exact."""
-    if channels is None or channels[1] > _MAX_FFMA_TILE_CHANNELS or args.dilation != (1, 1) \
-            or args.stride[0] != args.stride[1] or kernel_hw[0] != kernel_hw[1]:
-        return ()
-    s, k = args.stride[0], kernel_hw[0]
-    if _FFMA_TILE_TAPS.get(s, 0) * s != k:
-        return ()
-    return tuple(v for v in FFMA_TILE_CONFIGS if v.startswith(f"{FFMA_TILE}:s{s}q"))
+ffma_tile_configs = ffma_tile.configs_for
 
 
 def out_tile_configs(device: torch.device, dtype: torch.dtype,
@@ -468,17 +316,7 @@ def out_tile_configs(device: torch.device, dtype: torch.dtype,
     return OUT_TILE_CONFIGS
 
 
-def out_tile_problem(dtype: torch.dtype, out_per_group: int,
-                     depth: Optional[int] = None) -> Optional[str]:
-    """Why gemm_out_tile cannot run a layer's dtype / output channels, or None when it can
-    (fp32 strict: 3xTF32 where each output sums at least MIN_3XTF32_DEPTH products)."""
-    problem = tensor_core_problem(dtype, depth)
-    if problem is not None:
-        return problem
-    if out_per_group > _MAX_OUT_TILE_CHANNELS:
-        return (f"{out_per_group} output channels per group (at most {_MAX_OUT_TILE_CHANNELS}: "
-                "its n tile holds all of a group's)")
-    return None
+out_tile_problem = gemm_out_tile.problem
 
 
 def _out_tile_is_default(dtype: torch.dtype, channels: Optional[Tuple[int, int]],
@@ -510,33 +348,7 @@ def _is_sm90(device: torch.device) -> bool:
     return _device_capability(device) == (9, 0)
 
 
-def reduction_depth(in_per_group: int, kernel_hw: Sequence[int], args: ConvTransposeArgs) -> int:
-    """About how many products each output element sums: input channels per group x the taps
-    of a stride phase (kernel area / stride area, at least 1)."""
-    taps = (kernel_hw[0] * kernel_hw[1]) // (args.stride[0] * args.stride[1])
-    return in_per_group * max(1, taps)
-
-
-def tensor_core_problem(dtype: torch.dtype, depth: Optional[int] = None) -> Optional[str]:
-    """Why the tensor-core variants cannot run a dtype, or None when they can. fp32 without TF32
-    runs 3xTF32 when each output sums at least MIN_3XTF32_DEPTH products (`depth`, unknown =
-    not)."""
-    if fp32_strict(dtype) and (depth is None or depth < MIN_3XTF32_DEPTH):
-        return ("fp32 without TF32 (torch.backends.cudnn.allow_tf32 is False) in a sum of fewer "
-                f"than {MIN_3XTF32_DEPTH} products")
-    return None
-
-
-def gemm_kxs_problem(dtype: torch.dtype, kernel_hw: Sequence[int],
-                     args: ConvTransposeArgs, depth: Optional[int] = None) -> Optional[str]:
-    """Why the k == stride GEMM kernel does not apply to a layer, or None when it does."""
-    if tuple(kernel_hw) != tuple(args.stride):
-        return "kernel != stride"
-    if any(args.padding) or args.dilation != (1, 1):
-        return "padding or dilation"
-    if kernel_hw[0] * kernel_hw[1] > 256 or args.groups > 65535:
-        return "kernel area > 256 or groups > 65535"
-    return tensor_core_problem(dtype, depth)
+gemm_kxs_problem = gemm_kxs.problem
 
 
 def may_use_kernel(device: torch.device, dtype: torch.dtype, kernel_hw: Sequence[int],
@@ -664,10 +476,7 @@ def plan(input: torch.Tensor, weight: torch.Tensor, args: ConvTransposeArgs) -> 
     return chosen
 
 
-def col2im_buffer_bytes(input: torch.Tensor, weight: torch.Tensor) -> int:
-    """Bytes of gemm_col2im's fp32 buffer for a call: [N*H*W, KH*KW*Cout]."""
-    pixels = input.numel() // max(1, input.shape[-3])
-    return 4 * pixels * weight.shape[1] * weight.shape[2] * weight.shape[3]
+col2im_buffer_bytes = gemm_col2im.buffer_bytes
 
 
 def kxs_sm90_for_output(chosen: Plan, nhwc_out: bool) -> Plan:

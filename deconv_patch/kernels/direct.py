@@ -1,0 +1,10 @@
+"""direct: the gather kernel: any hyperparameters, fp32/fp16/bf16, any layout. It loses to
+cuDNN wherever cuDNN runs, so it is the default only where PyTorch cannot use cuDNN."""
+
+from __future__ import annotations
+
+from .family import KernelFamily
+
+NAME = "direct"
+
+FAMILY = KernelFamily(NAME, "gather kernel for any hyperparameters")

@@ -1,0 +1,56 @@
+"""What the registry knows of one kernel family: its name, its configs and the weight it reads."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Optional, Tuple
+
+import torch
+
+from ..arguments import ConvTransposeArgs
+
+
+@dataclass(frozen=True)
+class Config:
+    """One named config of a family: the variant name users and autotune see
+    ("gemm_phase_tma:128x128s6pp"), the index the extension's launcher takes, and whether it
+    reads a pre-packed weight (packed_weights.py) instead of the weight as it is."""
+
+    variant: str
+    index: int
+    packed_weight: bool
+
+
+# (dtype, weight, args, variant) -> why the family cannot run this call, or None.
+Refusal = Callable[[torch.dtype, torch.Tensor, ConvTransposeArgs, str], Optional[str]]
+
+
+def no_refusal(dtype: torch.dtype, weight: torch.Tensor, args: ConvTransposeArgs,
+               variant: str) -> Optional[str]:
+    return None
+
+
+@dataclass(frozen=True)
+class KernelFamily:
+    """One kernel family: `name` alone lets the launcher pick its config (index -1), each of
+    `configs` forces one. `refusal` is the family's own rule for a call the planner did not
+    plan (a forced variant, autotune's candidates): checked before the extension is asked, with
+    the planner's wording."""
+
+    name: str
+    summary: str
+    configs: Tuple[Config, ...] = ()
+    packed_weight: bool = False  # the bare name's (config -1) weight
+    refusal: Refusal = no_refusal
+
+    @property
+    def variants(self) -> Tuple[str, ...]:
+        return tuple(c.variant for c in self.configs)
+
+
+def configs(family: str, names: Tuple[str, ...], packed_weight: bool, first_index: int = 0,
+            prefix: Optional[str] = None) -> Tuple[Config, ...]:
+    """Configs named "<prefix or family>:<name>", at consecutive launcher indices."""
+    head = prefix if prefix is not None else family
+    return tuple(Config(f"{head}:{n}", first_index + i, packed_weight)
+                 for i, n in enumerate(names))

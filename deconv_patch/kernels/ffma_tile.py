@@ -1,0 +1,44 @@
+"""ffma_tile: plain fp32 FFMA for few output channels per group with kernel == taps x stride
+(k4 s2, k9 s3), dilation 1: each thread computes every stride phase of a few input-aligned
+positions, so each loaded input feeds kernel-area multiply-adds; exact in every mode, any
+layout."""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence, Tuple
+
+from ..arguments import ConvTransposeArgs
+from .family import KernelFamily, configs
+
+NAME = "ffma_tile"
+# In the kernel's order (the extension's ffma_tile_config_names), "s<stride>q<rows>x<cols>o<ch>":
+# each thread computes every stride phase of rows x cols input-aligned positions for that many
+# output channels.
+CONFIGS = configs(NAME, ("s2q2x2o3", "s2q2x2o4", "s2q1x2o4", "s2q1x2o6", "s2q1x2o9",
+                         "s2q1x1o3", "s2q1x1o4", "s3q2x2o1", "s3q1x2o1", "s3q1x1o1"), False)
+VARIANTS = tuple(c.variant for c in CONFIGS)
+# Its domain as an autotune candidate: output channels per group. Measured forced on the H100
+# (docs/performance/ffma-kernels.md, GPU time against cuDNN): 1 (FSRCNN) channel 1.4-1.5x in
+# fp32 / TF32 and 4.3-4.7x in 16-bit, 3 (DCGAN's output layer) 1.6-2.3x, 17 (Keypoint R-CNN)
+# 0.2-0.6x (its multiply-adds grow with the channels, cuDNN's GEMM does not); 4-8 unmeasured.
+MAX_CHANNELS = 8
+# Its kernels: stride -> taps per axis (built for kernel == taps x stride: k4 s2, k9 s3).
+TAPS = {2: 2, 3: 3}
+
+
+def configs_for(kernel_hw: Sequence[int], args: ConvTransposeArgs,
+                channels: Optional[Tuple[int, int]]) -> Tuple[str, ...]:
+    """The configs that can run a layer, else (): known channels with <= 8 output channels per
+    group, dilation 1, one stride s on both axes and kernel == taps x s on both (a config's
+    "s<stride>" family)."""
+    if channels is None or channels[1] > MAX_CHANNELS or args.dilation != (1, 1) \
+            or args.stride[0] != args.stride[1] or kernel_hw[0] != kernel_hw[1]:
+        return ()
+    s, k = args.stride[0], kernel_hw[0]
+    if TAPS.get(s, 0) * s != k:
+        return ()
+    return tuple(v for v in VARIANTS if v.startswith(f"{NAME}:s{s}q"))
+
+
+FAMILY = KernelFamily(NAME, "fp32 FFMA over input-aligned tiles for few output channels",
+                      configs=CONFIGS)

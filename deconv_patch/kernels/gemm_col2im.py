@@ -1,0 +1,58 @@
+"""gemm_col2im: one GEMM over every tap into an fp32 buffer, then col2im with the epilogue (one
+group, on Hopper). Its GEMM is gemm_kxs_sm90 on the weight viewed as a 1 x 1 kernel (TF32,
+16-bit: 16-bit operands write the fp32 buffer through its fp32-output kernels), or
+gemm_phase_tma's 3xTF32 for fp32 without TF32, so its configs are those families' tiles."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from ..arguments import ConvTransposeArgs
+from . import gemm_kxs_sm90, gemm_phase_tma
+from .family import Config, KernelFamily
+from .precision import fp32_strict, strict_refusal
+
+NAME = "gemm_col2im"
+# gemm_kxs_sm90 tiles (the cooperative 128x256 and the ping-pong 128x128): the config index is
+# the GEMM's.
+CONFIGS = tuple(Config(f"{NAME}:{t}", gemm_kxs_sm90.VARIANTS.index(f"{gemm_kxs_sm90.NAME}:{t}"),
+                       True) for t in ("128x256s4", "128x128s6pp"))
+# ... and in fp32 without TF32: gemm_phase_tma's 3xTF32 in these tiles, where the GEMM's sums
+# (input channels) are at least MIN_3XTF32_DEPTH deep; col2im then adds each output's taps in
+# fp32.
+STRICT_CONFIGS = tuple(
+    Config(f"{NAME}:3xtf32-{t}", gemm_phase_tma.VARIANTS.index(f"{gemm_phase_tma.NAME}:{t}"),
+           True) for t in ("128x128s6pp", "128x64s8pp"))
+VARIANTS = tuple(c.variant for c in CONFIGS)
+STRICT_VARIANTS = tuple(c.variant for c in STRICT_CONFIGS)
+# Its fp32 buffer holds every tap's product of every input pixel (KH*KW/(SH*SW) times the
+# output's elements): above this autotune does not try it (SimpleBaseline d3: 400 MB).
+MAX_BUFFER_BYTES = 256 * 2**20
+
+
+def buffer_bytes(input: torch.Tensor, weight: torch.Tensor) -> int:
+    """Bytes of the fp32 buffer for a call: [N*H*W, KH*KW*Cout]."""
+    pixels = input.numel() // max(1, input.shape[-3])
+    return 4 * pixels * weight.shape[1] * weight.shape[2] * weight.shape[3]
+
+
+def _refusal(dtype: torch.dtype, weight: torch.Tensor, args: ConvTransposeArgs,
+             variant: str) -> Optional[str]:
+    # Its GEMM sums over the input channels only (col2im adds the taps in fp32). Configs are per
+    # mode; the binding reads the config index in the mode's list.
+    found = strict_refusal(NAME, dtype, weight.shape[0] // args.groups)
+    if found is not None:
+        return found
+    strict = fp32_strict(dtype)
+    if strict and variant in VARIANTS:
+        return f"fp32 without TF32 in {variant} (its 3xTF32 configs: {', '.join(STRICT_VARIANTS)})"
+    if not strict and variant in STRICT_VARIANTS:
+        return (f"{dtype} with TF32 allowed or 16-bit in {variant} (it is the fp32-without-TF32 "
+                "form)")
+    return None
+
+
+FAMILY = KernelFamily(NAME, "one GEMM over every tap into an fp32 buffer, then col2im (sm_90a)",
+                      configs=CONFIGS + STRICT_CONFIGS, packed_weight=True, refusal=_refusal)
