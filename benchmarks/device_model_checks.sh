@@ -3,7 +3,7 @@
 # corpus in fp32 and bf16, the examples, validation, the module fast path, the epilogue), the
 # demo, the example models eager, and optionally one variant forced on a few suite layers.
 # Logs in $OUT; a short summary prints last.
-#   EXTRA_TESTS="tests/test_gpu_grouped_precision.py" MODELS=dcgan,unet,pix2pix \
+#   EXTRA_TESTS="tests/gpu/grouped/test_grouped_precision.py" MODELS=dcgan,unet,pix2pix \
 #   FORCED="grouped|fp32,bf16|nchw,nhwc|depthwise.up,grouped 128" bash benchmarks/device_model_checks.sh
 set -u
 OUT=${OUT:-/tmp/deconv_patch_out}
@@ -21,8 +21,8 @@ python3 -m deconv_patch.cli build > "$L/build.log" 2>&1; tail -2 "$L/build.log"
 
 step "GPU tests (model patching ${EXTRA_TESTS:+and extra})"
 timeout "${TEST_SECONDS:-300}" python3 -m pytest -q -m cuda -p no:cacheprovider \
-  tests/test_gpu_model_corpus.py tests/test_examples.py tests/test_validation.py \
-  tests/test_gpu_fast_path.py tests/test_gpu_epilogue.py ${EXTRA_TESTS:-} \
+  tests/gpu/test_model_corpus.py tests/gpu/test_examples.py tests/gpu/test_validation.py \
+  tests/gpu/test_fast_path.py tests/gpu/test_epilogue.py ${EXTRA_TESTS:-} \
   > "$L/gpu-tests.log" 2>&1; echo "pytest exit $?"
 grep -E "^FAILED|^ERROR" "$L/gpu-tests.log" | head -20
 tail -1 "$L/gpu-tests.log"

@@ -8,9 +8,11 @@
 #                                            # tests, optional sanitizer) / second half (the
 #                                            # benchmarks and reports), each within one
 #                                            # 10-minute device call
-#   PART=newtests                            # build, error scan, session-4 kernel tests only
-#   PART=new                                 # build + the session-4 variants forced on the
-#                                            # layers they cover (no tests)
+#   PART=newtests                            # build, error scan, and only the tests of
+#                                            # tap-major gemm_kxs, 3xTF32, the grouped kernel
+#                                            # and gemm_phase_sm90 (the newtests list below)
+#   PART=new                                 # build + those variants (and 3xTF32) forced on
+#                                            # the layers they cover (no tests)
 #   PART=kxs_sm90                            # build + gemm_kxs_sm90's tests (a hung config
 #                                            # cannot eat the call) + its configs forced on
 #                                            # the k == stride layers
@@ -87,7 +89,8 @@
 #   TANH_PROFILE=1                           # with PART=2: the GANs' Tanh layers, bare / fused
 #   BUDGET=450                               # seconds this call may take (default 570)
 #   SANITIZE=1                               # with PART=1: compute-sanitizer memcheck on a
-#                                            # few configs of each session-4 kernel sweep
+#                                            # few configs of each sweep of the newtests list,
+#                                            # gemm_kxs_sm90, gemm_phase_tma, gemm_out_tile
 set -uo pipefail
 OUT=${OUT:-/tmp/deconv_patch_out}
 mkdir -p "$OUT/logs"
@@ -196,27 +199,37 @@ gan_models_bench() {
     --out "$OUT/models_gan.json" > "$L/models_gan.log" 2>&1; tail -8 "$L/models_gan.log"
 }
 
+# The tests of tap-major gemm_kxs, the 3xTF32 fp32-strict mode (gemm_kxs, gemm_phase), the grouped
+# kernel and gemm_phase_sm90, with the planner's rules for them (PART=newtests runs only these).
+newtests=(tests/gpu/gemm_kxs/test_gemm_kxs_tap_major.py
+          tests/gpu/gemm_kxs/test_gemm_kxs_3xtf32.py
+          tests/gpu/gemm_phase/test_gemm_phase_3xtf32.py
+          tests/gpu/gemm_phase/test_gemm_phase_sm90.py
+          tests/gpu/grouped/test_grouped.py
+          tests/gpu/test_planner.py::test_planner_rules_for_3xtf32_grouped_and_wgmma_phase)
+
 if [ "${PART:-1}" = 1 ] || [ "${PART:-}" = newtests ]; then
 if [ "${SCAN:-1}" = 1 ]; then
 step "fp32-strict (3xTF32) error by reduction depth"
 timeout 120 python3 benchmarks/strict_error_scan.py --cases 400 2>&1 | tee "$L/strict-scan.log"
 fi
-# The session-4 kernels first (wgmma alone: a hung kernel must not eat the call), then the rest.
-gpu_tests new $(( $(left) - 300 )) -k "not sm90" tests/test_gpu_new_kernels.py
-gpu_tests wgmma 120 -k "sm90" tests/test_gpu_new_kernels.py
+# The newtests list first (its wgmma part apart: a hung kernel must not eat the call), then the
+# rest of the suite (the list deselected: --deselect=PATH for each entry).
+gpu_tests new $(( $(left) - 300 )) -k "not sm90" "${newtests[@]}"
+gpu_tests wgmma 120 -k "sm90" "${newtests[@]}"
 fi
 if [ "${PART:-1}" = 1 ]; then
-gpu_tests suite $(( $(left) - 20 )) tests --ignore=tests/test_gpu_new_kernels.py
+gpu_tests suite $(( $(left) - 20 )) tests "${newtests[@]/#/--deselect=}"
 if [ -n "${SANITIZE:-}" ] && [ "$(left)" -gt 60 ]; then
-  step "compute-sanitizer (memcheck) on a few configs of each new kernel"
-  memcheck "$L/sanitizer.log" $(( $(left) - 10 )) "sweep\[" 2 tests/test_gpu_new_kernels.py \
-    tests/test_gpu_kxs_sm90.py tests/test_gpu_phase_tma.py tests/test_gpu_out_tile.py
+  step "compute-sanitizer (memcheck) on a few configs of each kernel's sweeps"
+  memcheck "$L/sanitizer.log" $(( $(left) - 10 )) "sweep\[" 2 "${newtests[@]}" \
+    tests/gpu/gemm_kxs_sm90 tests/gpu/gemm_phase_tma tests/gpu/gemm_out_tile
 fi
 fi
 
 if [ "${PART:-}" = new ]; then
-# The session-4 variants and the 3xTF32 fp32-strict mode, each forced on the layers it covers:
-# the numbers behind the planner's rules for them.
+# Tap-major gemm_kxs, the grouped kernel, gemm_phase_sm90 and the 3xTF32 fp32-strict mode, each
+# forced on the layers it covers: the numbers behind the planner's rules for them.
 forced gemm_kxs:tap_major tf32,bf16,fp16 nhwc "$kxs_layers" 240
 forced gemm_kxs fp32 nchw,nhwc "$kxs_layers" 240
 forced gemm_kxs:tap_major fp32 nhwc "$kxs_layers" 240
@@ -227,10 +240,10 @@ fi
 
 if [ "${PART:-}" = kxs_sm90 ]; then
 # Config 1 first (no setmaxnreg), each config's sweep under its own limit, then the rest.
-gpu_tests kxs_sm90-128x128s6 90 -x -k "128x128s6 and not 128x128s6pp" tests/test_gpu_kxs_sm90.py
-gpu_tests kxs_sm90-128x256s4 90 -x -k "128x256s4" tests/test_gpu_kxs_sm90.py
-gpu_tests kxs_sm90-128x128s6pp 90 -x -k "128x128s6pp" tests/test_gpu_kxs_sm90.py
-gpu_tests kxs_sm90-default 120 -k "not 128x" tests/test_gpu_kxs_sm90.py
+gpu_tests kxs_sm90-128x128s6 90 -x -k "128x128s6 and not 128x128s6pp" tests/gpu/gemm_kxs_sm90
+gpu_tests kxs_sm90-128x256s4 90 -x -k "128x256s4" tests/gpu/gemm_kxs_sm90
+gpu_tests kxs_sm90-128x128s6pp 90 -x -k "128x128s6pp" tests/gpu/gemm_kxs_sm90
+gpu_tests kxs_sm90-default 120 -k "not 128x" tests/gpu/gemm_kxs_sm90
 for v in $(planner_names KXS_SM90_CONFIGS); do
   forced "$v" bf16,fp16,tf32 nhwc,nchw "$kxs_layers" 100
 done
@@ -240,19 +253,19 @@ if [ "${PART:-}" = phase_tma ]; then
 # Config 0 first, each config's sweep under its own limit (a hung config cannot eat the call),
 # then the 3xTF32 error scan, then gemm_kxs_sm90's tests (its NCHW paths).
 for cfg in $(planner_names PHASE_TMA_CONFIGS | sed 's/[^ ]*://g'); do
-  gpu_tests "phase_tma-$cfg" 75 -x -k "$cfg and not ${cfg}pp" tests/test_gpu_phase_tma.py
+  gpu_tests "phase_tma-$cfg" 75 -x -k "$cfg and not ${cfg}pp" tests/gpu/gemm_phase_tma
 done
-gpu_tests phase_tma-default 90 -k "not 128x" tests/test_gpu_phase_tma.py
+gpu_tests phase_tma-default 90 -k "not 128x" tests/gpu/gemm_phase_tma
 step "fp32-strict (3xTF32) error of gemm_phase_tma by reduction depth"
 timeout 60 python3 benchmarks/strict_error_scan.py --cases 300 --variants gemm_phase_tma 2>&1 \
   | tee "$L/strict-scan-phase-tma.log"
-[ -z "${SKIP_KXS:-}" ] && gpu_tests kxs_sm90 120 tests/test_gpu_kxs_sm90.py
+[ -z "${SKIP_KXS:-}" ] && gpu_tests kxs_sm90 120 tests/gpu/gemm_kxs_sm90
 fi
 
 if [ "${PART:-}" = strict ]; then
 # gemm_phase_tma's 3xTF32 mode: its strict tests per config, the error scan, each config forced
 # in fp32 strict on the k != stride layers, then the quick layer table (GPU-time columns).
-gpu_tests phase_tma-strict 150 -k "strict" tests/test_gpu_phase_tma.py
+gpu_tests phase_tma-strict 150 -k "strict" tests/gpu/gemm_phase_tma
 step "fp32-strict (3xTF32) error of gemm_phase_tma by reduction depth"
 timeout 90 python3 benchmarks/strict_error_scan.py --cases 400 --variants gemm_phase_tma 2>&1 \
   | tee "$L/strict-scan-phase-tma.log"
@@ -268,10 +281,10 @@ fi
 if [ "${PART:-}" = relayout ]; then
 # The binding's NCHW -> channels_last re-layout kernel: its test, the sweeps of every kernel that
 # reads re-laid input, then the NCHW rows it serves (event and GPU time).
-gpu_tests relayout 60 tests/test_gpu_relayout.py
-gpu_tests phase_tma 100 tests/test_gpu_phase_tma.py
-gpu_tests kxs_sm90 60 tests/test_gpu_kxs_sm90.py
-gpu_tests phase-16bit 80 -k "sm90 or gemm_phase" tests/test_gpu_new_kernels.py tests/test_gpu_kernels.py
+gpu_tests relayout 60 tests/gpu/relayout
+gpu_tests phase_tma 100 tests/gpu/gemm_phase_tma
+gpu_tests kxs_sm90 60 tests/gpu/gemm_kxs_sm90
+gpu_tests phase-16bit 80 tests/gpu/gemm_phase tests/gpu/test_few_output_channel_layers.py
 step "layer benchmark (planner's choice; NCHW rows that re-lay their input)"
 timeout $(( $(left) - 15 )) python3 benchmarks/layers.py --modes bf16,tf32 --formats nchw \
   --only "maskrcnn,dcgan.g2,cyclegan,vae,unet" \
@@ -298,7 +311,7 @@ if [ "${PART:-}" = area ]; then
 # L2 write sectors on Mask R-CNN, then (time left) the other configs' tests (their machine code
 # is unchanged; the Python side is shared).
 for v in $(planner_names KXS_SM90_AREA_CONFIGS | sed 's/[^ ]*://g'); do
-  gpu_tests "kxs_sm90-$v" 60 -x -k "$v" tests/test_gpu_kxs_sm90.py
+  gpu_tests "kxs_sm90-$v" 60 -x -k "$v" tests/gpu/gemm_kxs_sm90
 done
 for cfg in 128x256s4 128x256s4area 128x128s6pp 128x128s6pparea; do
   forced "gemm_kxs_sm90:$cfg" bf16,tf32 nchw "$kxs_layers" 45 60
@@ -310,16 +323,16 @@ for cfg in 128x256s4 128x256s4area; do
     --metrics gpu__time_duration.sum,dram__bytes_write.sum,lts__t_sectors_op_write.sum \
     -- --layer "maskrcnn.mask 256>256 14" --variant "gemm_kxs_sm90:$cfg" --reps 2
 done
-gpu_tests kxs_sm90-others $(( $(left) - 15 )) -k "not area" tests/test_gpu_kxs_sm90.py
+gpu_tests kxs_sm90-others $(( $(left) - 15 )) -k "not area" tests/gpu/gemm_kxs_sm90
 fi
 
 if [ "${PART:-}" = round ]; then
-# TF32 A operands read into registers and rounded there (session 16) in gemm_kxs_sm90 and
+# TF32 A operands read into registers and rounded there in gemm_kxs_sm90 and
 # gemm_phase_tma: their tests (fp32 cases are TF32), then each kernel's configs forced in TF32
 # on its layers, then the planner's TF32 table (ROUND_TABLE=0: not).
 if [ -z "${SKIP_TESTS:-}" ]; then
-  gpu_tests kxs_sm90 90 tests/test_gpu_kxs_sm90.py
-  gpu_tests phase_tma 150 -k "not strict" tests/test_gpu_phase_tma.py
+  gpu_tests kxs_sm90 90 tests/gpu/gemm_kxs_sm90
+  gpu_tests phase_tma 150 -k "not strict" tests/gpu/gemm_phase_tma
 fi
 for v in ${ROUND_KXS:-$(planner_names KXS_SM90_CONFIGS) $(planner_names KXS_SM90_AREA_CONFIGS)}; do
   forced "$v" tf32 "${ROUND_FORMATS:-nhwc,nchw}" "$kxs_layers" 45 60
@@ -367,7 +380,7 @@ if [ "${PART:-}" = col2im ]; then
 # gemm_col2im (TF32 and 16-bit): its tests, where its GPU time goes kernel by kernel (GEMM,
 # col2im, input re-layout; benchmarks/kernel_split.py) against cuDNN's, then both configs forced
 # on the layers where one GEMM over every tap may win (COL2IM_LAYERS to change them).
-gpu_tests col2im ${AB_TEST_SECONDS:-240} ${COL2IM_TESTS:-tests/test_gpu_col2im.py}
+gpu_tests col2im ${AB_TEST_SECONDS:-240} ${COL2IM_TESTS:-tests/gpu/col2im}
 col2im_variants="aten,$(planner_names COL2IM_CONFIGS | tr ' ' ',')"
 [ -n "${SKIP_SPLIT:-}" ] || for spec in "bf16 --channels-last" "bf16" "fp32 --channels-last" "fp32"; do
   step "kernel split: keypoint $spec"
@@ -386,8 +399,8 @@ fi
 
 if [ "${PART:-}" = gan_models ]; then
 # The planner's NCHW choice for k == stride layers (kernel-area tiles), then where the bf16
-# GAN models' eager time goes (benchmarks/models.py, session 12: DCGAN 0.69x, pix2pix 0.89x
-# while each of their layers ran faster): per-layer variants and times under autotune.
+# GAN models' eager time goes (benchmarks/models.py measured DCGAN 0.69x, pix2pix 0.89x while
+# each of their layers ran faster): per-layer variants and times under autotune.
 gpu_tests planner 90 -k "planner" tests
 step "layer benchmark (planner's choice; k == stride rows)"
 timeout 150 python3 benchmarks/layers.py --only "$kxs_layers" --json "$OUT/layers_kxs.json" \
@@ -406,9 +419,11 @@ if [ "${PART:-}" = epilogue ]; then
 # Activations fixed at compile time in the TMA kernels' stores: every config x activation of
 # their epilogue sweeps, the other epilogue sweeps, autotune (timed with the epilogue) and the
 # planner; then the GAN profile and models below, then the kernels' other tests.
-gpu_tests epilogue 150 -k "epilogue" tests/test_gpu_phase_tma.py tests/test_gpu_kxs_sm90.py \
-  tests/test_gpu_epilogue.py tests/test_gpu_new_kernels.py
-gpu_tests autotune 60 tests/test_autotune.py tests/test_gpu_kernels.py -k "autotune or planner"
+gpu_tests epilogue 150 -k "epilogue" tests/gpu/gemm_phase_tma tests/gpu/gemm_kxs_sm90 \
+  tests/gpu/test_epilogue.py tests/gpu/gemm_kxs/test_gemm_kxs_tap_major.py \
+  tests/gpu/gemm_phase/test_gemm_phase_sm90.py
+gpu_tests autotune 60 tests/gpu/test_autotune.py tests/gpu/test_planner.py \
+  tests/gpu/gemm_kxs/test_gemm_kxs.py -k "autotune or planner"
 fi
 
 if [ "${PART:-}" = gan_profile ] || [ "${PART:-}" = epilogue ]; then
@@ -426,15 +441,16 @@ fi
 
 if [ "${PART:-}" = epilogue ]; then
 gan_models_bench
-gpu_tests kernels $(( $(left) - 15 )) -k "not epilogue" tests/test_gpu_phase_tma.py \
-  tests/test_gpu_kxs_sm90.py
+gpu_tests kernels $(( $(left) - 15 )) -k "not epilogue" tests/gpu/gemm_phase_tma \
+  tests/gpu/gemm_kxs_sm90
 fi
 
 if [ "${PART:-}" = phase_act ]; then
 # gemm_phase and gemm_phase_sm90 now fix the activation at compile time (dispatch_activation):
 # their epilogue sweeps, then each forced on the GAN layers, bare against fused activation.
 gpu_tests phase_epilogue 120 -k "gemm_phase_config_epilogue or gemm_phase_sm90_epilogue or \
-epilogue_sweep" tests/test_gpu_epilogue.py tests/test_gpu_new_kernels.py
+epilogue_sweep" tests/gpu/test_epilogue.py tests/gpu/gemm_phase/test_gemm_phase_sm90.py \
+  tests/gpu/gemm_kxs/test_gemm_kxs_tap_major.py
 phase_variants=gemm_phase:128x128,gemm_phase:128x64,gemm_phase:64x64,gemm_phase_sm90:128x128s4,gemm_phase_sm90:128x64s4,gemm_phase_tma:128x64s8pp
 p2p=model.inner.inner.inner.up.1,model.inner.inner.up.1,model.inner.up.1,model.up.1
 for spec in dcgan:main.3,main.6,main.9,main.12 pix2pix:$p2p; do
@@ -519,11 +535,11 @@ if [ "${PART:-}" = outtile ]; then
 # and each config forced on the few-channel layers (each call within 75 s, skipped below 110 s
 # left so the ncu run keeps its time), then ncu of fcn8s.up8 (time, DRAM and L2 sectors: the
 # phase GEMMs wrote 12x the output in L2 write sectors there, NCHW).
-[ -z "${SKIP_TESTS:-}" ] && gpu_tests outtile "${OT_TEST_SECONDS:-300}" tests/test_gpu_out_tile.py
+[ -z "${SKIP_TESTS:-}" ] && gpu_tests outtile "${OT_TEST_SECONDS:-300}" tests/gpu/gemm_out_tile
 if [ -n "${SANITIZE:-}" ] && [ "$(left)" -gt 60 ]; then
   step "compute-sanitizer (memcheck) on gemm_out_tile: 3 cases of each sweep, the full layers"
   memcheck "$L/sanitizer-outtile.log" $(( $(left) - 10 < 150 ? $(left) - 10 : 150 )) \
-    "sweep\[|benchmark_layers\[bf16" 3 tests/test_gpu_out_tile.py
+    "sweep\[|benchmark_layers\[bf16" 3 tests/gpu/gemm_out_tile
 fi
 # EXTRA_TESTS="PYTEST-ARGS": other GPU tests in the same call (the planner's and fast path's).
 [ -n "${EXTRA_TESTS:-}" ] && gpu_tests extra 240 ${EXTRA_TESTS}
@@ -548,7 +564,7 @@ if [ "${PART:-}" = ffma ]; then
 # ffma_tile (plain FFMA for few output channels, kernel == taps x stride): its tests, then its
 # heuristic and each config forced on the layers it covers (each row has cuDNN's time beside
 # ours; FT_MODES, FT_VARIANTS, FT_TEST_SECONDS; SKIP_TESTS=1: no tests).
-[ -z "${SKIP_TESTS:-}" ] && gpu_tests ffma "${FT_TEST_SECONDS:-200}" tests/test_gpu_ffma_tile.py
+[ -z "${SKIP_TESTS:-}" ] && gpu_tests ffma "${FT_TEST_SECONDS:-200}" tests/gpu/ffma_tile
 for v in ${FT_VARIANTS:-ffma_tile $(planner_names FFMA_TILE_CONFIGS)}; do
   forced "$v" "${FT_MODES:-tf32,fp32,bf16}" nchw,nhwc "dcgan.g5,fsrcnn,keypoint" 60 40
 done
@@ -628,10 +644,10 @@ if [ -z "${QUICK:-}" ] && [ -z "${LAYERS_ONLY:-}" ] && [ "${PART:-2}" = 2 ]; the
     > "$L/reports.log" 2>&1; echo "validate_examples exit $?"
   step "demo"
   python3 -m deconv_patch.cli demo 2>&1 | tee "$L/demo.log"
-  step "CLI session (info, patch with reports, load in a fresh process)"
-  bash benchmarks/cli_session.sh /tmp/cli_session > "$L/cli_session.log" 2>&1
-  grep -E "^\$|^\(exit|max\||calls:|PASS|FAIL" "$L/cli_session.log"
-  mkdir -p "$OUT/reports" && cp /tmp/cli_session/*report* "$OUT/reports/" 2>/dev/null
+  step "CLI walkthrough (info, patch with reports, load in a fresh process)"
+  bash benchmarks/cli_walkthrough.sh /tmp/cli_walkthrough > "$L/cli_walkthrough.log" 2>&1
+  grep -E "^\$|^\(exit|max\||calls:|PASS|FAIL" "$L/cli_walkthrough.log"
+  mkdir -p "$OUT/reports" && cp /tmp/cli_walkthrough/*report* "$OUT/reports/" 2>/dev/null
 fi
 step summary
 for f in "$L"/gpu-tests-*.log; do [ -f "$f" ] && echo "$(basename "$f" .log): $(tail -1 "$f")"; done

@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from layers import MODES, SUITE, Layer  # noqa: E402
 
 import deconv_patch  # noqa: E402
-from deconv_patch import ops, packed_weights, planner  # noqa: E402
+from deconv_patch import kernels, ops, packed_weights, planner  # noqa: E402
 from deconv_patch.extension import load_extension  # noqa: E402
 from deconv_patch.timing import capture_graph, time_cuda  # noqa: E402
 
@@ -135,7 +135,7 @@ def measure(layer: Layer, mode: str, layout: str, variants: List[str], trace: bo
                       if planner.reads_packed_weight(variants[0]) else None)
             forward = load_extension().conv_transpose2d_forward
             cl = out.is_contiguous(memory_format=torch.channels_last) and not out.is_contiguous()
-            ext_args = (kernel, x, w, b, list(a.stride), list(a.padding), list(a.output_padding),
+            ext_args = (kernels.BY_NAME[kernel].code, x, w, b, list(a.stride), list(a.padding), list(a.output_padding),
                         list(a.dilation), a.groups, cl, tf32, None, None, None, 0, 0.01, packed,
                         config)
             pieces["piece: extension forward only"] = lambda: forward(*ext_args)

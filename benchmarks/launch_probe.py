@@ -1,4 +1,4 @@
-"""Why our large kernels run slower right after some other kernels (session 19).
+"""Why our large kernels run slower right after some other kernels.
 
 Two measurements in one process:
   * a probe kernel, one CTA per SM (as our persistent GEMMs launch), each CTA recording its SM,

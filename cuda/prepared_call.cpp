@@ -39,11 +39,11 @@ using WeakImpl = c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorIm
 
 class PreparedCall {
  public:
-  PreparedCall(std::string kernel, int64_t config, Ints stride, Ints padding, Ints output_padding,
+  PreparedCall(int64_t family, int64_t config, Ints stride, Ints padding, Ints output_padding,
                Ints dilation, int64_t groups, bool channels_last, bool allow_tf32,
                c10::optional<at::Tensor> scale, c10::optional<at::Tensor> shift,
                int64_t activation, double negative_slope, py::object repack)
-      : kernel_(std::move(kernel)), config_(config), stride_(std::move(stride)),
+      : family_(family), config_(config), stride_(std::move(stride)),
         padding_(std::move(padding)), output_padding_(std::move(output_padding)),
         dilation_(std::move(dilation)), groups_(groups), channels_last_(channels_last),
         allow_tf32_(allow_tf32), scale_(std::move(scale)), shift_(std::move(shift)),
@@ -59,7 +59,7 @@ class PreparedCall {
     c10::optional<at::Tensor> packed;
     if (!repack_.is_none()) packed = packed_for(weight);
     at::Tensor y = conv_transpose2d_forward(
-        kernel_, unbatched ? input.unsqueeze(0) : input, weight, bias, stride_, padding_,
+        family_, unbatched ? input.unsqueeze(0) : input, weight, bias, stride_, padding_,
         output_padding_, dilation_, groups_, channels_last_, allow_tf32_, out4, scale_, shift_,
         activation_, negative_slope_, packed, config_);
     return unbatched ? y.squeeze(0) : y;
@@ -84,7 +84,7 @@ class PreparedCall {
     return packed_;
   }
 
-  const std::string kernel_;
+  const int64_t family_;  // kernel_family.h
   const int64_t config_;
   const Ints stride_, padding_, output_padding_, dilation_;
   const int64_t groups_;
@@ -193,11 +193,11 @@ class ModuleFastPath {
 
 void bind_prepared_call(py::module& m) {
   py::class_<PreparedCall, std::shared_ptr<PreparedCall>>(
-      m, "PreparedCall", "One kernel variant prepared for calls of one geometry")
-      .def(py::init<std::string, int64_t, Ints, Ints, Ints, Ints, int64_t, bool, bool,
+      m, "PreparedCall", "One kernel family and config prepared for calls of one geometry")
+      .def(py::init<int64_t, int64_t, Ints, Ints, Ints, Ints, int64_t, bool, bool,
                     c10::optional<at::Tensor>, c10::optional<at::Tensor>, int64_t, double,
                     py::object>(),
-           py::arg("variant"), py::arg("config"), py::arg("stride"), py::arg("padding"),
+           py::arg("family"), py::arg("config"), py::arg("stride"), py::arg("padding"),
            py::arg("output_padding"), py::arg("dilation"), py::arg("groups"),
            py::arg("channels_last"), py::arg("allow_tf32"), py::arg("scale"), py::arg("shift"),
            py::arg("activation"), py::arg("negative_slope"), py::arg("repack"))

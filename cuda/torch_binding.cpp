@@ -8,6 +8,7 @@
 #include <torch/extension.h>
 
 #include "torch_binding.hpp"
+#include "kernel_family.h"
 #include "col2im.h"
 #include "conv_transpose2d_gemm_kxs.h"
 #include "conv_transpose2d_gemm_kxs_sm90.h"
@@ -22,7 +23,16 @@
 #include "relayout_workspace.hpp"
 
 namespace deconv_patch {
+
+KernelRefused::KernelRefused(const std::string& what) : std::runtime_error(what) {}
+
 namespace {
+
+// A family's limits exclude this call: typed, so the caller runs PyTorch instead of failing.
+template <typename... Args>
+void refuse_unless(bool ok, const Args&... what) {
+  if (!ok) throw KernelRefused(c10::str("deconv_patch: ", what...));
+}
 
 ScalarKind scalar_kind(const at::Tensor& t) {
   switch (t.scalar_type()) {
@@ -90,39 +100,48 @@ at::Tensor channels_last_copy(const at::Tensor& input, cudaStream_t stream) {
   return input.contiguous(at::MemoryFormat::ChannelsLast);
 }
 
-// The weight re-laid-out for `variant`: "gemm_phase", "gemm_phase_sm90", "gemm_kxs_sm90",
-// "gemm_phase_tma" and "gemm_out_tile" pack into their tile layouts; "gemm_kxs" (its tap-major
-// config) takes [Cin, KH*KW, Cout/g]; "gemm_col2im" takes gemm_kxs_sm90's layout of the weight
+KernelFamily family_of(int64_t code) {
+  TORCH_CHECK(code >= 0 && code < static_cast<int64_t>(KernelFamily::kCount),
+              "deconv_patch: unknown kernel family code ", code);
+  return static_cast<KernelFamily>(code);
+}
+
+// The weight re-laid-out for `family`: gemm_phase, gemm_phase_sm90, gemm_kxs_sm90,
+// gemm_phase_tma and gemm_out_tile pack into their tile layouts; gemm_kxs (its tap-major
+// config) takes [Cin, KH*KW, Cout/g]; gemm_col2im takes gemm_kxs_sm90's layout of the weight
 // viewed as a 1 x 1 kernel (col2im.h). Depends on the weight and the hyperparameters only;
 // deconv_patch/packed_weights.py caches it per version.
-at::Tensor pack_weight(const std::string& variant, const at::Tensor& weight,
-                       at::IntArrayRef stride, at::IntArrayRef padding,
-                       at::IntArrayRef output_padding, at::IntArrayRef dilation, int64_t groups,
-                       bool allow_tf32) {
-  TORCH_CHECK(variant == "gemm_phase" || variant == "gemm_phase_sm90" || variant == "gemm_kxs" ||
-                  variant == "gemm_kxs_sm90" || variant == "gemm_phase_tma" ||
-                  variant == "gemm_out_tile" || variant == "gemm_col2im",
+at::Tensor pack_weight(int64_t family_code, const at::Tensor& weight, at::IntArrayRef stride,
+                       at::IntArrayRef padding, at::IntArrayRef output_padding,
+                       at::IntArrayRef dilation, int64_t groups, bool allow_tf32) {
+  const KernelFamily family = family_of(family_code);
+  const char* variant = kernel_family_name(family);
+  TORCH_CHECK(family == KernelFamily::kGemmPhase || family == KernelFamily::kGemmPhaseSm90 ||
+                  family == KernelFamily::kGemmKxs || family == KernelFamily::kGemmKxsSm90 ||
+                  family == KernelFamily::kGemmPhaseTma || family == KernelFamily::kGemmOutTile ||
+                  family == KernelFamily::kGemmCol2im,
               "deconv_patch: variant ", variant, " reads no packed weight");
   TORCH_CHECK(weight.is_cuda() && weight.dim() == 4, "deconv_patch: weight must be a 4-D CUDA tensor");
   (void)output_padding;
   const ScalarKind kind = scalar_kind(weight);
   const c10::cuda::CUDAGuard guard(weight.device());
-  if (variant == "gemm_kxs") return weight.flatten(2).transpose(1, 2).contiguous();
-  if (variant == "gemm_col2im") {
+  if (family == KernelFamily::kGemmKxs) return weight.flatten(2).transpose(1, 2).contiguous();
+  if (family == KernelFamily::kGemmCol2im) {
     // The weight as a 1 x 1 kernel [Cin, KH*KW*Cout] with tap-major columns (col2im.h), a
     // contiguous copy made once per weight version, packed for the GEMM that runs it:
     // gemm_kxs_sm90, or gemm_phase_tma's 3xTF32 for fp32 without TF32.
     const at::Tensor flat =
         weight.permute({0, 2, 3, 1}).reshape({weight.size(0), -1, 1, 1}).contiguous();
     const bool three_tf32 = kind == ScalarKind::kFloat32 && !allow_tf32;
-    return pack_weight(three_tf32 ? "gemm_phase_tma" : "gemm_kxs_sm90", flat, {1, 1}, {0, 0},
-                       output_padding, {1, 1}, groups, allow_tf32);
+    const KernelFamily gemm = three_tf32 ? KernelFamily::kGemmPhaseTma : KernelFamily::kGemmKxsSm90;
+    return pack_weight(static_cast<int64_t>(gemm), flat, {1, 1}, {0, 0}, output_padding, {1, 1},
+                       groups, allow_tf32);
   }
   ConvTranspose2dParams p;
   fill_weight_params(p, weight, stride, padding, dilation, groups);
-  if (variant == "gemm_out_tile") {
+  if (family == KernelFamily::kGemmOutTile) {
     const int64_t bytes = gemm_out_tile_packed_weight_bytes(p, kind, allow_tf32);
-    TORCH_CHECK(bytes > 0, "deconv_patch: ", variant, " does not support this weight");
+    refuse_unless(bytes > 0, variant, " does not support this weight");
     at::Tensor packed = at::empty({bytes}, weight.options().dtype(at::kByte));
     const cudaError_t err = launch_gemm_out_tile_pack_weight(
         p, kind, allow_tf32, packed.data_ptr(), c10::cuda::getCurrentCUDAStream().stream());
@@ -130,11 +149,11 @@ at::Tensor pack_weight(const std::string& variant, const at::Tensor& weight,
                 cudaGetErrorString(err));
     return packed;
   }
-  if (variant == "gemm_kxs_sm90" || variant == "gemm_phase_tma") {
-    const bool kxs = variant == "gemm_kxs_sm90";
+  if (family == KernelFamily::kGemmKxsSm90 || family == KernelFamily::kGemmPhaseTma) {
+    const bool kxs = family == KernelFamily::kGemmKxsSm90;
     const int64_t bytes = kxs ? gemm_kxs_sm90_packed_weight_bytes(p, kind)
                               : gemm_phase_tma_packed_weight_bytes(p, kind, allow_tf32);
-    TORCH_CHECK(bytes > 0, "deconv_patch: ", variant, " does not support this weight");
+    refuse_unless(bytes > 0, variant, " does not support this weight");
     at::Tensor packed = at::empty({bytes}, weight.options().dtype(at::kByte));
     const cudaStream_t stream = c10::cuda::getCurrentCUDAStream().stream();
     const cudaError_t err =
@@ -144,7 +163,7 @@ at::Tensor pack_weight(const std::string& variant, const at::Tensor& weight,
                 cudaGetErrorString(err));
     return packed;
   }
-  const bool sm90 = variant == "gemm_phase_sm90";
+  const bool sm90 = family == KernelFamily::kGemmPhaseSm90;
   const int64_t bytes = sm90 ? gemm_phase_sm90_packed_weight_bytes(p, kind)
                              : gemm_phase_packed_weight_bytes(p, kind);
   at::Tensor packed = at::empty({bytes}, weight.options().dtype(at::kByte));
@@ -156,13 +175,12 @@ at::Tensor pack_weight(const std::string& variant, const at::Tensor& weight,
   return packed;
 }
 
-// Runs one kernel variant ("direct", "grouped", "ffma_tile", "gemm_kxs", "gemm_kxs_sm90",
-// "gemm_phase", "gemm_phase_sm90", "gemm_phase_tma", "gemm_out_tile" or "gemm_col2im") with
-// the fused epilogue in (scale, shift, activation); the planner (Python) has chosen it.
-// config: the tile config of the packed-weight GEMMs and of ffma_tile (-1: the kernel's
-// choice); for gemm_kxs 1 selects tap-major columns, whose weight comes from
-// pack_weight("gemm_kxs", ...) in `packed`.
-at::Tensor conv_transpose2d_forward(const std::string& variant, const at::Tensor& input,
+// Runs one kernel family (kernel_family.h) with the fused epilogue in (scale, shift,
+// activation); the planner (Python) has chosen it. config: the tile config of the packed-weight
+// GEMMs and of ffma_tile (-1: the kernel's choice); for gemm_kxs 1 selects tap-major columns,
+// whose weight comes from pack_weight(gemm_kxs, ...) in `packed`. A call the family's limits
+// exclude throws KernelRefused (PyTorch then runs it); any other failure is an error.
+at::Tensor conv_transpose2d_forward(int64_t family_code, const at::Tensor& input,
                                     const at::Tensor& weight,
                                     const c10::optional<at::Tensor>& bias, at::IntArrayRef stride,
                                     at::IntArrayRef padding, at::IntArrayRef output_padding,
@@ -172,6 +190,8 @@ at::Tensor conv_transpose2d_forward(const std::string& variant, const at::Tensor
                                     const c10::optional<at::Tensor>& shift, int64_t activation,
                                     double negative_slope,
                                     const c10::optional<at::Tensor>& packed, int64_t config) {
+  const KernelFamily family = family_of(family_code);
+  const char* variant = kernel_family_name(family);
   TORCH_CHECK(input.is_cuda() && weight.is_cuda(), "deconv_patch: input and weight must be CUDA");
   TORCH_CHECK(input.dim() == 4 && weight.dim() == 4, "deconv_patch: expected 4-D input and weight");
   TORCH_CHECK(stride.size() == 2 && padding.size() == 2 && output_padding.size() == 2 &&
@@ -256,16 +276,17 @@ at::Tensor conv_transpose2d_forward(const std::string& variant, const at::Tensor
   // it is asked first. gemm_out_tile reads any layout, but NCHW one element at a time: from
   // 1 MiB of input a re-layout pass plus its 16-byte cp.async path is the faster pair
   // (docs/performance/out-tile.md); smaller inputs are read in place.
-  const bool reads_rows = variant == "gemm_kxs_sm90" || variant == "gemm_phase_tma" ||
-                          variant == "gemm_col2im" ||
-                          ((variant == "gemm_phase" || variant == "gemm_phase_sm90") &&
-                           kind != ScalarKind::kFloat32) ||
-                          (variant == "gemm_out_tile" &&
-                           input.numel() * input.element_size() >= (int64_t{1} << 20));
+  const bool reads_rows =
+      family == KernelFamily::kGemmKxsSm90 || family == KernelFamily::kGemmPhaseTma ||
+      family == KernelFamily::kGemmCol2im ||
+      ((family == KernelFamily::kGemmPhase || family == KernelFamily::kGemmPhaseSm90) &&
+       kind != ScalarKind::kFloat32) ||
+      (family == KernelFamily::kGemmOutTile &&
+       input.numel() * input.element_size() >= (int64_t{1} << 20));
   const int64_t per_16_bytes = 16 / input.element_size();  // channels in one 16-byte row chunk
   if (reads_rows && (input.size(1) / groups) % per_16_bytes == 0 &&
       !input.is_contiguous(at::MemoryFormat::ChannelsLast) &&
-      !(variant == "gemm_kxs_sm90" && gemm_kxs_sm90_supports(p, kind, allow_tf32))) {
+      !(family == KernelFamily::kGemmKxsSm90 && gemm_kxs_sm90_supports(p, kind, allow_tf32))) {
     // This thread's reused buffer for the stream where it can (no allocation per call), else a
     // fresh channels_last copy.
     if (const void* relaid = relayout_into_workspace(input, stream)) {
@@ -293,8 +314,8 @@ at::Tensor conv_transpose2d_forward(const std::string& variant, const at::Tensor
   // gemm_kxs_sm90 on `q` (the call's params, or gemm_col2im's GEMM), after its checks;
   // f32_out: 16-bit operands writing fp32 (gemm_col2im's 16-bit GEMM, fewer configs).
   auto launch_kxs_sm90 = [&](const ConvTranspose2dParams& q, bool f32_out) {
-    TORCH_CHECK(gemm_kxs_sm90_supports(q, kind, allow_tf32),
-                "deconv_patch: the ", variant, " kernel does not support this call");
+    refuse_unless(gemm_kxs_sm90_supports(q, kind, allow_tf32), "the ", variant,
+                  " kernel does not support this call");
     check_packed(gemm_kxs_sm90_packed_weight_bytes(q, kind));
     const int configs = f32_out ? kGemmKxsSm90F32OutConfigs : gemm_kxs_sm90_num_configs();
     TORCH_CHECK(config >= -1 && config < configs,
@@ -307,99 +328,110 @@ at::Tensor conv_transpose2d_forward(const std::string& variant, const at::Tensor
   // gemm_phase_tma on `q` (the call's params, or gemm_col2im's GEMM) in `q_tf32` mode, after
   // its checks.
   auto launch_phase_tma = [&](const ConvTranspose2dParams& q, bool q_tf32) {
-    TORCH_CHECK(gemm_phase_tma_supports(q, kind, q_tf32),
-                "deconv_patch: the ", variant, " kernel does not support this call");
+    refuse_unless(gemm_phase_tma_supports(q, kind, q_tf32), "the ", variant,
+                  " kernel does not support this call");
     check_packed(gemm_phase_tma_packed_weight_bytes(q, kind, q_tf32));
     TORCH_CHECK(config >= -1 && config < gemm_phase_tma_num_configs(),
                 "deconv_patch: ", variant, " has no tile config ", config);
     return launch_conv_transpose2d_gemm_phase_tma(q, kind, q_tf32, packed->data_ptr(), stream,
                                                   (int)config);
   };
-  if (variant == "direct") {
-    err = launch_conv_transpose2d_direct(p, kind, stream);
-  } else if (variant == "grouped") {
-    TORCH_CHECK(grouped_supports(p, kind),
-                "deconv_patch: the grouped kernel does not support this call");
-    err = launch_conv_transpose2d_grouped(p, kind, stream);
-  } else if (variant == "ffma_tile") {
-    TORCH_CHECK(config >= -1 && config < ffma_tile_num_configs(),
-                "deconv_patch: ffma_tile has no tile config ", config);
-    TORCH_CHECK(ffma_tile_supports(p, kind, (int)config),
-                "deconv_patch: the ffma_tile kernel does not support this call");
-    // fp32 without TF32 sums each channel's taps apart (error as PyTorch's on deep sums).
-    err = launch_conv_transpose2d_ffma_tile(p, kind, (int)config,
-                                            kind == ScalarKind::kFloat32 && !allow_tf32, stream);
-  } else if (variant == "gemm_kxs") {
-    TORCH_CHECK(config >= -1 && config <= 1, "deconv_patch: gemm_kxs has no config ", config);
-    const bool tap_major = config == 1;
-    TORCH_CHECK(gemm_kxs_supports(p, kind, tap_major),
-                "deconv_patch: the gemm_kxs kernel does not support this call");
-    const void* tap_major_weight = nullptr;
-    if (tap_major) {
-      check_packed(weight.numel() * weight.element_size());
-      TORCH_CHECK(packed->scalar_type() == weight.scalar_type(),
-                  "deconv_patch: gemm_kxs's tap-major weight has the weight's dtype");
-      tap_major_weight = packed->data_ptr();
+  switch (family) {
+    case KernelFamily::kDirect:
+      err = launch_conv_transpose2d_direct(p, kind, stream);
+      break;
+    case KernelFamily::kGrouped:
+      refuse_unless(grouped_supports(p, kind), "the grouped kernel does not support this call");
+      err = launch_conv_transpose2d_grouped(p, kind, stream);
+      break;
+    case KernelFamily::kFfmaTile:
+      TORCH_CHECK(config >= -1 && config < ffma_tile_num_configs(),
+                  "deconv_patch: ffma_tile has no tile config ", config);
+      refuse_unless(ffma_tile_supports(p, kind, (int)config),
+                    "the ffma_tile kernel does not support this call");
+      // fp32 without TF32 sums each channel's taps apart (error as PyTorch's on deep sums).
+      err = launch_conv_transpose2d_ffma_tile(p, kind, (int)config,
+                                              kind == ScalarKind::kFloat32 && !allow_tf32, stream);
+      break;
+    case KernelFamily::kGemmKxs: {
+      TORCH_CHECK(config >= -1 && config <= 1, "deconv_patch: gemm_kxs has no config ", config);
+      const bool tap_major = config == 1;
+      refuse_unless(gemm_kxs_supports(p, kind, tap_major),
+                    "the gemm_kxs kernel does not support this call");
+      const void* tap_major_weight = nullptr;
+      if (tap_major) {
+        check_packed(weight.numel() * weight.element_size());
+        TORCH_CHECK(packed->scalar_type() == weight.scalar_type(),
+                    "deconv_patch: gemm_kxs's tap-major weight has the weight's dtype");
+        tap_major_weight = packed->data_ptr();
+      }
+      err = launch_conv_transpose2d_gemm_kxs(p, kind, allow_tf32, tap_major_weight, stream);
+      break;
     }
-    err = launch_conv_transpose2d_gemm_kxs(p, kind, allow_tf32, tap_major_weight, stream);
-  } else if (variant == "gemm_kxs_sm90") {
-    err = launch_kxs_sm90(p, false);
-  } else if (variant == "gemm_col2im") {
-    // One GEMM over every tap: gemm_kxs_sm90 runs the layer as a 1 x 1 kernel with KH*KW*Cout
-    // output channels (no bias, no epilogue) into the fp32 [N*H*W, KH*KW*Cout] matrix `cols`
-    // (16-bit operands: its fp32-output kernels, so the sum of taps is rounded once), then
-    // col2im sums each output pixel's taps and applies the epilogue (col2im.h). fp32 without
-    // TF32 runs the GEMM as gemm_phase_tma's 3xTF32 instead (`config` is then one of its
-    // configs). One group.
-    TORCH_CHECK(groups == 1, "deconv_patch: the gemm_col2im kernel does not support this call "
-                "(groups 1)");
-    const bool three_tf32 = kind == ScalarKind::kFloat32 && !allow_tf32;
-    const int64_t ncol = kh * kw * weight.size(1);
-    at::Tensor cols = at::empty({p.batch, ncol, p.in_h, p.in_w},
-                                input.options().dtype(at::kFloat).memory_format(
-                                    at::MemoryFormat::ChannelsLast));
-    ConvTranspose2dParams q = p;
-    // pack_weight's dense [Cin, ncol, 1, 1] copy, as a stride-1 layer
-    fill_weight_geometry(q, {p.in_channels, ncol, 1, 1}, {ncol, 1, 1, 1}, {1, 1}, {0, 0},
-                         {1, 1}, 1);
-    q.bias = nullptr;
-    q.epi = EpilogueParams{};
-    q.output = cols.data_ptr();
-    q.out_h = p.in_h;
-    q.out_w = p.in_w;
-    copy_strides(cols, q.out_stride);
-    q.out_channels_last = true;
-    err = three_tf32 ? launch_phase_tma(q, false)
-                     : launch_kxs_sm90(q, kind != ScalarKind::kFloat32);
-    if (err == cudaSuccess) err = launch_col2im(p, cols.data_ptr<float>(), kind, stream);
-  } else if (variant == "gemm_phase_tma") {
-    err = launch_phase_tma(p, allow_tf32);
-  } else if (variant == "gemm_out_tile") {
-    TORCH_CHECK(gemm_out_tile_supports(p, kind, allow_tf32),
-                "deconv_patch: the gemm_out_tile kernel does not support this call");
-    check_packed(gemm_out_tile_packed_weight_bytes(p, kind, allow_tf32));
-    TORCH_CHECK(config >= -1 && config < gemm_out_tile_num_configs(),
-                "deconv_patch: gemm_out_tile has no tile config ", config);
-    err = launch_conv_transpose2d_gemm_out_tile(p, kind, allow_tf32, packed->data_ptr(),
-                                                (int)config, stream);
-  } else if (variant == "gemm_phase_sm90") {
-    TORCH_CHECK(gemm_phase_sm90_supports(p, kind, allow_tf32),
-                "deconv_patch: the gemm_phase_sm90 kernel does not support this call");
-    check_packed(gemm_phase_sm90_packed_weight_bytes(p, kind));
-    TORCH_CHECK(config >= -1 && config < gemm_phase_sm90_num_configs(),
-                "deconv_patch: gemm_phase_sm90 has no tile config ", config);
-    err = launch_conv_transpose2d_gemm_phase_sm90(p, kind, allow_tf32, packed->data_ptr(), stream,
-                                                  (int)config);
-  } else if (variant == "gemm_phase") {
-    TORCH_CHECK(gemm_phase_supports(p, kind, allow_tf32),
-                "deconv_patch: the gemm_phase kernel does not support this call");
-    check_packed(gemm_phase_packed_weight_bytes(p, kind));
-    TORCH_CHECK(config >= -1 && config < gemm_phase_num_configs(),
-                "deconv_patch: gemm_phase has no tile config ", config);
-    err = launch_conv_transpose2d_gemm_phase(p, kind, allow_tf32, packed->data_ptr(), (int)config,
-                                             stream);
-  } else {
-    TORCH_CHECK(false, "deconv_patch: unknown kernel variant ", variant);
+    case KernelFamily::kGemmKxsSm90:
+      err = launch_kxs_sm90(p, false);
+      break;
+    case KernelFamily::kGemmCol2im: {
+      // One GEMM over every tap: gemm_kxs_sm90 runs the layer as a 1 x 1 kernel with KH*KW*Cout
+      // output channels (no bias, no epilogue) into the fp32 [N*H*W, KH*KW*Cout] matrix `cols`
+      // (16-bit operands: its fp32-output kernels, so the sum of taps is rounded once), then
+      // col2im sums each output pixel's taps and applies the epilogue (col2im.h). fp32 without
+      // TF32 runs the GEMM as gemm_phase_tma's 3xTF32 instead (`config` is then one of its
+      // configs). One group.
+      refuse_unless(groups == 1, "the gemm_col2im kernel does not support this call (groups 1)");
+      const bool three_tf32 = kind == ScalarKind::kFloat32 && !allow_tf32;
+      const int64_t ncol = kh * kw * weight.size(1);
+      at::Tensor cols = at::empty({p.batch, ncol, p.in_h, p.in_w},
+                                  input.options().dtype(at::kFloat).memory_format(
+                                      at::MemoryFormat::ChannelsLast));
+      ConvTranspose2dParams q = p;
+      // pack_weight's dense [Cin, ncol, 1, 1] copy, as a stride-1 layer
+      fill_weight_geometry(q, {p.in_channels, ncol, 1, 1}, {ncol, 1, 1, 1}, {1, 1}, {0, 0},
+                           {1, 1}, 1);
+      q.bias = nullptr;
+      q.epi = EpilogueParams{};
+      q.output = cols.data_ptr();
+      q.out_h = p.in_h;
+      q.out_w = p.in_w;
+      copy_strides(cols, q.out_stride);
+      q.out_channels_last = true;
+      err = three_tf32 ? launch_phase_tma(q, false)
+                       : launch_kxs_sm90(q, kind != ScalarKind::kFloat32);
+      if (err == cudaSuccess) err = launch_col2im(p, cols.data_ptr<float>(), kind, stream);
+      break;
+    }
+    case KernelFamily::kGemmPhaseTma:
+      err = launch_phase_tma(p, allow_tf32);
+      break;
+    case KernelFamily::kGemmOutTile:
+      refuse_unless(gemm_out_tile_supports(p, kind, allow_tf32),
+                    "the gemm_out_tile kernel does not support this call");
+      check_packed(gemm_out_tile_packed_weight_bytes(p, kind, allow_tf32));
+      TORCH_CHECK(config >= -1 && config < gemm_out_tile_num_configs(),
+                  "deconv_patch: gemm_out_tile has no tile config ", config);
+      err = launch_conv_transpose2d_gemm_out_tile(p, kind, allow_tf32, packed->data_ptr(),
+                                                  (int)config, stream);
+      break;
+    case KernelFamily::kGemmPhaseSm90:
+      refuse_unless(gemm_phase_sm90_supports(p, kind, allow_tf32),
+                    "the gemm_phase_sm90 kernel does not support this call");
+      check_packed(gemm_phase_sm90_packed_weight_bytes(p, kind));
+      TORCH_CHECK(config >= -1 && config < gemm_phase_sm90_num_configs(),
+                  "deconv_patch: gemm_phase_sm90 has no tile config ", config);
+      err = launch_conv_transpose2d_gemm_phase_sm90(p, kind, allow_tf32, packed->data_ptr(),
+                                                    stream, (int)config);
+      break;
+    case KernelFamily::kGemmPhase:
+      refuse_unless(gemm_phase_supports(p, kind, allow_tf32),
+                    "the gemm_phase kernel does not support this call");
+      check_packed(gemm_phase_packed_weight_bytes(p, kind));
+      TORCH_CHECK(config >= -1 && config < gemm_phase_num_configs(),
+                  "deconv_patch: gemm_phase has no tile config ", config);
+      err = launch_conv_transpose2d_gemm_phase(p, kind, allow_tf32, packed->data_ptr(),
+                                               (int)config, stream);
+      break;
+    default:
+      TORCH_CHECK(false, "deconv_patch: unknown kernel family ", family_code);
   }
   TORCH_CHECK(err == cudaSuccess, "deconv_patch: ", variant, " kernel launch failed: ",
               cudaGetErrorString(err));
@@ -453,8 +485,16 @@ std::vector<std::string> config_names(int (*count)(), const char* (*name)(int)) 
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "deconv_patch CUDA kernels";
+  py::register_exception<deconv_patch::KernelRefused>(m, "KernelRefused", PyExc_RuntimeError);
+  m.def("kernel_family_names", []() {
+    std::vector<std::string> names;
+    for (int i = 0; i < static_cast<int>(deconv_patch::KernelFamily::kCount); ++i)
+      names.emplace_back(deconv_patch::kernel_family_name(
+          static_cast<deconv_patch::KernelFamily>(i)));
+    return names;
+  }, "The kernel families by code (kernel_family.h)");
   m.def("conv_transpose2d_forward", &deconv_patch::conv_transpose2d_forward,
-        "Transposed convolution with one named kernel variant", py::arg("variant"),
+        "Transposed convolution with one kernel family", py::arg("family"),
         py::arg("input"), py::arg("weight"), py::arg("bias"), py::arg("stride"),
         py::arg("padding"), py::arg("output_padding"), py::arg("dilation"), py::arg("groups"),
         py::arg("channels_last"), py::arg("allow_tf32"), py::arg("out") = py::none(),
@@ -498,7 +538,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("gemm_phase_sm90_num_configs", &deconv_patch::gemm_phase_sm90_num_configs,
         "Number of gemm_phase_sm90 tile configs");
   m.def("pack_weight", &deconv_patch::pack_weight,
-        "The weight in a variant's packed layout", py::arg("variant"), py::arg("weight"),
+        "The weight in a family's packed layout", py::arg("family"), py::arg("weight"),
         py::arg("stride"), py::arg("padding"), py::arg("output_padding"), py::arg("dilation"),
         py::arg("groups"), py::arg("allow_tf32"));
 }

@@ -2,6 +2,7 @@
 // them and the Python module) and prepared_call.cpp (which calls them without Python in between).
 #pragma once
 
+#include <stdexcept>
 #include <string>
 
 #include <cuda_runtime_api.h>
@@ -9,10 +10,15 @@
 
 namespace deconv_patch {
 
-// Runs one kernel variant ("direct", "grouped", "ffma_tile", "gemm_kxs", "gemm_kxs_sm90",
-// "gemm_phase", "gemm_phase_sm90", "gemm_phase_tma", "gemm_out_tile", "gemm_col2im"); see
-// torch_binding.cpp.
-at::Tensor conv_transpose2d_forward(const std::string& variant, const at::Tensor& input,
+// A kernel family's limits exclude a call (the Python side runs PyTorch instead): raised as
+// the extension's KernelRefused, a RuntimeError.
+class KernelRefused : public std::runtime_error {
+ public:
+  explicit KernelRefused(const std::string& what);
+};
+
+// Runs one kernel family (its code in kernel_family.h); see torch_binding.cpp.
+at::Tensor conv_transpose2d_forward(int64_t family_code, const at::Tensor& input,
                                     const at::Tensor& weight,
                                     const c10::optional<at::Tensor>& bias, at::IntArrayRef stride,
                                     at::IntArrayRef padding, at::IntArrayRef output_padding,

@@ -18,19 +18,14 @@ Invalid calls are handed to ATen so users get PyTorch's own error messages.
 from __future__ import annotations
 
 import math
-import warnings
-from dataclasses import dataclass
-from typing import Callable, Dict, Optional, Sequence, Tuple
+from typing import Optional, Sequence, Tuple
 
 import torch
-import torch.nn.functional as F
 
-from . import autotune, kernels, planner
-from .arguments import ConvTransposeArgs, find_problem
+from .arguments import ConvTransposeArgs
 from .epilogue import DEFAULT_NEGATIVE_SLOPE, IDENTITY, Epilogue, check_activation
-from .extension import load_extension, loaded_extension
+from .extension import loaded_extension
 from .layout import cuda_output_channels_last, empty_batch_output
-from .packed_weights import LayoutKey, packed_weight
 
 QUALNAME = "deconv_patch::conv_transpose2d"
 SCHEMA = (
@@ -46,38 +41,14 @@ FUSED_SCHEMA = SCHEMA.replace(
     f"float negative_slope={DEFAULT_NEGATIVE_SLOPE}) -> Tensor")
 
 
-class KernelRefusal(RuntimeError):
-    """A kernel family does not run this call (its own limits): the op runs PyTorch instead,
-    unless the variant was forced. The binding's own refusals say "does not support" too."""
-
-
-class FallbackWarning(UserWarning):
-    """A CUDA call ran on PyTorch's implementation instead of a deconv_patch kernel."""
-
+# The op's kernels run through kernel_calls; its names are re-exported here, where callers
+# (modules.py, autotune, tests, benchmarks) have always found them.
+from .kernel_calls import (  # noqa: E402,F401
+    FallbackWarning, KernelRefusal, OpPlan, OpPlanCache, _aten, _aten_with, _candidate_runner,
+    _cuda, _OP_PLANS, _run_entry, first_run, kernel_call, op_call_key, op_plans, run_variant)
 
 torch.library.define(QUALNAME, SCHEMA)
 torch.library.define(FUSED_QUALNAME, FUSED_SCHEMA)
-
-
-def _aten(
-    input: torch.Tensor,
-    weight: torch.Tensor,
-    bias: Optional[torch.Tensor],
-    stride: Sequence[int],
-    padding: Sequence[int],
-    output_padding: Sequence[int],
-    groups: int,
-    dilation: Sequence[int],
-) -> torch.Tensor:
-    return torch.ops.aten.conv_transpose2d.input(
-        input, weight, bias, stride, padding, output_padding, groups, dilation
-    )
-
-
-def _aten_with(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
-               args: ConvTransposeArgs) -> torch.Tensor:
-    return _aten(input, weight, bias, args.stride, args.padding, args.output_padding,
-                 args.groups, args.dilation)
 
 
 # The dispatcher drops trailing arguments equal to the schema's defaults before calling a Python
@@ -128,229 +99,6 @@ def _conv_transpose2d_cuda(
 
 
 torch.library.register_kernel(QUALNAME, "cuda", _conv_transpose2d_cuda)
-
-
-@dataclass
-class OpPlan:
-    """One call geometry of the op's CUDA kernel: the plan, its arguments and, once used, the
-    prepared kernel call (kernel_call)."""
-
-    plan: planner.Plan
-    args: ConvTransposeArgs
-    call: Optional[Callable[..., torch.Tensor]] = None
-
-
-class OpPlanCache:
-    """The op's plans per call geometry (see op_call_key): an explicit, bounded cache, so a
-    repeated call (every layer of a compiled graph or an exported program, every step) skips
-    argument checks, planning and call preparation - tens of microseconds of Python each."""
-
-    def __init__(self, limit: int = 1024) -> None:
-        self.limit = limit
-        self.entries: Dict[tuple, OpPlan] = {}
-        self.misses = 0  # tests read it
-
-    def lookup(self, key: Optional[tuple], input: torch.Tensor, weight: torch.Tensor,
-               bias: Optional[torch.Tensor], make_args: Callable[[], ConvTransposeArgs],
-               epilogue: Epilogue = IDENTITY) -> OpPlan:
-        """The cached plan for `key`, else a new one (see plan). `make_args` builds the call's
-        ConvTransposeArgs, only on a miss: a hit needs none."""
-        found = self.entries.get(key) if key is not None else None
-        return found if found is not None else \
-            self.plan(key, input, weight, bias, make_args(), epilogue)
-
-    def plan(self, key: Optional[tuple], input: torch.Tensor, weight: torch.Tensor,
-             bias: Optional[torch.Tensor], args: ConvTransposeArgs,
-             epilogue: Epilogue = IDENTITY) -> OpPlan:
-        """Plans (and autotunes, with the call's epilogue) a call; remembers it under `key`
-        unless key is None or a CUDA graph is being captured (autotune cannot time then, so the
-        plan may not be final)."""
-        self.misses += 1
-        entry = OpPlan(_plan_call(input, weight, bias, args, epilogue), args)
-        if key is not None and not (input.is_cuda and torch.cuda.is_current_stream_capturing()):
-            if len(self.entries) >= self.limit:
-                self.entries.clear()
-            self.entries[key] = entry
-        return entry
-
-    def clear(self) -> None:
-        self.entries.clear()
-        self.misses = 0
-
-
-_OP_PLANS = OpPlanCache()
-
-
-def op_plans() -> OpPlanCache:
-    """The process's OpPlanCache."""
-    return _OP_PLANS
-
-
-def _hashable(v):
-    """A hyperparameter as passed (an int, or a list from the dispatcher) as a dict-key part."""
-    return v if isinstance(v, int) else tuple(v)
-
-
-def op_call_key(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
-                hyper: tuple, epilogue: Epilogue) -> Optional[tuple]:
-    """Everything a plan and a prepared call depend on: shapes, strides, dtypes and devices of
-    the tensors, the hyperparameters as passed, the backend flags (read through torch._C's
-    getters, ~10x cheaper than torch.backends.cudnn's properties), a forced variant and the
-    epilogue. None (not cacheable) when the epilogue carries scale/shift tensors: a prepared
-    call holds their fp32 copies, which an in-place update would leave stale."""
-    if epilogue.scale is not None or epilogue.shift is not None:
-        return None
-    return (input.shape, input.stride(), input.dtype, input.device, weight.shape,
-            weight.stride(), weight.dtype, weight.device,
-            None if bias is None else (bias.shape, bias.stride(), bias.dtype, bias.device),
-            tuple(_hashable(v) for v in hyper), torch._C._get_cudnn_enabled(),
-            torch._C._get_cudnn_allow_tf32(), torch._C._get_cudnn_benchmark(),
-            planner.forced_variant(), epilogue.activation, epilogue.negative_slope)
-
-
-def _plan_call(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
-               args: ConvTransposeArgs, epilogue: Epilogue) -> planner.Plan:
-    """The plan of one op call on CUDA (autotuned when cudnn.benchmark is on: each candidate
-    timed with the call's epilogue, since a fused activation can change which one wins)."""
-    if find_problem(input, weight, bias, args) is not None or (
-            input.dim() == 4 and input.shape[0] == 0):
-        # Invalid: PyTorch raises its own error (or, where it accepts the call, computes it).
-        # Empty batch: nothing to compute; ATen allocates the result with its own strides.
-        return planner.Plan(planner.ATEN, "invalid call or empty batch: PyTorch")
-    choice = planner.plan(input, weight, args)
-    if len(choice.candidates) > 1 and autotune.enabled():
-        key = autotune.call_key(input, weight, bias is not None, args, epilogue)
-        best = autotune.pick(key, choice.candidates,
-                             _candidate_runner(input, weight, bias, args, epilogue))
-        choice = planner.Plan(best, "autotuned", candidates=choice.candidates)
-    return choice
-
-
-def _run_entry(entry: OpPlan, input: torch.Tensor, weight: torch.Tensor,
-               bias: Optional[torch.Tensor], epilogue: Epilogue) -> torch.Tensor:
-    """Runs a planned call: PyTorch, or the prepared kernel call (made on first use)."""
-    plan = entry.plan
-    if plan.fallback:  # our kernels cannot run here (not a choice made for speed): every call
-        warnings.warn(f"deconv_patch: {plan.reason}", FallbackWarning, stacklevel=4)
-    if plan.variant == planner.ATEN:
-        return epilogue.apply(_aten_with(input, weight, bias, entry.args))
-    if entry.call is not None:
-        return entry.call(input, weight, bias)
-    out = first_run(entry, kernel_call(plan.variant, input, weight, entry.args, epilogue),
-                    input, weight, bias)
-    return out if out is not None else epilogue.apply(_aten_with(input, weight, bias, entry.args))
-
-
-def first_run(entry, call: Callable[..., torch.Tensor], input: torch.Tensor,
-              weight: torch.Tensor, bias: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
-    """The first run of a cached entry's (OpPlan's, or the module's) freshly prepared kernel
-    call: on success the entry keeps the call; when the kernel refuses, the entry's plan turns
-    to PyTorch and this returns None (the caller then runs PyTorch). A kernel's binding checks
-    limits the planner does not model (the grouped kernel's shared memory per tile, for one)
-    and refuses with "does not support". Any other error, or a refusal of a variant forced by
-    use_variant, propagates."""
-    try:
-        out = call(input, weight, bias)
-    except RuntimeError as e:
-        refused = isinstance(e, KernelRefusal) or "does not support" in str(e)
-        if not refused or planner.forced_variant() is not None:
-            raise
-        entry.plan = planner.Plan(planner.ATEN, f"{entry.plan.variant} does not support this "
-                                  "call; PyTorch", candidates=entry.plan.candidates)
-        return None
-    entry.call = call
-    return out
-
-
-def _cuda(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
-          args: ConvTransposeArgs, epilogue: Epilogue) -> torch.Tensor:
-    """Both ops on CUDA: plan (and autotune; cached per call geometry), then run a kernel of
-    ours or PyTorch."""
-    key = op_call_key(input, weight, bias, (args.stride, args.padding, args.output_padding,
-                                            args.groups, args.dilation), epilogue)
-    # (never cached for key None: its call is prepared for this call only)
-    entry = _OP_PLANS.lookup(key, input, weight, bias, lambda: args, epilogue)
-    return _run_entry(entry, input, weight, bias, epilogue)
-
-
-def _candidate_runner(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
-                      args: ConvTransposeArgs, epilogue: Epilogue = IDENTITY):
-    """run(variant): one call the way a patched model makes it, host overhead and the fused
-    epilogue included, for autotune. F.conv_transpose2d (then the epilogue in PyTorch) for
-    ``aten`` (exactly FastConvTranspose2d's PyTorch path; the torch.ops.aten overload costs more
-    host time and would bias short layers towards our kernels), else the variant's kernel call,
-    epilogue fused, prepared once (the module's inference path), so the timing measures the
-    call, not its one-off preparation. Timing without the epilogue picked gemm_phase_tma for
-    Tanh output layers where its fused Tanh made it 3.8x slower (H100,
-    docs/performance/epilogue.md)."""
-    prepared: dict = {}
-
-    def run(variant: str) -> torch.Tensor:
-        if variant == planner.ATEN:
-            return epilogue.apply(F.conv_transpose2d(
-                input, weight, bias, args.stride, args.padding, args.output_padding, args.groups,
-                args.dilation))
-        call = prepared.get(variant)
-        if call is None:
-            call = prepared[variant] = kernel_call(variant, input, weight, args, epilogue)
-        return call(input, weight, bias)
-
-    return run
-
-
-def run_variant(
-    variant: str,
-    input: torch.Tensor,
-    weight: torch.Tensor,
-    bias: Optional[torch.Tensor],
-    args: ConvTransposeArgs,
-    out: Optional[torch.Tensor] = None,
-    epilogue: Epilogue = IDENTITY,
-) -> torch.Tensor:
-    """Runs one named kernel variant on validated CUDA arguments (tests force variants here).
-
-    `out`, if given, is written in place (batched 4-D, in the layout PyTorch would return).
-    """
-    if variant == planner.ATEN:
-        return epilogue.apply(_aten_with(input, weight, bias, args))
-    return kernel_call(variant, input, weight, args, epilogue)(input, weight, bias, out)
-
-
-def kernel_call(variant: str, input: torch.Tensor, weight: torch.Tensor,
-                args: ConvTransposeArgs, epilogue: Epilogue = IDENTITY):
-    """A callable (input, weight, bias, out=None) -> output that launches `variant` for calls
-    shaped like this one, with everything that does not change between such calls (output
-    layout, TF32 flag, epilogue tensors, hyperparameters) worked out once: a C++ PreparedCall,
-    which also keeps the packed weight it last used (re-asked from packed_weights when the weight
-    changes). FastConvTranspose2d and the op keep one per call geometry, so a repeated call is one
-    Python -> C++ hop with three tensor arguments."""
-    kernel, config = planner.split_variant(variant)
-    if not planner.is_variant(variant) or kernel == planner.ATEN:
-        raise ValueError(f"unknown deconv_patch kernel variant {variant!r}")
-    args = args.kernel_view(input.shape[-2:], weight.shape[-2:])  # as planner.plan planned it
-    x = input.unsqueeze(0) if input.dim() == 3 else input
-    out_hw = args.output_hw(x.shape[-2:], weight.shape[-2:])
-    channels_last = cuda_output_channels_last(
-        x, weight, args, weight.shape[1] * args.groups * out_hw[0] * out_hw[1])
-    allow_tf32 = bool(torch.backends.cudnn.allow_tf32)
-    refused = kernels.refusal(variant, input.dtype, weight, args)  # the family's own limits
-    if refused is not None:
-        raise KernelRefusal(f"deconv_patch: {kernel} does not support {refused}")
-    scale, shift, activation, slope = epilogue.kernel_args(input.device)
-    repack: Optional[Callable[[torch.Tensor], torch.Tensor]] = None
-    if planner.reads_packed_weight(variant):
-        layout_key = LayoutKey(kernel, args, allow_tf32)
-
-        def repack_weight(weight: torch.Tensor) -> torch.Tensor:
-            return packed_weight(kernel, weight, args, allow_tf32, layout_key)
-
-        repack = repack_weight
-
-    # C++ (cuda/prepared_call.cpp): everything above fixed, so a call converts three tensors.
-    return load_extension().PreparedCall(
-        kernel, config, list(args.stride), list(args.padding), list(args.output_padding),
-        list(args.dilation), args.groups, channels_last, allow_tf32, scale, shift, activation,
-        slope, repack)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -559,3 +307,10 @@ def conv_transpose2d(
     return torch.ops.deconv_patch.conv_transpose2d(
         input, weight, bias, stride, padding, output_padding, groups, dilation
     )
+
+
+__all__ = ["FUSED_QUALNAME", "FallbackWarning", "KernelRefusal", "OpPlan", "OpPlanCache",
+           "QUALNAME", "autocast_args", "autocast_cast", "conv_transpose2d",
+           "conv_transpose2d_fused", "first_run", "kernel_call", "op_call_key", "op_plans",
+           "run_variant", "_aten", "_aten_with", "_candidate_runner", "_cuda", "_OP_PLANS",
+           "_run_entry"]

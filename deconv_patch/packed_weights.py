@@ -14,6 +14,7 @@ from typing import Dict, Optional, Tuple
 
 import torch
 
+from . import kernels
 from .arguments import ConvTransposeArgs
 from .extension import load_extension
 
@@ -75,7 +76,7 @@ class PackedWeightCache:
     def _pack(variant: str, weight: torch.Tensor, args: ConvTransposeArgs,
               allow_tf32: bool) -> torch.Tensor:
         return load_extension().pack_weight(
-            variant, weight.detach(), list(args.stride), list(args.padding),
+            kernels.BY_NAME[variant].code, weight.detach(), list(args.stride), list(args.padding),
             list(args.output_padding), list(args.dilation), args.groups, allow_tf32)
 
     def clear(self) -> None:

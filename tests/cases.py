@@ -1,4 +1,5 @@
-"""Seeded random ConvTranspose2d configurations shared by the CPU and GPU sweeps."""
+"""Seeded random ConvTranspose2d configurations shared by the CPU and GPU sweeps, the
+benchmark's few-channel layers, and calls PyTorch rejects."""
 
 from __future__ import annotations
 
@@ -68,7 +69,7 @@ class Case:
         return x, w, b
 
 
-def _random_paddings(rng: random.Random, kernel: Tuple[int, int], stride: Tuple[int, int],
+def random_paddings(rng: random.Random, kernel: Tuple[int, int], stride: Tuple[int, int],
                      dilation: Tuple[int, int]) -> Tuple[Tuple[int, ...], Tuple[int, ...]]:
     """Padding up to the dilated kernel's reach + 2, and (40% of the time per axis) an
     output_padding below max(stride, dilation), as PyTorch allows."""
@@ -105,7 +106,7 @@ def random_case(seed: int, dtypes=DTYPES, max_channels: int = 24) -> Case:
         kernel = axis_pair(1, 7)
         stride = axis_pair(1, 4)
         dilation = axis_pair(1, 3) if rng.random() < 0.35 else (1, 1)
-        padding, output_padding = _random_paddings(rng, kernel, stride, dilation)
+        padding, output_padding = random_paddings(rng, kernel, stride, dilation)
         hw = (rng.randint(1, 12), rng.randint(1, 12))
         args = ConvTransposeArgs(stride, padding, output_padding, dilation, groups)  # type: ignore[arg-type]
         if any(s <= 0 for s in args.output_hw(hw, kernel)):
@@ -235,8 +236,8 @@ def random_out_tile_case(seed: int) -> Case:
     """A random configuration in gemm_out_tile's domain (<= 32 output channels per group): any
     stride 1..8 (now and then up to 16, with a kernel at least as large: FCN's k16 s8 kind),
     kernel 1..9, dilation 1..3, padding, output_padding and grouping; fp16 / bf16, and fp32 with
-    TF32 (its 3xTF32 mode has its own deep-sum cases in tests/test_gpu_out_tile.py); NCHW,
-    channels_last and strided input, small batches and asymmetric sizes up to 40. Input channels
+    TF32 (its 3xTF32 mode has its own deep-sum cases in
+    tests/gpu/gemm_out_tile/test_gemm_out_tile.py); NCHW, channels_last and strided input, small batches and asymmetric sizes up to 40. Input channels
     per group x the taps of one row phase (over all column phases) stay <= 400, so a block's
     weights fit its shared memory at once; outputs stay below 2^22 elements, so a sweep of
     hundreds stays quick."""
@@ -262,7 +263,7 @@ def random_out_tile_case(seed: int) -> Case:
         # column phases): kernel rows k with equal k * dilation mod stride, times kernel width.
         taps = -(-kernel[0] // (stride[0] // math.gcd(stride[0], dilation[0]))) * kernel[1]
         cin_g = rng.choice([c for c in OUT_TILE_IN if c * taps <= 400])
-        padding, output_padding = _random_paddings(rng, kernel, stride, dilation)
+        padding, output_padding = random_paddings(rng, kernel, stride, dilation)
         hw = (rng.randint(1, 40), rng.randint(1, 40))
         args = ConvTransposeArgs(stride, padding, output_padding, dilation, groups)  # type: ignore[arg-type]
         case = _sized_case(rng, cin_g, cout_g, groups, hw,
@@ -305,3 +306,29 @@ def random_ffma_tile_case(seed: int, stride: Optional[int] = None) -> Case:
         case = _sized_case(rng, cin_g, cout_g, groups, hw, (k, k), args, 2**21, fp32_tf32=None)
         if case is not None:
             return case
+
+
+# Calls PyTorch rejects (each: input, weight, bias, keyword arguments of conv_transpose2d).
+_r = torch.randn
+INVALID = {
+    "input 5-D": (_r(1, 2, 4, 4, 4), _r(2, 3, 3, 3), None, {}),
+    "input 2-D": (_r(4, 4), _r(4, 3, 3, 3), None, {}),
+    "weight 3-D": (_r(2, 4, 4, 4), _r(4, 3, 3), None, {}),
+    "channels mismatch": (_r(2, 5, 4, 4), _r(4, 3, 3, 3), None, {}),
+    "groups do not divide": (_r(2, 4, 4, 4), _r(4, 3, 3, 3), None, {"groups": 3}),
+    "bias wrong size": (_r(2, 4, 4, 4), _r(4, 3, 3, 3), _r(4), {}),
+    "bias 2-D": (_r(2, 4, 4, 4), _r(4, 3, 3, 3), _r(3, 1), {}),
+    "zero stride": (_r(2, 4, 4, 4), _r(4, 3, 3, 3), None, {"stride": 0}),
+    "negative padding": (_r(2, 4, 4, 4), _r(4, 3, 3, 3), None, {"padding": -1}),
+    "negative output_padding": (_r(2, 4, 4, 4), _r(4, 3, 3, 3), None, {"output_padding": -1}),
+    "zero dilation": (_r(2, 4, 4, 4), _r(4, 3, 3, 3), None, {"dilation": 0}),
+    "zero groups": (_r(2, 4, 4, 4), _r(4, 3, 3, 3), None, {"groups": 0}),
+    "output_padding >= stride and dilation": (
+        _r(2, 4, 4, 4), _r(4, 3, 3, 3), None, {"stride": 2, "output_padding": 2}),
+    "output too small": (_r(2, 4, 1, 1), _r(4, 3, 1, 1), None, {"padding": 1}),
+    "empty spatial input": (_r(2, 4, 0, 4), _r(4, 3, 3, 3), None, {}),
+    "zero input channels": (_r(2, 0, 4, 4), _r(0, 3, 3, 3), None, {}),
+    "zero-size kernel": (_r(2, 4, 6, 6), _r(4, 3, 0, 3), None, {}),
+    "weight dtype": (_r(2, 4, 4, 4), _r(4, 3, 3, 3).double(), None, {}),
+    "bias dtype": (_r(2, 4, 4, 4), _r(4, 3, 3, 3), _r(3).double(), {}),
+}

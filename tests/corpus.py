@@ -16,7 +16,7 @@ from torch import nn
 from torch.nn.utils import parametrizations
 from torch.utils.checkpoint import checkpoint
 
-from tests.modelkit import random_bn
+from tests.helpers import random_bn
 
 Inputs = Tuple[Tuple[Any, ...], Dict[str, Any]]
 

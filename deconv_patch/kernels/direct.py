@@ -7,4 +7,5 @@ from .family import KernelFamily
 
 NAME = "direct"
 
-FAMILY = KernelFamily(NAME, "gather kernel for any hyperparameters")
+FAMILY = KernelFamily(
+    NAME, 0, "gather kernel for any hyperparameters")

@@ -40,5 +40,6 @@ def configs_for(kernel_hw: Sequence[int], args: ConvTransposeArgs,
     return tuple(v for v in VARIANTS if v.startswith(f"{NAME}:s{s}q"))
 
 
-FAMILY = KernelFamily(NAME, "fp32 FFMA over input-aligned tiles for few output channels",
-                      configs=CONFIGS)
+FAMILY = KernelFamily(
+    NAME, 2, "fp32 FFMA over input-aligned tiles for few output channels",
+    configs=CONFIGS)

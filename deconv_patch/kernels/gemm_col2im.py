@@ -54,5 +54,6 @@ def _refusal(dtype: torch.dtype, weight: torch.Tensor, args: ConvTransposeArgs,
     return None
 
 
-FAMILY = KernelFamily(NAME, "one GEMM over every tap into an fp32 buffer, then col2im (sm_90a)",
-                      configs=CONFIGS + STRICT_CONFIGS, packed_weight=True, refusal=_refusal)
+FAMILY = KernelFamily(
+    NAME, 9, "one GEMM over every tap into an fp32 buffer, then col2im (sm_90a)",
+    configs=CONFIGS + STRICT_CONFIGS, packed_weight=True, refusal=_refusal)

@@ -37,5 +37,5 @@ def _refusal(dtype: torch.dtype, weight: torch.Tensor, args: ConvTransposeArgs,
 
 
 FAMILY = KernelFamily(
-    NAME, "k == stride tensor-core GEMM with a scatter epilogue (mma.sync, sm_80+)",
+    NAME, 3, "k == stride tensor-core GEMM with a scatter epilogue (mma.sync, sm_80+)",
     configs=(Config(TAP_MAJOR, 1, True),), refusal=_refusal)

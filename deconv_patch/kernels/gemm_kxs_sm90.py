@@ -44,5 +44,5 @@ def _refusal(dtype: torch.dtype, weight: torch.Tensor, args: ConvTransposeArgs,
 
 
 FAMILY = KernelFamily(
-    NAME, "k == stride GEMM on TMA + wgmma (sm_90a)", configs=CONFIGS + AREA_CONFIGS,
+    NAME, 4, "k == stride GEMM on TMA + wgmma (sm_90a)", configs=CONFIGS + AREA_CONFIGS,
     packed_weight=True, refusal=_refusal)

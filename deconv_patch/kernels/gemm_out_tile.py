@@ -43,5 +43,6 @@ def _refusal(dtype: torch.dtype, weight: torch.Tensor, args: ConvTransposeArgs,
     return problem(dtype, weight.shape[1], depth_of(weight, args))
 
 
-FAMILY = KernelFamily(NAME, "output-tiled stride-phase GEMM for <= 32 output channels per group",
-                      configs=CONFIGS, packed_weight=True, refusal=_refusal)
+FAMILY = KernelFamily(
+    NAME, 8, "output-tiled stride-phase GEMM for <= 32 output channels per group",
+    configs=CONFIGS, packed_weight=True, refusal=_refusal)

@@ -25,5 +25,6 @@ def _refusal(dtype: torch.dtype, weight: torch.Tensor, args: ConvTransposeArgs,
     return strict_refusal(NAME, dtype, depth_of(weight, args))
 
 
-FAMILY = KernelFamily(NAME, "stride-phase implicit GEMM (mma.sync, sm_80+)", configs=CONFIGS,
-                      packed_weight=True, refusal=_refusal)
+FAMILY = KernelFamily(
+    NAME, 5, "stride-phase implicit GEMM (mma.sync, sm_80+)",
+    configs=CONFIGS, packed_weight=True, refusal=_refusal)

@@ -10,5 +10,6 @@ NAME = "gemm_phase_sm90"
 CONFIGS = configs(NAME, ("128x128s3", "128x128s4", "128x64s4"), True)
 VARIANTS = tuple(c.variant for c in CONFIGS)
 
-FAMILY = KernelFamily(NAME, "stride-phase GEMM on wgmma (sm_90a)", configs=CONFIGS,
-                      packed_weight=True)
+FAMILY = KernelFamily(
+    NAME, 6, "stride-phase GEMM on wgmma (sm_90a)",
+    configs=CONFIGS, packed_weight=True)

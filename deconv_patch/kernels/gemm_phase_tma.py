@@ -26,5 +26,6 @@ def _refusal(dtype: torch.dtype, weight: torch.Tensor, args: ConvTransposeArgs,
     return strict_refusal(NAME, dtype, depth_of(weight, args))
 
 
-FAMILY = KernelFamily(NAME, "stride-phase GEMM on TMA + wgmma (sm_90a)", configs=CONFIGS,
-                      packed_weight=True, refusal=_refusal)
+FAMILY = KernelFamily(
+    NAME, 7, "stride-phase GEMM on TMA + wgmma (sm_90a)",
+    configs=CONFIGS, packed_weight=True, refusal=_refusal)

@@ -9,4 +9,5 @@ NAME = "grouped"
 MAX_DEFAULT_CHANNELS = 32  # per group, in and out: its home ground (measured)
 MAX_CANDIDATE_CHANNELS = 64  # per group, in and out: its limit; autotune times it up to here
 
-FAMILY = KernelFamily(NAME, "register-tiled FFMA kernel for few channels per group")
+FAMILY = KernelFamily(
+    NAME, 1, "register-tiled FFMA kernel for few channels per group")

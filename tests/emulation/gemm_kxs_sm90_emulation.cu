@@ -26,8 +26,8 @@
 // it computes.
 //
 // Not covered: the register (channels_last output) path, the pipeline (ring, barriers, TMA and
-// wgmma themselves), rounding (values stay float64), timing. tests/test_gpu_kxs_sm90.py covers
-// those on the GPU.
+// wgmma themselves), rounding (values stay float64), timing.
+// tests/gpu/gemm_kxs_sm90/test_gemm_kxs_sm90.py covers those on the GPU.
 //
 // Build (host-only): nvcc -std=c++17 -O2 -I cuda tests/emulation/gemm_kxs_sm90_emulation.cu
 // Run: gemm_kxs_sm90_emulation MODE... [--verbose]

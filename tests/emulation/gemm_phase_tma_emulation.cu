@@ -25,7 +25,7 @@
 // Not covered: what only the hardware shows. Real timing, occupancy and register allocation;
 // PTX semantics beyond the layouts modelled here (TMA, wgmma, mbarrier behaviour itself); memory
 // ordering and races between the roles (waits, fences, proxies). The GPU tests cover those
-// (tests/test_gpu_phase_tma.py).
+// (tests/gpu/gemm_phase_tma/test_gemm_phase_tma.py).
 //
 // Build: host-only, no sm_90a code (the GEMM kernels are not even instantiated):
 //   nvcc -std=c++17 -O2 -I cuda [-Xcompiler -fopenmp -lgomp] \
@@ -36,7 +36,8 @@
 //   medium  two benchmark-like shapes: many tiles and turns per CTA (~5 s)
 // (one core; with OpenMP a case's runs spread over the cores.)
 // Each mode prints one line "SUMMARY <mode>: cases=.. runs=.. checks=.. failures=.. seconds=..";
-// the exit status is 1 when any check failed. tests/test_kernel_emulation.py builds and runs it.
+// the exit status is 1 when any check failed. tests/emulation/test_kernel_emulation.py builds and
+// runs it.
 #include "conv_transpose2d_gemm_phase_tma_impl.cuh"
 #include "conv_transpose2d_gemm_phase_tma.cu"  // the API: gemm_phase_tma_packed_weight_bytes
 

@@ -1,0 +1,335 @@
+"""`deconv_patch.optimize`: the user-facing contract (the user's own model patched in place,
+copies, modes, idempotence, fusion proved on a real run, summary and warnings)."""
+
+from __future__ import annotations
+
+import copy
+import io
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from deconv_patch.modules import FastConvTranspose2d
+from deconv_patch.optimize import optimize
+from deconv_patch.summary import PatchSummary, PatchWarning, summary
+from tests.helpers import random_bn
+
+
+_eval_bn = random_bn
+
+
+class Decoder(nn.Module):
+    """ConvT+BN+ReLU twice, then a plain ConvT: two folds, one plain swap."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.block1 = nn.Sequential(nn.ConvTranspose2d(8, 6, 4, 2, 1, bias=False), _eval_bn(6),
+                                    nn.ReLU())
+        self.block2 = nn.Sequential(nn.ConvTranspose2d(6, 4, 3, 2, 1, 1), _eval_bn(4), nn.ReLU())
+        self.out = nn.ConvTranspose2d(4, 3, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self.out(self.block2(self.block1(x))))
+
+
+class Branchy(nn.Module):
+    """Data-dependent control flow: each call takes the branch its input asks for."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.up = nn.ConvTranspose2d(3, 4, 2, 2)
+        self.bn = _eval_bn(4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.mean() > 0:
+            return self.bn(self.up(x))
+        return self.up(-x)
+
+
+def _x() -> torch.Tensor:
+    return torch.randn(2, 8, 5, 5)
+
+
+def _count(model: nn.Module, cls: type) -> int:
+    return sum(1 for m in model.modules() if isinstance(m, cls))
+
+
+def test_patches_the_model_itself_folds_and_matches():
+    model = Decoder().eval()
+    x = _x()
+    patched = optimize(model, x)
+    info = summary(patched, quiet=True)
+    assert type(patched) is Decoder and info.path == "in-place"
+    assert info.num_patched == _count(model, nn.ConvTranspose2d) == 3
+    # torch.tanh is a function call in forward: only module activations are fused
+    assert [layer.fused for layer in info.layers] == ["bn(folded)+relu", "bn(folded)+relu", "-"]
+    assert _count(patched, FastConvTranspose2d) == 3 and _count(patched, nn.BatchNorm2d) == 2
+    assert patched.state_dict().keys() == model.state_dict().keys()
+    fresh = torch.randn(3, 8, 7, 6)  # not the example input
+    with torch.no_grad():
+        torch.testing.assert_close(patched(fresh), model(fresh), rtol=1e-5, atol=1e-6)
+
+
+def test_fusion_without_example_inputs_is_decided_on_the_first_call():
+    model = Decoder().eval()
+    patched = optimize(model)
+    info = summary(patched, quiet=True)
+    assert [layer.fused for layer in info.layers] == ["-", "-", "-"]
+    assert any("first call" in note for note in info.notes)
+    x = _x()
+    with torch.no_grad():
+        first = patched(x)
+        assert torch.equal(first, model(x))  # the recorded call itself runs unfused
+        second = patched(x)
+    info = summary(patched, quiet=True)
+    assert [layer.fused for layer in info.layers] == ["bn(folded)+relu", "bn(folded)+relu", "-"]
+    assert not any("first call" in note for note in info.notes)
+    assert not patched._forward_hooks and not patched._forward_pre_hooks  # hooks gone again
+    torch.testing.assert_close(second, first, rtol=1e-5, atol=1e-6)
+
+
+def test_mode_device_dtype_and_values_kept():
+    for train in (False, True):
+        model = Decoder().double().train(train)
+        model.block2[1].eval()  # a submodule whose mode differs from its parent's
+        before = copy.deepcopy(model.state_dict())
+        patched = optimize(model, _x().double())
+        assert patched.training == train
+        assert patched.get_submodule("block2.0").training == train
+        assert patched.get_submodule("block2").training == train
+        assert patched.get_submodule("block2.1").training is False
+        for p in patched.parameters():
+            assert p.dtype == torch.float64 and p.device.type == "cpu"
+        for key, value in model.state_dict().items():  # the original is untouched
+            assert torch.equal(value, before[key]), key
+            assert torch.equal(patched.state_dict()[key], value), key
+
+
+def test_training_mode_runs_unfused_with_identical_gradients_and_statistics():
+    model = Decoder().train()
+    patched = optimize(model, _x())
+    x = torch.randn(4, 8, 6, 5)
+    out_ref, out = model(x), patched(x)
+    assert torch.equal(out, out_ref)  # same ATen math on CPU, batch statistics
+    out_ref.square().sum().backward()
+    out.square().sum().backward()
+    for (name, p_ref), p in zip(model.named_parameters(), patched.parameters()):
+        torch.testing.assert_close(p.grad, p_ref.grad, rtol=0, atol=0, msg=name)
+    for (name, b_ref), b in zip(model.named_buffers(), patched.named_buffers()):
+        assert torch.equal(b_ref, b[1]), name
+    patched.eval()  # the chain switches on with eval mode
+    model.eval()
+    with torch.no_grad():
+        torch.testing.assert_close(patched(x), model(x), rtol=1e-5, atol=1e-6)
+
+
+def test_eval_with_gradients_runs_unfused():
+    model = Decoder().eval()
+    patched = optimize(model, _x())
+    x = torch.randn(2, 8, 5, 5, requires_grad=True)
+    out_ref, out = model(x), patched(x)
+    assert torch.equal(out, out_ref)
+    g_ref, = torch.autograd.grad(out_ref.sum(), x)
+    g, = torch.autograd.grad(out.sum(), x)
+    assert torch.equal(g, g_ref)
+
+
+def test_example_inputs_run_leaves_buffers_alone():
+    model = Decoder().train()
+    before = {k: v.clone() for k, v in model.named_buffers()}
+    patched = optimize(model, _x())
+    for name, buf in patched.named_buffers():
+        if name in before:
+            assert torch.equal(buf, before[name]), name
+
+
+def test_idempotent():
+    model = Decoder().eval()
+    once = optimize(model, _x())
+    twice = optimize(once, _x())
+    assert summary(twice, quiet=True).layers == summary(once, quiet=True).layers
+    sd1, sd2 = once.state_dict(), twice.state_dict()
+    assert sd1.keys() == sd2.keys() and all(torch.equal(sd1[k], sd2[k]) for k in sd1)
+    x = _x()
+    with torch.no_grad():
+        assert torch.equal(twice(x), once(x))
+    branchy = optimize(Branchy())
+    again = optimize(branchy)
+    assert summary(again, quiet=True).layers == summary(branchy, quiet=True).layers
+
+
+def test_state_dict_round_trip_fused_or_not():
+    for fuse in (False, True):
+        model = Decoder().eval()
+        patched = optimize(model, _x(), fuse=fuse)
+        assert patched.state_dict().keys() == model.state_dict().keys()
+        other = Decoder().eval()  # different random weights and statistics
+        patched.load_state_dict(other.state_dict())
+        x = _x()
+        with torch.no_grad():  # a fused chain refolds after load_state_dict
+            torch.testing.assert_close(patched(x), other(x), rtol=1e-5, atol=1e-6)
+        model.load_state_dict(patched.state_dict())
+        with torch.no_grad():
+            torch.testing.assert_close(model(x), patched(x), rtol=1e-5, atol=1e-6)
+
+
+def test_inplace():
+    model = Decoder().eval()
+    patched = optimize(model, inplace=True, fuse=False)
+    assert patched is model and isinstance(model.out, FastConvTranspose2d)
+    branchy = Branchy()
+    assert optimize(branchy, inplace=True) is branchy
+    assert isinstance(branchy.up, FastConvTranspose2d)
+
+
+def test_data_dependent_branches_run_as_written():
+    model = Branchy().eval()
+    patched = optimize(model, torch.rand(2, 3, 4, 4) + 0.1)
+    info = summary(patched, quiet=True)
+    assert info.path == "in-place" and [layer.name for layer in info.layers] == ["up"]
+    assert isinstance(patched.up, FastConvTranspose2d) and type(model.up) is nn.ConvTranspose2d
+    # the example took the BN branch, but the conv's output also feeds `-x`'s branch later:
+    # fusion is only ever used for calls from the recorded code, and the other branch is fine
+    for sign in (1.0, -1.0):  # both branches
+        x = sign * (torch.rand(2, 3, 4, 4) + 0.1)
+        with torch.no_grad():
+            torch.testing.assert_close(patched(x), model(x), rtol=1e-5, atol=1e-6)
+
+
+def test_model_without_conv_transpose_is_returned_unchanged():
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU())
+    with pytest.warns(UserWarning, match="returned unchanged"):
+        patched = optimize(model)
+    info = summary(patched, quiet=True)
+    assert info.path == "none" and info.num_patched == 0
+    assert type(patched) is nn.Sequential and patched is not model
+    x = torch.randn(1, 3, 6, 6)
+    assert torch.equal(patched(x), model(x))
+    with pytest.warns(UserWarning, match="no ConvTranspose2d"):
+        optimize(nn.Sequential(nn.Conv2d(3, 3, 1)), inplace=True)
+
+
+def test_filter_fn():
+    model = Decoder().eval()
+    patched = optimize(model, _x(), filter_fn=lambda name, m: name != "block2.0")
+    info = summary(patched, quiet=True)
+    assert [layer.name for layer in info.layers] == ["block1.0", "out"]
+    assert info.skipped == ("block2.0",)
+    assert type(patched.get_submodule("block2.0")) is nn.ConvTranspose2d
+    assert type(patched.get_submodule("block2.1")) is nn.BatchNorm2d  # not fused either
+    with pytest.warns(UserWarning, match="returned unchanged"):
+        skipped = optimize(Branchy(), filter_fn=lambda name, m: False)
+    assert summary(skipped, quiet=True).path == "none"
+    assert summary(skipped, quiet=True).skipped == ("up",)
+
+
+def test_shared_module_used_twice_and_registered_twice():
+    class Shared(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.up = nn.ConvTranspose2d(3, 3, 3, padding=1)
+            self.alias = self.up  # same module under a second name
+            self.bn = _eval_bn(3)
+
+        def forward(self, x):
+            return self.bn(self.alias(self.up(x)))
+
+    model = Shared().eval()
+    with pytest.warns(PatchWarning, match="called 2 times"):
+        patched = optimize(model, torch.randn(1, 3, 4, 4))
+    info = summary(patched, quiet=True)
+    (layer,) = info.layers
+    assert layer.calls == 2 and layer.fused == "-"
+    assert info.declined and "called 2 times" in info.declined[0][1]
+    assert patched.get_submodule("alias") is patched.get_submodule("up")
+    assert patched.state_dict().keys() == model.state_dict().keys()
+    x = torch.randn(2, 3, 5, 5)
+    with torch.no_grad():
+        assert torch.equal(patched(x), model(x))
+
+
+def test_functional_conv_transpose_with_parameter_weights():
+    class Fn(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.weight = nn.Parameter(torch.randn(4, 2, 3, 3))
+            self.bias = nn.Parameter(torch.randn(2))
+
+        def forward(self, x):
+            return F.conv_transpose2d(x, self.weight, self.bias, stride=2, padding=1,
+                                      output_padding=1)
+
+    model = Fn()
+    patched = optimize(model)
+    info = summary(patched, quiet=True)
+    assert type(patched) is Fn and [layer.kind for layer in info.layers] == ["function"]
+    assert type(patched).forward is Fn.forward  # the class is the user's, untouched
+    x = torch.randn(2, 4, 5, 5, requires_grad=True)
+    out_ref, out = model(x), patched(x)
+    assert torch.equal(out, out_ref)
+    g_ref = torch.autograd.grad(out_ref.sum(), (x, model.weight))
+    g = torch.autograd.grad(out.sum(), (x, patched.weight))
+    assert all(torch.equal(a, b) for a, b in zip(g, g_ref))
+
+
+def test_summary_table_and_errors():
+    patched = optimize(Decoder().eval(), _x())
+    buffer = io.StringIO()
+    info = summary(patched, file=buffer)
+    text = buffer.getvalue()
+    assert isinstance(info, PatchSummary) and text == info.table() + "\n"
+    for expected in ("path=in-place", "block1.0", "block2.0", "out", "bn(folded)", "fused",
+                     "activation in the conv kernel", "aten"):
+        assert expected in text
+    assert summary(copy.deepcopy(patched), quiet=True).layers == info.layers
+    with pytest.raises(ValueError, match="not returned by deconv_patch.optimize"):
+        summary(Decoder())
+    with pytest.raises(TypeError):
+        optimize("not a module")  # type: ignore[arg-type]
+
+
+def test_progress_bar_only_for_many_layers(capsys):
+    many = nn.Sequential(*[nn.ConvTranspose2d(2, 2, 1) for _ in range(25)])
+    optimize(many)
+    assert "deconv_patch" in capsys.readouterr().err
+    optimize(Decoder())
+    assert "deconv_patch" not in capsys.readouterr().err
+
+
+def test_validate_needs_example_inputs():
+    with pytest.raises(ValueError, match="example_inputs"):
+        optimize(Decoder(), validate=True)
+
+
+def test_validate_attaches_report():
+    pytest.importorskip("deconv_patch.validation")
+    model = Decoder().eval()
+    patched = optimize(model, _x(), validate=True)
+    report = summary(patched, quiet=True).validation
+    assert report is not None
+    assert report.passed, str(report)  # fused layers compared as conv + BN + ReLU
+    assert [layer.fused_with for layer in report.layers] == [
+        ["block1.1", "block1.2"], ["block2.1", "block2.2"], []]
+
+
+@pytest.mark.parametrize("with_inputs", [False, True])
+def test_patched_model_compiles_without_graph_breaks(with_inputs):
+    """The op has a fake kernel and the chains step aside while Dynamo traces, so
+    Dynamo/AOTAutograd trace straight through the patched model."""
+    model = Decoder().eval()
+    patched = optimize(model, _x() if with_inputs else None)
+    torch._dynamo.reset()
+    compiled = torch.compile(patched, backend="aot_eager", fullgraph=True)
+    x = _x()
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), model(x), rtol=1e-5, atol=1e-6)
+
+
+def test_example_inputs_check_leaves_the_random_state_alone():
+    model = nn.Sequential(nn.ConvTranspose2d(3, 3, 2, 2), nn.Dropout(0.5)).train()
+    x = torch.randn(1, 3, 4, 4)
+    state = torch.random.get_rng_state()
+    optimize(model, x)
+    assert torch.equal(torch.random.get_rng_state(), state)

@@ -1,0 +1,47 @@
+"""The registry (deconv_patch/kernels/) against the built extension: the binding's family codes
+and config lists are the registry's, and the binding's refusals are typed."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from deconv_patch import kernels, ops, planner
+from deconv_patch.arguments import ConvTransposeArgs
+from deconv_patch.extension import load_extension
+
+pytestmark = pytest.mark.cuda
+
+
+def test_binding_family_codes_are_the_registrys():
+    names = load_extension().kernel_family_names()
+    assert names == [f.name for f in sorted(kernels.FAMILIES, key=lambda f: f.code)]
+
+
+def test_binding_config_lists_are_the_registrys():
+    ext = load_extension()
+    for family, listed in ((planner.GEMM_PHASE_TMA, ext.gemm_phase_tma_config_names()),
+                           (planner.GEMM_OUT_TILE, ext.gemm_out_tile_config_names()),
+                           (planner.FFMA_TILE, ext.ffma_tile_config_names())):
+        configs = kernels.BY_NAME[family].configs
+        assert [c.variant.split(":", 1)[1] for c in configs] == listed, family
+        assert [c.index for c in configs] == list(range(len(listed)))
+    assert len(kernels.BY_NAME[planner.GEMM_PHASE].configs) == ext.gemm_phase_num_configs()
+    assert len(kernels.BY_NAME[planner.GEMM_PHASE_SM90].configs) == \
+        ext.gemm_phase_sm90_num_configs()
+    assert len(kernels.BY_NAME[planner.GEMM_KXS_SM90].configs) == ext.gemm_kxs_sm90_num_configs()
+
+
+def test_a_binding_refusal_falls_back_to_pytorch_unless_forced():
+    """gemm_kxs refuses a layer whose kernel is not its stride (the binding's own check): the
+    op's first run of such a plan computes PyTorch's result; forced, the typed error shows."""
+    x = torch.randn(2, 16, 5, 5, device="cuda")
+    w = torch.randn(16, 8, 3, 3, device="cuda")
+    args = ConvTransposeArgs.from_values(stride=2, padding=1)
+    call = ops.kernel_call(planner.GEMM_KXS, x, w, args)
+    with pytest.raises(load_extension().KernelRefused, match="does not support"):
+        call(x, w, None)
+    entry = ops.OpPlan(planner.Plan(planner.GEMM_KXS, "test", candidates=(planner.GEMM_KXS,)),
+                       args)
+    assert ops.first_run(entry, call, x, w, None) is None
+    assert entry.plan.variant == planner.ATEN

@@ -1,0 +1,80 @@
+"""The planner on the GPU, across kernel families: where cuDNN cannot run (output_padding >=
+stride), 3xTF32 for deep fp32-strict sums and cuDNN for shallow ones, the grouped kernel for
+few channels per group, the wgmma configs among the 16-bit candidates, and cuDNN for small
+channels_last k == stride layers off Hopper."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from deconv_patch import planner
+from deconv_patch.arguments import ConvTransposeArgs
+from deconv_patch.ops import run_variant
+
+pytestmark = pytest.mark.cuda
+
+
+def test_planner_where_cudnn_cannot_run():
+    """output_padding >= stride: gemm_phase where channels fill tensor-core tiles, else direct,
+    and in 16-bit with <= OUT_TILE_DEFAULT_MAX_CHANNELS output channels per group gemm_out_tile
+    (either way); k != stride elsewhere: cuDNN unless autotune times gemm_phase faster."""
+    args = ConvTransposeArgs.from_values(stride=1, output_padding=1, dilation=2)
+    w = torch.randn(64, 48, 3, 3, device="cuda", dtype=torch.bfloat16)
+    x = torch.randn(2, 64, 16, 16, device="cuda", dtype=torch.bfloat16)
+    assert planner.plan(x, w, args).variant == planner.GEMM_PHASE
+    assert planner.plan(x[:, :8], w[:8, :40].contiguous(), args).variant == planner.DIRECT
+    for few in (w[:, :32], w[:8, :4]):  # few output channels: the output-tiled kernel
+        assert planner.plan(x[:, :few.shape[0]], few.contiguous(), args).variant == \
+            planner.GEMM_OUT_TILE
+    common = planner.plan(x, w, ConvTransposeArgs.from_values(2, 1))
+    assert common.variant == planner.ATEN and planner.PHASE_CONFIGS[0] in common.candidates
+    for tile in planner.PHASE_CONFIGS:  # every named tile config runs and agrees
+        got = run_variant(tile, x, w, None, args)
+        torch.testing.assert_close(got, run_variant(planner.GEMM_PHASE, x, w, None, args),
+                                   rtol=1e-2, atol=1e-2)
+    from deconv_patch.extension import load_extension
+    assert load_extension().gemm_phase_num_configs() == len(planner.PHASE_CONFIGS)
+
+
+def test_planner_rules_for_3xtf32_grouped_and_wgmma_phase():
+    """3xTF32 for deep fp32-strict k == stride sums, cuDNN for shallow ones; deep fp32-strict
+    phase layers: gemm_phase_tma's 3xTF32 on Hopper, cuDNN elsewhere (gemm_phase's 3xTF32 is
+    forced-only); the grouped kernel for few channels per group; wgmma configs among the
+    16-bit autotune candidates."""
+    kxs = ConvTransposeArgs.from_values(stride=2)
+    x = torch.randn(8, 128, 160, 128, device="cuda")
+    w = torch.randn(128, 64, 2, 2, device="cuda")
+    phase = ConvTransposeArgs.from_values(stride=2, padding=1)
+    w4 = torch.randn(128, 64, 4, 4, device="cuda")
+    with torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
+        assert planner.plan(x, w, kxs).variant == planner.GEMM_KXS
+        cl = planner.plan(x.contiguous(memory_format=torch.channels_last), w, kxs)
+        assert cl.variant == planner.KXS_TAP_MAJOR
+        assert planner.plan(x[:, :4], w[:4], kxs).variant == planner.ATEN
+        strict_phase = planner.plan(x[:2, :, :32, :32], w4, phase)  # (see MIN_3XTF32_DEPTH)
+        on_sm90 = torch.cuda.get_device_capability() == (9, 0)
+        assert strict_phase.variant == (planner.GEMM_PHASE_TMA if on_sm90 else planner.ATEN)
+        assert planner.PHASE_CONFIGS[0] not in strict_phase.candidates
+    dw = planner.plan(torch.randn(4, 64, 32, 32, device="cuda", dtype=torch.bfloat16),
+                      torch.randn(64, 1, 4, 4, device="cuda", dtype=torch.bfloat16),
+                      ConvTransposeArgs.from_values(stride=2, padding=1, groups=64))
+    assert dw.variant == planner.GROUPED and planner.ATEN in dw.candidates
+    bf = planner.plan(x[:2, :, :32, :32].bfloat16(), w4.bfloat16(), phase)
+    assert (set(planner.SM90_CONFIGS) <= set(bf.candidates)) == (
+        torch.cuda.get_device_capability() == (9, 0))
+
+
+def test_planner_prefers_cudnn_for_small_channels_last_gemm():
+    x = torch.randn(2, 256, 14, 14, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(256, 256, 2, 2, device="cuda", dtype=torch.bfloat16)
+    args = ConvTransposeArgs.from_values(stride=2)
+    nhwc = planner.plan(x.contiguous(memory_format=torch.channels_last), w, args)
+    if torch.cuda.get_device_capability() == (9, 0):  # the TMA + wgmma kernel, at every size
+        assert nhwc.variant == planner.KXS_SM90_WINNER
+    else:
+        assert nhwc.variant == "aten" and "gemm_kxs" in nhwc.candidates and not nhwc.fallback
+    nchw = planner.plan(x, w, args)  # 0.8 MiB output: host-bound either way
+    assert nchw.variant == "aten" and "host-bound" in nchw.reason and "gemm_kxs" in nchw.candidates
+    big = planner.plan(torch.cat([x] * 8), w, args)  # 6.4 MiB output: the kernel runs
+    assert big.variant == "gemm_kxs"
