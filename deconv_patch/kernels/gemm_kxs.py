@@ -10,7 +10,7 @@ import torch
 
 from ..arguments import ConvTransposeArgs
 from .family import Config, KernelFamily
-from .precision import depth_of, strict_refusal, tensor_core_problem
+from .precision import shallow_sum_refusal, tensor_core_problem
 
 NAME = "gemm_kxs"
 # Config 1 orders the GEMM's columns (tap, channel) and reads the weight packed that way, so
@@ -31,11 +31,6 @@ def problem(dtype: torch.dtype, kernel_hw: Sequence[int], args: ConvTransposeArg
     return tensor_core_problem(dtype, depth)
 
 
-def _refusal(dtype: torch.dtype, weight: torch.Tensor, args: ConvTransposeArgs,
-             variant: str) -> Optional[str]:
-    return strict_refusal(NAME, dtype, depth_of(weight, args))
-
-
 FAMILY = KernelFamily(
     NAME, 3, "k == stride tensor-core GEMM with a scatter epilogue (mma.sync, sm_80+)",
-    configs=(Config(TAP_MAJOR, 1, True),), refusal=_refusal)
+    configs=(Config(TAP_MAJOR, 1, True),), refusal=shallow_sum_refusal)

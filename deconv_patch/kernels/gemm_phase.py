@@ -4,13 +4,8 @@ weight pre-packed once per weight version."""
 
 from __future__ import annotations
 
-from typing import Optional
-
-import torch
-
-from ..arguments import ConvTransposeArgs
 from .family import KernelFamily, configs
-from .precision import depth_of, strict_refusal
+from .precision import shallow_sum_refusal
 
 NAME = "gemm_phase"
 # Tile configurations, in the kernel's order (launch_conv_transpose2d_gemm_phase's `config`).
@@ -19,12 +14,6 @@ TILES = ("128x128", "128x64", "64x64", "128x32", "128x128x64")
 CONFIGS = configs(NAME, TILES, True)
 VARIANTS = tuple(c.variant for c in CONFIGS)
 
-
-def _refusal(dtype: torch.dtype, weight: torch.Tensor, args: ConvTransposeArgs,
-             variant: str) -> Optional[str]:
-    return strict_refusal(NAME, dtype, depth_of(weight, args))
-
-
 FAMILY = KernelFamily(
     NAME, 5, "stride-phase implicit GEMM (mma.sync, sm_80+)",
-    configs=CONFIGS, packed_weight=True, refusal=_refusal)
+    configs=CONFIGS, packed_weight=True, refusal=shallow_sum_refusal)

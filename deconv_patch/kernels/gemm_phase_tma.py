@@ -3,13 +3,8 @@
 
 from __future__ import annotations
 
-from typing import Optional
-
-import torch
-
-from ..arguments import ConvTransposeArgs
 from .family import KernelFamily, configs
-from .precision import depth_of, strict_refusal
+from .precision import shallow_sum_refusal
 
 NAME = "gemm_phase_tma"
 # In the kernel's order (the extension's gemm_phase_tma_config_names): tile m x n, ring stages,
@@ -21,11 +16,6 @@ VARIANTS = tuple(c.variant for c in CONFIGS)
 MIN_STRICT_OUT = 32
 
 
-def _refusal(dtype: torch.dtype, weight: torch.Tensor, args: ConvTransposeArgs,
-             variant: str) -> Optional[str]:
-    return strict_refusal(NAME, dtype, depth_of(weight, args))
-
-
 FAMILY = KernelFamily(
     NAME, 7, "stride-phase GEMM on TMA + wgmma (sm_90a)",
-    configs=CONFIGS, packed_weight=True, refusal=_refusal)
+    configs=CONFIGS, packed_weight=True, refusal=shallow_sum_refusal)

@@ -46,10 +46,17 @@ def depth_of(weight: "torch.Tensor", args: ConvTransposeArgs) -> int:
     return reduction_depth(weight.shape[0] // args.groups, weight.shape[-2:], args)
 
 
-def strict_refusal(kernel: str, dtype: torch.dtype, depth: int) -> Optional[str]:
-    """A tensor-core family's refusal of fp32 without TF32 on a shallow sum."""
+def strict_refusal(dtype: torch.dtype, depth: int) -> Optional[str]:
+    """A tensor-core family's refusal of fp32 without TF32 on a sum of `depth` products."""
     problem = tensor_core_problem(dtype, depth)
     if problem is None:
         return None
     return (f"{problem} (3xTF32 would exceed fp32's error bound; see "
             "kernels.precision.MIN_3XTF32_DEPTH)")
+
+
+def shallow_sum_refusal(dtype: torch.dtype, weight: torch.Tensor, args: ConvTransposeArgs,
+                        variant: str) -> Optional[str]:
+    """The refusal rule of the tensor-core families whose sums run over the layer's depth
+    (input channels x a stride phase's taps): gemm_kxs, gemm_phase, gemm_phase_tma."""
+    return strict_refusal(dtype, depth_of(weight, args))
