@@ -4,7 +4,7 @@
 tensor core's sums truncate. So a product of 3xTF32 is a few fp32 ulps off, where cuDNN's FFMA
 is half an ulp off; deep reductions hide that under fp32's own accumulation error, shallow ones
 do not. This prints, per reduction depth (planner.reduction_depth), the worst ratio of our
-error to the bound of tests/test_gpu_kernels.py (2x PyTorch's error + 1 ulp of the output;
+error to the bound of the GPU tests (tests/helpers.py: 2x PyTorch's error + 1 ulp of the output;
 below 1 passes), beside the plain-fp32 direct kernel's on the same case. It is how
 planner.MIN_3XTF32_DEPTH was chosen.
     python benchmarks/strict_error_scan.py [--cases 600] [--variants gemm_phase_tma,...]"""
@@ -26,7 +26,7 @@ from deconv_patch import planner  # noqa: E402
 from deconv_patch.ops import run_variant  # noqa: E402
 from deconv_patch.reference import conv_transpose2d_float64  # noqa: E402
 from tests.cases import call_args, random_kxs_case, random_phase_case  # noqa: E402
-from tests.test_gpu_kernels import allowed_error, max_error  # noqa: E402
+from tests.helpers import allowed_error, max_error  # noqa: E402
 
 
 def main() -> int:
