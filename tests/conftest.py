@@ -4,7 +4,8 @@ GPU tests carry @pytest.mark.cuda and skip without a usable GPU (`-m cuda` selec
 Tests marked `extended` (the kernel emulations of tests/emulation/, also marked `emulation`, and
 other checks that take minutes on a small CPU) skip unless --extended is given, so the default
 run stays short; CI runs them in a step of their own (`python -m pytest -q --extended -m
-extended`).
+extended`). --run-emulation is the same switch (`python -m pytest -q --run-emulation -m
+emulation` runs the emulations alone).
 
 Without a GPU, torch runs one intra-op thread (unless OMP_NUM_THREADS says otherwise), and so do
 the console-script subprocesses the CLI tests start (tests/helpers.py: run_cli): the CPU tests'
@@ -21,7 +22,8 @@ import torch
 
 
 def pytest_addoption(parser):
-    parser.addoption("--extended", action="store_true", default=False,
+    parser.addoption("--extended", "--run-emulation", action="store_true", default=False,
+                     dest="extended",
                      help="also run the tests marked extended (the kernel emulations and other "
                           "long CPU checks; several minutes on a small machine)")
 
@@ -40,7 +42,7 @@ def pytest_collection_modifyitems(config, items):
     if not _cuda_usable():
         skips.append(("cuda", pytest.mark.skip(
             reason="needs a CUDA GPU of compute capability >= 8.0")))
-    if not config.getoption("--extended"):
+    if not config.getoption("extended"):
         skips.append(("extended", pytest.mark.skip(
             reason="an extended check: run with --extended")))
     for item in items:

@@ -56,6 +56,11 @@ def test_every_conv_transpose_is_patched_and_output_is_identical(small_example):
         assert torch.equal(a, b)  # same ATen kernels on the CPU: bit-identical
 
 
+# The float64 run of the whole Mask R-CNN detector takes about 25 s of a 2-core CPU: an extended
+# check (run with --extended; CI runs it in a step of its own).
+@pytest.mark.parametrize("small_example", [
+    pytest.param(e, id=e.name, marks=[pytest.mark.extended] if e.name == "mask_rcnn" else [])
+    for e in EXAMPLES], indirect=True)
 def test_fused_output_within_float64_bound(small_example):
     example, model, inputs = small_example
     patched = optimize(model, inputs)

@@ -56,9 +56,30 @@ def test_defaults_and_unbatched_input():
     assert torch.equal(conv_transpose2d(x, w, b, 2, 1, 1), F.conv_transpose2d(x, w, b, 2, 1, 1))
 
 
-@pytest.mark.parametrize("seed", range(8))
+def _gradcheck_case(seed: int):
+    return random_case(seed + 3000, dtypes=(torch.float64,), max_channels=4)
+
+
+def _gradcheck_work(seed: int) -> int:
+    """Input elements x output elements: the numerical Jacobian runs the op twice per input
+    element, each time over the whole output."""
+    case = _gradcheck_case(seed)
+    x, w, b = case.make("cpu", seed)
+    inputs = x.numel() + w.numel() + (0 if b is None else b.numel())
+    oh, ow = case.args.output_hw(case.hw, case.kernel)
+    return inputs * max(case.batch, 1) * case.out_channels * oh * ow
+
+
+# Cases whose gradcheck does more than 1.5e6 element-evaluations (6-16 s each on a 2-core CPU)
+# are extended checks (run with --extended; CI runs them in a step of their own).
+GRADCHECK_SEEDS = [
+    pytest.param(s, marks=[pytest.mark.extended] if _gradcheck_work(s) > 1_500_000 else [])
+    for s in range(8)]
+
+
+@pytest.mark.parametrize("seed", GRADCHECK_SEEDS)
 def test_autograd_gradcheck(seed):
-    case = random_case(seed + 3000, dtypes=(torch.float64,), max_channels=4)
+    case = _gradcheck_case(seed)
     x, w, b = case.make("cpu", seed)
     if x.numel() == 0:
         pytest.skip("empty batch")
