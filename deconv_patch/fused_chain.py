@@ -86,8 +86,7 @@ class _PassThroughGate(nn.Module):
         # The hand-over is taken here, before nn.Module's call machinery (two Python frames
         # per call on the fused path); a module with hooks takes it in forward, after them.
         if PENDING in self.__dict__ and len(args) == 1 and not kwargs and \
-                not (self._forward_hooks or self._forward_pre_hooks or _global_hooks()) and \
-                _pass_through(self, args[0]):
+                not (_hooked(self) or _global_hooks()) and _pass_through(self, args[0]):
             return args[0]
         return super().__call__(*args, **kwargs)
 
@@ -126,7 +125,6 @@ class FusedChain:
         self.site_key = site_key(site)
         self._site: Optional[CallSite] = site
         self._folded_key: Optional[tuple] = None
-        self._folded_eps: Optional[float] = None
         self._folded_sources: Optional[tuple] = None
         self._folded: Optional[Tuple[torch.Tensor, torch.Tensor]] = None
 
@@ -184,18 +182,17 @@ class FusedChain:
         bn = self.bn
         try:
             key: Optional[tuple] = tuple([None if t is None else (id(t), t._version)
-                                          for t in sources])
+                                          for t in sources]) + (bn.eps,)  # type: ignore[union-attr]
         except RuntimeError:  # inference tensors have no version counter: fold every call
             key = None
-        eps = bn.eps  # type: ignore[union-attr]
-        if key is not None and key == self._folded_key and eps == self._folded_eps:
+        if key is not None and key == self._folded_key:
             return self._folded  # type: ignore[return-value]
         weight, bias = sources[0], sources[1]
         with torch.no_grad():
             scale, shift = bn_scale_shift(bn)  # type: ignore[arg-type]
             folded = fold_scale_shift(weight, bias, scale, shift, conv.groups)
         if key is not None:
-            self._folded_key, self._folded_eps, self._folded = key, eps, folded
+            self._folded_key, self._folded = key, folded
             self._folded_sources = sources
         return folded
 
@@ -220,8 +217,7 @@ class FusedChain:
 
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
-        state.update(_site=None, _folded_key=None, _folded_eps=None, _folded_sources=None,
-                     _folded=None)
+        state.update(_site=None, _folded_key=None, _folded_sources=None, _folded=None)
         return state
 
 
