@@ -351,7 +351,7 @@ fi
 if [ "${PART:-}" = ab ]; then
 # A/B of kernel sources in one call: tests (AB_TESTS, pytest args) and forced timings
 # (AB_FORCED: "variant|modes|formats|layers" lines) on this tree, then the files of AB_BASE
-# (a folder of cuda/ files, e.g. the previous commit's) copied over cuda/, the extension
+# (a folder laid out as cuda/, e.g. the previous commit's files) copied over cuda/, the extension
 # rebuilt from a copy of this build's directory (ninja recompiles what changed), the same
 # timings again (JSON tags base_*), and the tree restored.
 [ -n "${AB_TESTS:-}" ] && gpu_tests ab ${AB_TEST_SECONDS:-150} $AB_TESTS
@@ -367,12 +367,15 @@ ab_forced new
 if [ -n "${AB_BASE:-}" ] && [ "$(left)" -gt 150 ]; then
   prev=$(cache_of)
   mkdir -p /tmp/ab_saved
-  for f in "$AB_BASE"/*; do cp "cuda/$(basename "$f")" /tmp/ab_saved/; cp "$f" cuda/; done
+  # AB_BASE mirrors cuda/'s folders (e.g. gemm_phase_tma/gemm_phase_tma_kernel.cuh).
+  (cd "$AB_BASE" && find . -type f) | while read -r f; do
+    mkdir -p "/tmp/ab_saved/$(dirname "$f")"; cp "cuda/$f" "/tmp/ab_saved/$f"; cp "$AB_BASE/$f" "cuda/$f"
+  done
   seed_build_dir "$prev"
   step "build (AB_BASE=$AB_BASE)"
   python3 -m deconv_patch.cli build > "$L/build_base.log" 2>&1 || tail -20 "$L/build_base.log"
   ab_forced base
-  cp /tmp/ab_saved/* cuda/
+  cp -r /tmp/ab_saved/. cuda/
 fi
 fi
 

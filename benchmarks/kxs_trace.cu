@@ -23,7 +23,7 @@
 #include <cstdlib>
 #include <vector>
 
-#include "conv_transpose2d_gemm_kxs_sm90_impl.cuh"
+#include "gemm_kxs_sm90/gemm_kxs_sm90_kernel.cuh"
 #include "standalone_util.cuh"
 
 namespace dp = deconv_patch;

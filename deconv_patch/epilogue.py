@@ -2,10 +2,9 @@
 
     y = activation((conv(x) + bias) * scale + shift)          scale, shift: per output channel
 
-The CUDA kernels compute it in fp32 on the accumulator (cuda/epilogue.cuh); this file holds the
-activation names (codes mirrored in cuda/conv_transpose2d_params.h), the PyTorch reference used
-on every other path, and the mapping from the torch.nn activation modules that optimize()
-fuses.
+The CUDA kernels compute it in fp32 on the accumulator (cuda/common/epilogue.cuh); this file
+holds the activation names (codes mirrored in cuda/common/params.h), the PyTorch reference used
+on every other path, and the mapping from the torch.nn activation modules that optimize() fuses.
 """
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ def cuda_source_dir() -> Path:
     """cuda/ of a source checkout (editable install), or the copy a wheel ships."""
     here = Path(__file__).resolve().parent
     for candidate in (here.parent / "cuda", here / "_cuda"):
-        if (candidate / "torch_binding.cpp").is_file():
+        if (candidate / "binding" / "torch_binding.cpp").is_file():
             return candidate
     raise ExtensionUnavailableError(
         f"deconv_patch: CUDA sources not found next to {here}; reinstall the package"
@@ -38,8 +38,9 @@ def cuda_source_dir() -> Path:
 
 
 def source_files() -> List[Path]:
+    """The binding's .cpp files and every kernel family's .cu files (cuda/<folder>/)."""
     src = cuda_source_dir()
-    return [*sorted(src.glob("*.cpp")), *sorted(src.glob("*.cu"))]
+    return [*sorted(src.glob("*/*.cpp")), *sorted(src.glob("*/*.cu"))]
 
 
 def _capabilities() -> List[tuple]:
@@ -76,10 +77,12 @@ def cache_dir(capabilities: Optional[Sequence[tuple]] = None) -> Path:
 
 
 def sources_digest() -> str:
-    """Hash of every file in cuda/ (headers too: torch's loader only hashes the .cpp/.cu list)."""
+    """Hash of every file under cuda/ (headers too: torch's loader only hashes the .cpp/.cu
+    list), with its path."""
+    root = cuda_source_dir()
     digest = hashlib.sha256()
-    for path in sorted(p for p in cuda_source_dir().iterdir() if p.is_file()):
-        digest.update(path.name.encode())
+    for path in sorted(p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
+        digest.update(path.relative_to(root).as_posix().encode())
         digest.update(path.read_bytes())
     return digest.hexdigest()[:12]
 

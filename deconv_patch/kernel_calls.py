@@ -273,7 +273,8 @@ def kernel_call(variant: str, input: torch.Tensor, weight: torch.Tensor,
 
         repack = repack_weight
 
-    # C++ (cuda/prepared_call.cpp): everything above fixed, so a call converts three tensors.
+    # C++ (cuda/binding/prepared_call.cpp): everything above fixed, so a call converts three
+    # tensors.
     return load_extension().PreparedCall(
         kernels.BY_NAME[kernel].code, config, list(args.stride), list(args.padding), list(args.output_padding),
         list(args.dilation), args.groups, channels_last, allow_tf32, scale, shift, activation,

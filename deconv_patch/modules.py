@@ -9,7 +9,7 @@ torch function the original activation module called.
 Per input geometry the module caches its plan and, when a kernel of ours runs, a prepared call
 (ops.kernel_call, a C++ PreparedCall): inference calls then go straight to the extension instead
 of the dispatcher's round trip through a Python op kernel (tens of microseconds). The last
-call's geometry is also armed in C++ (ModuleFastPath, cuda/prepared_call.cpp): an identical
+call's geometry is also armed in C++ (ModuleFastPath, cuda/binding/prepared_call.cpp): an identical
 next call is checked and run there, PyTorch's convolution included where that is the plan, so a
 repeated call costs about what nn.ConvTranspose2d's does or less (measured on the H100 host:
 the Python plan lookup and closure cost 12-23 us per call before).
@@ -161,7 +161,7 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
         if not compiling:  # (graph capture never sees the C++ object)
             fast = self.__dict__.get(fast_slot)
             if fast is not None and output_size is None and planner.forced_variant() is None:
-                # The last call's geometry, checked and run in C++ (cuda/prepared_call.cpp);
+                # The last call's geometry, checked and run in C++ (cuda/binding/prepared_call.cpp);
                 # None when this call differs in any way the plan depends on.
                 out = fast(input, weight, bias)
                 if out is not None:

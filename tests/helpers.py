@@ -14,7 +14,9 @@ script run as users run it.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import dataclasses
+import io
 import math
 import os
 import random
@@ -346,6 +348,29 @@ def run_cli(*args: str, cwd: Optional[Path] = ROOT) -> subprocess.CompletedProce
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS",
                                                             str(torch.get_num_threads()))}
     return subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=cwd, env=env)
+
+
+def run_cli_in_process(*args: str, cwd: Optional[Path] = ROOT) -> subprocess.CompletedProcess:
+    """`deconv-patch ARGS` through the console script's own entry point (deconv_patch.cli.main)
+    in this process: what a run does after its start-up (importing torch, seconds each), for
+    the tests of what the commands do; tests of the script itself use run_cli. The exit code is
+    main()'s (argparse's for usage errors); the working directory and torch's random state are
+    restored afterwards."""
+    from deconv_patch import cli
+
+    out, err = io.StringIO(), io.StringIO()
+    here = os.getcwd()
+    with torch.random.fork_rng(devices=[]), contextlib.redirect_stdout(out), \
+            contextlib.redirect_stderr(err):
+        try:
+            os.chdir(cwd or here)
+            code = cli.main(list(args))
+        except SystemExit as exc:  # argparse: --help, usage errors
+            code = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
+        finally:
+            os.chdir(here)
+    return subprocess.CompletedProcess(["deconv-patch", *args], code, out.getvalue(),
+                                       err.getvalue())
 
 
 def run_cli_concurrently(calls: Iterable[Sequence[str]],

@@ -38,7 +38,7 @@ class KernelFamily:
     the planner's wording."""
 
     name: str
-    code: int  # the binding's KernelFamily (cuda/kernel_family.h)
+    code: int  # the binding's KernelFamily (cuda/binding/kernel_family.h)
     summary: str
     configs: Tuple[Config, ...] = ()
     packed_weight: bool = False  # the bare name's (config -1) weight

@@ -28,8 +28,8 @@ AREA_VARIANTS = tuple(c.variant for c in AREA_CONFIGS)
 # suite's layers, H100).
 WINNER = VARIANTS[2]
 # ... and for TF32 channels_last input: since its fp32 stores fill whole sectors
-# (cuda/quad_regroup.cuh) the cooperative 128x256 tile is the fastest on all 4 such rows (H100,
-# forced: U-Net up1 76.7 / up4 179.3 / Mask R-CNN 54.2 / YOLOv8-seg 137.6 us against the
+# (cuda/common/quad_regroup.cuh) the cooperative 128x256 tile is the fastest on all 4 such rows
+# (H100, forced: U-Net up1 76.7 / up4 179.3 / Mask R-CNN 54.2 / YOLOv8-seg 137.6 us against the
 # ping-pong tile's 108.8 / 179.7 / 60.9 / 145.2; docs/performance/kxs.md).
 TF32_WINNER = VARIANTS[0]
 # ... and for dense 16-bit NCHW input (read in place as an MN-major operand) with NCHW output:

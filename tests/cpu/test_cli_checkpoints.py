@@ -1,4 +1,5 @@
-"""`deconv-patch patch/validate/info/bench` end to end through the console script (CPU).
+"""`deconv-patch patch/validate/info/bench` end to end through the console script's entry point
+(CPU), in this process (tests/cpu/test_cli.py runs the installed script itself).
 
 Each round trip compares the saved model with the original on fresh random inputs, so a wrong
 rewrite fails here. Models are the small examples (fast on CPU).
@@ -19,7 +20,7 @@ from deconv_patch import summary
 from deconv_patch.checkpoint import load
 from deconv_patch.exit_codes import ExitCode
 from examples import dcgan
-from tests.helpers import run_cli as run, run_cli_concurrently
+from tests.helpers import run_cli, run_cli_in_process as run
 
 SHAPE = "2,100,1,1"
 DCGAN = ["--model", "examples.dcgan:build_model", "--model-kwargs", '{"small": true}']
@@ -80,7 +81,8 @@ def assert_same(model: nn.Module, other, atol: float = 1e-5, batch: int = 3) -> 
 
 def test_help_for_every_subcommand():
     cmds = ("patch", "validate", "info", "bench", "build", "demo")
-    for cmd, out in zip(cmds, run_cli_concurrently([cmd, "--help"] for cmd in cmds)):
+    for cmd in cmds:
+        out = run(cmd, "--help")
         assert out.returncode == 0 and "usage: deconv-patch " + cmd in out.stdout, cmd
 
 
@@ -166,8 +168,8 @@ BAD_INPUTS = ["missing", "directory", "truncated", "garbage", "not_model", "torc
 
 @pytest.fixture(scope="module")
 def bad_input_runs(files, tmp_path_factory):
-    """`deconv-patch patch` on each bad input of BAD_INPUTS, all started at once (each with an
-    output path of its own): {case: (result, expected exit code, expected text, output path)}.
+    """`deconv-patch patch` on each bad input of BAD_INPUTS (each with an output path of its
+    own): {case: (result, expected exit code, expected text, output path)}.
     The "cuda" case runs only where CUDA is not available."""
     d, _ = files
     tmp_path = tmp_path_factory.mktemp("bad_inputs")
@@ -207,7 +209,7 @@ def bad_input_runs(files, tmp_path_factory):
         argv = cases[case][0]
         extra = [] if "--input-shape" in argv else shape
         argvs.append(["patch", *argv, "-o", outs[case], *extra])
-    results = run_cli_concurrently(argvs)
+    results = [run(*argv) for argv in argvs]
     return {case: (res, *cases[case][1:], outs[case]) for case, res in zip(todo, results)}
 
 
@@ -256,7 +258,9 @@ def test_never_overwrites_input_or_existing_output(files, tmp_path):
 
 
 def test_debug_shows_traceback(tmp_path):
-    res = run("patch", str(tmp_path / "nope.pt"), "-o", str(tmp_path / "o.pt"),
+    """--debug lets the exception reach the interpreter, which prints its traceback: a run of
+    the installed script."""
+    res = run_cli("patch", str(tmp_path / "nope.pt"), "-o", str(tmp_path / "o.pt"),
               "--input-shape", SHAPE, "--debug")
     assert res.returncode != 0 and "Traceback" in res.stderr
 

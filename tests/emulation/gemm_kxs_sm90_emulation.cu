@@ -38,8 +38,8 @@
 //           k2s2 layers (NCHW input; fp32), all configs (~1.5 s)
 // Each mode prints "SUMMARY <mode>: cases=.. runs=.. checks=.. failures=.. seconds=.."; the exit
 // status is 1 when any check failed.
-#include "conv_transpose2d_gemm_kxs_sm90_impl.cuh"
-#include "conv_transpose2d_gemm_kxs_sm90.cu"  // the API: gemm_kxs_sm90_num_configs
+#include "gemm_kxs_sm90/gemm_kxs_sm90_kernel.cuh"
+#include "gemm_kxs_sm90/gemm_kxs_sm90.cu"  // the API: gemm_kxs_sm90_num_configs
 
 #include <chrono>
 #include <cmath>

@@ -1,4 +1,4 @@
-// Host emulation of gemm_phase_tma (cuda/conv_transpose2d_gemm_phase_tma_impl.cuh) checked
+// Host emulation of gemm_phase_tma (cuda/gemm_phase_tma/gemm_phase_tma_kernel.cuh) checked
 // against a float64 conv_transpose2d, so that changes to the kernel's host code and index math
 // are caught on machines without a Hopper GPU (CI has none; the kernel is sm_90a only).
 //
@@ -38,8 +38,8 @@
 // Each mode prints one line "SUMMARY <mode>: cases=.. runs=.. checks=.. failures=.. seconds=..";
 // the exit status is 1 when any check failed. tests/emulation/test_kernel_emulation.py builds and
 // runs it.
-#include "conv_transpose2d_gemm_phase_tma_impl.cuh"
-#include "conv_transpose2d_gemm_phase_tma.cu"  // the API: gemm_phase_tma_packed_weight_bytes
+#include "gemm_phase_tma/gemm_phase_tma_kernel.cuh"
+#include "gemm_phase_tma/gemm_phase_tma.cu"  // the API: gemm_phase_tma_packed_weight_bytes
 
 #include <algorithm>
 #include <atomic>

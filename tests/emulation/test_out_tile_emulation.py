@@ -1,4 +1,4 @@
-"""A CPU model of gemm_out_tile's index math (cuda/conv_transpose2d_gemm_out_tile.cu), checked
+"""A CPU model of gemm_out_tile's index math (cuda/gemm_out_tile/gemm_out_tile.cu), checked
 against PyTorch's conv_transpose2d: the phase tables, the packed weight's fragment order, the
 input footprint and its chunk-offset table, the lane mapping of ldmatrix.x4 and of the mma
 fragments (m16n8k16 for 16-bit, m16n8k8 for TF32; 3xTF32's hi / lo fragments and split A), the
@@ -27,7 +27,7 @@ TILES = [(4, 32, False), (2, 64, False), (8, 16, False), (8, 32, True), (4, 64, 
 
 @dataclass
 class Axis:
-    """plan_axis (conv_transpose2d_phase_common.cuh): per phase, taps and off0."""
+    """plan_axis (common/phase_plan.cuh): per phase, taps and off0."""
     stride: int
     step: int
     in_step: int

@@ -40,7 +40,8 @@ def test_epilogue_sweep(variant, seed):
 @pytest.mark.parametrize("seed", range(2 * len(NAMES)))
 def test_gemm_phase_config_epilogue_sweep(variant, seed):
     """Every gemm_phase tile config x every activation (the seed picks it), twice: each config
-    instantiates its staging store once per activation (epilogue.cuh: dispatch_activation)."""
+    instantiates its staging store once per activation (cuda/common/epilogue.cuh:
+    dispatch_activation)."""
     case = random_phase_case(seed + 31_500)
     if case.dtype == torch.float32:
         case = dataclasses.replace(case, tf32=True)

@@ -1,4 +1,4 @@
-"""The module's C++ fast path (cuda/prepared_call.cpp: ModuleFastPath + PreparedCall).
+"""The module's C++ fast path (cuda/binding/prepared_call.cpp: ModuleFastPath + PreparedCall).
 
 After one call, a FastConvTranspose2d answers an identical call from C++; every change the plan
 depends on (geometry, strides, dtype, backend flags, autograd, modes, autocast, weights) must

@@ -1,5 +1,5 @@
 """GPU correctness of gemm_col2im (one GEMM over every tap into an fp32 buffer, then col2im with
-the fused epilogue; cuda/col2im.h): both configs forced on NaN-poisoned random sweeps in
+the fused epilogue; cuda/gemm_col2im/col2im.h): both configs forced on NaN-poisoned random sweeps in
 TF32, bf16 and fp16 (any stride, padding, output_padding, dilation, kernel, layout, bias,
 unbatched, batch 0), and both 3xTF32 configs in fp32 without TF32 (input channels >= the
 3xTF32 depth), against a float64 reference with the bound of tests/helpers.py, every

@@ -1,6 +1,6 @@
 """GPU correctness of ffma_tile (plain fp32 FFMA for few output channels per group with kernel ==
 taps x stride: each thread computes every stride phase of a few input-aligned positions;
-cuda/conv_transpose2d_ffma_tile.cu): the kernel's heuristic and every config forced on
+cuda/ffma_tile/ffma_tile.cu): the kernel's heuristic and every config forced on
 NaN-poisoned random sweeps of padding / output_padding / grouping / channel counts / input
 layout / dtype (fp32 with and without TF32: the kernel is exact FFMA either way) against a
 float64 reference with the bound of tests/helpers.py (2x PyTorch's own error + 1 ulp of

@@ -1,5 +1,5 @@
 """GPU correctness of gemm_kxs_sm90 (persistent, warp-specialised TMA + wgmma GEMM for 16-bit and
-TF32 kernel == stride layers; cuda/conv_transpose2d_gemm_kxs_sm90.cu): every config forced on
+TF32 kernel == stride layers; cuda/gemm_kxs_sm90/gemm_kxs_sm90.cu): every config forced on
 NaN-poisoned random sweeps against a float64 reference with the bound of
 tests/helpers.py (2x PyTorch's own error + 1 ulp of the output), the fused epilogue,
 the benchmark's layers at full size (many tiles per CTA: the persistent loop and the barrier
@@ -137,7 +137,7 @@ def test_gemm_kxs_sm90_runs_the_benchmark_layers(variant, layer, channels_last, 
 @pytest.mark.parametrize("cout, k", [(4, 3), (12, 3), (20, 3), (28, 3), (44, 1), (100, 2)])
 def test_gemm_kxs_sm90_fp32_vector_store_column_tails(variant, cout, k):
     """fp32 channels_last output: each quad regroups its values before the 16-byte stores
-    (cuda/quad_regroup.cuh), so a 32-column group's two store halves are predicated apart.
+    (cuda/common/quad_regroup.cuh), so a 32-column group's two store halves are predicated apart.
     NC = k*k*Cout % 32 of 4, 12, 20, 28 leaves every split of the last group; odd sizes
     leave row tails."""
     _needs_sm90()

@@ -1,6 +1,6 @@
 """GPU correctness of gemm_out_tile (output-tiled stride-phase GEMM for <= 32 output channels per
 group: a block owns a contiguous output tile across every column phase, runs each phase's small
-GEMM on tensor cores and stores whole rows; cuda/conv_transpose2d_gemm_out_tile.cu): the
+GEMM on tensor cores and stores whole rows; cuda/gemm_out_tile/gemm_out_tile.cu): the
 kernel's heuristic and every config forced (16-bit, TF32, and fp32 strict as 3xTF32 on sums of
 at least planner.MIN_3XTF32_DEPTH products) on NaN-poisoned random sweeps of any stride /
 padding / output_padding / dilation / grouping / input layout against a float64 reference with

@@ -46,7 +46,7 @@ def test_gemm_phase_sm90_sweep(variant, seed):
 @pytest.mark.parametrize("seed", range(2 * len(ACTIVATIONS)))
 def test_gemm_phase_sm90_epilogue_sweep(variant, seed):
     """Every config x every activation (the seed picks it), twice: each config instantiates its
-    store once per activation (epilogue.cuh: dispatch_activation)."""
+    store once per activation (common/epilogue.cuh: dispatch_activation)."""
     _needs_sm90()
     check_epilogue(variant, _sm90_case(seed + 77_000), seed)
 

@@ -1,6 +1,6 @@
 """GPU correctness of gemm_phase_tma (stride-phase implicit GEMM on Hopper: every tap's A tile
 one 4-D TMA box of the channels_last input, persistent warp-specialised wgmma;
-cuda/conv_transpose2d_gemm_phase_tma.cu): every config forced on NaN-poisoned random sweeps of
+cuda/gemm_phase_tma/gemm_phase_tma.cu): every config forced on NaN-poisoned random sweeps of
 any stride / padding / output_padding / dilation / grouping against a float64 reference with
 the bound of tests/helpers.py (2x PyTorch's own error + 1 ulp of the output), fp32
 without TF32 (3xTF32) on sums of at least planner.MIN_3XTF32_DEPTH products, the fused
@@ -138,7 +138,7 @@ def test_gemm_phase_tma_runs_the_benchmark_layers_fp32_strict(variant, layer, ch
 @pytest.mark.parametrize("tf32", [True, False])
 def test_gemm_phase_tma_fp32_vector_store_channel_tails(variant, cout, tf32):
     """fp32 channels_last output: each quad regroups its values before the 16-byte stores
-    (cuda/quad_regroup.cuh), so a 32-channel group's two store halves are predicated apart.
+    (cuda/common/quad_regroup.cuh), so a 32-channel group's two store halves are predicated apart.
     Cout % 32 of 4..28 leaves every split of the last group; odd sizes leave row tails."""
     _needs_sm90()
     check_full_layer(variant, (6, 48, cout, (13, 11), 4, 2, 1, 0, 1), True, torch.float32,

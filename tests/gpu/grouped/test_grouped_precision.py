@@ -1,4 +1,4 @@
-"""fp32 precision of the grouped kernel (cuda/conv_transpose2d_grouped.cu) on grouped layers with
+"""fp32 precision of the grouped kernel (cuda/grouped/grouped.cu) on grouped layers with
 several channels per group and large, dilated kernels, where one output sums a hundred or more
 products: forced, in fp32 strict (TF32 off for cuDNN and matmuls), on NaN-poisoned outputs, every
 element against a float64 reference with the bound of tests/helpers.py (2x PyTorch's own

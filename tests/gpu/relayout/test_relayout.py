@@ -1,9 +1,9 @@
-"""GPU test of the binding's NCHW -> channels_last re-layout (cuda/relayout_channels_last.cu),
-which the row-reading kernels (gemm_phase_tma, gemm_kxs_sm90, 16-bit gemm_phase) run on NCHW
-input: bit-identical to PyTorch's own copy, every element, over odd sizes, element sizes, batches
-past the grid's z limit, and layouts it hands to PyTorch's copy instead; and the reused buffer a
-call re-lays its input into (cuda/relayout_workspace.cpp): back-to-back calls, two streams, graph
-capture."""
+"""GPU test of the binding's NCHW -> channels_last re-layout
+(cuda/relayout/relayout_channels_last.cu), which the row-reading kernels (gemm_phase_tma,
+gemm_kxs_sm90, 16-bit gemm_phase) run on NCHW input: bit-identical to PyTorch's own copy, every
+element, over odd sizes, element sizes, batches past the grid's z limit, and layouts it hands to
+PyTorch's copy instead; and the reused buffer a call re-lays its input into
+(cuda/binding/relayout_workspace.cpp): back-to-back calls, two streams, graph capture."""
 
 from __future__ import annotations
 
@@ -45,7 +45,7 @@ def test_relayout_of_other_layouts_is_pytorchs_copy():
     assert torch.equal(_relayout(y), y)
 
 
-# ---- the reused re-layout buffer (cuda/relayout_workspace.cpp) ------------------------------
+# ---- the reused re-layout buffer (cuda/binding/relayout_workspace.cpp) -----------------------
 # A kernel that reads 16-byte channel rows re-lays NCHW input into one buffer kept per (thread,
 # device, stream). Its results must equal the same kernel on channels_last input (no re-layout:
 # the same data, the same strides, so bit for bit) however calls interleave.

@@ -1,0 +1,217 @@
+// Prepared calls: the per-geometry work of the Python layer done once, so that a repeated call
+// is one Python -> C++ hop with three tensor arguments (measured on the H100 host: the Python
+// closure + packed-weight lookup + 18-argument binding call cost 12-23 us per call, the same
+// order as a small layer's GPU time).
+//
+//   PreparedCall    one kernel variant with its hyperparameters, output layout, TF32 flag and
+//                   epilogue fixed (deconv_patch/ops.py kernel_call makes them). It keeps the
+//                   packed weight it last used and asks Python's cache (`repack`, shared by all
+//                   geometries of a weight) for a fresh one when the weight tensor, its storage or
+//                   its version counter changes.
+//   ModuleFastPath  a FastConvTranspose2d's last call geometry. An identical call (same sizes,
+//                   strides, dtypes, devices, cuDNN flags) made where the module's Python path
+//                   would take the same branch (no dispatch or torch-function mode, no functorch
+//                   transform, no tracer, no autocast; for our kernels also no autograd) runs the
+//                   planned PyTorch convolution or the PreparedCall directly. Anything else returns
+//                   None and the module's Python path (which plans and re-arms it) runs.
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <ATen/PythonTorchFunctionTLS.h>
+#include <ATen/autocast_mode.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
+#include <c10/core/impl/TorchDispatchModeTLS.h>
+#include <torch/csrc/autograd/python_variable.h>
+#include <torch/csrc/jit/frontend/tracer.h>
+#include <torch/extension.h>
+
+#include "binding/torch_binding.hpp"
+
+namespace deconv_patch {
+namespace py = pybind11;
+namespace {
+
+using Ints = std::vector<int64_t>;
+using WeakImpl = c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>;
+
+class PreparedCall {
+ public:
+  PreparedCall(int64_t family, int64_t config, Ints stride, Ints padding, Ints output_padding,
+               Ints dilation, int64_t groups, bool channels_last, bool allow_tf32,
+               c10::optional<at::Tensor> scale, c10::optional<at::Tensor> shift,
+               int64_t activation, double negative_slope, py::object repack)
+      : family_(family), config_(config), stride_(std::move(stride)),
+        padding_(std::move(padding)), output_padding_(std::move(output_padding)),
+        dilation_(std::move(dilation)), groups_(groups), channels_last_(channels_last),
+        allow_tf32_(allow_tf32), scale_(std::move(scale)), shift_(std::move(shift)),
+        activation_(activation), negative_slope_(negative_slope), repack_(std::move(repack)) {}
+
+  // (input, weight, bias, out=None) -> output; a 3-D input is one unbatched sample.
+  at::Tensor operator()(const at::Tensor& input, const at::Tensor& weight,
+                        const c10::optional<at::Tensor>& bias,
+                        const c10::optional<at::Tensor>& out) {
+    const bool unbatched = input.dim() == 3;
+    c10::optional<at::Tensor> out4 = out;
+    if (unbatched && out.has_value() && out->defined()) out4 = out->unsqueeze(0);
+    c10::optional<at::Tensor> packed;
+    if (!repack_.is_none()) packed = packed_for(weight);
+    at::Tensor y = conv_transpose2d_forward(
+        family_, unbatched ? input.unsqueeze(0) : input, weight, bias, stride_, padding_,
+        output_padding_, dilation_, groups_, channels_last_, allow_tf32_, out4, scale_, shift_,
+        activation_, negative_slope_, packed, config_);
+    return unbatched ? y.squeeze(0) : y;
+  }
+
+ private:
+  // The packed copy of `weight`, re-asked from Python when the weight tensor, its storage or its
+  // version differs from the last call's. The weak reference keeps the last weight's TensorImpl
+  // allocation alive, so a different tensor can never reuse its address. Inference tensors have
+  // no version counter: their packed copy is asked for on every call (Python repacks them).
+  const at::Tensor& packed_for(const at::Tensor& weight) {
+    const bool inference = weight.is_inference();
+    if (packed_.defined() && !inference && last_weight_.has_value() &&
+        last_weight_->_unsafe_get_target() == weight.unsafeGetTensorImpl() &&
+        weight._version() == last_version_ && weight.data_ptr() == last_data_) {
+      return packed_;
+    }
+    packed_ = repack_(weight).cast<at::Tensor>();
+    last_weight_.emplace(weight.getIntrusivePtr());
+    last_version_ = inference ? 0 : weight._version();
+    last_data_ = weight.data_ptr();
+    return packed_;
+  }
+
+  const int64_t family_;  // binding/kernel_family.h
+  const int64_t config_;
+  const Ints stride_, padding_, output_padding_, dilation_;
+  const int64_t groups_;
+  const bool channels_last_, allow_tf32_;
+  const c10::optional<at::Tensor> scale_, shift_;
+  const int64_t activation_;
+  const double negative_slope_;
+  const py::object repack_;  // None: the variant reads the weight as it is
+  at::Tensor packed_;
+  std::optional<WeakImpl> last_weight_;
+  uint32_t last_version_ = 0;
+  const void* last_data_ = nullptr;
+};
+
+// Sizes, strides, dtype and device of a tensor, compared on every fast-path call.
+struct TensorShape {
+  Ints sizes, strides;
+  at::ScalarType dtype = at::kFloat;
+  at::Device device = at::kCPU;
+
+  explicit TensorShape(const at::Tensor& t)
+      : sizes(t.sizes().vec()), strides(t.strides().vec()), dtype(t.scalar_type()),
+        device(t.device()) {}
+
+  bool matches(const at::Tensor& t) const {
+    return t.scalar_type() == dtype && t.device() == device && t.sizes().equals(sizes) &&
+           t.strides().equals(strides);
+  }
+};
+
+// Whether a tensor takes part in a mechanism that must see the call as PyTorch ops (a Python
+// subclass's __torch_dispatch__, a functorch wrapper).
+bool is_wrapped(const at::Tensor& t) {
+  const c10::DispatchKeySet keys = t.key_set();
+  return keys.has(c10::DispatchKey::Python) || keys.has(c10::DispatchKey::FuncTorchBatched) ||
+         keys.has(c10::DispatchKey::FuncTorchGradWrapper);
+}
+
+class ModuleFastPath {
+ public:
+  ModuleFastPath(const py::object& call, const at::Tensor& input, const at::Tensor& weight,
+                 const c10::optional<at::Tensor>& bias, Ints stride, Ints padding,
+                 Ints output_padding, Ints dilation, int64_t groups)
+      : call_(call.is_none() ? nullptr : call.cast<std::shared_ptr<PreparedCall>>()),
+        input_(input), weight_(weight),
+        bias_(bias.has_value() && bias->defined() ? std::optional<TensorShape>(*bias)
+                                                  : std::nullopt),
+        stride_(std::move(stride)), padding_(std::move(padding)),
+        output_padding_(std::move(output_padding)), dilation_(std::move(dilation)),
+        groups_(groups), cudnn_enabled_(at::globalContext().userEnabledCuDNN()),
+        allow_tf32_(at::globalContext().allowTF32CuDNN()),
+        benchmark_(at::globalContext().benchmarkCuDNN()) {}
+
+  // The output, or None when this call is not the armed geometry and context.
+  py::object operator()(py::handle input, py::handle weight, py::handle bias) const {
+    // Exactly torch.Tensor / nn.Parameter: a subclass may override __torch_function__.
+    if (!THPVariable_CheckExact(input.ptr()) || !THPVariable_CheckExact(weight.ptr()) ||
+        !(bias.is_none() || THPVariable_CheckExact(bias.ptr())) ||
+        bias.is_none() == bias_.has_value()) {
+      return py::none();
+    }
+    const at::Tensor& x = THPVariable_Unpack(input.ptr());
+    const at::Tensor& w = THPVariable_Unpack(weight.ptr());
+    c10::optional<at::Tensor> b;
+    if (!bias.is_none()) b = THPVariable_Unpack(bias.ptr());
+    if (!input_.matches(x) || !weight_.matches(w) || (b.has_value() && !bias_->matches(*b)) ||
+        !context_unchanged()) {
+      return py::none();
+    }
+    if (is_wrapped(x) || is_wrapped(w) || (b.has_value() && is_wrapped(*b))) return py::none();
+    at::Tensor y;
+    if (call_ == nullptr) {
+      y = at::conv_transpose2d(x, w, b, stride_, padding_, output_padding_, groups_, dilation_);
+    } else {
+      if (at::GradMode::is_enabled() &&
+          (x.requires_grad() || w.requires_grad() || (b.has_value() && b->requires_grad()))) {
+        return py::none();  // autograd: the registered op records the backward
+      }
+      y = (*call_)(x, w, b, c10::nullopt);
+    }
+    return py::reinterpret_steal<py::object>(THPVariable_Wrap(std::move(y)));
+  }
+
+ private:
+  // Backend flags as armed, and nothing active that must see PyTorch ops.
+  bool context_unchanged() const {
+    const at::Context& ctx = at::globalContext();
+    return ctx.userEnabledCuDNN() == cudnn_enabled_ && ctx.allowTF32CuDNN() == allow_tf32_ &&
+           ctx.benchmarkCuDNN() == benchmark_ && !at::autocast::is_autocast_enabled(at::kCUDA) &&
+           c10::impl::TorchDispatchModeTLS::stack_len() == 0 &&
+           at::impl::PythonTorchFunctionTLS::stack_len() == 0 &&
+           !c10::impl::tls_is_dispatch_key_included(
+               c10::DispatchKey::FuncTorchDynamicLayerFrontMode) &&
+           !torch::jit::tracer::isTracing();
+  }
+
+  const std::shared_ptr<PreparedCall> call_;  // null: PyTorch's convolution is the plan
+  const TensorShape input_, weight_;
+  const std::optional<TensorShape> bias_;
+  const Ints stride_, padding_, output_padding_, dilation_;
+  const int64_t groups_;
+  const bool cudnn_enabled_, allow_tf32_, benchmark_;
+};
+
+}  // namespace
+
+void bind_prepared_call(py::module& m) {
+  py::class_<PreparedCall, std::shared_ptr<PreparedCall>>(
+      m, "PreparedCall", "One kernel family and config prepared for calls of one geometry")
+      .def(py::init<int64_t, int64_t, Ints, Ints, Ints, Ints, int64_t, bool, bool,
+                    c10::optional<at::Tensor>, c10::optional<at::Tensor>, int64_t, double,
+                    py::object>(),
+           py::arg("family"), py::arg("config"), py::arg("stride"), py::arg("padding"),
+           py::arg("output_padding"), py::arg("dilation"), py::arg("groups"),
+           py::arg("channels_last"), py::arg("allow_tf32"), py::arg("scale"), py::arg("shift"),
+           py::arg("activation"), py::arg("negative_slope"), py::arg("repack"))
+      .def("__call__", &PreparedCall::operator(), py::arg("input"), py::arg("weight"),
+           py::arg("bias") = py::none(), py::arg("out") = py::none());
+  py::class_<ModuleFastPath>(m, "ModuleFastPath",
+                             "A FastConvTranspose2d's last call geometry, run without Python")
+      .def(py::init<const py::object&, const at::Tensor&, const at::Tensor&,
+                    const c10::optional<at::Tensor>&, Ints, Ints, Ints, Ints, int64_t>(),
+           py::arg("call"), py::arg("input"), py::arg("weight"), py::arg("bias"),
+           py::arg("stride"), py::arg("padding"), py::arg("output_padding"),
+           py::arg("dilation"), py::arg("groups"))
+      .def("__call__", &ModuleFastPath::operator(), py::arg("input"), py::arg("weight"),
+           py::arg("bias"));
+}
+
+}  // namespace deconv_patch
