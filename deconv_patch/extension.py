@@ -1,11 +1,19 @@
-"""Builds (once, with torch.utils.cpp_extension + ninja) and loads the CUDA extension.
+"""Builds (with torch.utils.cpp_extension + ninja) and loads the CUDA extension, in units.
 
-The build is cached on disk per torch version, CUDA version and GPU architecture set, so later
-processes load it in milliseconds; torch's loader rebuilds by itself when a source changes.
+The core (cuda/binding, cuda/relayout, cuda/direct) is the Python module: the torch binding,
+the prepared calls and the direct kernel every call can fall back to. Each other kernel family
+is a build unit of its own (cuda/<family>/, a shared library), compiled the first time a call
+needs it and registered with the core by its table's address (cuda/common/family_unit.h), so a
+model compiles only the families its layers use. `load_extension()` (`deconv-patch build`)
+builds everything.
+
+Builds are cached on disk per torch version, CUDA version, GPU architecture set and source
+digest, so later processes load them in milliseconds.
 """
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import hashlib
 import os
@@ -14,7 +22,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import List, Optional, Sequence
+from typing import Iterable, List, Optional, Sequence
 
 import torch
 
@@ -37,10 +45,31 @@ def cuda_source_dir() -> Path:
     )
 
 
+CORE = "core"
+# The core's folders: the binding, the input re-layout it runs, the kernel every call can use.
+CORE_FOLDERS = ("binding", "relayout", "direct")
+
+
+def unit_names() -> List[str]:
+    """The kernel families' build units: each folder of cuda/ with a <folder>_unit.cu."""
+    root = cuda_source_dir()
+    return sorted(p.parent.name for p in root.glob("*/*_unit.cu")
+                  if p.name == f"{p.parent.name}_unit.cu")
+
+
+def unit_sources(unit: str) -> List[Path]:
+    """The .cpp and .cu files a unit compiles (CORE, or a family's folder)."""
+    root = cuda_source_dir()
+    folders = CORE_FOLDERS if unit == CORE else (unit,)
+    if unit != CORE and unit not in unit_names():
+        raise ValueError(f"deconv_patch: no build unit {unit!r} (units: {unit_names()})")
+    return [f for folder in folders
+            for f in (*sorted((root / folder).glob("*.cpp")), *sorted((root / folder).glob("*.cu")))]
+
+
 def source_files() -> List[Path]:
-    """The binding's .cpp files and every kernel family's .cu files (cuda/<folder>/)."""
-    src = cuda_source_dir()
-    return [*sorted(src.glob("*/*.cpp")), *sorted(src.glob("*/*.cu"))]
+    """Every unit's sources: the core's, then each family's."""
+    return [f for unit in (CORE, *unit_names()) for f in unit_sources(unit)]
 
 
 def _capabilities() -> List[tuple]:
@@ -131,52 +160,126 @@ class BuildInfo:
     capabilities: tuple
 
 
-@functools.lru_cache(maxsize=1)
-def load_extension() -> ModuleType:
-    """The compiled extension; compiles it on first use. Cached for the process."""
+def _library_name(unit: str) -> str:
+    return EXTENSION_NAME if unit == CORE else f"{EXTENSION_NAME}_{unit}"
+
+
+def build_unit(unit: str, build_root: Path, cuda_flags: Sequence[str], verbose: bool = False
+               ) -> object:
+    """Compiles (ninja, only what changed) and loads one unit into build_root/<unit>: the core
+    as a Python module, a family's unit as a shared library (its path is returned)."""
+    from torch.utils import cpp_extension
+
+    build_dir = build_root / unit
+    build_dir.mkdir(parents=True, exist_ok=True)
+    return cpp_extension.load(
+        name=_library_name(unit),
+        sources=[str(p) for p in unit_sources(unit)],
+        extra_include_paths=[str(cuda_source_dir())],
+        extra_cflags=["-O3"],
+        extra_cuda_cflags=["-O3", *cuda_flags],
+        build_directory=str(build_dir),
+        is_python_module=unit == CORE,
+        verbose=verbose,
+    )
+
+
+def register_unit(core: ModuleType, unit: str, library: str) -> None:
+    """Hands the loaded unit's table (deconv_patch_unit_<unit>()) to the core."""
+    getter = getattr(ctypes.CDLL(library), f"deconv_patch_unit_{unit}")
+    getter.restype = ctypes.c_void_p
+    core.register_family(core.kernel_family_names().index(unit), getter())
+
+
+def _is_built(unit: str, build_root: Path) -> bool:
+    return (build_root / unit / f"{_library_name(unit)}.so").exists()
+
+
+def _compile_progress(units: Sequence[str], build_root: Path):
+    """A tqdm bar over the units that have no build yet (None when all have one)."""
+    todo = [u for u in units if not _is_built(u, build_root)]
+    if not todo:
+        return None
+    from tqdm import tqdm
+
+    archs = ", ".join(f"sm_{a}{b}" for a, b in _capabilities())
+    print(f"deconv_patch: compiling CUDA kernels for {archs} (first use of "
+          f"{', '.join(todo)}) into {build_root}", file=sys.stderr, flush=True)
+    return tqdm(total=len(todo), desc="deconv_patch: compiling", unit="unit", file=sys.stderr)
+
+
+def _build_here(unit: str) -> object:
     problem = _missing_requirements()
     if problem is not None:
         raise ExtensionUnavailableError(f"deconv_patch cannot use its CUDA kernels: {problem}")
-
-    from torch.utils import cpp_extension
-
-    caps = _capabilities()
-    build_dir = cache_dir(caps)
-    build_dir.mkdir(parents=True, exist_ok=True)
-    sources = source_files()
-    if not (build_dir / f"{EXTENSION_NAME}.so").exists():
-        archs = ", ".join(f"sm_{a}{b}" for a, b in caps)
-        print(
-            f"deconv_patch: compiling CUDA kernels for {archs} (first use, about a minute) "
-            f"into {build_dir}",
-            file=sys.stderr,
-            flush=True,
-        )
+    build_root = cache_dir()
     try:
-        return cpp_extension.load(
-            name=EXTENSION_NAME,
-            sources=[str(p) for p in sources],
-            extra_include_paths=[str(cuda_source_dir())],
-            extra_cflags=["-O3"],
-            extra_cuda_cflags=["-O3", "-lineinfo", *gencode_flags(caps)],
-            build_directory=str(build_dir),
-            verbose=bool(os.environ.get("DECONV_PATCH_VERBOSE_BUILD")),
-        )
+        return build_unit(unit, build_root, ["-lineinfo", *gencode_flags(_capabilities())],
+                          verbose=bool(os.environ.get("DECONV_PATCH_VERBOSE_BUILD")))
     except Exception as exc:  # compiler errors arrive as RuntimeError/OSError/CalledProcessError
         raise ExtensionUnavailableError(
-            f"deconv_patch: building the CUDA extension in {build_dir} failed: {exc}. "
-            "Set DECONV_PATCH_VERBOSE_BUILD=1 to see the compiler output."
+            f"deconv_patch: building the CUDA kernels ({unit}) in {build_root / unit} failed: "
+            f"{exc}. Set DECONV_PATCH_VERBOSE_BUILD=1 to see the compiler output."
         ) from exc
 
 
+@functools.lru_cache(maxsize=1)
+def load_core() -> ModuleType:
+    """The extension's core module (the binding); compiles it on first use. Cached for the
+    process."""
+    bar = _compile_progress([CORE], cache_dir()) if extension_available() else None
+    try:
+        return _build_here(CORE)  # type: ignore[return-value]
+    finally:
+        if bar is not None:
+            bar.update(1)
+            bar.close()
+
+
+@functools.lru_cache(maxsize=None)
+def _load_unit(unit: str) -> str:
+    """Builds, loads and registers one family's unit; cached per unit for the process."""
+    core = load_core()
+    library = str(_build_here(unit))
+    register_unit(core, unit, library)
+    return library
+
+
+def load_units(units: Iterable[str]) -> ModuleType:
+    """The core, with these families' units registered (compiled first where they have no
+    build yet, with a progress bar)."""
+    core = load_core()
+    loaded = set(core.registered_families())
+    pending = [u for u in dict.fromkeys(units) if u not in loaded]
+    if pending:
+        build_root = cache_dir()
+        bar = _compile_progress(pending, build_root)
+        try:
+            for unit in pending:
+                compiles = not _is_built(unit, build_root)
+                _load_unit(unit)
+                if bar is not None and compiles:
+                    bar.update(1)
+        finally:
+            if bar is not None:
+                bar.close()
+    return core
+
+
+def load_extension() -> ModuleType:
+    """The core with every family's unit registered (the `deconv-patch build` command, tests
+    of the kernels themselves)."""
+    return load_units(unit_names())
+
+
 def loaded_extension() -> Optional[ModuleType]:
-    """The extension if this process has already loaded it, else None (never builds): for
+    """The core if this process has already loaded it, else None (never builds): for
     optional speed-ups that must not trigger a first-use compile."""
-    return load_extension() if load_extension.cache_info().currsize else None
+    return load_core() if load_core.cache_info().currsize else None
 
 
 def build() -> BuildInfo:
-    """Pre-build the extension (the `deconv-patch build` command)."""
+    """Pre-build the core and every family's unit (the `deconv-patch build` command)."""
     module = load_extension()
     caps = _capabilities()
     return BuildInfo(module_path=str(module.__file__), cache_dir=str(cache_dir(caps)),

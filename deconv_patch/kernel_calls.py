@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from . import autotune, kernels, planner
 from .arguments import ConvTransposeArgs, find_problem
 from .epilogue import IDENTITY, Epilogue
-from .extension import load_extension, loaded_extension
+from .extension import load_units, loaded_extension
 from .layout import cuda_output_channels_last
 from .packed_weights import LayoutKey, packed_weight
 
@@ -275,7 +275,8 @@ def kernel_call(variant: str, input: torch.Tensor, weight: torch.Tensor,
 
     # C++ (cuda/binding/prepared_call.cpp): everything above fixed, so a call converts three
     # tensors.
-    return load_extension().PreparedCall(
-        kernels.BY_NAME[kernel].code, config, list(args.stride), list(args.padding), list(args.output_padding),
+    family = kernels.BY_NAME[kernel]
+    return load_units(family.units).PreparedCall(
+        family.code, config, list(args.stride), list(args.padding), list(args.output_padding),
         list(args.dilation), args.groups, channels_last, allow_tf32, scale, shift, activation,
         slope, repack)

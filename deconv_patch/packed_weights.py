@@ -16,7 +16,7 @@ import torch
 
 from . import kernels
 from .arguments import ConvTransposeArgs
-from .extension import load_extension
+from .extension import load_units
 
 _MAX_ENTRIES = 1024
 
@@ -75,8 +75,9 @@ class PackedWeightCache:
     @staticmethod
     def _pack(variant: str, weight: torch.Tensor, args: ConvTransposeArgs,
               allow_tf32: bool) -> torch.Tensor:
-        return load_extension().pack_weight(
-            kernels.BY_NAME[variant].code, weight.detach(), list(args.stride), list(args.padding),
+        family = kernels.BY_NAME[variant]
+        return load_units(family.units).pack_weight(
+            family.code, weight.detach(), list(args.stride), list(args.padding),
             list(args.output_padding), list(args.dilation), args.groups, allow_tf32)
 
     def clear(self) -> None:

@@ -382,10 +382,10 @@ def _out_tile_fits(weight: torch.Tensor, args: ConvTransposeArgs) -> bool:
     key = (index, weight.dtype, tf32, tuple(weight.shape), args)
     fits = _OUT_TILE_FITS.get(key)
     if fits is None:
-        from .extension import load_extension  # the binding: the layer below the planner
+        from .extension import load_units  # the binding: the layer below the planner
         try:
             # Sizes and the dtype's name, not the tensor: planning reads no tensor data.
-            fits = bool(load_extension().gemm_out_tile_fits(
+            fits = bool(load_units(gemm_out_tile.FAMILY.units).gemm_out_tile_fits(
                 index, str(weight.dtype).replace("torch.", ""), list(weight.shape),
                 list(args.stride), list(args.padding), list(args.dilation), args.groups, tf32))
         except (RuntimeError, AttributeError):  # an extension that cannot answer: not a default

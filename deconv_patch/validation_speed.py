@@ -53,10 +53,10 @@ def _speed_skip_reason(device: torch.device) -> Optional[str]:
         return "CUDA is not available here; accuracy only"
     if device.type != "cuda":
         return f"the models run on {device.type}; speed is measured on CUDA only"
-    from .extension import ExtensionUnavailableError, load_extension
+    from .extension import ExtensionUnavailableError, load_core
 
     try:
-        load_extension()
+        load_core()
     except ExtensionUnavailableError as exc:
         return f"the deconv_patch CUDA kernels are unavailable ({exc}); accuracy only"
     return None

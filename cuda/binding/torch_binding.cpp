@@ -8,7 +8,7 @@
 #include <torch/extension.h>
 
 #include "binding/torch_binding.hpp"
-#include "binding/kernel_family.h"
+#include "common/kernel_family.h"
 #include "direct/direct.h"
 #include "gemm_col2im/col2im.h"
 #include "gemm_kxs/gemm_kxs.h"
@@ -21,6 +21,7 @@
 #include "grouped/grouped.h"
 #include "common/params.h"
 #include "relayout/relayout_channels_last.h"
+#include "binding/family_units.hpp"
 #include "binding/relayout_workspace.hpp"
 
 namespace deconv_patch {
@@ -33,6 +34,29 @@ namespace {
 template <typename... Args>
 void refuse_unless(bool ok, const Args&... what) {
   if (!ok) throw KernelRefused(c10::str("deconv_patch: ", what...));
+}
+
+// Each family outside the core, through its build unit's table (binding/family_units.hpp).
+const GroupedUnit& grouped_unit() { return family_unit<GroupedUnit>(KernelFamily::kGrouped); }
+const FfmaTileUnit& ffma_tile_unit() { return family_unit<FfmaTileUnit>(KernelFamily::kFfmaTile); }
+const GemmKxsUnit& gemm_kxs_unit() { return family_unit<GemmKxsUnit>(KernelFamily::kGemmKxs); }
+const GemmKxsSm90Unit& gemm_kxs_sm90_unit() {
+  return family_unit<GemmKxsSm90Unit>(KernelFamily::kGemmKxsSm90);
+}
+const GemmPhaseUnit& gemm_phase_unit() {
+  return family_unit<GemmPhaseUnit>(KernelFamily::kGemmPhase);
+}
+const GemmPhaseSm90Unit& gemm_phase_sm90_unit() {
+  return family_unit<GemmPhaseSm90Unit>(KernelFamily::kGemmPhaseSm90);
+}
+const GemmPhaseTmaUnit& gemm_phase_tma_unit() {
+  return family_unit<GemmPhaseTmaUnit>(KernelFamily::kGemmPhaseTma);
+}
+const GemmOutTileUnit& gemm_out_tile_unit() {
+  return family_unit<GemmOutTileUnit>(KernelFamily::kGemmOutTile);
+}
+const GemmCol2imUnit& gemm_col2im_unit() {
+  return family_unit<GemmCol2imUnit>(KernelFamily::kGemmCol2im);
 }
 
 ScalarKind scalar_kind(const at::Tensor& t) {
@@ -141,10 +165,10 @@ at::Tensor pack_weight(int64_t family_code, const at::Tensor& weight, at::IntArr
   ConvTranspose2dParams p;
   fill_weight_params(p, weight, stride, padding, dilation, groups);
   if (family == KernelFamily::kGemmOutTile) {
-    const int64_t bytes = gemm_out_tile_packed_weight_bytes(p, kind, allow_tf32);
+    const int64_t bytes = gemm_out_tile_unit().packed_weight_bytes(p, kind, allow_tf32);
     refuse_unless(bytes > 0, variant, " does not support this weight");
     at::Tensor packed = at::empty({bytes}, weight.options().dtype(at::kByte));
-    const cudaError_t err = launch_gemm_out_tile_pack_weight(
+    const cudaError_t err = gemm_out_tile_unit().pack_weight(
         p, kind, allow_tf32, packed.data_ptr(), c10::cuda::getCurrentCUDAStream().stream());
     TORCH_CHECK(err == cudaSuccess, "deconv_patch: weight packing failed: ",
                 cudaGetErrorString(err));
@@ -152,31 +176,31 @@ at::Tensor pack_weight(int64_t family_code, const at::Tensor& weight, at::IntArr
   }
   if (family == KernelFamily::kGemmKxsSm90 || family == KernelFamily::kGemmPhaseTma) {
     const bool kxs = family == KernelFamily::kGemmKxsSm90;
-    const int64_t bytes = kxs ? gemm_kxs_sm90_packed_weight_bytes(p, kind)
-                              : gemm_phase_tma_packed_weight_bytes(p, kind, allow_tf32);
+    const int64_t bytes = kxs ? gemm_kxs_sm90_unit().packed_weight_bytes(p, kind)
+                              : gemm_phase_tma_unit().packed_weight_bytes(p, kind, allow_tf32);
     refuse_unless(bytes > 0, variant, " does not support this weight");
     at::Tensor packed = at::empty({bytes}, weight.options().dtype(at::kByte));
     const cudaStream_t stream = c10::cuda::getCurrentCUDAStream().stream();
     const cudaError_t err =
-        kxs ? launch_gemm_kxs_sm90_pack_weight(p, kind, allow_tf32, packed.data_ptr(), stream)
-            : launch_gemm_phase_tma_pack_weight(p, kind, allow_tf32, packed.data_ptr(), stream);
+        kxs ? gemm_kxs_sm90_unit().pack_weight(p, kind, allow_tf32, packed.data_ptr(), stream)
+            : gemm_phase_tma_unit().pack_weight(p, kind, allow_tf32, packed.data_ptr(), stream);
     TORCH_CHECK(err == cudaSuccess, "deconv_patch: weight packing failed: ",
                 cudaGetErrorString(err));
     return packed;
   }
   const bool sm90 = family == KernelFamily::kGemmPhaseSm90;
-  const int64_t bytes = sm90 ? gemm_phase_sm90_packed_weight_bytes(p, kind)
-                             : gemm_phase_packed_weight_bytes(p, kind);
+  const int64_t bytes = sm90 ? gemm_phase_sm90_unit().packed_weight_bytes(p, kind)
+                             : gemm_phase_unit().packed_weight_bytes(p, kind);
   at::Tensor packed = at::empty({bytes}, weight.options().dtype(at::kByte));
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream().stream();
   const cudaError_t err =
-      sm90 ? launch_gemm_phase_sm90_pack_weight(p, kind, allow_tf32, packed.data_ptr(), stream)
-           : launch_gemm_phase_pack_weight(p, kind, allow_tf32, packed.data_ptr(), stream);
+      sm90 ? gemm_phase_sm90_unit().pack_weight(p, kind, allow_tf32, packed.data_ptr(), stream)
+           : gemm_phase_unit().pack_weight(p, kind, allow_tf32, packed.data_ptr(), stream);
   TORCH_CHECK(err == cudaSuccess, "deconv_patch: weight packing failed: ", cudaGetErrorString(err));
   return packed;
 }
 
-// Runs one kernel family (binding/kernel_family.h) with the fused epilogue in (scale, shift,
+// Runs one kernel family (common/kernel_family.h) with the fused epilogue in (scale, shift,
 // activation); the planner (Python) has chosen it. config: the tile config of the packed-weight
 // GEMMs and of ffma_tile (-1: the kernel's choice); for gemm_kxs 1 selects tap-major columns,
 // whose weight comes from pack_weight(gemm_kxs, ...) in `packed`. A call the family's limits
@@ -287,7 +311,8 @@ at::Tensor conv_transpose2d_forward(int64_t family_code, const at::Tensor& input
   const int64_t per_16_bytes = 16 / input.element_size();  // channels in one 16-byte row chunk
   if (reads_rows && (input.size(1) / groups) % per_16_bytes == 0 &&
       !input.is_contiguous(at::MemoryFormat::ChannelsLast) &&
-      !(family == KernelFamily::kGemmKxsSm90 && gemm_kxs_sm90_supports(p, kind, allow_tf32))) {
+      !(family == KernelFamily::kGemmKxsSm90 &&
+        gemm_kxs_sm90_unit().supports(p, kind, allow_tf32))) {
     // This thread's reused buffer for the stream where it can (no allocation per call), else a
     // fresh channels_last copy.
     if (const void* relaid = relayout_into_workspace(input, stream)) {
@@ -315,26 +340,26 @@ at::Tensor conv_transpose2d_forward(int64_t family_code, const at::Tensor& input
   // gemm_kxs_sm90 on `q` (the call's params, or gemm_col2im's GEMM), after its checks;
   // f32_out: 16-bit operands writing fp32 (gemm_col2im's 16-bit GEMM, fewer configs).
   auto launch_kxs_sm90 = [&](const ConvTranspose2dParams& q, bool f32_out) {
-    refuse_unless(gemm_kxs_sm90_supports(q, kind, allow_tf32), "the ", variant,
+    refuse_unless(gemm_kxs_sm90_unit().supports(q, kind, allow_tf32), "the ", variant,
                   " kernel does not support this call");
-    check_packed(gemm_kxs_sm90_packed_weight_bytes(q, kind));
-    const int configs = f32_out ? kGemmKxsSm90F32OutConfigs : gemm_kxs_sm90_num_configs();
+    check_packed(gemm_kxs_sm90_unit().packed_weight_bytes(q, kind));
+    const int configs = f32_out ? kGemmKxsSm90F32OutConfigs : gemm_kxs_sm90_unit().num_configs();
     TORCH_CHECK(config >= -1 && config < configs,
                 "deconv_patch: ", variant, " has no tile config ", config);
-    return f32_out ? launch_conv_transpose2d_gemm_kxs_sm90_f32_out(q, kind, packed->data_ptr(),
+    return f32_out ? gemm_kxs_sm90_unit().launch_f32_out(q, kind, packed->data_ptr(),
                                                                    stream, (int)config)
-                   : launch_conv_transpose2d_gemm_kxs_sm90(q, kind, allow_tf32,
+                   : gemm_kxs_sm90_unit().launch(q, kind, allow_tf32,
                                                            packed->data_ptr(), stream, (int)config);
   };
   // gemm_phase_tma on `q` (the call's params, or gemm_col2im's GEMM) in `q_tf32` mode, after
   // its checks.
   auto launch_phase_tma = [&](const ConvTranspose2dParams& q, bool q_tf32) {
-    refuse_unless(gemm_phase_tma_supports(q, kind, q_tf32), "the ", variant,
+    refuse_unless(gemm_phase_tma_unit().supports(q, kind, q_tf32), "the ", variant,
                   " kernel does not support this call");
-    check_packed(gemm_phase_tma_packed_weight_bytes(q, kind, q_tf32));
-    TORCH_CHECK(config >= -1 && config < gemm_phase_tma_num_configs(),
+    check_packed(gemm_phase_tma_unit().packed_weight_bytes(q, kind, q_tf32));
+    TORCH_CHECK(config >= -1 && config < gemm_phase_tma_unit().num_configs(),
                 "deconv_patch: ", variant, " has no tile config ", config);
-    return launch_conv_transpose2d_gemm_phase_tma(q, kind, q_tf32, packed->data_ptr(), stream,
+    return gemm_phase_tma_unit().launch(q, kind, q_tf32, packed->data_ptr(), stream,
                                                   (int)config);
   };
   switch (family) {
@@ -342,22 +367,23 @@ at::Tensor conv_transpose2d_forward(int64_t family_code, const at::Tensor& input
       err = launch_conv_transpose2d_direct(p, kind, stream);
       break;
     case KernelFamily::kGrouped:
-      refuse_unless(grouped_supports(p, kind), "the grouped kernel does not support this call");
-      err = launch_conv_transpose2d_grouped(p, kind, stream);
+      refuse_unless(grouped_unit().supports(p, kind),
+                    "the grouped kernel does not support this call");
+      err = grouped_unit().launch(p, kind, stream);
       break;
     case KernelFamily::kFfmaTile:
-      TORCH_CHECK(config >= -1 && config < ffma_tile_num_configs(),
+      TORCH_CHECK(config >= -1 && config < ffma_tile_unit().num_configs(),
                   "deconv_patch: ffma_tile has no tile config ", config);
-      refuse_unless(ffma_tile_supports(p, kind, (int)config),
+      refuse_unless(ffma_tile_unit().supports(p, kind, (int)config),
                     "the ffma_tile kernel does not support this call");
       // fp32 without TF32 sums each channel's taps apart (error as PyTorch's on deep sums).
-      err = launch_conv_transpose2d_ffma_tile(p, kind, (int)config,
+      err = ffma_tile_unit().launch(p, kind, (int)config,
                                               kind == ScalarKind::kFloat32 && !allow_tf32, stream);
       break;
     case KernelFamily::kGemmKxs: {
       TORCH_CHECK(config >= -1 && config <= 1, "deconv_patch: gemm_kxs has no config ", config);
       const bool tap_major = config == 1;
-      refuse_unless(gemm_kxs_supports(p, kind, tap_major),
+      refuse_unless(gemm_kxs_unit().supports(p, kind, tap_major),
                     "the gemm_kxs kernel does not support this call");
       const void* tap_major_weight = nullptr;
       if (tap_major) {
@@ -366,7 +392,7 @@ at::Tensor conv_transpose2d_forward(int64_t family_code, const at::Tensor& input
                     "deconv_patch: gemm_kxs's tap-major weight has the weight's dtype");
         tap_major_weight = packed->data_ptr();
       }
-      err = launch_conv_transpose2d_gemm_kxs(p, kind, allow_tf32, tap_major_weight, stream);
+      err = gemm_kxs_unit().launch(p, kind, allow_tf32, tap_major_weight, stream);
       break;
     }
     case KernelFamily::kGemmKxsSm90:
@@ -398,37 +424,38 @@ at::Tensor conv_transpose2d_forward(int64_t family_code, const at::Tensor& input
       q.out_channels_last = true;
       err = three_tf32 ? launch_phase_tma(q, false)
                        : launch_kxs_sm90(q, kind != ScalarKind::kFloat32);
-      if (err == cudaSuccess) err = launch_col2im(p, cols.data_ptr<float>(), kind, stream);
+      if (err == cudaSuccess)
+        err = gemm_col2im_unit().launch(p, cols.data_ptr<float>(), kind, stream);
       break;
     }
     case KernelFamily::kGemmPhaseTma:
       err = launch_phase_tma(p, allow_tf32);
       break;
     case KernelFamily::kGemmOutTile:
-      refuse_unless(gemm_out_tile_supports(p, kind, allow_tf32),
+      refuse_unless(gemm_out_tile_unit().supports(p, kind, allow_tf32),
                     "the gemm_out_tile kernel does not support this call");
-      check_packed(gemm_out_tile_packed_weight_bytes(p, kind, allow_tf32));
-      TORCH_CHECK(config >= -1 && config < gemm_out_tile_num_configs(),
+      check_packed(gemm_out_tile_unit().packed_weight_bytes(p, kind, allow_tf32));
+      TORCH_CHECK(config >= -1 && config < gemm_out_tile_unit().num_configs(),
                   "deconv_patch: gemm_out_tile has no tile config ", config);
-      err = launch_conv_transpose2d_gemm_out_tile(p, kind, allow_tf32, packed->data_ptr(),
+      err = gemm_out_tile_unit().launch(p, kind, allow_tf32, packed->data_ptr(),
                                                   (int)config, stream);
       break;
     case KernelFamily::kGemmPhaseSm90:
-      refuse_unless(gemm_phase_sm90_supports(p, kind, allow_tf32),
+      refuse_unless(gemm_phase_sm90_unit().supports(p, kind, allow_tf32),
                     "the gemm_phase_sm90 kernel does not support this call");
-      check_packed(gemm_phase_sm90_packed_weight_bytes(p, kind));
-      TORCH_CHECK(config >= -1 && config < gemm_phase_sm90_num_configs(),
+      check_packed(gemm_phase_sm90_unit().packed_weight_bytes(p, kind));
+      TORCH_CHECK(config >= -1 && config < gemm_phase_sm90_unit().num_configs(),
                   "deconv_patch: gemm_phase_sm90 has no tile config ", config);
-      err = launch_conv_transpose2d_gemm_phase_sm90(p, kind, allow_tf32, packed->data_ptr(),
+      err = gemm_phase_sm90_unit().launch(p, kind, allow_tf32, packed->data_ptr(),
                                                     stream, (int)config);
       break;
     case KernelFamily::kGemmPhase:
-      refuse_unless(gemm_phase_supports(p, kind, allow_tf32),
+      refuse_unless(gemm_phase_unit().supports(p, kind, allow_tf32),
                     "the gemm_phase kernel does not support this call");
-      check_packed(gemm_phase_packed_weight_bytes(p, kind));
-      TORCH_CHECK(config >= -1 && config < gemm_phase_num_configs(),
+      check_packed(gemm_phase_unit().packed_weight_bytes(p, kind));
+      TORCH_CHECK(config >= -1 && config < gemm_phase_unit().num_configs(),
                   "deconv_patch: gemm_phase has no tile config ", config);
-      err = launch_conv_transpose2d_gemm_phase(p, kind, allow_tf32, packed->data_ptr(),
+      err = gemm_phase_unit().launch(p, kind, allow_tf32, packed->data_ptr(),
                                                (int)config, stream);
       break;
     default:
@@ -460,7 +487,7 @@ bool gemm_out_tile_fits(int64_t device_index, const std::string& dtype,
   const int64_t dense[4] = {weight_sizes[1] * kh * kw, kh * kw, kw, 1};
   ConvTranspose2dParams p;
   fill_weight_geometry(p, weight_sizes, dense, stride, padding, dilation, groups);
-  return gemm_out_tile_weight_fits(p, kind, allow_tf32);
+  return gemm_out_tile_unit().weight_fits(p, kind, allow_tf32);
 }
 
 // `t` as ATen's CUDA autocast hands it to a lower-precision op, through ATen's per-region cast
@@ -493,7 +520,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       names.emplace_back(deconv_patch::kernel_family_name(
           static_cast<deconv_patch::KernelFamily>(i)));
     return names;
-  }, "The kernel families by code (binding/kernel_family.h)");
+  }, "The kernel families by code (common/kernel_family.h)");
   m.def("conv_transpose2d_forward", &deconv_patch::conv_transpose2d_forward,
         "Transposed convolution with one kernel family", py::arg("family"),
         py::arg("input"), py::arg("weight"), py::arg("bias"), py::arg("stride"),
@@ -502,6 +529,12 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("scale") = py::none(), py::arg("shift") = py::none(), py::arg("activation") = 0,
         py::arg("negative_slope") = 0.01, py::arg("packed") = py::none(),
         py::arg("config") = -1);
+  m.def("register_family", [](int64_t family, uintptr_t table) {
+    deconv_patch::register_family_unit(family, table);
+  }, "Registers a kernel family's loaded build unit by its table's address "
+     "(deconv_patch_unit_<family>(), common/family_unit.h)", py::arg("family"), py::arg("table"));
+  m.def("registered_families", &deconv_patch::registered_family_units,
+        "The kernel families whose build units are registered, by code");
   deconv_patch::bind_prepared_call(m);
   m.def("channels_last_copy", [](const at::Tensor& input) {
     TORCH_CHECK(input.is_cuda(), "deconv_patch: channels_last_copy takes a CUDA tensor");
@@ -515,28 +548,31 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("autocast_cast", &deconv_patch::autocast_cast,
         "A tensor cast as CUDA autocast casts it (with autocast's cast cache)", py::arg("tensor"),
         py::arg("dtype"));
-  m.def("gemm_phase_num_configs", &deconv_patch::gemm_phase_num_configs,
+  m.def("gemm_phase_num_configs",
+        []() { return deconv_patch::gemm_phase_unit().num_configs(); },
         "Number of gemm_phase tile configs");
-  m.def("gemm_kxs_sm90_num_configs", &deconv_patch::gemm_kxs_sm90_num_configs,
+  m.def("gemm_kxs_sm90_num_configs",
+        []() { return deconv_patch::gemm_kxs_sm90_unit().num_configs(); },
         "Number of gemm_kxs_sm90 tile configs");
   m.def("gemm_phase_tma_config_names", []() {
-    return config_names(deconv_patch::gemm_phase_tma_num_configs,
-                        deconv_patch::gemm_phase_tma_config_name);
+    return config_names(deconv_patch::gemm_phase_tma_unit().num_configs,
+                        deconv_patch::gemm_phase_tma_unit().config_name);
   }, "gemm_phase_tma's tile config names, in config order");
   m.def("gemm_out_tile_config_names", []() {
-    return config_names(deconv_patch::gemm_out_tile_num_configs,
-                        deconv_patch::gemm_out_tile_config_name);
+    return config_names(deconv_patch::gemm_out_tile_unit().num_configs,
+                        deconv_patch::gemm_out_tile_unit().config_name);
   }, "gemm_out_tile's tile config names, in config order");
   m.def("ffma_tile_config_names", []() {
-    return config_names(deconv_patch::ffma_tile_num_configs,
-                        deconv_patch::ffma_tile_config_name);
+    return config_names(deconv_patch::ffma_tile_unit().num_configs,
+                        deconv_patch::ffma_tile_unit().config_name);
   }, "ffma_tile's tile config names, in config order");
   m.def("gemm_out_tile_fits", &deconv_patch::gemm_out_tile_fits,
         "Whether gemm_out_tile's smallest tile holds a layer's weights at once (weight sizes, "
         "dtype name, hyperparameters) on a CUDA device", py::arg("device_index"), py::arg("dtype"),
         py::arg("weight_sizes"), py::arg("stride"), py::arg("padding"), py::arg("dilation"),
         py::arg("groups"), py::arg("allow_tf32"));
-  m.def("gemm_phase_sm90_num_configs", &deconv_patch::gemm_phase_sm90_num_configs,
+  m.def("gemm_phase_sm90_num_configs",
+        []() { return deconv_patch::gemm_phase_sm90_unit().num_configs(); },
         "Number of gemm_phase_sm90 tile configs");
   m.def("pack_weight", &deconv_patch::pack_weight,
         "The weight in a family's packed layout", py::arg("family"), py::arg("weight"),

@@ -13,6 +13,7 @@
 
 #include <cuda_runtime.h>
 
+#include "common/family_unit.h"
 #include "common/params.h"
 
 namespace deconv_patch {
@@ -22,5 +23,11 @@ namespace deconv_patch {
 // (out_w * Cout: 32-bit index math within a row).
 cudaError_t launch_col2im(const ConvTranspose2dParams& p, const float* cols, ScalarKind kind,
                           cudaStream_t stream);
+
+// The table of this family's build unit (gemm_col2im_unit.cu, common/family_unit.h).
+struct GemmCol2imUnit {
+  FamilyUnitTag tag;
+  decltype(&launch_col2im) launch;
+};
 
 }  // namespace deconv_patch

@@ -8,6 +8,7 @@
 
 #include <cuda_runtime.h>
 
+#include "common/family_unit.h"
 #include "common/params.h"
 
 namespace deconv_patch {
@@ -35,5 +36,12 @@ bool grouped_supports(const ConvTranspose2dParams& p, ScalarKind kind);
 // output is empty, cudaErrorInvalidValue when grouped_supports(p, kind) is false).
 cudaError_t launch_conv_transpose2d_grouped(const ConvTranspose2dParams& p, ScalarKind kind,
                                             cudaStream_t stream);
+
+// The table of this family's build unit (grouped_unit.cu, common/family_unit.h).
+struct GroupedUnit {
+  FamilyUnitTag tag;
+  decltype(&grouped_supports) supports;
+  decltype(&launch_conv_transpose2d_grouped) launch;
+};
 
 }  // namespace deconv_patch

@@ -2,8 +2,9 @@
 packed weight, and its own rules), and the lookups the planner and the op use. A variant is a
 family name (its launcher picks the config) or one of its configs' names.
 
-Adding a family: a module here with its `FAMILY` entry, listed in FAMILIES, and its kernels in
-cuda/; the planner decides where it runs (planner.py)."""
+Adding a family: a module here with its `FAMILY` entry, listed in FAMILIES, and its folder
+cuda/<family>/ (a build unit); the planner decides where it runs (planner.py). docs/kernels.md
+shows the whole change."""
 
 from __future__ import annotations
 

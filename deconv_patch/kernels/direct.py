@@ -8,4 +8,5 @@ from .family import KernelFamily
 NAME = "direct"
 
 FAMILY = KernelFamily(
-    NAME, 0, "gather kernel for any hyperparameters")
+    NAME, 0, "gather kernel for any hyperparameters",
+    needs_units=())  # in the extension's core: the path every call can take

@@ -38,11 +38,18 @@ class KernelFamily:
     the planner's wording."""
 
     name: str
-    code: int  # the binding's KernelFamily (cuda/binding/kernel_family.h)
+    code: int  # the binding's KernelFamily (cuda/common/kernel_family.h)
     summary: str
     configs: Tuple[Config, ...] = ()
     packed_weight: bool = False  # the bare name's (config -1) weight
     refusal: Refusal = no_refusal
+    # The build units (cuda/<unit>/, deconv_patch/extension.py) its calls need loaded: by
+    # default its own folder; () for the families the extension's core holds.
+    needs_units: Optional[Tuple[str, ...]] = None
+
+    @property
+    def units(self) -> Tuple[str, ...]:
+        return (self.name,) if self.needs_units is None else self.needs_units
 
     @property
     def variants(self) -> Tuple[str, ...]:

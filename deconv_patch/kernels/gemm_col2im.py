@@ -56,4 +56,6 @@ def _refusal(dtype: torch.dtype, weight: torch.Tensor, args: ConvTransposeArgs,
 
 FAMILY = KernelFamily(
     NAME, 9, "one GEMM over every tap into an fp32 buffer, then col2im (sm_90a)",
-    configs=CONFIGS + STRICT_CONFIGS, packed_weight=True, refusal=_refusal)
+    configs=CONFIGS + STRICT_CONFIGS, packed_weight=True, refusal=_refusal,
+    # its GEMM runs in those families' units
+    needs_units=(gemm_kxs_sm90.NAME, gemm_phase_tma.NAME, NAME))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -44,7 +46,7 @@ def test_cache_dir_names_torch_cuda_arch_and_sources(monkeypatch, tmp_path):
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU error path")
 def test_clear_error_without_cuda():
-    extension.load_extension.cache_clear()
+    extension.load_core.cache_clear()
     with pytest.raises(extension.ExtensionUnavailableError, match="CUDA") as err:
         extension.load_extension()
     assert "install" in str(err.value).lower() or "visible" in str(err.value)
@@ -68,3 +70,75 @@ def test_clear_error_when_cuda_home_has_no_headers(monkeypatch, tmp_path):
     (tmp_path / "include" / "cuda_runtime_api.h").write_text("")
     problem = extension._missing_requirements()
     assert problem is None or "cuda_runtime_api.h" not in problem  # (ninja may still be missing)
+
+
+def test_every_source_is_in_exactly_one_build_unit():
+    """The core and the families' units partition cuda/'s .cpp/.cu files: nothing compiled twice
+    (two definitions of a launcher across libraries) or never."""
+    root = extension.cuda_source_dir()
+    units = [extension.CORE, *extension.unit_names()]
+    owned = [f for unit in units for f in extension.unit_sources(unit)]
+    assert len(owned) == len(set(owned))
+    assert set(owned) == {*root.glob("*/*.cu"), *root.glob("*/*.cpp")}
+    assert {"binding/torch_binding.cpp", "direct/direct.cu"} <= {
+        f.relative_to(root).as_posix() for f in extension.unit_sources(extension.CORE)}
+    with pytest.raises(ValueError, match="no build unit"):
+        extension.unit_sources("nope")
+
+
+def test_each_family_unit_exports_its_table_and_the_binding_reads_it():
+    """A unit's file defines deconv_patch_unit_<family>() over its header's table, tagged with
+    its own family; the binding reaches the family only through that table."""
+    from deconv_patch import kernels
+
+    root = extension.cuda_source_dir()
+    binding = (root / "binding" / "torch_binding.cpp").read_text()
+    enum = (root / "common" / "kernel_family.h").read_text()
+    for unit in extension.unit_names():
+        text = (root / unit / f"{unit}_unit.cu").read_text()
+        assert f'const void* deconv_patch_unit_{unit}()' in text, unit
+        tag = re.search(r"\{kFamilyUnitAbi, KernelFamily::(\w+), sizeof\((\w+)\)\}", text)
+        assert tag is not None, unit
+        assert f'case KernelFamily::{tag.group(1)}: return "{unit}";' in enum
+        assert f"family_unit<{tag.group(2)}>(KernelFamily::{tag.group(1)})" in binding
+    for family in kernels.FAMILIES:  # what the registry loads exists
+        assert set(family.units) <= set(extension.unit_names()), family.name
+    assert kernels.BY_NAME["direct"].units == ()
+
+
+def test_first_use_compiles_only_missing_units_with_a_progress_bar(monkeypatch, tmp_path, capsys):
+    """load_units builds the units that have no build yet, shows a bar over them, and registers
+    each once; units already loaded are not rebuilt."""
+    built, registered = [], []
+
+    class Core:
+        def registered_families(self):
+            return list(registered)
+
+        def register_family(self, code, table):
+            registered.append(self.kernel_family_names()[code])
+
+        def kernel_family_names(self):
+            return ["direct", "grouped", "ffma_tile"]
+
+    core = Core()
+    monkeypatch.setattr(extension, "cache_dir", lambda capabilities=None: tmp_path)
+    monkeypatch.setattr(extension, "_capabilities", lambda: [(9, 0)])
+    monkeypatch.setattr(extension, "load_core", lambda: core)
+    monkeypatch.setattr(extension, "_build_here", lambda unit: built.append(unit) or f"{unit}.so")
+    monkeypatch.setattr(extension, "register_unit",
+                        lambda c, unit, lib: c.register_family(
+                            c.kernel_family_names().index(unit), 1))
+    extension._load_unit.cache_clear()
+    try:
+        (tmp_path / "ffma_tile").mkdir()
+        (tmp_path / "ffma_tile" / f"{extension.EXTENSION_NAME}_ffma_tile.so").write_bytes(b"")
+        assert extension.load_units(["grouped", "ffma_tile", "grouped"]) is core
+        assert built == ["grouped", "ffma_tile"] and registered == ["grouped", "ffma_tile"]
+        err = capsys.readouterr().err
+        assert "first use of grouped)" in err and "1/1" in err  # ffma_tile had a build
+        extension.load_units(["ffma_tile"])
+        assert built == ["grouped", "ffma_tile"]
+        assert capsys.readouterr().err == ""
+    finally:
+        extension._load_unit.cache_clear()

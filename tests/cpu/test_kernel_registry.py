@@ -1,5 +1,5 @@
 """The kernel-family registry (deconv_patch/kernels/): every variant name parses to its family
-and launcher config, the families' codes are the binding's (cuda/binding/kernel_family.h), and
+and launcher config, the families' codes are the binding's (cuda/common/kernel_family.h), and
 the op refuses what a family's own rules exclude, with a typed error."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import torch
 from deconv_patch import kernels, ops, planner
 from deconv_patch.arguments import ConvTransposeArgs
 
-HEADER = Path(__file__).resolve().parents[2] / "cuda" / "binding" / "kernel_family.h"
+HEADER = Path(__file__).resolve().parents[2] / "cuda" / "common" / "kernel_family.h"
 
 
 def _header_codes() -> dict:

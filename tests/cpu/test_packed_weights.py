@@ -31,7 +31,9 @@ def test_layout_key_compares_by_value_and_hashes_once():
 
 def test_one_pack_per_weight_version_and_layout(monkeypatch):
     recorder = _Recorder()
-    monkeypatch.setattr(packed_weights, "load_extension", lambda: recorder)
+    units = []
+    monkeypatch.setattr(packed_weights, "load_units",
+                        lambda asked: units.append(tuple(asked)) or recorder)
     cache = PackedWeightCache()
     w = torch.randn(4, 3, 2, 2)
     args = ConvTransposeArgs.from_values(2, 0, 0, 1, 1)
@@ -49,3 +51,4 @@ def test_one_pack_per_weight_version_and_layout(monkeypatch):
     other = torch.randn(4, 3, 2, 2)                             # another weight tensor
     cache.get("gemm_kxs", other, args, True, key)
     assert len(recorder.calls) == 4 and cache.packs == 4
+    assert set(units) == {("gemm_kxs",)}  # packing loads the family's own unit

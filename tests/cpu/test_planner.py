@@ -353,7 +353,8 @@ def test_plan_asks_the_extension_whether_gemm_out_tile_fits(capability, monkeypa
     fake tensors plan), and is asked once per layer geometry."""
     from deconv_patch import extension
     stub = _StubExtension(answer)
-    monkeypatch.setattr(extension, "load_extension", lambda: stub)
+    units = []
+    monkeypatch.setattr(extension, "load_units", lambda asked: units.append(tuple(asked)) or stub)
     monkeypatch.setattr(planner, "_OUT_TILE_FITS", {})
     x, w = _fake_cuda_layer(64, 3, 4)
     args = ConvTransposeArgs.from_values(stride=2, padding=1)
@@ -363,6 +364,7 @@ def test_plan_asks_the_extension_whether_gemm_out_tile_fits(capability, monkeypa
     if expected != planner.GEMM_OUT_TILE:
         assert "shared memory cannot hold" in chosen.reason
     assert stub.calls == [(0, "bfloat16", [64, 3, 4, 4], [2, 2], [1, 1], [1, 1], 1, False)]
+    assert units == [(planner.GEMM_OUT_TILE,)]  # the question loads only that family's unit
     planner.plan(x, w, args)
     assert len(stub.calls) == 1  # cached per geometry
     # fp32 with TF32 (FCN's x8 up-sampling, the TF32 default): asked in TF32 mode, not 3xTF32

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# One device call for the build units: what a user's first run compiles (the demo on an empty
+# cache: the core and the families its layers use), then `deconv-patch build` (every other
+# family), then the GPU test suite (pytest-xdist, GPU_WORKERS processes on the one GPU).
+# Logs in $OUT; a short summary prints last.
+#   GPU_WORKERS=4 BUDGET=420 bash benchmarks/device_first_use.sh
+# BUDGET: seconds for the whole script; the tests get what the steps before them left.
+set -u
+start=$(date +%s)
+OUT=${OUT:-/tmp/deconv_patch_out}
+L=$OUT/logs
+mkdir -p "$L"
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+export DECONV_PATCH_CACHE=${DECONV_PATCH_CACHE:-/tmp/deconv_patch_first_use_cache}
+rm -rf "$DECONV_PATCH_CACHE"
+step() { echo "== $1 ($(date +%T))"; }
+seconds() { python3 -c "import time; print(f'{time.time() - $1:.0f}')"; }
+
+step env
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$L/env.txt"
+nproc | sed 's/^/cpus /' | tee -a "$L/env.txt"
+
+step "demo, empty cache"
+t0=$(date +%s.%N)
+timeout 400 python3 -m deconv_patch.cli demo > "$L/demo_first.log" 2>&1; demo_rc=$?
+demo_first=$(seconds "$t0")
+units=$(ls "$DECONV_PATCH_CACHE"/*/ 2>/dev/null | tr '\n' ' ')
+grep -E "PASS|FAIL|compiling|result" "$L/demo_first.log" | tail -6
+
+step "demo again, cached"
+t0=$(date +%s.%N)
+timeout 200 python3 -m deconv_patch.cli demo > "$L/demo_cached.log" 2>&1
+demo_cached=$(seconds "$t0")
+
+step "build every family"
+t0=$(date +%s.%N)
+python3 -m deconv_patch.cli build > "$L/build.log" 2>&1; build_rc=$?
+build_rest=$(seconds "$t0"); tail -2 "$L/build.log"
+
+step "GPU tests"
+left=$(( start + ${BUDGET:-600} - $(date +%s) - 20 ))
+echo "test budget ${left}s"
+timeout "$left" python3 -m pytest -q -m cuda -p no:cacheprovider \
+  -n "${GPU_WORKERS:-4}" tests/gpu > "$L/gpu-tests.log" 2>&1; test_rc=$?
+grep -E "^FAILED|^ERROR" "$L/gpu-tests.log" | head -20
+
+step summary
+echo "units built by the demo: $units"
+echo "demo exit $demo_rc: ${demo_first}s with an empty cache, ${demo_cached}s cached" \
+     "(compile ~ the difference)"
+echo "build of the other families: exit $build_rc, ${build_rest}s"
+echo "GPU tests: exit $test_rc, $(tail -1 "$L/gpu-tests.log")"
+grep -E "speedup|PASS|FAIL" "$L/demo_cached.log" | tail -4
