@@ -130,6 +130,11 @@ def _burst(run: Callable[[str], object], variant: str) -> Callable[[], None]:
     return calls
 
 
+def known(key: str, candidates: Sequence[str]) -> bool:
+    """Whether pick(key, candidates) has its answer without timing."""
+    return cache().choices.get(key) in candidates
+
+
 def pick(key: str, candidates: Sequence[str], run: Callable[[str], object]) -> str:
     """The fastest of `candidates` for `key`, timed once: each is warmed up (a candidate whose
     binding refuses the call drops out), then all take turns sample by sample

@@ -195,11 +195,8 @@ def _is_built(unit: str, build_root: Path) -> bool:
     return (build_root / unit / f"{_library_name(unit)}.so").exists()
 
 
-def _compile_progress(units: Sequence[str], build_root: Path):
-    """A tqdm bar over the units that have no build yet (None when all have one)."""
-    todo = [u for u in units if not _is_built(u, build_root)]
-    if not todo:
-        return None
+def _progress_bar(todo: Sequence[str], build_root: Path):
+    """The first-use message and a tqdm bar over the units to compile."""
     from tqdm import tqdm
 
     archs = ", ".join(f"sm_{a}{b}" for a, b in _capabilities())
@@ -208,13 +205,17 @@ def _compile_progress(units: Sequence[str], build_root: Path):
     return tqdm(total=len(todo), desc="deconv_patch: compiling", unit="unit", file=sys.stderr)
 
 
+def _build_flags() -> List[str]:
+    return ["-lineinfo", *gencode_flags(_capabilities())]
+
+
 def _build_here(unit: str) -> object:
     problem = _missing_requirements()
     if problem is not None:
         raise ExtensionUnavailableError(f"deconv_patch cannot use its CUDA kernels: {problem}")
     build_root = cache_dir()
     try:
-        return build_unit(unit, build_root, ["-lineinfo", *gencode_flags(_capabilities())],
+        return build_unit(unit, build_root, _build_flags(),
                           verbose=bool(os.environ.get("DECONV_PATCH_VERBOSE_BUILD")))
     except Exception as exc:  # compiler errors arrive as RuntimeError/OSError/CalledProcessError
         raise ExtensionUnavailableError(
@@ -223,22 +224,79 @@ def _build_here(unit: str) -> object:
         ) from exc
 
 
-@functools.lru_cache(maxsize=1)
-def load_core() -> ModuleType:
-    """The extension's core module (the binding); compiles it on first use. Cached for the
-    process."""
-    bar = _compile_progress([CORE], cache_dir()) if extension_available() else None
+def compile_jobs(units: Sequence[str], cpus: int) -> dict:
+    """ninja jobs per unit when `units` compile at once: cpus + 2 in all (ninja's own default
+    for one build), shared in proportion to each unit's source files, at least one each."""
+    files = {u: len(unit_sources(u)) for u in units}
+    total = sum(files.values())
+    return {u: max(1, round((cpus + 2) * n / total)) for u, n in files.items()}
+
+
+def _compile_at_once(units: Sequence[str]) -> None:
+    """Compiles units that have no build yet, all at the same time: one process each (a ninja
+    build of its own), with a bar over them. Loading them afterwards finds the builds."""
+    import subprocess
+
+    build_root = cache_dir()
+    jobs = compile_jobs(units, os.cpu_count() or 1)
+    bar = _progress_bar(units, build_root)
+    running = {
+        unit: subprocess.Popen(
+            [sys.executable, "-m", __name__, unit, str(build_root), *_build_flags()],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            env={**os.environ, "MAX_JOBS": str(jobs[unit])})
+        for unit in units}
+    failed = []
     try:
-        return _build_here(CORE)  # type: ignore[return-value]
+        while running:
+            for unit, proc in list(running.items()):
+                try:
+                    output, _ = proc.communicate(timeout=0.5)
+                except subprocess.TimeoutExpired:
+                    continue
+                del running[unit]
+                bar.update(1)
+                if proc.returncode != 0:
+                    failed.append(f"{unit}: {output.strip()[-2000:]}")
     finally:
-        if bar is not None:
+        for proc in running.values():
+            proc.kill()
+        bar.close()
+    if failed:
+        raise ExtensionUnavailableError(
+            f"deconv_patch: building the CUDA kernels in {build_root} failed: "
+            + "\n".join(failed) + "\nSet DECONV_PATCH_VERBOSE_BUILD=1 to see the compiler output.")
+
+
+def _prepare(units: Sequence[str]) -> None:
+    """Compiles, before they load, the units among `units` that have no build yet: one in this
+    process, several at once."""
+    if not extension_available():
+        return  # loading then raises the clear error
+    build_root = cache_dir()
+    todo = [u for u in units if not _is_built(u, build_root)]
+    if len(todo) > 1:
+        _compile_at_once(todo)
+    elif todo:
+        bar = _progress_bar(todo, build_root)
+        try:
+            _build_here(todo[0])
+        finally:
             bar.update(1)
             bar.close()
 
 
+@functools.lru_cache(maxsize=1)
+def load_core() -> ModuleType:
+    """The extension's core module (the binding); compiles it on first use. Cached for the
+    process."""
+    _prepare([CORE])
+    return _build_here(CORE)  # type: ignore[return-value]
+
+
 @functools.lru_cache(maxsize=None)
 def _load_unit(unit: str) -> str:
-    """Builds, loads and registers one family's unit; cached per unit for the process."""
+    """Builds (if needed), loads and registers one family's unit; cached per unit."""
     core = load_core()
     library = str(_build_here(unit))
     register_unit(core, unit, library)
@@ -246,23 +304,15 @@ def _load_unit(unit: str) -> str:
 
 
 def load_units(units: Iterable[str]) -> ModuleType:
-    """The core, with these families' units registered (compiled first where they have no
-    build yet, with a progress bar)."""
+    """The core, with these families' units registered. Whatever of them (the core included)
+    has no build yet compiles first, all at once, with a progress bar."""
+    units = list(dict.fromkeys(units))
+    core = loaded_extension()
+    pending = [u for u in units if core is None or u not in core.registered_families()]
+    _prepare(([CORE] if core is None else []) + pending)
     core = load_core()
-    loaded = set(core.registered_families())
-    pending = [u for u in dict.fromkeys(units) if u not in loaded]
-    if pending:
-        build_root = cache_dir()
-        bar = _compile_progress(pending, build_root)
-        try:
-            for unit in pending:
-                compiles = not _is_built(unit, build_root)
-                _load_unit(unit)
-                if bar is not None and compiles:
-                    bar.update(1)
-        finally:
-            if bar is not None:
-                bar.close()
+    for unit in pending:
+        _load_unit(unit)
     return core
 
 
@@ -289,3 +339,8 @@ def build() -> BuildInfo:
 def extension_available() -> bool:
     """True when the kernels are built or can be built here (does not build)."""
     return _missing_requirements() is None
+
+
+if __name__ == "__main__":  # one unit's build, for _compile_at_once: UNIT BUILD_ROOT FLAGS...
+    build_unit(sys.argv[1], Path(sys.argv[2]), sys.argv[3:],
+               verbose=bool(os.environ.get("DECONV_PATCH_VERBOSE_BUILD")))

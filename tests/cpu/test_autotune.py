@@ -147,3 +147,31 @@ def test_candidate_runner_times_pytorch_with_the_epilogue_applied():
         want = {"none": lambda t: t, "tanh": torch.tanh,
                 "leaky_relu": lambda t: F.leaky_relu(t, 0.3)}[epi.activation](conv)
         assert (got.double() - want).abs().max() < 1e-5
+
+
+def test_timing_compiles_every_unit_at_once_before_the_first_candidate(monkeypatch):
+    """With autotune on, a call whose choice is not cached loads every build unit in one go
+    (they compile at once) before pick() times the candidates, instead of one family at a time
+    as each candidate first runs; a cached choice loads nothing."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from deconv_patch import extension, kernel_calls
+
+    loads, picks = [], []
+    monkeypatch.setattr(kernel_calls, "load_units", lambda units: loads.append(list(units)))
+    monkeypatch.setattr(autotune, "enabled", lambda: True)
+    monkeypatch.setattr(autotune, "call_key", lambda *args: "key")
+    monkeypatch.setattr(autotune, "pick", lambda key, candidates, run: picks.append(
+        (len(loads), tuple(candidates))) or candidates[0])
+    monkeypatch.setattr(planner, "_capability", lambda index: (9, 0))
+    with FakeTensorMode():
+        x = torch.empty(2, 64, 8, 8, device="cuda", dtype=torch.bfloat16)
+        w = torch.empty(64, 32, 4, 4, device="cuda", dtype=torch.bfloat16)
+    args = ConvTransposeArgs.from_values(stride=2, padding=1)
+    monkeypatch.setattr(autotune, "known", lambda key, candidates: False)
+    kernel_calls._plan_call(x, w, None, args, IDENTITY)
+    assert loads == [extension.unit_names()]
+    assert picks[0][0] == 1 and len(picks[0][1]) > 1  # loaded before timing, several candidates
+    monkeypatch.setattr(autotune, "known", lambda key, candidates: True)
+    kernel_calls._plan_call(x, w, None, args, IDENTITY)
+    assert len(loads) == 1 and len(picks) == 2

@@ -106,39 +106,58 @@ def test_each_family_unit_exports_its_table_and_the_binding_reads_it():
     assert kernels.BY_NAME["direct"].units == ()
 
 
-def test_first_use_compiles_only_missing_units_with_a_progress_bar(monkeypatch, tmp_path, capsys):
-    """load_units builds the units that have no build yet, shows a bar over them, and registers
-    each once; units already loaded are not rebuilt."""
-    built, registered = [], []
+def test_first_use_compiles_what_is_missing_at_once_then_loads_each_unit_once(monkeypatch,
+                                                                             tmp_path):
+    """load_units compiles, all at once, the units (the core too) that have no build yet,
+    compiles a single one in this process, registers each unit once and never rebuilds what a
+    process has loaded."""
+    at_once, built, registered = [], [], []
 
     class Core:
         def registered_families(self):
             return list(registered)
 
-        def register_family(self, code, table):
-            registered.append(self.kernel_family_names()[code])
-
         def kernel_family_names(self):
-            return ["direct", "grouped", "ffma_tile"]
+            return ["direct", "grouped", "ffma_tile", "gemm_kxs"]
 
     core = Core()
+    state = {"loaded": False}
+
+    def load_core():
+        state["loaded"] = True
+        return core
+
     monkeypatch.setattr(extension, "cache_dir", lambda capabilities=None: tmp_path)
     monkeypatch.setattr(extension, "_capabilities", lambda: [(9, 0)])
-    monkeypatch.setattr(extension, "load_core", lambda: core)
+    monkeypatch.setattr(extension, "extension_available", lambda: True)
+    monkeypatch.setattr(extension, "load_core", load_core)
+    monkeypatch.setattr(extension, "loaded_extension",
+                        lambda: core if state["loaded"] else None)
+    monkeypatch.setattr(extension, "_compile_at_once", lambda units: at_once.append(list(units)))
     monkeypatch.setattr(extension, "_build_here", lambda unit: built.append(unit) or f"{unit}.so")
-    monkeypatch.setattr(extension, "register_unit",
-                        lambda c, unit, lib: c.register_family(
-                            c.kernel_family_names().index(unit), 1))
+    monkeypatch.setattr(extension, "register_unit", lambda c, unit, lib: registered.append(unit))
     extension._load_unit.cache_clear()
     try:
         (tmp_path / "ffma_tile").mkdir()
         (tmp_path / "ffma_tile" / f"{extension.EXTENSION_NAME}_ffma_tile.so").write_bytes(b"")
         assert extension.load_units(["grouped", "ffma_tile", "grouped"]) is core
+        assert at_once == [[extension.CORE, "grouped"]]  # ffma_tile had a build
         assert built == ["grouped", "ffma_tile"] and registered == ["grouped", "ffma_tile"]
-        err = capsys.readouterr().err
-        assert "first use of grouped)" in err and "1/1" in err  # ffma_tile had a build
-        extension.load_units(["ffma_tile"])
-        assert built == ["grouped", "ffma_tile"]
-        assert capsys.readouterr().err == ""
+        extension.load_units(["ffma_tile", "grouped"])  # loaded: nothing happens
+        assert built == ["grouped", "ffma_tile"] and len(at_once) == 1
+        extension.load_units(["gemm_kxs"])  # one unit: compiled here (then loaded)
+        assert built == ["grouped", "ffma_tile", "gemm_kxs", "gemm_kxs"] and len(at_once) == 1
+        assert registered == ["grouped", "ffma_tile", "gemm_kxs"]
     finally:
         extension._load_unit.cache_clear()
+
+
+def test_units_compiled_at_once_share_the_cores_by_their_files():
+    units = [extension.CORE, *extension.unit_names()]
+    jobs = extension.compile_jobs(units, 16)
+    files = {u: len(extension.unit_sources(u)) for u in units}
+    assert set(jobs) == set(units) and min(jobs.values()) >= 1
+    assert abs(sum(jobs.values()) - 18) <= len(units)  # ninja's cpus + 2, rounded per unit
+    most = max(files, key=files.get)
+    assert jobs[most] == max(jobs.values())
+    assert extension.compile_jobs(["grouped"], 2) == {"grouped": 4}
