@@ -20,3 +20,16 @@ struct FamilyUnitTag {
 };
 
 }  // namespace deconv_patch
+
+// Defines a unit's table (a constant TABLE tagged for FAMILY, the family's functions in the
+// table's member order) and its exported getter, deconv_patch_unit_NAME().
+#define DECONV_PATCH_DEFINE_UNIT(NAME, TABLE, FAMILY, ...)                         \
+  namespace deconv_patch {                                                        \
+  namespace {                                                                     \
+  constexpr TABLE kUnit{{kFamilyUnitAbi, KernelFamily::FAMILY, sizeof(TABLE)},   \
+                        __VA_ARGS__};                                             \
+  }                                                                               \
+  }                                                                               \
+  extern "C" __attribute__((visibility("default"))) const void* deconv_patch_unit_##NAME() { \
+    return &deconv_patch::kUnit;                                                  \
+  }

@@ -1,21 +1,6 @@
-// The ffma_tile build unit's table: what the binding calls (see common/family_unit.h).
+// The ffma_tile build unit: its table, what the binding calls (common/family_unit.h).
 #include "ffma_tile/ffma_tile.h"
 
-namespace deconv_patch {
-namespace {
-
-constexpr FfmaTileUnit kUnit{
-    {kFamilyUnitAbi, KernelFamily::kFfmaTile, sizeof(FfmaTileUnit)},
-    &ffma_tile_num_configs,
-    &ffma_tile_config_name,
-    &ffma_tile_supports,
-    &launch_conv_transpose2d_ffma_tile,
-};
-
-}  // namespace
-}  // namespace deconv_patch
-
-extern "C" __attribute__((visibility("default")))
-const void* deconv_patch_unit_ffma_tile() {
-  return &deconv_patch::kUnit;
-}
+DECONV_PATCH_DEFINE_UNIT(ffma_tile, FfmaTileUnit, kFfmaTile,
+                         &ffma_tile_num_configs, &ffma_tile_config_name, &ffma_tile_supports,
+                         &launch_conv_transpose2d_ffma_tile)

@@ -1,18 +1,5 @@
-// The gemm_col2im build unit's table: what the binding calls (see common/family_unit.h).
+// The gemm_col2im build unit: its table, what the binding calls (common/family_unit.h).
 #include "gemm_col2im/col2im.h"
 
-namespace deconv_patch {
-namespace {
-
-constexpr GemmCol2imUnit kUnit{
-    {kFamilyUnitAbi, KernelFamily::kGemmCol2im, sizeof(GemmCol2imUnit)},
-    &launch_col2im,
-};
-
-}  // namespace
-}  // namespace deconv_patch
-
-extern "C" __attribute__((visibility("default")))
-const void* deconv_patch_unit_gemm_col2im() {
-  return &deconv_patch::kUnit;
-}
+DECONV_PATCH_DEFINE_UNIT(gemm_col2im, GemmCol2imUnit, kGemmCol2im,
+                         &launch_col2im)

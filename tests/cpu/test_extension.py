@@ -87,20 +87,29 @@ def test_every_source_is_in_exactly_one_build_unit():
 
 
 def test_each_family_unit_exports_its_table_and_the_binding_reads_it():
-    """A unit's file defines deconv_patch_unit_<family>() over its header's table, tagged with
-    its own family; the binding reaches the family only through that table."""
+    """A unit's file defines deconv_patch_unit_<family>() (common/family_unit.h's macro) over
+    its header's table, tagged with its own family; the binding reaches the family only through
+    that table."""
     from deconv_patch import kernels
 
     root = extension.cuda_source_dir()
     binding = (root / "binding" / "torch_binding.cpp").read_text()
     enum = (root / "common" / "kernel_family.h").read_text()
+    macro = (root / "common" / "family_unit.h").read_text()
+    assert 'extern "C"' in macro and "deconv_patch_unit_##NAME()" in macro
+
+    def header_of(unit):
+        name = re.search(r'#include "([^"]+)"', (root / unit / f"{unit}_unit.cu").read_text())
+        return (root / name.group(1)).read_text()
+
     for unit in extension.unit_names():
         text = (root / unit / f"{unit}_unit.cu").read_text()
-        assert f'const void* deconv_patch_unit_{unit}()' in text, unit
-        tag = re.search(r"\{kFamilyUnitAbi, KernelFamily::(\w+), sizeof\((\w+)\)\}", text)
+        tag = re.search(rf"DECONV_PATCH_DEFINE_UNIT\({unit}, (\w+), (\w+),", text)
         assert tag is not None, unit
-        assert f'case KernelFamily::{tag.group(1)}: return "{unit}";' in enum
-        assert f"family_unit<{tag.group(2)}>(KernelFamily::{tag.group(1)})" in binding
+        table, code = tag.group(1), tag.group(2)
+        assert f"struct {table} {{\n  FamilyUnitTag tag;" in header_of(unit)
+        assert f'case KernelFamily::{code}: return "{unit}";' in enum
+        assert f"family_unit<{table}>(KernelFamily::{code})" in binding
     for family in kernels.FAMILIES:  # what the registry loads exists
         assert set(family.units) <= set(extension.unit_names()), family.name
     assert kernels.BY_NAME["direct"].units == ()
