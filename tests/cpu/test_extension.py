@@ -107,7 +107,14 @@ def test_each_family_unit_exports_its_table_and_the_binding_reads_it():
         tag = re.search(rf"DECONV_PATCH_DEFINE_UNIT\({unit}, (\w+), (\w+),", text)
         assert tag is not None, unit
         table, code = tag.group(1), tag.group(2)
-        assert f"struct {table} {{\n  FamilyUnitTag tag;" in header_of(unit)
+        struct = re.search(rf"struct {table} {{\n  FamilyUnitTag tag;\n(.*?)\n}};",
+                           header_of(unit), re.S)
+        assert struct is not None, unit
+        # The table is filled by position: the unit must list the functions in the members'
+        # order (two members of one type would otherwise swap silently).
+        members = re.findall(r"decltype\(&(\w+)\) \w+;", struct.group(1))
+        listed = re.findall(r"&(\w+)", text[tag.end():])
+        assert listed == members and members, (unit, listed, members)
         assert f'case KernelFamily::{code}: return "{unit}";' in enum
         assert f"family_unit<{table}>(KernelFamily::{code})" in binding
     for family in kernels.FAMILIES:  # what the registry loads exists
