@@ -22,9 +22,10 @@ std::vector<std::string> registered_family_units();
 // unit was not loaded: the layer above loads a family's units before it calls the family.
 const void* family_unit_table(KernelFamily family, unsigned table_bytes);
 
+// The registered table of type Table (whose kFamily names its family).
 template <typename Table>
-const Table& family_unit(KernelFamily family) {
-  return *static_cast<const Table*>(family_unit_table(family, sizeof(Table)));
+const Table& family_unit() {
+  return *static_cast<const Table*>(family_unit_table(Table::kFamily, sizeof(Table)));
 }
 
 }  // namespace deconv_patch

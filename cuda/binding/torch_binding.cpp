@@ -36,29 +36,6 @@ void refuse_unless(bool ok, const Args&... what) {
   if (!ok) throw KernelRefused(c10::str("deconv_patch: ", what...));
 }
 
-// Each family outside the core, through its build unit's table (binding/family_units.hpp).
-const GroupedUnit& grouped_unit() { return family_unit<GroupedUnit>(KernelFamily::kGrouped); }
-const FfmaTileUnit& ffma_tile_unit() { return family_unit<FfmaTileUnit>(KernelFamily::kFfmaTile); }
-const GemmKxsUnit& gemm_kxs_unit() { return family_unit<GemmKxsUnit>(KernelFamily::kGemmKxs); }
-const GemmKxsSm90Unit& gemm_kxs_sm90_unit() {
-  return family_unit<GemmKxsSm90Unit>(KernelFamily::kGemmKxsSm90);
-}
-const GemmPhaseUnit& gemm_phase_unit() {
-  return family_unit<GemmPhaseUnit>(KernelFamily::kGemmPhase);
-}
-const GemmPhaseSm90Unit& gemm_phase_sm90_unit() {
-  return family_unit<GemmPhaseSm90Unit>(KernelFamily::kGemmPhaseSm90);
-}
-const GemmPhaseTmaUnit& gemm_phase_tma_unit() {
-  return family_unit<GemmPhaseTmaUnit>(KernelFamily::kGemmPhaseTma);
-}
-const GemmOutTileUnit& gemm_out_tile_unit() {
-  return family_unit<GemmOutTileUnit>(KernelFamily::kGemmOutTile);
-}
-const GemmCol2imUnit& gemm_col2im_unit() {
-  return family_unit<GemmCol2imUnit>(KernelFamily::kGemmCol2im);
-}
-
 ScalarKind scalar_kind(const at::Tensor& t) {
   switch (t.scalar_type()) {
     case at::kFloat: return ScalarKind::kFloat32;
@@ -165,10 +142,10 @@ at::Tensor pack_weight(int64_t family_code, const at::Tensor& weight, at::IntArr
   ConvTranspose2dParams p;
   fill_weight_params(p, weight, stride, padding, dilation, groups);
   if (family == KernelFamily::kGemmOutTile) {
-    const int64_t bytes = gemm_out_tile_unit().packed_weight_bytes(p, kind, allow_tf32);
+    const int64_t bytes = family_unit<GemmOutTileUnit>().packed_weight_bytes(p, kind, allow_tf32);
     refuse_unless(bytes > 0, variant, " does not support this weight");
     at::Tensor packed = at::empty({bytes}, weight.options().dtype(at::kByte));
-    const cudaError_t err = gemm_out_tile_unit().pack_weight(
+    const cudaError_t err = family_unit<GemmOutTileUnit>().pack_weight(
         p, kind, allow_tf32, packed.data_ptr(), c10::cuda::getCurrentCUDAStream().stream());
     TORCH_CHECK(err == cudaSuccess, "deconv_patch: weight packing failed: ",
                 cudaGetErrorString(err));
@@ -176,26 +153,30 @@ at::Tensor pack_weight(int64_t family_code, const at::Tensor& weight, at::IntArr
   }
   if (family == KernelFamily::kGemmKxsSm90 || family == KernelFamily::kGemmPhaseTma) {
     const bool kxs = family == KernelFamily::kGemmKxsSm90;
-    const int64_t bytes = kxs ? gemm_kxs_sm90_unit().packed_weight_bytes(p, kind)
-                              : gemm_phase_tma_unit().packed_weight_bytes(p, kind, allow_tf32);
+    const auto kxs_unit = &family_unit<GemmKxsSm90Unit>;  // called only for the family in use
+    const auto tma_unit = &family_unit<GemmPhaseTmaUnit>;
+    const int64_t bytes = kxs ? kxs_unit().packed_weight_bytes(p, kind)
+                              : tma_unit().packed_weight_bytes(p, kind, allow_tf32);
     refuse_unless(bytes > 0, variant, " does not support this weight");
     at::Tensor packed = at::empty({bytes}, weight.options().dtype(at::kByte));
     const cudaStream_t stream = c10::cuda::getCurrentCUDAStream().stream();
     const cudaError_t err =
-        kxs ? gemm_kxs_sm90_unit().pack_weight(p, kind, allow_tf32, packed.data_ptr(), stream)
-            : gemm_phase_tma_unit().pack_weight(p, kind, allow_tf32, packed.data_ptr(), stream);
+        kxs ? kxs_unit().pack_weight(p, kind, allow_tf32, packed.data_ptr(), stream)
+            : tma_unit().pack_weight(p, kind, allow_tf32, packed.data_ptr(), stream);
     TORCH_CHECK(err == cudaSuccess, "deconv_patch: weight packing failed: ",
                 cudaGetErrorString(err));
     return packed;
   }
   const bool sm90 = family == KernelFamily::kGemmPhaseSm90;
-  const int64_t bytes = sm90 ? gemm_phase_sm90_unit().packed_weight_bytes(p, kind)
-                             : gemm_phase_unit().packed_weight_bytes(p, kind);
+  const auto sm90_unit = &family_unit<GemmPhaseSm90Unit>;  // called only for the family in use
+  const auto phase_unit = &family_unit<GemmPhaseUnit>;
+  const int64_t bytes = sm90 ? sm90_unit().packed_weight_bytes(p, kind)
+                             : phase_unit().packed_weight_bytes(p, kind);
   at::Tensor packed = at::empty({bytes}, weight.options().dtype(at::kByte));
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream().stream();
   const cudaError_t err =
-      sm90 ? gemm_phase_sm90_unit().pack_weight(p, kind, allow_tf32, packed.data_ptr(), stream)
-           : gemm_phase_unit().pack_weight(p, kind, allow_tf32, packed.data_ptr(), stream);
+      sm90 ? sm90_unit().pack_weight(p, kind, allow_tf32, packed.data_ptr(), stream)
+           : phase_unit().pack_weight(p, kind, allow_tf32, packed.data_ptr(), stream);
   TORCH_CHECK(err == cudaSuccess, "deconv_patch: weight packing failed: ", cudaGetErrorString(err));
   return packed;
 }
@@ -312,7 +293,7 @@ at::Tensor conv_transpose2d_forward(int64_t family_code, const at::Tensor& input
   if (reads_rows && (input.size(1) / groups) % per_16_bytes == 0 &&
       !input.is_contiguous(at::MemoryFormat::ChannelsLast) &&
       !(family == KernelFamily::kGemmKxsSm90 &&
-        gemm_kxs_sm90_unit().supports(p, kind, allow_tf32))) {
+        family_unit<GemmKxsSm90Unit>().supports(p, kind, allow_tf32))) {
     // This thread's reused buffer for the stream where it can (no allocation per call), else a
     // fresh channels_last copy.
     if (const void* relaid = relayout_into_workspace(input, stream)) {
@@ -340,26 +321,27 @@ at::Tensor conv_transpose2d_forward(int64_t family_code, const at::Tensor& input
   // gemm_kxs_sm90 on `q` (the call's params, or gemm_col2im's GEMM), after its checks;
   // f32_out: 16-bit operands writing fp32 (gemm_col2im's 16-bit GEMM, fewer configs).
   auto launch_kxs_sm90 = [&](const ConvTranspose2dParams& q, bool f32_out) {
-    refuse_unless(gemm_kxs_sm90_unit().supports(q, kind, allow_tf32), "the ", variant,
+    refuse_unless(family_unit<GemmKxsSm90Unit>().supports(q, kind, allow_tf32), "the ", variant,
                   " kernel does not support this call");
-    check_packed(gemm_kxs_sm90_unit().packed_weight_bytes(q, kind));
-    const int configs = f32_out ? kGemmKxsSm90F32OutConfigs : gemm_kxs_sm90_unit().num_configs();
+    check_packed(family_unit<GemmKxsSm90Unit>().packed_weight_bytes(q, kind));
+    const int configs =
+        f32_out ? kGemmKxsSm90F32OutConfigs : family_unit<GemmKxsSm90Unit>().num_configs();
     TORCH_CHECK(config >= -1 && config < configs,
                 "deconv_patch: ", variant, " has no tile config ", config);
-    return f32_out ? gemm_kxs_sm90_unit().launch_f32_out(q, kind, packed->data_ptr(),
+    return f32_out ? family_unit<GemmKxsSm90Unit>().launch_f32_out(q, kind, packed->data_ptr(),
                                                                    stream, (int)config)
-                   : gemm_kxs_sm90_unit().launch(q, kind, allow_tf32,
+                   : family_unit<GemmKxsSm90Unit>().launch(q, kind, allow_tf32,
                                                            packed->data_ptr(), stream, (int)config);
   };
   // gemm_phase_tma on `q` (the call's params, or gemm_col2im's GEMM) in `q_tf32` mode, after
   // its checks.
   auto launch_phase_tma = [&](const ConvTranspose2dParams& q, bool q_tf32) {
-    refuse_unless(gemm_phase_tma_unit().supports(q, kind, q_tf32), "the ", variant,
+    refuse_unless(family_unit<GemmPhaseTmaUnit>().supports(q, kind, q_tf32), "the ", variant,
                   " kernel does not support this call");
-    check_packed(gemm_phase_tma_unit().packed_weight_bytes(q, kind, q_tf32));
-    TORCH_CHECK(config >= -1 && config < gemm_phase_tma_unit().num_configs(),
+    check_packed(family_unit<GemmPhaseTmaUnit>().packed_weight_bytes(q, kind, q_tf32));
+    TORCH_CHECK(config >= -1 && config < family_unit<GemmPhaseTmaUnit>().num_configs(),
                 "deconv_patch: ", variant, " has no tile config ", config);
-    return gemm_phase_tma_unit().launch(q, kind, q_tf32, packed->data_ptr(), stream,
+    return family_unit<GemmPhaseTmaUnit>().launch(q, kind, q_tf32, packed->data_ptr(), stream,
                                                   (int)config);
   };
   switch (family) {
@@ -367,23 +349,23 @@ at::Tensor conv_transpose2d_forward(int64_t family_code, const at::Tensor& input
       err = launch_conv_transpose2d_direct(p, kind, stream);
       break;
     case KernelFamily::kGrouped:
-      refuse_unless(grouped_unit().supports(p, kind),
+      refuse_unless(family_unit<GroupedUnit>().supports(p, kind),
                     "the grouped kernel does not support this call");
-      err = grouped_unit().launch(p, kind, stream);
+      err = family_unit<GroupedUnit>().launch(p, kind, stream);
       break;
     case KernelFamily::kFfmaTile:
-      TORCH_CHECK(config >= -1 && config < ffma_tile_unit().num_configs(),
+      TORCH_CHECK(config >= -1 && config < family_unit<FfmaTileUnit>().num_configs(),
                   "deconv_patch: ffma_tile has no tile config ", config);
-      refuse_unless(ffma_tile_unit().supports(p, kind, (int)config),
+      refuse_unless(family_unit<FfmaTileUnit>().supports(p, kind, (int)config),
                     "the ffma_tile kernel does not support this call");
       // fp32 without TF32 sums each channel's taps apart (error as PyTorch's on deep sums).
-      err = ffma_tile_unit().launch(p, kind, (int)config,
+      err = family_unit<FfmaTileUnit>().launch(p, kind, (int)config,
                                               kind == ScalarKind::kFloat32 && !allow_tf32, stream);
       break;
     case KernelFamily::kGemmKxs: {
       TORCH_CHECK(config >= -1 && config <= 1, "deconv_patch: gemm_kxs has no config ", config);
       const bool tap_major = config == 1;
-      refuse_unless(gemm_kxs_unit().supports(p, kind, tap_major),
+      refuse_unless(family_unit<GemmKxsUnit>().supports(p, kind, tap_major),
                     "the gemm_kxs kernel does not support this call");
       const void* tap_major_weight = nullptr;
       if (tap_major) {
@@ -392,7 +374,7 @@ at::Tensor conv_transpose2d_forward(int64_t family_code, const at::Tensor& input
                     "deconv_patch: gemm_kxs's tap-major weight has the weight's dtype");
         tap_major_weight = packed->data_ptr();
       }
-      err = gemm_kxs_unit().launch(p, kind, allow_tf32, tap_major_weight, stream);
+      err = family_unit<GemmKxsUnit>().launch(p, kind, allow_tf32, tap_major_weight, stream);
       break;
     }
     case KernelFamily::kGemmKxsSm90:
@@ -425,37 +407,37 @@ at::Tensor conv_transpose2d_forward(int64_t family_code, const at::Tensor& input
       err = three_tf32 ? launch_phase_tma(q, false)
                        : launch_kxs_sm90(q, kind != ScalarKind::kFloat32);
       if (err == cudaSuccess)
-        err = gemm_col2im_unit().launch(p, cols.data_ptr<float>(), kind, stream);
+        err = family_unit<GemmCol2imUnit>().launch(p, cols.data_ptr<float>(), kind, stream);
       break;
     }
     case KernelFamily::kGemmPhaseTma:
       err = launch_phase_tma(p, allow_tf32);
       break;
     case KernelFamily::kGemmOutTile:
-      refuse_unless(gemm_out_tile_unit().supports(p, kind, allow_tf32),
+      refuse_unless(family_unit<GemmOutTileUnit>().supports(p, kind, allow_tf32),
                     "the gemm_out_tile kernel does not support this call");
-      check_packed(gemm_out_tile_unit().packed_weight_bytes(p, kind, allow_tf32));
-      TORCH_CHECK(config >= -1 && config < gemm_out_tile_unit().num_configs(),
+      check_packed(family_unit<GemmOutTileUnit>().packed_weight_bytes(p, kind, allow_tf32));
+      TORCH_CHECK(config >= -1 && config < family_unit<GemmOutTileUnit>().num_configs(),
                   "deconv_patch: gemm_out_tile has no tile config ", config);
-      err = gemm_out_tile_unit().launch(p, kind, allow_tf32, packed->data_ptr(),
+      err = family_unit<GemmOutTileUnit>().launch(p, kind, allow_tf32, packed->data_ptr(),
                                                   (int)config, stream);
       break;
     case KernelFamily::kGemmPhaseSm90:
-      refuse_unless(gemm_phase_sm90_unit().supports(p, kind, allow_tf32),
+      refuse_unless(family_unit<GemmPhaseSm90Unit>().supports(p, kind, allow_tf32),
                     "the gemm_phase_sm90 kernel does not support this call");
-      check_packed(gemm_phase_sm90_unit().packed_weight_bytes(p, kind));
-      TORCH_CHECK(config >= -1 && config < gemm_phase_sm90_unit().num_configs(),
+      check_packed(family_unit<GemmPhaseSm90Unit>().packed_weight_bytes(p, kind));
+      TORCH_CHECK(config >= -1 && config < family_unit<GemmPhaseSm90Unit>().num_configs(),
                   "deconv_patch: gemm_phase_sm90 has no tile config ", config);
-      err = gemm_phase_sm90_unit().launch(p, kind, allow_tf32, packed->data_ptr(),
+      err = family_unit<GemmPhaseSm90Unit>().launch(p, kind, allow_tf32, packed->data_ptr(),
                                                     stream, (int)config);
       break;
     case KernelFamily::kGemmPhase:
-      refuse_unless(gemm_phase_unit().supports(p, kind, allow_tf32),
+      refuse_unless(family_unit<GemmPhaseUnit>().supports(p, kind, allow_tf32),
                     "the gemm_phase kernel does not support this call");
-      check_packed(gemm_phase_unit().packed_weight_bytes(p, kind));
-      TORCH_CHECK(config >= -1 && config < gemm_phase_unit().num_configs(),
+      check_packed(family_unit<GemmPhaseUnit>().packed_weight_bytes(p, kind));
+      TORCH_CHECK(config >= -1 && config < family_unit<GemmPhaseUnit>().num_configs(),
                   "deconv_patch: gemm_phase has no tile config ", config);
-      err = gemm_phase_unit().launch(p, kind, allow_tf32, packed->data_ptr(),
+      err = family_unit<GemmPhaseUnit>().launch(p, kind, allow_tf32, packed->data_ptr(),
                                                (int)config, stream);
       break;
     default:
@@ -487,7 +469,7 @@ bool gemm_out_tile_fits(int64_t device_index, const std::string& dtype,
   const int64_t dense[4] = {weight_sizes[1] * kh * kw, kh * kw, kw, 1};
   ConvTranspose2dParams p;
   fill_weight_geometry(p, weight_sizes, dense, stride, padding, dilation, groups);
-  return gemm_out_tile_unit().weight_fits(p, kind, allow_tf32);
+  return family_unit<GemmOutTileUnit>().weight_fits(p, kind, allow_tf32);
 }
 
 // `t` as ATen's CUDA autocast hands it to a lower-precision op, through ATen's per-region cast
@@ -549,22 +531,22 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "A tensor cast as CUDA autocast casts it (with autocast's cast cache)", py::arg("tensor"),
         py::arg("dtype"));
   m.def("gemm_phase_num_configs",
-        []() { return deconv_patch::gemm_phase_unit().num_configs(); },
+        []() { return deconv_patch::family_unit<deconv_patch::GemmPhaseUnit>().num_configs(); },
         "Number of gemm_phase tile configs");
   m.def("gemm_kxs_sm90_num_configs",
-        []() { return deconv_patch::gemm_kxs_sm90_unit().num_configs(); },
+        []() { return deconv_patch::family_unit<deconv_patch::GemmKxsSm90Unit>().num_configs(); },
         "Number of gemm_kxs_sm90 tile configs");
   m.def("gemm_phase_tma_config_names", []() {
-    return config_names(deconv_patch::gemm_phase_tma_unit().num_configs,
-                        deconv_patch::gemm_phase_tma_unit().config_name);
+    return config_names(deconv_patch::family_unit<deconv_patch::GemmPhaseTmaUnit>().num_configs,
+                        deconv_patch::family_unit<deconv_patch::GemmPhaseTmaUnit>().config_name);
   }, "gemm_phase_tma's tile config names, in config order");
   m.def("gemm_out_tile_config_names", []() {
-    return config_names(deconv_patch::gemm_out_tile_unit().num_configs,
-                        deconv_patch::gemm_out_tile_unit().config_name);
+    return config_names(deconv_patch::family_unit<deconv_patch::GemmOutTileUnit>().num_configs,
+                        deconv_patch::family_unit<deconv_patch::GemmOutTileUnit>().config_name);
   }, "gemm_out_tile's tile config names, in config order");
   m.def("ffma_tile_config_names", []() {
-    return config_names(deconv_patch::ffma_tile_unit().num_configs,
-                        deconv_patch::ffma_tile_unit().config_name);
+    return config_names(deconv_patch::family_unit<deconv_patch::FfmaTileUnit>().num_configs,
+                        deconv_patch::family_unit<deconv_patch::FfmaTileUnit>().config_name);
   }, "ffma_tile's tile config names, in config order");
   m.def("gemm_out_tile_fits", &deconv_patch::gemm_out_tile_fits,
         "Whether gemm_out_tile's smallest tile holds a layer's weights at once (weight sizes, "
@@ -572,7 +554,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("weight_sizes"), py::arg("stride"), py::arg("padding"), py::arg("dilation"),
         py::arg("groups"), py::arg("allow_tf32"));
   m.def("gemm_phase_sm90_num_configs",
-        []() { return deconv_patch::gemm_phase_sm90_unit().num_configs(); },
+        []() { return deconv_patch::family_unit<deconv_patch::GemmPhaseSm90Unit>().num_configs(); },
         "Number of gemm_phase_sm90 tile configs");
   m.def("pack_weight", &deconv_patch::pack_weight,
         "The weight in a family's packed layout", py::arg("family"), py::arg("weight"),

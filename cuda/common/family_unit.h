@@ -21,13 +21,12 @@ struct FamilyUnitTag {
 
 }  // namespace deconv_patch
 
-// Defines a unit's table (a constant TABLE tagged for FAMILY, the family's functions in the
-// table's member order) and its exported getter, deconv_patch_unit_NAME().
-#define DECONV_PATCH_DEFINE_UNIT(NAME, TABLE, FAMILY, ...)                         \
+// Defines a unit's table (a constant TABLE, tagged with TABLE::kFamily, the family's functions
+// in the table's member order) and its exported getter, deconv_patch_unit_NAME().
+#define DECONV_PATCH_DEFINE_UNIT(NAME, TABLE, ...)                                 \
   namespace deconv_patch {                                                        \
   namespace {                                                                     \
-  constexpr TABLE kUnit{{kFamilyUnitAbi, KernelFamily::FAMILY, sizeof(TABLE)},   \
-                        __VA_ARGS__};                                             \
+  constexpr TABLE kUnit{{kFamilyUnitAbi, TABLE::kFamily, sizeof(TABLE)}, __VA_ARGS__}; \
   }                                                                               \
   }                                                                               \
   extern "C" __attribute__((visibility("default"))) const void* deconv_patch_unit_##NAME() { \

@@ -43,6 +43,7 @@ cudaError_t launch_conv_transpose2d_ffma_tile(const ConvTranspose2dParams& p, Sc
 
 // The table of this family's build unit (ffma_tile_unit.cu, common/family_unit.h).
 struct FfmaTileUnit {
+  static constexpr KernelFamily kFamily = KernelFamily::kFfmaTile;
   FamilyUnitTag tag;
   decltype(&ffma_tile_num_configs) num_configs;
   decltype(&ffma_tile_config_name) config_name;

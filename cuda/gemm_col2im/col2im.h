@@ -26,6 +26,7 @@ cudaError_t launch_col2im(const ConvTranspose2dParams& p, const float* cols, Sca
 
 // The table of this family's build unit (gemm_col2im_unit.cu, common/family_unit.h).
 struct GemmCol2imUnit {
+  static constexpr KernelFamily kFamily = KernelFamily::kGemmCol2im;
   FamilyUnitTag tag;
   decltype(&launch_col2im) launch;
 };

@@ -36,6 +36,7 @@ cudaError_t launch_conv_transpose2d_gemm_kxs(const ConvTranspose2dParams& p, Sca
 
 // The table of this family's build unit (gemm_kxs_unit.cu, common/family_unit.h).
 struct GemmKxsUnit {
+  static constexpr KernelFamily kFamily = KernelFamily::kGemmKxs;
   FamilyUnitTag tag;
   decltype(&gemm_kxs_supports) supports;
   decltype(&launch_conv_transpose2d_gemm_kxs) launch;

@@ -92,6 +92,7 @@ cudaError_t launch_conv_transpose2d_gemm_kxs_sm90_f32_out(const ConvTranspose2dP
 
 // The table of this family's build unit (gemm_kxs_sm90_unit.cu, common/family_unit.h).
 struct GemmKxsSm90Unit {
+  static constexpr KernelFamily kFamily = KernelFamily::kGemmKxsSm90;
   FamilyUnitTag tag;
   decltype(&gemm_kxs_sm90_supports) supports;
   decltype(&gemm_kxs_sm90_num_configs) num_configs;

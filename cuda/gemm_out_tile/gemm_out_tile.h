@@ -68,6 +68,7 @@ cudaError_t launch_conv_transpose2d_gemm_out_tile(const ConvTranspose2dParams& p
 
 // The table of this family's build unit (gemm_out_tile_unit.cu, common/family_unit.h).
 struct GemmOutTileUnit {
+  static constexpr KernelFamily kFamily = KernelFamily::kGemmOutTile;
   FamilyUnitTag tag;
   decltype(&gemm_out_tile_supports) supports;
   decltype(&gemm_out_tile_weight_fits) weight_fits;

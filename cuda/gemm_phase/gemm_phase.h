@@ -49,6 +49,7 @@ cudaError_t launch_conv_transpose2d_gemm_phase(const ConvTranspose2dParams& p, S
 
 // The table of this family's build unit (gemm_phase_unit.cu, common/family_unit.h).
 struct GemmPhaseUnit {
+  static constexpr KernelFamily kFamily = KernelFamily::kGemmPhase;
   FamilyUnitTag tag;
   decltype(&gemm_phase_supports) supports;
   decltype(&gemm_phase_num_configs) num_configs;

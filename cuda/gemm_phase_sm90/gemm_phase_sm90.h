@@ -53,6 +53,7 @@ cudaError_t launch_conv_transpose2d_gemm_phase_sm90(const ConvTranspose2dParams&
 
 // The table of this family's build unit (gemm_phase_sm90_unit.cu, common/family_unit.h).
 struct GemmPhaseSm90Unit {
+  static constexpr KernelFamily kFamily = KernelFamily::kGemmPhaseSm90;
   FamilyUnitTag tag;
   decltype(&gemm_phase_sm90_supports) supports;
   decltype(&gemm_phase_sm90_num_configs) num_configs;

@@ -103,6 +103,7 @@ cudaError_t launch_conv_transpose2d_gemm_phase_tma(const ConvTranspose2dParams& 
 
 // The table of this family's build unit (gemm_phase_tma_unit.cu, common/family_unit.h).
 struct GemmPhaseTmaUnit {
+  static constexpr KernelFamily kFamily = KernelFamily::kGemmPhaseTma;
   FamilyUnitTag tag;
   decltype(&gemm_phase_tma_supports) supports;
   decltype(&gemm_phase_tma_num_configs) num_configs;

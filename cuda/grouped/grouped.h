@@ -39,6 +39,7 @@ cudaError_t launch_conv_transpose2d_grouped(const ConvTranspose2dParams& p, Scal
 
 // The table of this family's build unit (grouped_unit.cu, common/family_unit.h).
 struct GroupedUnit {
+  static constexpr KernelFamily kFamily = KernelFamily::kGrouped;
   FamilyUnitTag tag;
   decltype(&grouped_supports) supports;
   decltype(&launch_conv_transpose2d_grouped) launch;

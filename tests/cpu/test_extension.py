@@ -104,19 +104,21 @@ def test_each_family_unit_exports_its_table_and_the_binding_reads_it():
 
     for unit in extension.unit_names():
         text = (root / unit / f"{unit}_unit.cu").read_text()
-        tag = re.search(rf"DECONV_PATCH_DEFINE_UNIT\({unit}, (\w+), (\w+),", text)
+        tag = re.search(rf"DECONV_PATCH_DEFINE_UNIT\({unit}, (\w+),", text)
         assert tag is not None, unit
-        table, code = tag.group(1), tag.group(2)
-        struct = re.search(rf"struct {table} {{\n  FamilyUnitTag tag;\n(.*?)\n}};",
+        table = tag.group(1)
+        struct = re.search(rf"struct {table} {{\n  static constexpr KernelFamily kFamily = "
+                           rf"KernelFamily::(\w+);\n  FamilyUnitTag tag;\n(.*?)\n}};",
                            header_of(unit), re.S)
         assert struct is not None, unit
+        code = struct.group(1)
         # The table is filled by position: the unit must list the functions in the members'
         # order (two members of one type would otherwise swap silently).
-        members = re.findall(r"decltype\(&(\w+)\) \w+;", struct.group(1))
+        members = re.findall(r"decltype\(&(\w+)\) \w+;", struct.group(2))
         listed = re.findall(r"&(\w+)", text[tag.end():])
         assert listed == members and members, (unit, listed, members)
         assert f'case KernelFamily::{code}: return "{unit}";' in enum
-        assert f"family_unit<{table}>(KernelFamily::{code})" in binding
+        assert f"family_unit<{table}>()" in binding
     for family in kernels.FAMILIES:  # what the registry loads exists
         assert set(family.units) <= set(extension.unit_names()), family.name
     assert kernels.BY_NAME["direct"].units == ()
