@@ -22,7 +22,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Iterable, List, Optional, Sequence
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -105,9 +105,10 @@ def cache_dir(capabilities: Optional[Sequence[tuple]] = None) -> Path:
     return base / f"torch{torch_tag}-cuda{torch.version.cuda}-{arch}-src{sources_digest()}"
 
 
+@functools.lru_cache(maxsize=1)
 def sources_digest() -> str:
     """Hash of every file under cuda/ (headers too: torch's loader only hashes the .cpp/.cu
-    list), with its path."""
+    list), with its path; read once per process (cache_dir() asks on every unit load)."""
     root = cuda_source_dir()
     digest = hashlib.sha256()
     for path in sorted(p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
@@ -224,7 +225,7 @@ def _build_here(unit: str) -> object:
         ) from exc
 
 
-def compile_jobs(units: Sequence[str], cpus: int) -> dict:
+def compile_jobs(units: Sequence[str], cpus: int) -> Dict[str, int]:
     """ninja jobs per unit when `units` compile at once: cpus + 2 in all (ninja's own default
     for one build), shared in proportion to each unit's source files, at least one each."""
     files = {u: len(unit_sources(u)) for u in units}
@@ -271,8 +272,8 @@ def _compile_at_once(units: Sequence[str]) -> None:
 def _prepare(units: Sequence[str]) -> None:
     """Compiles, before they load, the units among `units` that have no build yet: one in this
     process, several at once."""
-    if not extension_available():
-        return  # loading then raises the clear error
+    if not units or not extension_available():
+        return  # nothing to build, or loading then raises the clear error
     build_root = cache_dir()
     todo = [u for u in units if not _is_built(u, build_root)]
     if len(todo) > 1:
@@ -306,7 +307,13 @@ def _load_unit(unit: str) -> str:
 def load_units(units: Iterable[str]) -> ModuleType:
     """The core, with these families' units registered. Whatever of them (the core included)
     has no build yet compiles first, all at once, with a progress bar."""
-    units = list(dict.fromkeys(units))
+    return _load_unit_set(tuple(dict.fromkeys(units)))
+
+
+@functools.lru_cache(maxsize=None)
+def _load_unit_set(units: Tuple[str, ...]) -> ModuleType:
+    """load_units, once per set of units: a registered unit stays registered, so later calls
+    (a prepared call per plan, a weight pack per weight version) cost a dict lookup."""
     core = loaded_extension()
     pending = [u for u in units if core is None or u not in core.registered_families()]
     _prepare(([CORE] if core is None else []) + pending)

@@ -131,8 +131,11 @@ def test_first_use_compiles_what_is_missing_at_once_then_loads_each_unit_once(mo
     process has loaded."""
     at_once, built, registered = [], [], []
 
+    asked = []
+
     class Core:
         def registered_families(self):
+            asked.append(1)
             return list(registered)
 
         def kernel_family_names(self):
@@ -155,6 +158,7 @@ def test_first_use_compiles_what_is_missing_at_once_then_loads_each_unit_once(mo
     monkeypatch.setattr(extension, "_build_here", lambda unit: built.append(unit) or f"{unit}.so")
     monkeypatch.setattr(extension, "register_unit", lambda c, unit, lib: registered.append(unit))
     extension._load_unit.cache_clear()
+    extension._load_unit_set.cache_clear()
     try:
         (tmp_path / "ffma_tile").mkdir()
         (tmp_path / "ffma_tile" / f"{extension.EXTENSION_NAME}_ffma_tile.so").write_bytes(b"")
@@ -166,8 +170,12 @@ def test_first_use_compiles_what_is_missing_at_once_then_loads_each_unit_once(mo
         extension.load_units(["gemm_kxs"])  # one unit: compiled here (then loaded)
         assert built == ["grouped", "ffma_tile", "gemm_kxs", "gemm_kxs"] and len(at_once) == 1
         assert registered == ["grouped", "ffma_tile", "gemm_kxs"]
+        before = len(asked)
+        extension.load_units(("gemm_kxs",))  # a set loaded before: not even asked again
+        assert len(asked) == before and built.count("gemm_kxs") == 2
     finally:
         extension._load_unit.cache_clear()
+        extension._load_unit_set.cache_clear()
 
 
 def test_units_compiled_at_once_share_the_cores_by_their_files():
