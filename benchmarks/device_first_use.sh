@@ -37,11 +37,21 @@ t0=$(date +%s.%N)
 python3 -m deconv_patch.cli build > "$L/build.log" 2>&1; build_rc=$?
 build_rest=$(seconds "$t0"); tail -2 "$L/build.log"
 
+step "per-file compile times (ninja logs)"
+mkdir -p "$L/ninja"
+for log in $(find "$DECONV_PATCH_CACHE" -name .ninja_log); do
+  unit=$(basename "$(dirname "$log")")
+  cp "$log" "$L/ninja/$unit.ninja_log"
+  awk -v u="$unit" '!/^#/ {printf "%6.1f s  %s  %s\n", ($2-$1)/1000, u, $4}' "$log"
+done | sort -rn > "$L/compile_times.txt"
+head -12 "$L/compile_times.txt"
+
 step "GPU tests"
 left=$(( start + ${BUDGET:-600} - $(date +%s) - 20 ))
 echo "test budget ${left}s"
-timeout "$left" python3 -m pytest -q -m cuda -p no:cacheprovider \
-  -n "${GPU_WORKERS:-4}" tests/gpu > "$L/gpu-tests.log" 2>&1; test_rc=$?
+workers=()
+python3 -c "import xdist" 2>/dev/null && workers=(-n "${GPU_WORKERS:-4}")
+timeout "$left" python3 -m pytest -q -m cuda -p no:cacheprovider "${workers[@]}" tests/gpu > "$L/gpu-tests.log" 2>&1; test_rc=$?
 grep -E "^FAILED|^ERROR" "$L/gpu-tests.log" | head -20
 
 step summary
@@ -51,3 +61,4 @@ echo "demo exit $demo_rc: ${demo_first}s with an empty cache, ${demo_cached}s ca
 echo "build of the other families: exit $build_rc, ${build_rest}s"
 echo "GPU tests: exit $test_rc, $(tail -1 "$L/gpu-tests.log")"
 grep -E "speedup|PASS|FAIL" "$L/demo_cached.log" | tail -4
+echo "slowest files:"; head -6 "$L/compile_times.txt"

@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from . import autotune, planner
+from . import autotune, grad_calls, planner
 from .arguments import ConvTransposeArgs, find_problem
 from .derived import set_class
 from .epilogue import DEFAULT_NEGATIVE_SLOPE, Epilogue, activate, check_activation
@@ -130,6 +130,11 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
         params = self._parameters  # (weight norm / parametrizations move "weight" out of it)
         weight = params["weight"] if "weight" in params else self.weight
         bias = params["bias"] if "bias" in params else self.bias
+        if not torch.compiler.is_compiling() and grad_calls.runs_on_pytorch(input, weight, bias):
+            # A call autograd records: PyTorch's own convolution, straight away (grad_calls), so
+            # a training step pays nothing more than nn.ConvTranspose2d's call. A fused chain
+            # never folds a recorded call.
+            return self._pytorch(input, weight, bias, output_size)
         chain = self.__dict__.get("_fused_chain")
         if chain is not None:
             folded = chain.folded(self, input, weight, bias)
@@ -140,6 +145,20 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
                 return out
         return self._conv(input, weight, bias, output_size, self.activation,
                           self.negative_slope, "_fast_path")
+
+    def _pytorch(self, input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
+                 output_size: Optional[List[int]]) -> torch.Tensor:
+        """nn.ConvTranspose2d's computation (then the fused activation) on `weight` and `bias`
+        as this call read them (a parametrized weight is computed once per call)."""
+        if self.padding_mode != "zeros":
+            raise ValueError("Only `zeros` padding mode is supported for ConvTranspose2d")
+        output_padding = self.output_padding if output_size is None else self._output_padding(
+            input, output_size, self.stride, self.padding, self.kernel_size,  # type: ignore[arg-type]
+            2, self.dilation)  # type: ignore[arg-type]
+        y = F.conv_transpose2d(input, weight, bias, self.stride, self.padding, output_padding,
+                               self.groups, self.dilation)
+        return y if self.activation == "none" else activate(y, self.activation,
+                                                             self.negative_slope)
 
     def forward_fused(self, input: torch.Tensor) -> torch.Tensor:
         """This layer's fused chain (conv, folded eval BatchNorm, activation) on `input`, whoever
@@ -181,20 +200,20 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
             # What ATen's autocast does to conv_transpose2d's arguments (our kernel path below
             # bypasses the dispatcher, so it would otherwise run, and return, fp32).
             input, weight, bias = autocast_args(input, weight, bias)
+        recorded = grad_calls.records_grad(input, weight, bias)
         if compiling:
             # Graph time: layers no kernel of ours covers stay aten convolutions, which Inductor
-            # schedules itself; the rest become our op (which still plans per call).
-            use_op = planner.may_use_kernel(
+            # schedules itself, and so do training graphs (grad_calls; Inductor then compiles
+            # forward and backward as it does for nn.ConvTranspose2d); the rest become our op
+            # (which still plans per call).
+            use_op = not recorded and planner.may_use_kernel(
                 input.device, input.dtype, self.kernel_size, self._args(output_padding),
                 (self.in_channels // self.groups, self.out_channels // self.groups))
         else:
             entry = self._entry_for(input, output_padding, weight, bias, activation,
                                     negative_slope)
             use_op = entry.plan.uses_kernel or entry.tune
-            if use_op and not entry.tune and _plain_cuda_tensor(input) and not (
-                    torch.is_grad_enabled() and (
-                        input.requires_grad or weight.requires_grad
-                        or (bias is not None and bias.requires_grad))):
+            if use_op and not entry.tune and _plain_cuda_tensor(input) and not recorded:
                 if entry.call is not None:
                     out = entry.call(input, weight, bias)
                 else:

@@ -100,7 +100,7 @@ def test_backend_flag_changes_are_seen():
         _close(m(x), _expected(m, x))
 
 
-def test_autograd_needs_the_registered_op():
+def test_recorded_calls_bypass_the_armed_fast_path():
     m = _layer()
     x = _input()
     with torch.no_grad():
@@ -118,10 +118,11 @@ def test_pytorch_plan_armed_too_and_keeps_autograd():
     m = _layer(cin=64, cout=32, k=4, s=2, p=1, dtype=torch.float32)  # cuDNN by plan
     x = _input(c=64, hw=16, dtype=torch.float32, channels_last=False)
     assert m.plan_for(x).variant == planner.ATEN
-    m(x)
+    with torch.no_grad():
+        m(x)
     assert "_fast_path" in m.__dict__
     xg = x.clone().requires_grad_()
-    y = m(xg)  # armed path: PyTorch's convolution records its backward
+    y = m(xg)  # a recorded call: PyTorch's convolution records its backward (grad_calls)
     _close(y.detach(), _expected(m, x))
     y.sum().backward()
     assert xg.grad is not None and m.weight.grad is not None

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# One device call for training: build every unit at once, the training benchmark
+# (benchmarks/train.py), the GPU suite, and the same benchmark on a BEFORE tree when one is given
+# (another checkout of the package, e.g. the commit before a change; it shares the build when its
+# cuda/ is the same). Logs and JSON in $OUT; tables print last.
+#   BEFORE=.ab_base/before MODELS=dcgan,unet WITH_BENCHMARK=1 TESTS=tests/gpu \
+#     bash benchmarks/device_train.sh
+set -u
+OUT=${OUT:-/tmp/deconv_patch_out}
+L=$OUT/logs
+mkdir -p "$L"
+export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
+export DECONV_PATCH_CACHE=${DECONV_PATCH_CACHE:-/tmp/deconv_patch_train_cache}
+MODELS=${MODELS:-dcgan,unet}
+step() { echo "== $1 ($(date +%T))"; }
+
+step "build every unit"
+python3 -c "from deconv_patch.extension import load_units, unit_names; load_units(unit_names())" \
+  > "$L/build.log" 2>&1 || tail -20 "$L/build.log"
+
+step "train.py"
+timeout "${TRAIN_S:-240}" python3 benchmarks/train.py --models "$MODELS" --layers quick \
+  --out "$L/train.json" > "$L/train.txt" 2> "$L/train.err"; echo "exit $?"
+
+if [ -n "${WITH_BENCHMARK:-}" ]; then
+  step "train.py --benchmark"
+  timeout "${TRAIN_S:-240}" python3 benchmarks/train.py --models "$MODELS" --layers quick \
+    --benchmark --no-compile --out "$L/train_benchmark.json" > "$L/train_benchmark.txt" \
+    2> "$L/train_benchmark.err"; echo "exit $?"
+fi
+
+step "GPU tests"
+workers=()
+python3 -c "import xdist" 2>/dev/null && workers=(-n "${GPU_WORKERS:-4}")
+timeout "${TESTS_S:-150}" python3 -m pytest -q -m cuda -p no:cacheprovider "${workers[@]}" \
+  ${TESTS:-tests/gpu} > "$L/gpu-tests.log" 2>&1; test_rc=$?
+grep -E "^FAILED|^ERROR" "$L/gpu-tests.log" | head -20
+
+if [ -n "${BEFORE:-}" ]; then
+  step "train.py on $BEFORE"
+  (cd "$BEFORE" && PYTHONPATH=$PWD timeout "${BEFORE_S:-120}" python3 benchmarks/train.py \
+    --models "$MODELS" --layers quick --no-compile --out "$L/train_before.json" \
+    > "$L/train_before.txt" 2> "$L/train_before.err"); echo "exit $?"
+fi
+
+step summary
+echo "GPU tests: exit $test_rc, $(tail -1 "$L/gpu-tests.log")"
+if [ -n "${BEFORE:-}" ]; then echo "-- before:"; cat "$L/train_before.txt"; fi
+if [ -n "${WITH_BENCHMARK:-}" ]; then
+  echo "-- cudnn.benchmark on:"; cat "$L/train_benchmark.txt"; tail -3 "$L/train_benchmark.err"
+fi
+echo "-- cudnn.benchmark off:"; cat "$L/train.txt"; tail -3 "$L/train.err"

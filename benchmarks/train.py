@@ -1,0 +1,267 @@
+"""Training benchmark: a patched model's (and layer's) training step against the original's.
+
+Per example model (examples/registry.py, dense-output ones) and mode (tf32: fp32 with TF32
+allowed; bf16: bf16 autocast over fp32 weights), one training step (forward, MSE loss against a
+fixed random target, backward, SGD step), original vs `deconv_patch.optimize(model)` in train
+mode, eager and under torch.compile; per layer of benchmarks/layers.py's suite, forward +
+backward and each of grad_input and grad_weight alone, nn.ConvTranspose2d vs the layer as
+optimize() installs it. Every pair is timed in the same process, the two sides alternated over
+rounds (CUDA events, median). Ratio = original time / patched time. cudnn.benchmark is
+PyTorch's default (off) unless --benchmark. Prints a table last; --out writes JSON.
+
+    python benchmarks/train.py [--models dcgan,unet] [--modes tf32,bf16] [--layers quick|all|none]
+                               [--benchmark] [--no-compile] [--out train.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import copy
+import json
+import math
+import statistics
+import sys
+import warnings
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: `examples`
+
+from benchmarks.layers import QUICK, SUITE, Layer  # noqa: E402
+from deconv_patch import FastConvTranspose2d  # noqa: E402
+from deconv_patch.optimize import optimize  # noqa: E402
+from deconv_patch.timing import time_cuda  # noqa: E402
+from examples.registry import EXAMPLES, Example  # noqa: E402
+
+MODES = ("tf32", "bf16")
+
+
+@dataclass
+class Row:
+    """One measurement pair: median ms per step of the original and of the patched side."""
+
+    kind: str  # "model" or "layer"
+    name: str
+    mode: str
+    what: str  # "step", "compiled step", "fwd+bwd", "grad_input", "grad_weight"
+    original_ms: Optional[float] = None
+    patched_ms: Optional[float] = None
+    notes: List[str] = field(default_factory=list)
+
+    @property
+    def ratio(self) -> Optional[float]:
+        if self.original_ms is None or not self.patched_ms:
+            return None
+        return self.original_ms / self.patched_ms
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {**asdict(self), "ratio": self.ratio}
+
+
+def _paired(fn_a: Callable[[], Any], fn_b: Callable[[], Any], rounds: int, warmup: int,
+            reps: int) -> Tuple[float, float]:
+    a: List[float] = []
+    b: List[float] = []
+    for r in range(rounds):  # which side goes first alternates too
+        for fn, times in ((fn_a, a), (fn_b, b)) if r % 2 == 0 else ((fn_b, b), (fn_a, a)):
+            times.append(time_cuda(fn, warmup=warmup, reps=reps).median_ms)
+    return statistics.median(a), statistics.median(b)
+
+
+def _autocast(mode: str):
+    if mode == "bf16":
+        return torch.autocast("cuda", dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def _first_tensor(out: Any) -> torch.Tensor:
+    if isinstance(out, torch.Tensor):
+        return out
+    values = out.values() if isinstance(out, dict) else out
+    return next(_first_tensor(v) for v in values)
+
+
+def _train_step(model: torch.nn.Module, inputs: Sequence[Any], target: torch.Tensor,
+                mode: str) -> Callable[[], None]:
+    """One SGD step of `model` (its own optimizer, gradients set to None each step)."""
+    opt = torch.optim.SGD(model.parameters(), lr=1e-6)
+
+    def step() -> None:
+        opt.zero_grad(set_to_none=True)
+        with _autocast(mode):
+            out = _first_tensor(model(*inputs))
+        F.mse_loss(out.float(), target).backward()
+        opt.step()
+
+    return step
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0][:160] if text else ''}"
+
+
+def bench_model(example: Example, mode: str, args: argparse.Namespace) -> List[Row]:
+    """The training step of one example, eager and compiled; failures become notes."""
+    batch = args.batch or max(1, example.bench_batch // 2)
+    name = f"{example.name} b{batch}"
+    eager = Row("model", name, mode, "step")
+    rows = [eager]
+    torch.manual_seed(0)
+    try:
+        original = example.build(small=False).cuda().train()
+        inputs = example.inputs(batch, "cuda", torch.float32)
+        patched = optimize(copy.deepcopy(original), inputs, progress=False)
+        with torch.no_grad(), _autocast(mode):
+            target = torch.randn_like(_first_tensor(original(*inputs)).float())
+        eager.original_ms, eager.patched_ms = _paired(
+            _train_step(original, inputs, target, mode), _train_step(patched, inputs, target, mode),
+            args.rounds, args.warmup, args.reps)
+    except Exception as exc:
+        eager.notes.append(_one_line(exc))
+        return rows
+    if not args.no_compile:
+        compiled = Row("model", name, mode, "compiled step")
+        rows.append(compiled)
+        try:
+            torch._dynamo.reset()
+            a = _train_step(torch.compile(original), inputs, target, mode)
+            b = _train_step(torch.compile(patched), inputs, target, mode)
+            a(), b()  # compile outside the timed region
+            compiled.original_ms, compiled.patched_ms = _paired(a, b, args.rounds, args.warmup,
+                                                                args.reps)
+        except Exception as exc:
+            compiled.notes.append(_one_line(exc))
+    del original, patched
+    torch.cuda.empty_cache()
+    return rows
+
+
+def _layer_pass(module: torch.nn.Module, x: torch.Tensor, grad: torch.Tensor, mode: str,
+                wrt: str) -> Callable[[], None]:
+    """Forward + backward of one layer: gradients of the input and parameters ("all"), of the
+    input only ("grad_input") or of the parameters only ("grad_weight")."""
+    params = [p for p in module.parameters()]
+    leaves = {"all": [x, *params], "grad_input": [x], "grad_weight": params}[wrt]
+
+    def run() -> None:
+        with _autocast(mode):
+            out = module(x)
+        torch.autograd.grad(out, leaves, grad.to(out.dtype))
+
+    return run
+
+
+def bench_layer(layer: Layer, mode: str, args: argparse.Namespace) -> List[Row]:
+    conv, x = layer.module_and_input(torch.float32, channels_last=False)
+    conv.train()
+    patched = FastConvTranspose2d.from_module(copy.deepcopy(conv))
+    x.requires_grad_(True)
+    with torch.no_grad(), _autocast(mode):
+        grad = torch.randn_like(conv(x).float())
+    rows = []
+    for wrt, what in (("all", "fwd+bwd"), ("grad_input", "grad_input"),
+                      ("grad_weight", "grad_weight")):
+        row = Row("layer", layer.name, mode, what)
+        try:
+            row.original_ms, row.patched_ms = _paired(
+                _layer_pass(conv, x, grad, mode, wrt), _layer_pass(patched, x, grad, mode, wrt),
+                args.rounds, args.warmup, args.reps)
+        except Exception as exc:
+            row.notes.append(_one_line(exc))
+        rows.append(row)
+    return rows
+
+
+def _fmt(value: Optional[float], spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def format_table(rows: Sequence[Row]) -> str:
+    header = ["kind", "name", "mode", "what", "original ms", "patched ms", "ratio"]
+    body = [[r.kind, r.name, r.mode, r.what, _fmt(r.original_ms, ".3f"),
+             _fmt(r.patched_ms, ".3f"), _fmt(r.ratio, ".2f") + ("x" if r.ratio else "")]
+            for r in rows]
+    widths = [max(len(line[i]) for line in [header] + body) for i in range(len(header))]
+    lines = ["  ".join(c.ljust(w) if i < 4 else c.rjust(w) for i, (c, w) in
+                       enumerate(zip(line, widths))) for line in [header] + body]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    for r in rows:
+        for note in r.notes:
+            lines.append(f"note [{r.name} {r.mode} {r.what}]: {note}")
+    for mode in sorted({r.mode for r in rows}):
+        ratios = [r.ratio for r in rows if r.kind == "layer" and r.mode == mode
+                  and r.what == "fwd+bwd" and r.ratio]
+        if ratios:
+            geo = math.exp(sum(math.log(v) for v in ratios) / len(ratios))
+            lines.append(f"layers {mode} fwd+bwd: geomean {geo:.2f}x, min {min(ratios):.2f}x "
+                         f"over {len(ratios)}")
+    return "\n".join(lines)
+
+
+def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    dense = [e.name for e in EXAMPLES if e.dense_output]
+    parser.add_argument("--models", default=",".join(dense),
+                        help="comma-separated example names (default: the dense-output ones)")
+    parser.add_argument("--modes", default=",".join(MODES), help="comma-separated: tf32, bf16")
+    parser.add_argument("--layers", default="quick", choices=("quick", "all", "none"))
+    parser.add_argument("--batch", type=int, default=None,
+                        help="every model's batch (default: half its inference benchmark batch)")
+    parser.add_argument("--benchmark", action="store_true",
+                        help="cudnn.benchmark on (cuDNN and deconv_patch autotune their choices)")
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--reps", type=int, default=20)
+    parser.add_argument("--rounds", type=int, default=4, help="alternating timing rounds")
+    parser.add_argument("--no-compile", action="store_true", help="skip the compiled steps")
+    parser.add_argument("--out", type=Path, default=None, help="write the rows as JSON here")
+    return parser.parse_args(argv)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = parse_args(argv)
+    if not torch.cuda.is_available():
+        print("benchmarks/train.py needs a CUDA GPU (on the CPU a patched model runs PyTorch's "
+              "own kernels: nothing to measure).", file=sys.stderr)
+        return 2
+    known = {e.name: e for e in EXAMPLES}
+    names = [n for n in args.models.split(",") if n]
+    modes = [m for m in args.modes.split(",") if m]
+    if any(n not in known for n in names) or any(m not in MODES for m in modes):
+        print(f"models among {', '.join(known)}; modes among {', '.join(MODES)}", file=sys.stderr)
+        return 2
+    torch.backends.cuda.matmul.allow_tf32 = True  # tf32 mode: TF32 allowed everywhere
+    torch.backends.cudnn.allow_tf32 = True
+    torch.backends.cudnn.benchmark = args.benchmark
+    layers = {"quick": [layer for layer in SUITE if layer.name in QUICK], "all": SUITE,
+              "none": []}[args.layers]
+    rows: List[Row] = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # fallback and patch warnings: the table says it all
+        for mode in modes:
+            for name in names:
+                print(f"[{name} {mode}] ...", file=sys.stderr, flush=True)
+                rows += bench_model(known[name], mode, args)
+            for layer in layers:
+                print(f"[{layer.name} {mode}] ...", file=sys.stderr, flush=True)
+                rows += bench_layer(layer, mode, args)
+    env = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__,
+           "cuda": torch.version.cuda, "cudnn_benchmark": args.benchmark,
+           "warmup": args.warmup, "reps": args.reps, "rounds": args.rounds}
+    if args.out is not None:
+        args.out.write_text(json.dumps({"environment": env,
+                                        "rows": [r.to_dict() for r in rows]}, indent=2))
+    print(f"{env['gpu']}, torch {env['torch']}, CUDA {env['cuda']}, cudnn.benchmark "
+          f"{args.benchmark}; ratio = original / patched; median of {args.rounds} alternating "
+          f"rounds x {args.reps} reps")
+    print(format_table(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

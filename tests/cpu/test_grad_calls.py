@@ -1,0 +1,77 @@
+"""grad_calls on the CPU: which calls autograd records, that a recorded call runs PyTorch's
+path unless a variant is forced, and that a patched layer's recorded call is
+nn.ConvTranspose2d's (the CUDA side: tests/gpu/test_grad_calls.py)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from deconv_patch import grad_calls, planner
+
+
+def _tensors(x_grad: bool, w_grad: bool, b_grad: bool):
+    x = torch.randn(2, 4, 5, 5, requires_grad=x_grad)
+    w = torch.randn(4, 3, 2, 2, requires_grad=w_grad)
+    b = torch.randn(3, requires_grad=b_grad)
+    return x, w, b
+
+
+@pytest.mark.parametrize("x_grad,w_grad,b_grad", [(False, False, False), (True, False, False),
+                                                  (False, True, False), (False, False, True),
+                                                  (True, True, True)])
+def test_records_grad(x_grad, w_grad, b_grad):
+    x, w, b = _tensors(x_grad, w_grad, b_grad)
+    wanted = x_grad or w_grad or b_grad
+    assert grad_calls.records_grad(x, w, b) == wanted
+    assert grad_calls.records_grad(x, w, None) == (x_grad or w_grad)
+    with torch.no_grad():
+        assert not grad_calls.records_grad(x, w, b)
+    # what autograd itself says about the same call
+    assert torch.nn.functional.conv_transpose2d(x, w, b, 2).requires_grad == wanted
+
+
+def test_recorded_calls_run_pytorch_unless_forced():
+    x, w, b = _tensors(True, True, True)
+    assert grad_calls.runs_on_pytorch(x, w, b)
+    with planner.use_variant("gemm_kxs"):
+        assert not grad_calls.runs_on_pytorch(x, w, b)
+    with torch.no_grad():
+        assert not grad_calls.runs_on_pytorch(x, w, b)
+    assert not grad_calls.runs_on_pytorch(*_tensors(False, False, False))
+
+
+@pytest.mark.parametrize("output_size", [None, [12, 12]])
+def test_recorded_module_calls_are_nn_conv_transpose2d(output_size):
+    """A recorded call of a patched layer computes what nn.ConvTranspose2d (then its fused
+    activation) does, gradients included, and reads a parametrized weight once per call."""
+    from torch import nn
+    from torch.nn.utils import parametrize
+
+    from deconv_patch import FastConvTranspose2d
+
+    class Counted(nn.Module):
+        calls = 0
+
+        def forward(self, w):
+            Counted.calls += 1
+            return w * 0.5
+
+    torch.manual_seed(3)
+    ref = nn.ConvTranspose2d(4, 3, 3, stride=2, padding=1)
+    parametrize.register_parametrization(ref, "weight", Counted())
+    fast = FastConvTranspose2d.from_module(ref)
+    plain = FastConvTranspose2d.from_module(nn.ConvTranspose2d(4, 3, 3, 2, 1), activation="relu")
+    x = torch.randn(2, 4, 6, 6, requires_grad=True)
+    g = torch.randn(2, 3, 12, 12) if output_size else torch.randn(2, 3, 11, 11)
+    before = Counted.calls
+    got = fast(x, output_size=output_size)
+    assert Counted.calls == before + 1
+    want = nn.ConvTranspose2d.forward(ref, x, output_size)
+    assert torch.equal(got, want)
+    params = [x, ref.parametrizations.weight.original, ref.bias]
+    for a, b in zip(torch.autograd.grad(got, params, g), torch.autograd.grad(want, params, g)):
+        assert torch.equal(a, b)
+    y = plain(x, output_size=output_size)
+    expected = torch.relu(nn.ConvTranspose2d.forward(plain, x, output_size))
+    assert torch.equal(y, expected) and y.grad_fn is not None
