@@ -2,18 +2,23 @@
 as `deconv-patch build` would, on a machine with no GPU, with ptxas's register report; then
 load them and register each unit with the core, as a first use does.
 
-Each kernel file is compiled once for both architectures, two files at a time ($MAX_JOBS),
-which catches binding/kernel interface breaks that compiling each .cu alone cannot; the log
+Each kernel file is compiled once for both architectures. Two units build at a time, each a
+ninja build of $MAX_JOBS files (a unit of one large file alone would leave a core idle); this
+catches binding/kernel interface breaks that compiling each .cu alone cannot; the log
 carries every kernel's registers and spills, which .ci/run prints and checks. Registering checks
 each unit's table (its ABI, family code and size) against the binding, and the config names the
 binding reads through the tables against the Python registry.
 
 Usage: python .ci/build_extension.py BUILD_DIR [UNIT ...]   (default: every unit)"""
 
+import os
+import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from deconv_patch import extension, kernels
+from deconv_patch import extension
+from deconv_patch.kernels.binding_configs import config_list_mismatches
 
 # Machine code for Ampere and for Hopper's wgmma target, no PTX: the architectures the kernels
 # are tuned for, without a third front-end pass that checks nothing more.
@@ -24,31 +29,37 @@ GENCODE = [
 ]
 
 
-def _config_names_match(core) -> None:
-    """The binding's config lists, read through the units' tables, are the registry's."""
-    for family, names in (("gemm_phase_tma", core.gemm_phase_tma_config_names()),
-                          ("gemm_out_tile", core.gemm_out_tile_config_names()),
-                          ("ffma_tile", core.ffma_tile_config_names())):
-        expected = [c.variant.split(":", 1)[1] for c in kernels.BY_NAME[family].configs]
-        assert names == expected, (family, names, expected)
-    for family, count in (("gemm_phase", core.gemm_phase_num_configs()),
-                          ("gemm_phase_sm90", core.gemm_phase_sm90_num_configs()),
-                          ("gemm_kxs_sm90", core.gemm_kxs_sm90_num_configs())):
-        assert count == len(kernels.BY_NAME[family].configs), (family, count)
+def _compile(unit: str, root: Path, flags: list) -> subprocess.CompletedProcess:
+    """One unit's build in a process of its own (extension.py's entry point), verbose."""
+    return subprocess.run(
+        [sys.executable, "-m", "deconv_patch.extension", unit, str(root), *flags],
+        capture_output=True, text=True, env={**os.environ, "DECONV_PATCH_VERBOSE_BUILD": "1"})
 
 
 def main(build_dir: str, units: list) -> int:
     root = Path(build_dir)
     units = units or extension.unit_names()
+    flags = ["-Xptxas", "-v", *GENCODE]
     print("flags:", " ".join(GENCODE), flush=True)
-    core = extension.build_unit(extension.CORE, root, ["-Xptxas", "-v", *GENCODE], verbose=True)
+    # The units with most files first, so the last to finish is a small one.
+    order = sorted([extension.CORE, *units], key=lambda u: -len(extension.unit_sources(u)))
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        for unit, done in zip(order, pool.map(lambda u: _compile(u, root, flags), order)):
+            print(f"== unit {unit}", flush=True)
+            print(done.stdout, done.stderr, sep="\n", flush=True)
+            if done.returncode != 0:
+                print(f"building {unit} failed (exit {done.returncode})", flush=True)
+                return 1
+    # Load what was built (ninja finds nothing to do) and register each unit with the core.
+    core = extension.build_unit(extension.CORE, root, flags)
     for unit in units:
-        library = extension.build_unit(unit, root, ["-Xptxas", "-v", *GENCODE], verbose=True)
+        library = extension.build_unit(unit, root, flags)
         extension.register_unit(core, unit, str(library))
     registered = core.registered_families()
     assert sorted(registered) == sorted(units), (registered, units)
     if sorted(units) == extension.unit_names():
-        _config_names_match(core)
+        problems = config_list_mismatches(core)
+        assert not problems, "\n".join(problems)
     print("extension built:", extension.CORE, *units, "- units registered:", *registered)
     return 0
 

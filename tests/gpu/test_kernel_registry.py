@@ -9,6 +9,7 @@ import torch
 from deconv_patch import kernels, ops, planner
 from deconv_patch.arguments import ConvTransposeArgs
 from deconv_patch.extension import load_extension
+from deconv_patch.kernels.binding_configs import config_list_mismatches
 
 pytestmark = pytest.mark.cuda
 
@@ -19,17 +20,7 @@ def test_binding_family_codes_are_the_registrys():
 
 
 def test_binding_config_lists_are_the_registrys():
-    ext = load_extension()
-    for family, listed in ((planner.GEMM_PHASE_TMA, ext.gemm_phase_tma_config_names()),
-                           (planner.GEMM_OUT_TILE, ext.gemm_out_tile_config_names()),
-                           (planner.FFMA_TILE, ext.ffma_tile_config_names())):
-        configs = kernels.BY_NAME[family].configs
-        assert [c.variant.split(":", 1)[1] for c in configs] == listed, family
-        assert [c.index for c in configs] == list(range(len(listed)))
-    assert len(kernels.BY_NAME[planner.GEMM_PHASE].configs) == ext.gemm_phase_num_configs()
-    assert len(kernels.BY_NAME[planner.GEMM_PHASE_SM90].configs) == \
-        ext.gemm_phase_sm90_num_configs()
-    assert len(kernels.BY_NAME[planner.GEMM_KXS_SM90].configs) == ext.gemm_kxs_sm90_num_configs()
+    assert config_list_mismatches(load_extension()) == []
 
 
 def test_a_binding_refusal_falls_back_to_pytorch_unless_forced():
