@@ -33,8 +33,8 @@ from .fuse_plan import CHAIN_ATTR, ChainPlan, attach_chains, detach_chains, plan
 from .modules import FastConvTranspose2d
 from .patching import copy_model, patch_modules
 from .summary import (
-    FUSION_NOTE, PATH_NONE, PATH_PATCHED, LayerPatch, PatchSummary, PatchWarning, attach,
-    get_summary, layer_from_module, with_notes,
+    FUSION_NOTE, PATH_NONE, PATH_PATCHED, TRAINING_NOTE, LayerPatch, PatchSummary, PatchWarning,
+    attach, get_summary, layer_from_module, with_notes,
 )
 
 PROGRESS_THRESHOLD = 20  # show a tqdm bar when more layers than this are patched
@@ -259,6 +259,7 @@ def optimize(
     notes: List[str] = []
     if layers:
         notes.append(FUSION_NOTE if fuse else "fuse=False: nothing fused")
+        notes.append(TRAINING_NOTE)
     summary = PatchSummary(
         path=PATH_PATCHED if layers else PATH_NONE,
         reason=("patched the model's own modules in place" if layers else

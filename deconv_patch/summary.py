@@ -26,6 +26,12 @@ FUSION_NOTE = (
     "state_dict stay the model's own."
 )
 
+# Shown under every summary with patched layers: where PyTorch's own convolution still runs.
+TRAINING_NOTE = (
+    "calls that autograd records (training steps) run PyTorch's own convolution, so the model "
+    "trains as fast as the original; deconv_patch's kernels run the calls without gradients."
+)
+
 
 class PatchWarning(UserWarning):
     """optimize() left a transposed convolution on PyTorch or declined a fusion (the summary
@@ -211,6 +217,6 @@ def with_notes(summary: PatchSummary, *notes: str) -> PatchSummary:
 
 __all__ = [
     "FUSION_NOTE", "LayerPatch", "PATH_NONE", "PATH_PATCHED", "PatchSummary", "PatchWarning",
-    "attach",
+    "TRAINING_NOTE", "attach",
     "format_table", "get_summary", "layer_from_module", "refreshed", "summary", "with_notes",
 ]

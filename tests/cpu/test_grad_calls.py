@@ -75,3 +75,20 @@ def test_recorded_module_calls_are_nn_conv_transpose2d(output_size):
     y = plain(x, output_size=output_size)
     expected = torch.relu(nn.ConvTranspose2d.forward(plain, x, output_size))
     assert torch.equal(y, expected) and y.grad_fn is not None
+
+
+def test_summary_says_training_runs_pytorch():
+    import warnings
+
+    from torch import nn
+
+    import deconv_patch
+    from deconv_patch.summary import TRAINING_NOTE
+
+    model = nn.Sequential(nn.ConvTranspose2d(4, 3, 2, 2), nn.ReLU())
+    info = deconv_patch.summary(deconv_patch.optimize(model), quiet=True)
+    assert TRAINING_NOTE in info.notes and TRAINING_NOTE in info.table()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # (nothing to patch: optimize warns)
+        none = deconv_patch.summary(deconv_patch.optimize(nn.Linear(2, 2)), quiet=True)
+    assert TRAINING_NOTE not in none.notes
