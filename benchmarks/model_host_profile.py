@@ -14,7 +14,7 @@ import pstats
 import torch
 
 import deconv_patch
-from deconv_patch.demo import DemoGenerator, _trained_batchnorm
+from deconv_patch.cli.demo import DemoGenerator, _trained_batchnorm
 
 
 def main() -> None:

@@ -18,7 +18,7 @@ from typing import Callable, Dict
 import torch
 
 import deconv_patch
-from deconv_patch.demo import DemoGenerator, _trained_batchnorm
+from deconv_patch.cli.demo import DemoGenerator, _trained_batchnorm
 
 
 def per_call_us(fn: Callable[[], object], calls: int, sync_each: bool) -> float:

@@ -18,7 +18,7 @@ from .modules import FastConvTranspose2d
 from .ops import FallbackWarning, conv_transpose2d, conv_transpose2d_fused
 from .optimize import optimize
 from .planner import use_variant
-from .report import (
+from .validation.report import (
     Environment,
     LayerResult,
     OutputSet,

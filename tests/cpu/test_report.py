@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from deconv_patch.demo import DemoGenerator
+from deconv_patch.cli.demo import DemoGenerator
 from deconv_patch.modules import FastConvTranspose2d
-from deconv_patch.report import (
+from deconv_patch.validation.report import (
     SCHEMA_VERSION,
     Environment,
     LayerResult,

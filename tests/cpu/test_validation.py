@@ -10,9 +10,9 @@ import pytest
 import torch
 from torch import nn
 
-from deconv_patch.demo import DemoGenerator
+from deconv_patch.cli.demo import DemoGenerator
 from deconv_patch.modules import FastConvTranspose2d
-from deconv_patch.report import Tolerances, ulp
+from deconv_patch.validation.report import Tolerances, ulp
 from deconv_patch.swap import swap_conv_transpose2d
 from deconv_patch.validation import compare_tensors, find_layers, validate
 from tests.helpers import randomize_bn

@@ -173,6 +173,6 @@ def test_module_on_cuda_reports_kernel_backend_and_matches():
 
 
 def test_demo_passes_on_cuda():
-    from deconv_patch.demo import run_demo
+    from deconv_patch.cli.demo import run_demo
 
     assert run_demo(batch=16) == 0

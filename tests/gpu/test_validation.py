@@ -8,7 +8,7 @@ import copy
 import pytest
 import torch
 
-from deconv_patch.demo import DemoGenerator
+from deconv_patch.cli.demo import DemoGenerator
 from deconv_patch.swap import swap_conv_transpose2d
 from deconv_patch.validation import validate
 from tests.helpers import randomize_bn

@@ -11,7 +11,7 @@ from typing import Any, Optional
 import torch
 
 from .report import OutputSet, TensorComparison, Tolerances, dtype_name, ulp
-from .validation_values import _flatten
+from .values import _flatten
 
 
 def _bits(t: torch.Tensor) -> torch.Tensor:

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import argparse
 
-from .cli_output import CliError
-from .exit_codes import ExitCode
+from .output import CliError
+from ..exit_codes import ExitCode
 
 
 def _cmd_build(args: argparse.Namespace) -> int:
-    from .extension import ExtensionUnavailableError, _capabilities, build
+    from ..extension import ExtensionUnavailableError, _capabilities, build
 
     try:
         info = build()

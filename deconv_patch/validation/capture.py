@@ -12,7 +12,7 @@ from typing import Any, Callable, Dict, Iterator, Sequence, Tuple
 import torch
 from torch import nn
 
-from .validation_values import Args, Kwargs, _clone
+from .values import Args, Kwargs, _clone
 
 
 @dataclass

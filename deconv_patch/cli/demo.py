@@ -8,7 +8,7 @@ from typing import List
 import torch
 from torch import nn
 
-from ._version import __version__
+from .._version import __version__
 
 
 class DemoGenerator(nn.Module):
@@ -57,10 +57,10 @@ def run_demo(batch: int = 64, seed: int = 0) -> int:
     and its accuracy check is as meaningful as on CUDA). On CUDA, cudnn.benchmark is on for
     the run: it lets cuDNN time its algorithms for the original and deconv_patch's autotune time
     its kernels, so each side runs its fastest. Prints the reports; returns an exit code."""
-    from .modules import FastConvTranspose2d
-    from .optimize import optimize
-    from .report import HEADERS, format_table, table_rows
-    from .validation import validate
+    from ..modules import FastConvTranspose2d
+    from ..optimize import optimize
+    from ..validation.report import HEADERS, format_table, table_rows
+    from ..validation import validate
 
     torch.manual_seed(seed)
     cuda = torch.cuda.is_available()

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, List, Optional, Sequence
 
 from .report_records import Environment, SpeedComparison, TensorComparison, TimingStats, _sci
 
-if TYPE_CHECKING:  # annotations only: deconv_patch.report imports this module
+if TYPE_CHECKING:  # annotations only: deconv_patch.validation.report imports this module
     from .report import ValidationReport
 
 

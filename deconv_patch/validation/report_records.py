@@ -1,6 +1,6 @@
 """The records a validation report is made of: the tolerances behind PASS/FAIL (Tolerances, with
 dtype_name / ulp) and the dataclasses validate() fills in for each tensor pair, timing, layer,
-set of outputs and the environment. ValidationReport (deconv_patch.report) holds them.
+set of outputs and the environment. ValidationReport (deconv_patch.validation.report) holds them.
 """
 
 from __future__ import annotations

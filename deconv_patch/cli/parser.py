@@ -6,13 +6,13 @@ from __future__ import annotations
 import argparse
 from typing import Tuple
 
-from ._version import __version__
-from .cli_bench import _cmd_bench
-from .cli_build_demo import _cmd_build, _cmd_demo
-from .cli_info import _cmd_info
-from .cli_loading import _DTYPES
-from .cli_patch import _cmd_patch
-from .cli_validate import _cmd_validate
+from .._version import __version__
+from .bench import _cmd_bench
+from .build_demo import _cmd_build, _cmd_demo
+from .info import _cmd_info
+from .loading import _DTYPES
+from .patch import _cmd_patch
+from .validate import _cmd_validate
 
 
 def parse_shape(text: str) -> Tuple[int, ...]:

@@ -14,16 +14,16 @@ import warnings
 from pathlib import Path
 from typing import Any, Dict
 
-from ._version import __version__
-from .cli_loading import (
+from .._version import __version__
+from .loading import (
     Source, Target, _check_inputs, _inputs, _is_oom, _load, _oom_error, _place, _target,
 )
-from .cli_output import (
+from .output import (
     CliError, FileWriter, check_output, check_report, state_dict_path, write_outputs,
 )
-from .cli_validate import _refused, _report_files, _validate
-from .exit_codes import ExitCode
-from .patching import copy_model
+from .validate import _refused, _report_files, _validate
+from ..exit_codes import ExitCode
+from ..patching import copy_model
 
 
 def _cpu_note(target: Target) -> None:
@@ -35,10 +35,10 @@ def _cpu_note(target: Target) -> None:
 def _cmd_patch(args: argparse.Namespace) -> int:
     import torch
 
-    from . import checkpoint as ck
-    from .autotune import cache
-    from .optimize import optimize
-    from .summary import get_summary
+    from .. import checkpoint as ck
+    from ..autotune import cache
+    from ..optimize import optimize
+    from ..summary import get_summary
 
     out = Path(args.output)
     check_output(out, args.force, "OUT", [args.input])
@@ -121,7 +121,7 @@ def _cmd_patch(args: argparse.Namespace) -> int:
 def _patch_program(args: argparse.Namespace, source: Source, out: Path, target: Target) -> int:
     import torch
 
-    from .export_patch import count_patched, find_layers, patch_program
+    from ..export_patch import count_patched, find_layers, patch_program
 
     program = source.program
     original = copy.deepcopy(program)

@@ -12,10 +12,10 @@ from typing import Any, Callable, Iterator, List, Sequence
 import torch
 from torch import nn
 
-from .ops import FallbackWarning
-from .patching import copy_model
-from .reference import tf32_round
-from .validation_values import Args, Kwargs, _flatten
+from ..ops import FallbackWarning
+from ..patching import copy_model
+from ..reference import tf32_round
+from .values import Args, Kwargs, _flatten
 
 
 def _devices(args: Args, kwargs: Kwargs, model: nn.Module) -> List[torch.device]:

@@ -10,15 +10,15 @@ import warnings
 from pathlib import Path
 from typing import Any, Dict, Optional, Tuple
 
-from .cli_loading import _check_inputs, _eager, _inputs, _is_oom, _load, _oom_error, _target
-from .cli_output import FileWriter, check_report, report_writer, write_outputs
-from .exit_codes import ExitCode
+from .loading import _check_inputs, _eager, _inputs, _is_oom, _load, _oom_error, _target
+from .output import FileWriter, check_report, report_writer, write_outputs
+from ..exit_codes import ExitCode
 
 
 def _validate(original: Any, patched: Any, inputs: Tuple[Any, ...]) -> Any:
     """The validation report of `patched` against `original`, printed; out of GPU memory
     becomes its own exit code."""
-    from .validation import validate
+    from ..validation import validate
 
     try:
         with warnings.catch_warnings():

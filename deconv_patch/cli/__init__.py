@@ -3,9 +3,9 @@
 Every failure ends with one `error: ...` line and a distinct exit code (deconv_patch.exit_codes);
 tracebacks only with --debug.
 
-This module holds main(); the argument parser is in cli_parser, the commands in cli_patch,
-cli_validate, cli_info, cli_bench and cli_build_demo, loading models and inputs in cli_loading
-(file writing: cli_output). Every name is still importable from here.
+This module holds main(); the argument parser is in parser.py, the commands in patch.py,
+validate.py, info.py, bench.py and build_demo.py (demo.py: the bundled demo), loading models
+and inputs in loading.py (file writing: output.py). Every name is still importable from here.
 """
 
 from __future__ import annotations
@@ -13,18 +13,18 @@ from __future__ import annotations
 import sys
 from typing import List, Optional
 
-from .cli_bench import _cmd_bench, _cpu_ms, _median
-from .cli_build_demo import _cmd_build, _cmd_demo
-from .cli_info import _cmd_info, _p
-from .cli_loading import (
+from .bench import _cmd_bench, _cpu_ms, _median
+from .build_demo import _cmd_build, _cmd_demo
+from .info import _cmd_info, _p
+from .loading import (
     _DTYPES, Source, Target, _build_architecture, _check_inputs, _eager, _inputs, _is_oom,
     _load, _oom_error, _place, _target,
 )
-from .cli_output import CliError
-from .cli_parser import _common, build_parser, parse_shape
-from .cli_patch import _cmd_patch, _cpu_note, _patch_program
-from .cli_validate import _cmd_validate, _refused, _report_files, _validate
-from .exit_codes import ExitCode
+from .output import CliError
+from .parser import _common, build_parser, parse_shape
+from .patch import _cmd_patch, _cpu_note, _patch_program
+from .validate import _cmd_validate, _refused, _report_files, _validate
+from ..exit_codes import ExitCode
 
 # every name this module held before it was split, private helpers included
 __all__ = [
@@ -43,7 +43,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         parser.print_help(sys.stderr)
         print(f"{parser.prog}: error: a command is required", file=sys.stderr)
         return int(ExitCode.USAGE)
-    from .checkpoint import CheckpointError
+    from ..checkpoint import CheckpointError
 
     try:
         return int(args.func(args))
@@ -64,7 +64,3 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(f"error: {type(exc).__name__}: {first} (rerun with --debug for the traceback)",
               file=sys.stderr)
         return int(ExitCode.INTERNAL_ERROR)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

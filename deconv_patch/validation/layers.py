@@ -14,10 +14,10 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 import torch
 from torch import nn
 
-from .derived import original_class
-from .epilogue import activate, activation_of_module
-from .modules import FastConvTranspose2d
-from .validation_capture import _Capture
+from ..derived import original_class
+from ..epilogue import activate, activation_of_module
+from ..modules import FastConvTranspose2d
+from .capture import _Capture
 
 
 @dataclass
@@ -83,7 +83,7 @@ def declared_fusion(patched: nn.Module) -> Dict[str, str]:
     `fused` column) or a module's own `fused_ops` attribute."""
     found: Dict[str, str] = {}
     try:
-        from .summary import get_summary
+        from ..summary import get_summary
 
         summary = get_summary(patched)
     except Exception:  # no summary module, or none attached

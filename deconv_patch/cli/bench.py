@@ -10,14 +10,14 @@ import time
 import warnings
 from typing import Any, Callable
 
-from .cli_loading import _check_inputs, _eager, _inputs, _is_oom, _load, _oom_error, _target
-from .exit_codes import ExitCode
+from .loading import _check_inputs, _eager, _inputs, _is_oom, _load, _oom_error, _target
+from ..exit_codes import ExitCode
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
     import torch
 
-    from .optimize import optimize
+    from ..optimize import optimize
 
     target = _target(args)
     source = _load(args.input, args)
@@ -30,7 +30,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     try:
         with torch.no_grad():
             if target.device.type == "cuda":
-                from .timing import time_interleaved
+                from ..timing import time_interleaved
 
                 t_o, t_p = time_interleaved([lambda: original(*inputs), lambda: patched(*inputs)],
                                             args.warmup, args.reps)

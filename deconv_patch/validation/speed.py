@@ -13,7 +13,7 @@ from typing import Any, Callable, Optional
 import torch
 from torch import nn
 
-from .validation_values import Args, Kwargs, _flatten, _map_tensors
+from .values import Args, Kwargs, _flatten, _map_tensors
 
 
 def _fwd_bwd(module: nn.Module, args: Args, kwargs: Kwargs, seed: int,
@@ -53,7 +53,7 @@ def _speed_skip_reason(device: torch.device) -> Optional[str]:
         return "CUDA is not available here; accuracy only"
     if device.type != "cuda":
         return f"the models run on {device.type}; speed is measured on CUDA only"
-    from .extension import ExtensionUnavailableError, load_core
+    from ..extension import ExtensionUnavailableError, load_core
 
     try:
         load_core()

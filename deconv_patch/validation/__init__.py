@@ -9,10 +9,10 @@ Speed (CUDA only) times both models and each layer alone in the same process, in
 two sides so clock and thermal drift hit both equally.
 
 This module runs validate(): the accuracy pass (outputs, then each layer on its captured
-input), the timing, and the verdict. Its pieces live in validation_values (nested inputs and
-outputs), validation_capture and validation_layers (what each layer saw and is compared with),
-validation_compare (the figures for one tensor pair), validation_runs (seeded and float64
-runs), validation_speed, validation_environment and validation_progress; every name is still
+input), the timing, and the verdict. Its pieces live beside it: values (nested inputs and
+outputs), capture and layers (what each layer saw and is compared with), compare (the figures
+for one tensor pair), runs (seeded and float64 runs), speed, environment and progress; the
+report's records, text and HTML in report*.py. Every name validate() uses is still
 importable from here. The timer (`time_interleaved`) and `_speed_skip_reason` are looked up in
 this module, so tests can swap them here.
 """
@@ -26,24 +26,24 @@ from typing import Any, Callable, Mapping, Optional, Sequence, Tuple
 import torch
 from torch import nn
 
-from .patching import copy_model
-from .planner import ATEN
-from .timing import capture_graph, time_interleaved
+from ..patching import copy_model
+from ..planner import ATEN
+from ..timing import capture_graph, time_interleaved
 from .report import LayerResult, SpeedComparison, TimingStats, Tolerances, ValidationReport
-from .validation_capture import _Capture, _capturing
-from .validation_compare import _amax, _bits, _differs, compare_outputs, compare_tensors
-from .validation_environment import _environment, _fusion, _input_label, _main_dtype
-from .validation_layers import (
+from .capture import _Capture, _capturing
+from .compare import _amax, _bits, _differs, compare_outputs, compare_tensors
+from .environment import _environment, _fusion, _input_label, _main_dtype
+from .layers import (
     _Chained, _chain_runs_fused, _counterpart, _epilogue_activation, _follow_fusion,
     _fused_chains, _FusedActivation, _FusedLayer, _is_patched_layer, _LayerPair,
     declared_fusion, find_layers,
 )
-from .validation_progress import _Progress
-from .validation_runs import (
+from .progress import _Progress
+from .runs import (
     _buffers_restored, _call, _devices, _model_device, _reference_call, _tf32_reference,
 )
-from .validation_speed import _fwd_bwd, _no_grad, _speed_skip_reason
-from .validation_values import (
+from .speed import _fwd_bwd, _no_grad, _speed_skip_reason
+from .values import (
     Args, Kwargs, _cast_floats, _clone, _flatten, _map_tensors, _random_like, _split_inputs,
 )
 

@@ -12,8 +12,8 @@ import os
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
-from .checkpoint import FileWriter, write_files
-from .exit_codes import ExitCode
+from ..checkpoint import FileWriter, write_files
+from ..exit_codes import ExitCode
 
 _REPORT_SUFFIXES = (".html", ".htm", ".json", ".md")
 

@@ -11,10 +11,10 @@ from typing import List, Optional, Sequence, Tuple
 import torch
 from torch import nn
 
-from ._version import __version__
+from .._version import __version__
 from .report import Environment, dtype_name
-from .validation_layers import _LayerPair, declared_fusion
-from .validation_values import Args, Kwargs, _flatten
+from .layers import _LayerPair, declared_fusion
+from .values import Args, Kwargs, _flatten
 
 
 def _environment(device: torch.device, dtype: Optional[torch.dtype], args: Args,
@@ -40,7 +40,7 @@ def _environment(device: torch.device, dtype: Optional[torch.dtype], args: Args,
         index = device.index if device.index is not None else torch.cuda.current_device()
         env.gpu_name = torch.cuda.get_device_name(index)
         env.gpu_capability = "%d.%d" % torch.cuda.get_device_capability(index)
-    from .extension import extension_available
+    from ..extension import extension_available
 
     env.kernels_available = extension_available()
     for path, leaf in _flatten((args, kwargs)):

@@ -13,8 +13,8 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence, Tuple
 
-from .cli_output import CliError
-from .exit_codes import ExitCode
+from .output import CliError
+from ..exit_codes import ExitCode
 
 
 _DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
@@ -82,7 +82,7 @@ def _build_architecture(spec: Optional[str], kwargs_text: Optional[str]) -> Any:
         raise CliError(f"--model-kwargs is not JSON: {exc}", ExitCode.BAD_MODEL_SPEC)
     if not isinstance(kwargs, dict):
         raise CliError("--model-kwargs must be a JSON object", ExitCode.BAD_MODEL_SPEC)
-    from .checkpoint import CheckpointError, build_from_spec
+    from ..checkpoint import CheckpointError, build_from_spec
 
     try:
         model = build_from_spec(spec, kwargs)
@@ -103,7 +103,7 @@ class Source:
 
 
 def _load(path: str, args: argparse.Namespace) -> Source:
-    from . import checkpoint as ck
+    from .. import checkpoint as ck
 
     if os.getcwd() not in sys.path:  # pickled models name their classes by module path
         sys.path.insert(0, os.getcwd())

@@ -7,21 +7,21 @@ from __future__ import annotations
 import argparse
 from typing import Any, List, Sequence
 
-from .cli_loading import _load, _target
-from .exit_codes import ExitCode
+from .loading import _load, _target
+from ..exit_codes import ExitCode
 
 
 def _cmd_info(args: argparse.Namespace) -> int:
     from torch import nn
 
-    from .arguments import ConvTransposeArgs
-    from .planner import plan_layer
+    from ..arguments import ConvTransposeArgs
+    from ..planner import plan_layer
 
     target = _target(args)
     source = _load(args.input, args)
     rows: List[List[str]] = []
     if source.program is not None:
-        from .export_patch import count_patched, find_layers
+        from ..export_patch import count_patched, find_layers
 
         for layer in find_layers(source.program):
             k = layer.weight_shape[2:] or ("?", "?")
@@ -51,7 +51,7 @@ def _cmd_info(args: argparse.Namespace) -> int:
     if not rows:
         print(f"nothing to patch: {args.input} has no ConvTranspose2d")
         return ExitCode.OK
-    from .report import format_table
+    from ..validation.report import format_table
 
     print(f"{len(rows)} ConvTranspose2d layer(s) in {args.input} ({source.kind}); variant on "
           f"{target.device} {str(target.dtype).replace('torch.', '')}:")

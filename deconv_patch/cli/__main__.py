@@ -1,0 +1,7 @@
+"""`python -m deconv_patch.cli`: the console script."""
+
+import sys
+
+from . import main
+
+sys.exit(main())
