@@ -17,7 +17,7 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from deconv_patch import extension
+from deconv_patch.kernels import extension
 from deconv_patch.kernels.binding_configs import config_list_mismatches
 
 # Machine code for Ampere and for Hopper's wgmma target, no PTX: the architectures the kernels
@@ -32,7 +32,7 @@ GENCODE = [
 def _compile(unit: str, root: Path, flags: list) -> subprocess.CompletedProcess:
     """One unit's build in a process of its own (extension.py's entry point), verbose."""
     return subprocess.run(
-        [sys.executable, "-m", "deconv_patch.extension", unit, str(root), *flags],
+        [sys.executable, "-m", "deconv_patch.kernels.extension", unit, str(root), *flags],
         capture_output=True, text=True, env={**os.environ, "DECONV_PATCH_VERBOSE_BUILD": "1"})
 
 

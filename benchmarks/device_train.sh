@@ -15,7 +15,7 @@ MODELS=${MODELS:-dcgan,unet}
 step() { echo "== $1 ($(date +%T))"; }
 
 step "build every unit"
-python3 -c "from deconv_patch.extension import load_units, unit_names; load_units(unit_names())" \
+python3 -c "from deconv_patch.kernels.extension import load_units, unit_names; load_units(unit_names())" \
   > "$L/build.log" 2>&1 || tail -20 "$L/build.log"
 
 step "train.py"

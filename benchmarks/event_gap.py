@@ -36,7 +36,7 @@ from host_overhead import gpu_us  # noqa: E402
 from layers import MODES, SUITE, Layer  # noqa: E402
 
 import deconv_patch  # noqa: E402
-from deconv_patch import planner  # noqa: E402
+from deconv_patch.kernels import planner  # noqa: E402
 from deconv_patch.timing import time_cuda, time_interleaved  # noqa: E402
 
 Fn = Callable[[], object]

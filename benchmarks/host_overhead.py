@@ -28,8 +28,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from layers import MODES, SUITE, Layer  # noqa: E402
 
 import deconv_patch  # noqa: E402
-from deconv_patch import kernels, ops, packed_weights, planner  # noqa: E402
-from deconv_patch.extension import load_extension  # noqa: E402
+from deconv_patch import kernels, ops
+from deconv_patch.kernels import packed_weights, planner  # noqa: E402
+from deconv_patch.kernels.extension import load_extension  # noqa: E402
 from deconv_patch.timing import capture_graph, time_cuda  # noqa: E402
 
 DEFAULT_ONLY = "dcgan.g2,dcgan.g4,pix2pix.u6,simplebl.d2,vae.dec,maskrcnn"

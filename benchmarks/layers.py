@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 
 import deconv_patch
-from deconv_patch import planner
+from deconv_patch.kernels import planner
 from deconv_patch.arguments import ConvTransposeArgs
 from deconv_patch.timing import capture_graph, time_cuda, time_interleaved
 

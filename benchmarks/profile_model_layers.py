@@ -22,7 +22,7 @@ from torch.profiler import ProfilerActivity, profile
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: `examples`
 
 import deconv_patch  # noqa: E402
-from deconv_patch import autotune, planner  # noqa: E402
+from deconv_patch.kernels import autotune, planner  # noqa: E402
 from deconv_patch.epilogue import IDENTITY  # noqa: E402
 from deconv_patch.ops import _candidate_runner  # noqa: E402
 from deconv_patch.timing import time_interleaved  # noqa: E402

@@ -22,7 +22,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from deconv_patch import planner  # noqa: E402
+from deconv_patch.kernels import planner  # noqa: E402
 from deconv_patch.ops import run_variant  # noqa: E402
 from deconv_patch.reference import conv_transpose2d_float64  # noqa: E402
 from tests.cases import call_args, random_kxs_case, random_phase_case  # noqa: E402

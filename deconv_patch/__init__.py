@@ -13,11 +13,11 @@
 from ._version import __version__
 from .checkpoint import load
 from .exit_codes import ExitCode
-from .extension import ExtensionUnavailableError
+from .kernels.extension import ExtensionUnavailableError
 from .modules import FastConvTranspose2d
 from .ops import FallbackWarning, conv_transpose2d, conv_transpose2d_fused
 from .optimize import optimize
-from .planner import use_variant
+from .kernels.planner import use_variant
 from .validation.report import (
     Environment,
     LayerResult,

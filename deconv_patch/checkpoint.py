@@ -480,7 +480,7 @@ def load(path: PathLike, *, import_autotune: bool = True, map_location: Any = "c
     if model is None and isinstance(obj.get("recipe"), Mapping):
         model = _rebuild(obj["recipe"], map_location)
     if import_autotune and obj.get("autotune"):
-        from .autotune import cache
+        from .kernels.autotune import cache
 
         cache().import_(obj["autotune"])
     object.__setattr__(model, "deconv_patch_info", {

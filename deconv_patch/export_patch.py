@@ -20,7 +20,7 @@ from typing import Any, List, Tuple
 import torch
 
 from . import ops  # noqa: F401  (registers torch.ops.deconv_patch.conv_transpose2d)
-from . import planner
+from .kernels import planner
 from .arguments import ConvTransposeArgs
 
 

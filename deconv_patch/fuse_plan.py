@@ -18,7 +18,7 @@ import torch
 from torch import nn
 from torch.utils._pytree import tree_flatten
 
-from . import planner
+from .kernels import planner
 from .dataflow import Record
 from .derived import original_class, restore_class, set_class
 from .epilogue import activation_of_module

@@ -17,7 +17,7 @@ from typing import Optional
 
 import torch
 
-from . import planner
+from .kernels import planner
 
 
 def records_grad(input: torch.Tensor, weight: torch.Tensor,

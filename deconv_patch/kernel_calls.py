@@ -12,12 +12,13 @@ from typing import Callable, Dict, Optional, Sequence
 import torch
 import torch.nn.functional as F
 
-from . import autotune, kernels, planner
+from .kernels import autotune, planner
+from . import kernels
 from .arguments import ConvTransposeArgs, find_problem
 from .epilogue import IDENTITY, Epilogue
-from .extension import ExtensionUnavailableError, load_units, loaded_extension, unit_names
+from .kernels.extension import ExtensionUnavailableError, load_units, loaded_extension, unit_names
 from .layout import cuda_output_channels_last
-from .packed_weights import LayoutKey, packed_weight
+from .kernels.packed_weights import LayoutKey, packed_weight
 
 
 class FallbackWarning(UserWarning):

@@ -29,11 +29,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from . import autotune, grad_calls, planner
+from .kernels import autotune, planner
+from . import grad_calls
 from .arguments import ConvTransposeArgs, find_problem
 from .derived import set_class
 from .epilogue import DEFAULT_NEGATIVE_SLOPE, Epilogue, activate, check_activation
-from .extension import loaded_extension
+from .kernels.extension import loaded_extension
 from .ops import (FallbackWarning, autocast_args, conv_transpose2d, conv_transpose2d_fused,
                   first_run, kernel_call)
 

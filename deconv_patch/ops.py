@@ -24,7 +24,7 @@ import torch
 
 from .arguments import ConvTransposeArgs
 from .epilogue import DEFAULT_NEGATIVE_SLOPE, IDENTITY, Epilogue, check_activation
-from .extension import loaded_extension
+from .kernels.extension import loaded_extension
 from .layout import cuda_output_channels_last, empty_batch_output
 
 QUALNAME = "deconv_patch::conv_transpose2d"

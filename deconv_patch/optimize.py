@@ -25,7 +25,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import torch
 from torch import nn
 
-from . import planner
+from .kernels import planner
 from .dataflow import Record, record_forward, Recorder
 from .functional_calls import FunctionalRouter, covers, routable_forward, route
 from .fuse_plan import CHAIN_ATTR, ChainPlan, attach_chains, detach_chains, plan_chains, \

@@ -33,7 +33,7 @@ from torch import nn
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 import deconv_patch  # noqa: F401  (registers the ops)
-from deconv_patch import packed_weights, planner
+from deconv_patch.kernels import packed_weights, planner
 from deconv_patch.arguments import ConvTransposeArgs
 from deconv_patch.epilogue import ACTIVATIONS, Epilogue
 from deconv_patch.ops import run_variant

@@ -48,7 +48,7 @@ const void* family_unit_table(KernelFamily family, unsigned table_bytes) {
   TORCH_CHECK(code >= 0 && code < kFamilies, "deconv_patch: unknown kernel family code ", code);
   const FamilyUnitTag* tag = unit_tables()[code].load(std::memory_order_acquire);
   TORCH_CHECK(tag != nullptr, "deconv_patch: the build unit of ", kernel_family_name(family),
-              " is not loaded (deconv_patch.extension.load_family)");
+              " is not loaded (deconv_patch.kernels.extension.load_units)");
   TORCH_CHECK(tag->table_bytes == table_bytes, "deconv_patch: the build unit of ",
               kernel_family_name(family), " has a table of ", tag->table_bytes,
               " bytes, the binding expects ", table_bytes, "; rebuild it");

@@ -112,7 +112,7 @@ KernelFamily family_of(int64_t code) {
 // and gemm_out_tile pack into their tile layouts; gemm_kxs (its tap-major config) takes [Cin,
 // KH*KW, Cout/g]; gemm_col2im takes gemm_kxs_sm90's layout of the weight viewed as a 1 x 1 kernel
 // (gemm_col2im/col2im.h). Depends on the weight and the hyperparameters only;
-// deconv_patch/packed_weights.py caches it per version.
+// deconv_patch/kernels/packed_weights.py caches it per version.
 at::Tensor pack_weight(int64_t family_code, const at::Tensor& weight, at::IntArrayRef stride,
                        at::IntArrayRef padding, at::IntArrayRef output_padding,
                        at::IntArrayRef dilation, int64_t groups, bool allow_tf32) {

@@ -11,7 +11,7 @@ from ..exit_codes import ExitCode
 
 
 def _cmd_build(args: argparse.Namespace) -> int:
-    from ..extension import ExtensionUnavailableError, _capabilities, build
+    from ..kernels.extension import ExtensionUnavailableError, _capabilities, build
 
     try:
         info = build()

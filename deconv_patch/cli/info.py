@@ -15,7 +15,7 @@ def _cmd_info(args: argparse.Namespace) -> int:
     from torch import nn
 
     from ..arguments import ConvTransposeArgs
-    from ..planner import plan_layer
+    from ..kernels.planner import plan_layer
 
     target = _target(args)
     source = _load(args.input, args)

@@ -36,7 +36,7 @@ def _cmd_patch(args: argparse.Namespace) -> int:
     import torch
 
     from .. import checkpoint as ck
-    from ..autotune import cache
+    from ..kernels.autotune import cache
     from ..optimize import optimize
     from ..summary import get_summary
 

@@ -43,7 +43,7 @@ class KernelFamily:
     configs: Tuple[Config, ...] = ()
     packed_weight: bool = False  # the bare name's (config -1) weight
     refusal: Refusal = no_refusal
-    # The build units (cuda/<unit>/, deconv_patch/extension.py) its calls need loaded: by
+    # The build units (cuda/<unit>/, deconv_patch/kernels/extension.py) its calls need loaded: by
     # default its own folder; () for the families the extension's core holds.
     needs_units: Optional[Tuple[str, ...]] = None
 

@@ -27,7 +27,7 @@ import torch
 from torch import nn
 
 from ..patching import copy_model
-from ..planner import ATEN
+from ..kernels.planner import ATEN
 from ..timing import capture_graph, time_interleaved
 from .report import LayerResult, SpeedComparison, TimingStats, Tolerances, ValidationReport
 from .capture import _Capture, _capturing

@@ -40,7 +40,7 @@ def _environment(device: torch.device, dtype: Optional[torch.dtype], args: Args,
         index = device.index if device.index is not None else torch.cuda.current_device()
         env.gpu_name = torch.cuda.get_device_name(index)
         env.gpu_capability = "%d.%d" % torch.cuda.get_device_capability(index)
-    from ..extension import extension_available
+    from ..kernels.extension import extension_available
 
     env.kernels_available = extension_available()
     for path, leaf in _flatten((args, kwargs)):

@@ -53,7 +53,7 @@ def _speed_skip_reason(device: torch.device) -> Optional[str]:
         return "CUDA is not available here; accuracy only"
     if device.type != "cuda":
         return f"the models run on {device.type}; speed is measured on CUDA only"
-    from ..extension import ExtensionUnavailableError, load_core
+    from ..kernels.extension import ExtensionUnavailableError, load_core
 
     try:
         load_core()

@@ -9,9 +9,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from deconv_patch import autotune, planner
+from deconv_patch.kernels import autotune, planner
 from deconv_patch.arguments import ConvTransposeArgs
-from deconv_patch.autotune import AutotuneCache
+from deconv_patch.kernels.autotune import AutotuneCache
 from deconv_patch.epilogue import IDENTITY, Epilogue
 from deconv_patch.ops import _candidate_runner
 
@@ -155,7 +155,8 @@ def test_timing_compiles_every_unit_at_once_before_the_first_candidate(monkeypat
     as each candidate first runs; a cached choice loads nothing."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    from deconv_patch import extension, kernel_calls
+    from deconv_patch import kernel_calls
+    from deconv_patch.kernels import extension
 
     loads, picks = [], []
     monkeypatch.setattr(kernel_calls, "load_units", lambda units: loads.append(list(units)))

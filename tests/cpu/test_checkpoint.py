@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from deconv_patch.autotune import AutotuneCache
+from deconv_patch.kernels.autotune import AutotuneCache
 from deconv_patch.checkpoint import (
     EXPORT, PATCHED, PICKLE, STATE_DICT, TORCHSCRIPT, CheckpointError, atomic_write,
     detect_format, find_state_dict, load, load_checkpoint, load_state_dict_into,
@@ -69,7 +69,7 @@ def test_state_dict_mismatch_names_keys(model):
 
 
 def test_save_and_load_patched(tmp_path, model, monkeypatch):
-    import deconv_patch.autotune as autotune
+    import deconv_patch.kernels.autotune as autotune
 
     monkeypatch.setattr(autotune, "_CACHE", AutotuneCache(None))
     x = dcgan.example_inputs(2, small=True)

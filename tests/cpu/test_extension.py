@@ -7,7 +7,7 @@ import re
 import pytest
 import torch
 
-from deconv_patch import extension
+from deconv_patch.kernels import extension
 
 
 def test_sources_are_found_and_kernel_files_have_no_torch_headers():

@@ -7,7 +7,7 @@ import importlib.util
 import sys
 from pathlib import Path
 
-from deconv_patch import extension
+from deconv_patch.kernels import extension
 
 ROOT = Path(__file__).resolve().parents[2]
 

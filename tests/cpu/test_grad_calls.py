@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from deconv_patch import grad_calls, planner
+from deconv_patch import grad_calls
+from deconv_patch.kernels import planner
 
 
 def _tensors(x_grad: bool, w_grad: bool, b_grad: bool):

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from deconv_patch import kernels, ops, planner
+from deconv_patch import kernels, ops
+from deconv_patch.kernels import planner
 from deconv_patch.arguments import ConvTransposeArgs
 
 HEADER = Path(__file__).resolve().parents[2] / "cuda" / "common" / "kernel_family.h"

@@ -125,7 +125,7 @@ def test_plan_cache_with_prepared_calls_is_not_pickled_or_copied():
     import copy as copy_
     import pickle as pickle_
 
-    from deconv_patch import planner
+    from deconv_patch.kernels import planner
     from deconv_patch.modules import _Entry
 
     fast = FastConvTranspose2d(4, 6, 3, stride=2)
@@ -158,7 +158,7 @@ def test_weight_norm_and_parametrizations_still_work():
 def test_fast_path_is_consulted_first_and_only_where_it_may_answer():
     """The armed C++ fast path (a stand-in here: it needs the CUDA extension) answers plain
     calls; output_size= calls, forced variants and a None answer go through Python."""
-    from deconv_patch import planner
+    from deconv_patch.kernels import planner
 
     fast = FastConvTranspose2d(4, 6, 3, stride=2)
     x = torch.randn(1, 4, 5, 5)

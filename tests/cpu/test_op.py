@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 import deconv_patch  # noqa: F401  (registers the op)
-from deconv_patch import planner
+from deconv_patch.kernels import planner
 from deconv_patch.ops import conv_transpose2d
 from tests.cases import call_args, random_case
 

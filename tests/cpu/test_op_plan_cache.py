@@ -10,7 +10,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from deconv_patch import ops, planner
+from deconv_patch import ops
+from deconv_patch.kernels import planner
 from deconv_patch.epilogue import Epilogue
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import torch
 
-from deconv_patch import packed_weights
+from deconv_patch.kernels import packed_weights
 from deconv_patch.arguments import ConvTransposeArgs
-from deconv_patch.packed_weights import LayoutKey, PackedWeightCache
+from deconv_patch.kernels.packed_weights import LayoutKey, PackedWeightCache
 
 
 class _Recorder:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from deconv_patch import planner
+from deconv_patch.kernels import planner
 from deconv_patch.arguments import ConvTransposeArgs
 
 CUDA0 = torch.device("cuda", 0)
@@ -351,7 +351,7 @@ def test_plan_asks_the_extension_whether_gemm_out_tile_fits(capability, monkeypa
     the layer; otherwise (or when the extension cannot answer) the plan it replaced runs, and
     says why. The question carries sizes and the dtype's name (planning reads no tensor data, so
     fake tensors plan), and is asked once per layer geometry."""
-    from deconv_patch import extension
+    from deconv_patch.kernels import extension
     stub = _StubExtension(answer)
     units = []
     monkeypatch.setattr(extension, "load_units", lambda asked: units.append(tuple(asked)) or stub)

@@ -9,9 +9,9 @@ import torch
 import torch.nn.functional as F
 
 import deconv_patch
-from deconv_patch import autotune, planner
+from deconv_patch.kernels import autotune, planner
 from deconv_patch.arguments import ConvTransposeArgs
-from deconv_patch.autotune import AutotuneCache
+from deconv_patch.kernels.autotune import AutotuneCache
 from deconv_patch.epilogue import Epilogue
 
 pytestmark = pytest.mark.cuda

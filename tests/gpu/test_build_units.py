@@ -1,4 +1,4 @@
-"""The kernel families' build units on the GPU (deconv_patch/extension.py): a process whose
+"""The kernel families' build units on the GPU (deconv_patch/kernels/extension.py): a process whose
 calls run one family loads the core and that family's unit only, computes the right result
 through it, and a call to a family whose unit it has not loaded is the binding's error, never
 a kernel launch."""
@@ -20,7 +20,8 @@ ROOT = Path(__file__).resolve().parents[2]
 # k == stride layer, checked against float64 PyTorch, then the binding asked for grouped.
 SCRIPT = """
 import json, torch
-from deconv_patch import extension, ops, planner
+from deconv_patch import ops
+from deconv_patch.kernels import extension, planner
 from deconv_patch.arguments import ConvTransposeArgs
 
 x = torch.randn(2, 16, 9, 7, device="cuda")

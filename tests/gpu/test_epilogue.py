@@ -11,7 +11,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from deconv_patch import FastConvTranspose2d, packed_weights, planner
+from deconv_patch import FastConvTranspose2d
+from deconv_patch.kernels import packed_weights, planner
 from deconv_patch.arguments import ConvTransposeArgs
 from deconv_patch.epilogue import ACTIVATIONS, Epilogue, apply_epilogue
 from deconv_patch.ops import run_variant

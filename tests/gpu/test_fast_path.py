@@ -16,7 +16,8 @@ import torch
 import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from deconv_patch import FastConvTranspose2d, packed_weights, planner
+from deconv_patch import FastConvTranspose2d
+from deconv_patch.kernels import packed_weights, planner
 from deconv_patch.ops import kernel_call
 from deconv_patch.arguments import ConvTransposeArgs
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from deconv_patch import planner
+from deconv_patch.kernels import planner
 from tests.helpers import check_full_layer
 
 pytestmark = pytest.mark.cuda

@@ -13,8 +13,9 @@ import torch.nn.functional as F
 from torch import nn
 
 import deconv_patch
-from deconv_patch import autotune, modules, ops, planner
-from deconv_patch.autotune import AutotuneCache
+from deconv_patch import modules, ops
+from deconv_patch.kernels import autotune, planner
+from deconv_patch.kernels.autotune import AutotuneCache
 
 pytestmark = pytest.mark.cuda
 

@@ -6,9 +6,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from deconv_patch import kernels, ops, planner
+from deconv_patch import kernels, ops
+from deconv_patch.kernels import planner
 from deconv_patch.arguments import ConvTransposeArgs
-from deconv_patch.extension import load_extension
+from deconv_patch.kernels.extension import load_extension
 from deconv_patch.kernels.binding_configs import config_list_mismatches
 
 pytestmark = pytest.mark.cuda

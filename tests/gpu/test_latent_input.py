@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from deconv_patch import planner
+from deconv_patch.kernels import planner
 from deconv_patch.arguments import ConvTransposeArgs
 from deconv_patch.ops import conv_transpose2d
 from tests.helpers import check_full_layer

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 import deconv_patch
-from deconv_patch import planner
+from deconv_patch.kernels import planner
 from deconv_patch.arguments import ConvTransposeArgs
 from deconv_patch.ops import FallbackWarning, run_variant
 from tests.cases import INVALID, call_args, random_case

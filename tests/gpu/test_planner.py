@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from deconv_patch import planner
+from deconv_patch.kernels import planner
 from deconv_patch.arguments import ConvTransposeArgs
 from deconv_patch.ops import run_variant
 
@@ -33,7 +33,7 @@ def test_planner_where_cudnn_cannot_run():
         got = run_variant(tile, x, w, None, args)
         torch.testing.assert_close(got, run_variant(planner.GEMM_PHASE, x, w, None, args),
                                    rtol=1e-2, atol=1e-2)
-    from deconv_patch.extension import load_extension
+    from deconv_patch.kernels.extension import load_extension
     assert load_extension().gemm_phase_num_configs() == len(planner.PHASE_CONFIGS)
 
 

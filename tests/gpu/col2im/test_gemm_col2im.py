@@ -14,7 +14,7 @@ import random
 import pytest
 import torch
 
-from deconv_patch import planner
+from deconv_patch.kernels import planner
 from deconv_patch.arguments import ConvTransposeArgs
 from deconv_patch.epilogue import ACTIVATIONS
 from deconv_patch.ops import run_variant

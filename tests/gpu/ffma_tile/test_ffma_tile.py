@@ -14,7 +14,7 @@ import functools
 import pytest
 import torch
 
-from deconv_patch import planner
+from deconv_patch.kernels import planner
 from deconv_patch.arguments import ConvTransposeArgs
 from deconv_patch.epilogue import ACTIVATIONS
 from deconv_patch.ops import run_variant
@@ -53,7 +53,7 @@ def test_ffma_tile_epilogue_sweep(variant, seed):
 
 
 def test_ffma_tile_configs_match_the_extension():
-    from deconv_patch.extension import load_extension
+    from deconv_patch.kernels.extension import load_extension
     names = load_extension().ffma_tile_config_names()
     assert [f"{planner.FFMA_TILE}:{n}" for n in names] == list(planner.FFMA_TILE_CONFIGS)
 
@@ -79,7 +79,7 @@ def test_ffma_tile_runs_the_benchmark_layers(layer, channels_last, mode):
 def test_ffma_tile_refuses_what_it_does_not_compute():
     """Kernels that are not taps x stride, dilation, unequal strides, and a config of the other
     stride family: refused with the binding's typed KernelRefused, never computed wrongly."""
-    from deconv_patch.extension import load_extension
+    from deconv_patch.kernels.extension import load_extension
     refused = load_extension().KernelRefused
     x = torch.randn(2, 8, 9, 9, device="cuda")
     for kernel, args in (((3, 3), ConvTransposeArgs.from_values(stride=2, padding=1)),

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from deconv_patch import planner
+from deconv_patch.kernels import planner
 from deconv_patch.arguments import ConvTransposeArgs
 from tests.cases import random_kxs_case
 from tests.helpers import check_variant

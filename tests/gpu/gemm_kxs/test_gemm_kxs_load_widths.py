@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from deconv_patch import planner
+from deconv_patch.kernels import planner
 from deconv_patch.arguments import ConvTransposeArgs
 from tests.cases import Case
 from tests.helpers import check_variant

@@ -11,7 +11,7 @@ import dataclasses
 import pytest
 import torch
 
-from deconv_patch import planner
+from deconv_patch.kernels import planner
 from deconv_patch.arguments import ConvTransposeArgs
 from tests.cases import Case, random_kxs_case
 from tests.helpers import (check_epilogue, check_repacks_after_an_in_place_weight_update,

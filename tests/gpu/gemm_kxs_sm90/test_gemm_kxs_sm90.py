@@ -13,7 +13,7 @@ import random
 import pytest
 import torch
 
-from deconv_patch import planner
+from deconv_patch.kernels import planner
 from deconv_patch.arguments import ConvTransposeArgs
 from deconv_patch.epilogue import ACTIVATIONS
 from deconv_patch.ops import run_variant
@@ -111,7 +111,7 @@ def test_gemm_kxs_sm90_tf32_rounds_a_to_nearest_ties_away(variant, channels_last
 
 
 def test_gemm_kxs_sm90_configs_match_the_extension():
-    from deconv_patch.extension import load_extension
+    from deconv_patch.kernels.extension import load_extension
     assert load_extension().gemm_kxs_sm90_num_configs() == \
         len(planner.KXS_SM90_CONFIGS) + len(planner.KXS_SM90_AREA_CONFIGS)
 

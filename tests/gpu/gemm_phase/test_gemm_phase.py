@@ -11,7 +11,7 @@ import dataclasses
 import pytest
 import torch
 
-from deconv_patch import planner
+from deconv_patch.kernels import planner
 from tests.cases import random_case, random_phase_case
 from tests.helpers import check_variant
 

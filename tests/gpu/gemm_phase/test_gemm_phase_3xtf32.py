@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from deconv_patch import planner
+from deconv_patch.kernels import planner
 from tests.cases import random_phase_case
 from tests.helpers import check_3xtf32_beats_tf32, check_strict
 

@@ -10,7 +10,7 @@ import dataclasses
 import pytest
 import torch
 
-from deconv_patch import planner
+from deconv_patch.kernels import planner
 from deconv_patch.epilogue import ACTIVATIONS
 from tests.cases import Case, random_phase_case
 from tests.helpers import check_epilogue, check_variant
@@ -52,5 +52,5 @@ def test_gemm_phase_sm90_epilogue_sweep(variant, seed):
 
 
 def test_gemm_phase_sm90_configs_match_the_extension():
-    from deconv_patch.extension import load_extension
+    from deconv_patch.kernels.extension import load_extension
     assert load_extension().gemm_phase_sm90_num_configs() == len(planner.SM90_CONFIGS)

@@ -15,7 +15,7 @@ import random
 import pytest
 import torch
 
-from deconv_patch import planner
+from deconv_patch.kernels import planner
 from deconv_patch.arguments import ConvTransposeArgs
 from deconv_patch.epilogue import ACTIVATIONS
 from deconv_patch.ops import run_variant
@@ -95,7 +95,7 @@ def test_gemm_phase_tma_epilogue_sweep(variant, seed):
 
 
 def test_gemm_phase_tma_configs_match_the_extension():
-    from deconv_patch.extension import load_extension
+    from deconv_patch.kernels.extension import load_extension
     names = load_extension().gemm_phase_tma_config_names()
     assert [f"{planner.GEMM_PHASE_TMA}:{n}" for n in names] == list(planner.PHASE_TMA_CONFIGS)
 

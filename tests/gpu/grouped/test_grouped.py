@@ -12,7 +12,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from deconv_patch import planner
+from deconv_patch.kernels import planner
 from deconv_patch.arguments import ConvTransposeArgs
 from deconv_patch.ops import run_variant
 from deconv_patch.reference import conv_transpose2d_float64

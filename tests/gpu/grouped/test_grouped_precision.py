@@ -14,7 +14,7 @@ import random
 import pytest
 import torch
 
-from deconv_patch import planner
+from deconv_patch.kernels import planner
 from deconv_patch.arguments import ConvTransposeArgs
 from tests.cases import Case, random_paddings
 from tests.helpers import check_variant

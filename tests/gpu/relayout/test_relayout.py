@@ -19,7 +19,7 @@ SHAPES = [(1, 1, 1, 1), (2, 3, 5, 7), (3, 32, 8, 4), (2, 33, 31, 3), (4, 256, 14
 
 
 def _relayout(x: torch.Tensor) -> torch.Tensor:
-    from deconv_patch.extension import load_extension
+    from deconv_patch.kernels.extension import load_extension
     return load_extension().channels_last_copy(x)
 
 

@@ -28,12 +28,12 @@ from typing import Dict, Iterator, Optional, Sequence, Tuple
 
 import torch
 
-from . import kernels
-from .arguments import ConvTransposeArgs, fits_int32
-from .kernels import (direct, ffma_tile, gemm_col2im, gemm_kxs, gemm_kxs_sm90, gemm_out_tile,
+from .. import kernels
+from ..arguments import ConvTransposeArgs, fits_int32
+from . import (direct, ffma_tile, gemm_col2im, gemm_kxs, gemm_kxs_sm90, gemm_out_tile,
                       gemm_phase, gemm_phase_sm90, gemm_phase_tma, grouped, precision)
-from .kernels.precision import fp32_strict, reduction_depth, tensor_core_problem
-from .layout import cuda_output_channels_last, is_channels_last
+from .precision import fp32_strict, reduction_depth, tensor_core_problem
+from ..layout import cuda_output_channels_last, is_channels_last
 
 KERNEL_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 # The families' names and configs, from their registry entries (deconv_patch/kernels/).

@@ -36,7 +36,7 @@ class ExtensionUnavailableError(RuntimeError):
 
 def cuda_source_dir() -> Path:
     """cuda/ of a source checkout (editable install), or the copy a wheel ships."""
-    here = Path(__file__).resolve().parent
+    here = Path(__file__).resolve().parents[1]  # the deconv_patch package
     for candidate in (here.parent / "cuda", here / "_cuda"):
         if (candidate / "binding" / "torch_binding.cpp").is_file():
             return candidate

@@ -14,8 +14,8 @@ from typing import Dict, Optional, Tuple
 
 import torch
 
-from . import kernels
-from .arguments import ConvTransposeArgs
+from .. import kernels
+from ..arguments import ConvTransposeArgs
 from .extension import load_units
 
 _MAX_ENTRIES = 1024

@@ -18,10 +18,10 @@ from typing import Callable, Dict, Optional, Sequence
 
 import torch
 
-from .arguments import ConvTransposeArgs
-from .epilogue import IDENTITY, Epilogue
+from ..arguments import ConvTransposeArgs
+from ..epilogue import IDENTITY, Epilogue
 from .planner import ATEN
-from .timing import time_interleaved
+from ..timing import time_interleaved
 
 _WARMUP = 3
 _REPS = 15
