@@ -27,6 +27,7 @@ from typing import IO, Any, Callable, Dict, List, Mapping, Optional, Set, Tuple,
 import torch
 from torch import nn
 
+from . import renamed_modules
 from .exit_codes import ExitCode
 
 FORMAT_MARKER = "deconv_patch.patched_checkpoint"
@@ -140,7 +141,10 @@ def find_state_dict(obj: Any) -> Optional[Dict[str, torch.Tensor]]:
 def _torch_load(path: Path, weights_only: bool) -> Any:
     """torch.load on CPU; unpickling refusals re-raised as-is, damage as CORRUPT_FILE."""
     try:
-        return torch.load(path, map_location="cpu", weights_only=weights_only)
+        if weights_only:
+            return torch.load(path, map_location="cpu", weights_only=True)
+        return torch.load(path, map_location="cpu", weights_only=False,
+                          pickle_module=renamed_modules.pickle_module)
     except pickle.UnpicklingError as exc:
         if weights_only and "Weights only load failed" in str(exc):
             raise
@@ -466,7 +470,8 @@ def load(path: PathLike, *, import_autotune: bool = True, map_location: Any = "c
         raise CheckpointError(f"{path}: not a deconv_patch checkpoint (use torch.export.load for "
                               ".pt2 files)", ExitCode.NOT_A_MODEL)
     try:
-        obj = torch.load(path, map_location=map_location, weights_only=False)
+        obj = torch.load(path, map_location=map_location, weights_only=False,
+                         pickle_module=renamed_modules.pickle_module)
     except Exception as exc:
         raise CheckpointError(f"{path}: truncated or corrupt checkpoint ({_first_line(exc)})",
                               ExitCode.CORRUPT_FILE) from exc

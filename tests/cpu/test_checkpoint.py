@@ -152,3 +152,32 @@ def test_export_patch_retargets_only_layers_a_kernel_may_run():
     assert len(find_layers(program)) == 1  # the k4 s2 p1 layer stays an aten convolution
     with torch.no_grad():
         assert torch.allclose(program.module()(x), model(x), atol=1e-6)
+
+
+def test_pickles_naming_moved_modules_still_load(tmp_path, monkeypatch):
+    """A patched model carrying an object of a module that has since moved (a validation report
+    on its summary, pickled as deconv_patch.report_records) loads through deconv_patch.load and
+    load_checkpoint, and the object is the class that lives at the new path."""
+    import sys
+
+    import deconv_patch
+    from deconv_patch.checkpoint import load_checkpoint, patched_payload, save_patched
+    from deconv_patch.validation import report_records
+
+    torch.manual_seed(0)
+    model = optimize(torch.nn.Sequential(torch.nn.ConvTranspose2d(4, 3, 2, 2)))
+    tolerances = report_records.Tolerances(rtol=0.25)
+    model._deconv_patch_extra = tolerances  # any attribute pickles with the module
+    # Written as before the move: the class under its old module path.
+    monkeypatch.setitem(sys.modules, "deconv_patch.report_records", report_records)
+    monkeypatch.setattr(report_records.Tolerances, "__module__", "deconv_patch.report_records")
+    path = tmp_path / "old.pt"
+    save_patched(path, patched_payload(model, autotune={}))
+    monkeypatch.undo()
+    assert "deconv_patch.report_records" not in sys.modules
+    x = torch.randn(2, 4, 5, 5)
+    for loaded in (deconv_patch.load(path), load_checkpoint(path, trust=True).module):
+        assert type(loaded._deconv_patch_extra) is report_records.Tolerances
+        assert loaded._deconv_patch_extra == tolerances
+        with torch.no_grad():
+            assert torch.equal(loaded(x), model(x))
