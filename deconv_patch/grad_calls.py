@@ -4,9 +4,8 @@ A deconv_patch call's backward is ATen's convolution_backward, the same as nn.Co
 In a training step a forward kernel of ours then pays off only where its forward saving outweighs
 what it adds to the step: the dispatcher's round trip and a Python autograd node (tens of
 microseconds per layer, more than a small layer's whole forward) and, for kernels that read a
-packed weight, a re-pack after every optimizer step. Measured on the H200 (docs/performance/
-training.md), timing each call's step with autotune did not predict the step inside a model: it
-picked kernels that then ran the step slower (0.5-0.8x on some layers). So until backward kernels
+packed weight, a re-pack after every optimizer step; and timing each call's step with autotune
+did not predict the step inside a model (docs/performance/training.md). So until backward kernels
 of ours exist, a recorded call runs PyTorch's own convolution, exactly nn.ConvTranspose2d's call;
 a variant forced by planner.use_variant runs regardless (tests and benchmarks force them).
 """
