@@ -30,10 +30,9 @@ GENCODE = [
 
 
 def _compile(unit: str, root: Path, flags: list) -> subprocess.CompletedProcess:
-    """One unit's build in a process of its own (extension.py's entry point), verbose."""
+    """One unit's build in a process of its own, verbose."""
     return subprocess.run(
-        [sys.executable, "-m", "deconv_patch.kernels.extension", unit, str(root), *flags],
-        capture_output=True, text=True, env={**os.environ, "DECONV_PATCH_VERBOSE_BUILD": "1"})
+        extension.unit_build_command(unit, root, flags), capture_output=True, text=True, env={**os.environ, "DECONV_PATCH_VERBOSE_BUILD": "1"})
 
 
 def main(build_dir: str, units: list) -> int:

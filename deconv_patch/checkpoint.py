@@ -144,7 +144,7 @@ def _torch_load(path: Path, weights_only: bool) -> Any:
         if weights_only:
             return torch.load(path, map_location="cpu", weights_only=True)
         return torch.load(path, map_location="cpu", weights_only=False,
-                          pickle_module=renamed_modules.pickle_module)
+                          pickle_module=renamed_modules)
     except pickle.UnpicklingError as exc:
         if weights_only and "Weights only load failed" in str(exc):
             raise
@@ -471,7 +471,7 @@ def load(path: PathLike, *, import_autotune: bool = True, map_location: Any = "c
                               ".pt2 files)", ExitCode.NOT_A_MODEL)
     try:
         obj = torch.load(path, map_location=map_location, weights_only=False,
-                         pickle_module=renamed_modules.pickle_module)
+                         pickle_module=renamed_modules)
     except Exception as exc:
         raise CheckpointError(f"{path}: truncated or corrupt checkpoint ({_first_line(exc)})",
                               ExitCode.CORRUPT_FILE) from exc

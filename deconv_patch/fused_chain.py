@@ -30,6 +30,7 @@ from torch import nn
 
 from .dataflow import CallSite, call_site
 from .fusion import bn_scale_shift, fold_scale_shift
+from .grad_calls import records_grad
 from .summary import PatchWarning
 
 PENDING = "_deconv_patch_pending"  # module __dict__ key: (weakref to the handed-over output, next)
@@ -152,9 +153,7 @@ class FusedChain:
         bn, act = self.bn, self.act
         if conv._forward_hooks or _global_hooks() or (act is not None and _hooked(act)):
             return None
-        grad = torch.is_grad_enabled() and (
-            input.requires_grad or weight.requires_grad
-            or (bias is not None and bias.requires_grad))
+        grad = records_grad(input, weight, bias)
         if bn is None:
             return None if grad else (weight, bias)
         if bn.training or _hooked(bn) or grad or not input.is_floating_point():

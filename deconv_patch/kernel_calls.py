@@ -12,8 +12,8 @@ from typing import Callable, Dict, Optional, Sequence
 import torch
 import torch.nn.functional as F
 
-from .kernels import autotune, planner
 from . import kernels
+from .kernels import autotune, planner
 from .arguments import ConvTransposeArgs, find_problem
 from .epilogue import IDENTITY, Epilogue
 from .kernels.extension import ExtensionUnavailableError, load_units, loaded_extension, unit_names

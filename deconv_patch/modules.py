@@ -131,7 +131,7 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
         params = self._parameters  # (weight norm / parametrizations move "weight" out of it)
         weight = params["weight"] if "weight" in params else self.weight
         bias = params["bias"] if "bias" in params else self.bias
-        if not torch.compiler.is_compiling() and grad_calls.runs_on_pytorch(input, weight, bias):
+        if grad_calls.runs_on_pytorch(input, weight, bias) and not torch.compiler.is_compiling():
             # A call autograd records: PyTorch's own convolution, straight away (grad_calls), so
             # a training step pays nothing more than nn.ConvTranspose2d's call. A fused chain
             # never folds a recorded call.

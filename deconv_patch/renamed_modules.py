@@ -2,13 +2,13 @@
 
 A pickled model names each class by its module path; a patched model can carry objects of
 deconv_patch's own (a validation report on its summary, for one). When a module moves, pickles
-written before name its old path: `pickle_module` (for torch.load) reads them under the new one.
+written before name its old path. This module, passed as torch.load's `pickle_module` (torch
+uses its Unpickler and load), reads them under the new one.
 """
 
 from __future__ import annotations
 
 import pickle
-from types import SimpleNamespace
 from typing import Any, Dict
 
 # Old module path -> where it lives now.
@@ -36,12 +36,5 @@ class Unpickler(pickle.Unpickler):
 
 
 def load(file: Any, **kwargs: Any) -> Any:
+    """pickle.load with the renaming Unpickler."""
     return Unpickler(file, **kwargs).load()
-
-
-# What torch.load takes as `pickle_module`: pickle, with the renaming Unpickler.
-pickle_module = SimpleNamespace(**{k: getattr(pickle, k) for k in dir(pickle)
-                                   if not k.startswith("__")})
-pickle_module.Unpickler = Unpickler
-pickle_module.load = load
-pickle_module.__name__ = "pickle"

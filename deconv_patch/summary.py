@@ -28,8 +28,9 @@ FUSION_NOTE = (
 
 # Shown under every summary with patched layers: where PyTorch's own convolution still runs.
 TRAINING_NOTE = (
-    "calls that autograd records (training steps) run PyTorch's own convolution, so the model "
-    "trains as fast as the original; deconv_patch's kernels run the calls without gradients."
+    "calls that autograd records (training steps, or inference outside torch.no_grad() / "
+    "torch.inference_mode()) run the convolution nn.ConvTranspose2d runs; deconv_patch's "
+    "kernels run the calls without gradients."
 )
 
 

@@ -225,6 +225,11 @@ def _build_here(unit: str) -> object:
         ) from exc
 
 
+def unit_build_command(unit: str, build_root: Path, cuda_flags: Sequence[str]) -> List[str]:
+    """The command that builds one unit in a process of its own (this module's entry point)."""
+    return [sys.executable, "-m", __name__, unit, str(build_root), *cuda_flags]
+
+
 def compile_jobs(units: Sequence[str], cpus: int) -> Dict[str, int]:
     """ninja jobs per unit when `units` compile at once: cpus + 2 in all (ninja's own default
     for one build), shared in proportion to each unit's source files, at least one each."""
@@ -243,7 +248,7 @@ def _compile_at_once(units: Sequence[str]) -> None:
     bar = _progress_bar(units, build_root)
     running = {
         unit: subprocess.Popen(
-            [sys.executable, "-m", __name__, unit, str(build_root), *_build_flags()],
+            unit_build_command(unit, build_root, _build_flags()),
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
             env={**os.environ, "MAX_JOBS": str(jobs[unit])})
         for unit in units}
