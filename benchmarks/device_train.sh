@@ -3,6 +3,8 @@
 # (benchmarks/train.py), the GPU suite, and the same benchmark on a BEFORE tree when one is given
 # (another checkout of the package, e.g. the commit before a change; it shares the build when its
 # cuda/ is the same). Logs and JSON in $OUT; tables print last.
+# With CANDIDATES_S=<seconds>, also benchmarks/candidates.py (the untimed rule against every
+# candidate, cudnn.benchmark off) last.
 #   BEFORE=.ab_base/before MODELS=dcgan,unet WITH_BENCHMARK=1 TESTS=tests/gpu \
 #     bash benchmarks/device_train.sh
 set -u
@@ -19,7 +21,7 @@ python3 -c "from deconv_patch.kernels.extension import load_units, unit_names; l
   > "$L/build.log" 2>&1 || tail -20 "$L/build.log"
 
 step "train.py"
-timeout "${TRAIN_S:-240}" python3 benchmarks/train.py --models "$MODELS" --layers quick \
+timeout "${TRAIN_S:-240}" python3 benchmarks/train.py --models "$MODELS" --layers "${LAYERS:-quick}" \
   --out "$L/train.json" > "$L/train.txt" 2> "$L/train.err"; echo "exit $?"
 
 if [ -n "${WITH_BENCHMARK:-}" ]; then
@@ -43,10 +45,21 @@ if [ -n "${BEFORE:-}" ]; then
     > "$L/train_before.txt" 2> "$L/train_before.err"); echo "exit $?"
 fi
 
+if [ -n "${CANDIDATES_S:-}" ]; then
+  step "candidates.py (every candidate of every suite layer, cudnn.benchmark off)"
+  timeout "$CANDIDATES_S" python3 benchmarks/candidates.py --modes "${CANDIDATE_MODES:-tf32,bf16}" \
+    --json "$L/candidates.json" > "$L/candidates.txt" 2> "$L/candidates.err"; echo "exit $?"
+fi
+
 step summary
 echo "GPU tests: exit $test_rc, $(tail -1 "$L/gpu-tests.log")"
 if [ -n "${BEFORE:-}" ]; then echo "-- before:"; cat "$L/train_before.txt"; fi
 if [ -n "${WITH_BENCHMARK:-}" ]; then
   echo "-- cudnn.benchmark on:"; cat "$L/train_benchmark.txt"; tail -3 "$L/train_benchmark.err"
 fi
-echo "-- cudnn.benchmark off:"; cat "$L/train.txt"; tail -3 "$L/train.err"
+echo "-- cudnn.benchmark off:"
+if [ -s "$L/train.txt" ]; then cat "$L/train.txt"; tail -3 "$L/train.err"
+else echo "(cut short: the rows measured)"; grep '^\[' "$L/train.err"; fi
+if [ -n "${CANDIDATES_S:-}" ]; then
+  echo "-- candidates:"; grep -E "^(==|tf32|fp32|bf16|fp16) " "$L/candidates.txt"; tail -3 "$L/candidates.err"
+fi

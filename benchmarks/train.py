@@ -204,6 +204,15 @@ def format_table(rows: Sequence[Row]) -> str:
     return "\n".join(lines)
 
 
+def _progress(rows: List[Row]) -> List[Row]:
+    """Each row as it is measured (stderr), so a run cut short by a time limit still reports."""
+    for r in rows:
+        print(f"[{r.kind} {r.name} {r.mode} {r.what}] original {_fmt(r.original_ms, '.3f')} ms, "
+              f"patched {_fmt(r.patched_ms, '.3f')} ms, ratio {_fmt(r.ratio, '.2f')}",
+              file=sys.stderr, flush=True)
+    return rows
+
+
 def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     dense = [e.name for e in EXAMPLES if e.dense_output]
@@ -245,11 +254,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         warnings.simplefilter("ignore")  # fallback and patch warnings: the table says it all
         for mode in modes:
             for name in names:
-                print(f"[{name} {mode}] ...", file=sys.stderr, flush=True)
-                rows += bench_model(known[name], mode, args)
+                rows += _progress(bench_model(known[name], mode, args))
             for layer in layers:
-                print(f"[{layer.name} {mode}] ...", file=sys.stderr, flush=True)
-                rows += bench_layer(layer, mode, args)
+                rows += _progress(bench_layer(layer, mode, args))
     env = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__,
            "cuda": torch.version.cuda, "cudnn_benchmark": args.benchmark,
            "warmup": args.warmup, "reps": args.reps, "rounds": args.rounds}

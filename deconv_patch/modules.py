@@ -131,10 +131,11 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
         params = self._parameters  # (weight norm / parametrizations move "weight" out of it)
         weight = params["weight"] if "weight" in params else self.weight
         bias = params["bias"] if "bias" in params else self.bias
-        if grad_calls.runs_on_pytorch(input, weight, bias) and not torch.compiler.is_compiling():
+        if not torch.compiler.is_compiling() and grad_calls.runs_on_pytorch(input, weight, bias):
             # A call autograd records: PyTorch's own convolution, straight away (grad_calls), so
             # a training step pays nothing more than nn.ConvTranspose2d's call. A fused chain
-            # never folds a recorded call.
+            # never folds a recorded call. (The compile check comes first: Dynamo in some torch
+            # versions, 2.11 among them, cannot trace the forced-variant ContextVar.)
             return self._pytorch(input, weight, bias, output_size)
         chain = self.__dict__.get("_fused_chain")
         if chain is not None:

@@ -46,13 +46,15 @@ def _poison_kernels(monkeypatch):
     monkeypatch.setattr(modules, "kernel_call", refuse)
 
 
-@pytest.mark.parametrize("benchmark", [False, True])
-def test_recorded_calls_run_pytorch(benchmark, tmp_path, monkeypatch):
+# (not named `benchmark`: pytest-benchmark's fixture has that name)
+@pytest.mark.parametrize("cudnn_benchmark", [False, True])
+def test_recorded_calls_run_pytorch(cudnn_benchmark, tmp_path, monkeypatch):
     monkeypatch.setattr(autotune, "_CACHE", AutotuneCache(tmp_path / "a.json"))
     ref, fast, x = _pair()
     with torch.backends.cudnn.flags(enabled=True, benchmark=False):
         assert fast.plan_for(x).uses_kernel  # what an inference call of this layer runs
-    with torch.backends.cudnn.flags(enabled=True, benchmark=benchmark, deterministic=True):
+    with torch.backends.cudnn.flags(enabled=True, benchmark=cudnn_benchmark,
+                                    deterministic=True):
         _poison_kernels(monkeypatch)
         grad = torch.randn(4, 64, 64, 64, device="cuda", dtype=x.dtype)
         for _ in range(2):  # the second call reads the cached step answer

@@ -1,0 +1,158 @@
+"""Every candidate of every suite layer, timed: what autotune chooses from, and how the untimed
+rule's choice compares, with cudnn.benchmark off (PyTorch's default).
+
+    python benchmarks/candidates.py [--quick] [--modes tf32,fp32,bf16,fp16] [--formats nchw,nhwc]
+                                    [--only dcgan,unet] [--reps 15] [--json out.json]
+
+Per layer, mode and layout: the planner's untimed variant and its candidate list; each
+candidate's event time per call (its prepared kernel call, as autotune times it; PyTorch's
+F.conv_transpose2d for `aten`), all taking turns call by call, with cudnn.benchmark off; then
+PyTorch's time with cudnn.benchmark on (cuDNN's timed choice). Last lines, per mode: the
+geomean speedup over PyTorch (benchmark off) of the untimed choice and of the best candidate,
+and the untimed choice's slowest rows: how far the untimed rule is from what timing every
+candidate would give.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from dataclasses import asdict, dataclass, field
+from typing import Callable, Dict, List, Optional
+
+import torch
+import torch.nn.functional as F
+
+from deconv_patch.kernel_calls import kernel_call
+from deconv_patch.kernels import planner
+from layers import MODES, QUICK, SUITE, Layer, geomean, paired_median_ms
+
+
+@dataclass
+class Row:
+    layer: str
+    mode: str
+    layout: str
+    untimed: str
+    reason: str
+    ms: Dict[str, float] = field(default_factory=dict)  # cudnn.benchmark off, aten included
+    aten_benchmark_ms: float = float("nan")  # PyTorch with cudnn.benchmark on
+    refused: List[str] = field(default_factory=list)
+
+    @property
+    def best(self) -> str:
+        return min(self.ms, key=self.ms.__getitem__)
+
+    def speedup(self, variant: str) -> float:
+        return self.ms[planner.ATEN] / self.ms[variant]
+
+
+def _fns(layer: Layer, variants: List[str], x: torch.Tensor, w: torch.Tensor,
+         b: Optional[torch.Tensor], refused: List[str]) -> Dict[str, Callable]:
+    """Per variant a call taking the input: the prepared kernel call, or PyTorch's."""
+    a = layer.args
+    fns: Dict[str, Callable] = {}
+    for variant in variants:
+        if variant == planner.ATEN:
+            fns[variant] = lambda t: F.conv_transpose2d(t, w, b, a.stride, a.padding,
+                                                        a.output_padding, a.groups, a.dilation)
+            continue
+        try:
+            call = kernel_call(variant, x, w, a)
+            call(x, w, b)
+        except Exception as exc:  # a refusal, or a failure: reported, the rest still timed
+            refused.append(f"{variant}: {type(exc).__name__}: {str(exc).splitlines()[0][:120]}"
+                           if str(exc) else variant)
+            continue
+        fns[variant] = lambda t, call=call: call(t, w, b)
+    return fns
+
+
+def bench(layer: Layer, mode: str, layout: str, reps: int, l2_bytes: int) -> Row:
+    dtype, tf32 = MODES[mode]
+    torch.backends.cudnn.allow_tf32 = tf32
+    fmt = torch.channels_last if layout == "nhwc" else torch.contiguous_format
+    elem = torch.tensor([], dtype=dtype).element_size()
+    in_bytes = layer.batch * layer.cin * layer.hw[0] * layer.hw[1] * elem
+    copies = max(1, min(32, math.ceil(2 * l2_bytes / max(1, in_bytes))))
+    inputs = [torch.randn(layer.batch, layer.cin, *layer.hw, device="cuda", dtype=dtype)
+              .contiguous(memory_format=fmt) for _ in range(copies)]
+    w = (torch.randn(layer.cin, layer.cout // layer.groups, *layer.kernel, device="cuda")
+         / math.sqrt(layer.cin // layer.groups * layer.kernel[0] * layer.kernel[1])).to(dtype)
+    b = torch.randn(layer.cout, device="cuda", dtype=dtype) if layer.bias else None
+    torch.backends.cudnn.benchmark = False
+    plan = planner.plan(inputs[0], w, layer.args)
+    variants = list(dict.fromkeys([plan.variant, *plan.candidates, planner.ATEN]))
+    row = Row(layer.name, mode, layout, plan.variant, plan.reason)
+    with torch.no_grad():
+        fns = _fns(layer, variants, inputs[0], w, b, row.refused)
+        names = list(fns)
+        for name, ms in zip(names, paired_median_ms([fns[n] for n in names], inputs, 3, reps)):
+            row.ms[name] = ms
+        torch.backends.cudnn.benchmark = True
+        aten = fns[planner.ATEN]
+        row.aten_benchmark_ms = paired_median_ms([aten], inputs, 3, reps)[0]
+        torch.backends.cudnn.benchmark = False
+    return row
+
+
+def summary(rows: List[Row]) -> List[str]:
+    lines = ["== per mode: geomean speedup over PyTorch, cudnn.benchmark off (untimed choice | "
+             "best candidate | best over PyTorch with cudnn.benchmark on)"]
+    for mode in dict.fromkeys(r.mode for r in rows):
+        sel = [r for r in rows if r.mode == mode and r.untimed in r.ms]
+        if not sel:
+            continue
+        untimed = [r.speedup(r.untimed) for r in sel]
+        best = [r.speedup(r.best) for r in sel]
+        timed_on = [r.aten_benchmark_ms / min(r.aten_benchmark_ms, r.ms[r.best]) for r in sel]
+        worst = min(sel, key=lambda r: r.speedup(r.untimed))
+        lines.append(f"{mode:4s} untimed {geomean(untimed):.2f}x (min {min(untimed):.2f}x: "
+                     f"{worst.layer} {worst.layout} {worst.untimed}) | best {geomean(best):.2f}x "
+                     f"| benchmark on {geomean(timed_on):.2f}x over {len(sel)} rows")
+    return lines
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--modes", default="tf32,fp32,bf16,fp16")
+    parser.add_argument("--formats", default="nchw,nhwc")
+    parser.add_argument("--only", default=None, help="comma-separated layer name prefixes")
+    parser.add_argument("--reps", type=int, default=15)
+    parser.add_argument("--json", default=None, help="write all rows here")
+    args = parser.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("benchmarks/candidates.py needs a CUDA GPU; none is visible.", file=sys.stderr)
+        return 2
+    props = torch.cuda.get_device_properties(0)
+    l2 = getattr(props, "L2_cache_size", 50 * 2**20)
+    layers = [l for l in SUITE if not args.quick or l.name in QUICK]
+    if args.only:
+        layers = [l for l in layers if any(l.name.startswith(p) for p in args.only.split(","))]
+    rows: List[Row] = []
+    for mode in args.modes.split(","):
+        for layout in args.formats.split(","):
+            for layer in layers:
+                row = bench(layer, mode, layout, args.reps, l2)
+                rows.append(row)
+                top = sorted(row.ms.items(), key=lambda kv: kv[1])[:3]
+                print(f"{row.layer:28s} {mode:4s} {layout:4s} untimed {row.untimed:28s} "
+                      f"{row.speedup(row.untimed) if row.untimed in row.ms else float('nan'):5.2f}x"
+                      f" best {row.best:28s} {row.speedup(row.best):5.2f}x  aten "
+                      f"{row.ms[planner.ATEN] * 1e3:8.1f} us (benchmark on "
+                      f"{row.aten_benchmark_ms * 1e3:8.1f})  top3 "
+                      + ", ".join(f"{v} {t * 1e3:.1f}" for v, t in top), flush=True)
+                if args.json:  # after every row: a run cut short keeps what it measured
+                    with open(args.json, "w") as fh:
+                        json.dump({"device": props.name, "torch": torch.__version__,
+                                   "rows": [asdict(r) for r in rows]}, fh, indent=1)
+    torch.backends.cudnn.allow_tf32 = True
+    print("\n".join(summary(rows)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
