@@ -30,7 +30,6 @@ from torch import nn
 
 from .dataflow import CallSite, call_site
 from .fusion import bn_scale_shift, fold_scale_shift
-from .grad_calls import records_grad
 from .summary import PatchWarning
 
 PENDING = "_deconv_patch_pending"  # module __dict__ key: (weakref to the handed-over output, next)
@@ -86,8 +85,11 @@ class _PassThroughGate(nn.Module):
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         # The hand-over is taken here, before nn.Module's call machinery (two Python frames
         # per call on the fused path); a module with hooks takes it in forward, after them.
-        if PENDING in self.__dict__ and len(args) == 1 and not kwargs and \
-                not (_hooked(self) or _global_hooks()) and _pass_through(self, args[0]):
+        # Cheapest test first: the tensor handed over is this call's only argument.
+        pending = self.__dict__.get(PENDING)
+        if pending is not None and len(args) == 1 and not kwargs and \
+                pending[0]() is args[0] and not (_hooked(self) or _global_hooks()) and \
+                _pass_through(self, args[0]):
             return args[0]
         return super().__call__(*args, **kwargs)
 
@@ -137,12 +139,13 @@ class FusedChain:
         return "+".join(parts)
 
     def folded(self, conv: nn.Module, input: torch.Tensor, weight: torch.Tensor,
-               bias: Optional[torch.Tensor]
+               bias: Optional[torch.Tensor], recorded: bool
                ) -> Optional[Tuple[torch.Tensor, Optional[torch.Tensor]]]:
-        """(weight, bias) to run this call fused with, or None to run it as it is. Runs on
-        every call of the conv, so module state is read from its dicts (nn.Module.__getattr__
-        costs about a microsecond per name)."""
-        if self.disabled is not None or torch.compiler.is_compiling():
+        """(weight, bias) to run this call fused with, or None to run it as it is. `recorded`:
+        whether autograd records the call (grad_calls.records_grad). Called only outside
+        torch.compile, on every eager call of the conv, so module state is read from its dicts
+        (nn.Module.__getattr__ costs about a microsecond per name)."""
+        if self.disabled is not None or recorded:
             return None
         site = call_site(1)  # (this method <- forward <- nn.Module's call)
         known = self._site
@@ -153,12 +156,12 @@ class FusedChain:
         bn, act = self.bn, self.act
         if conv._forward_hooks or _global_hooks() or (act is not None and _hooked(act)):
             return None
-        grad = records_grad(input, weight, bias)
         if bn is None:
-            return None if grad else (weight, bias)
-        if bn.training or _hooked(bn) or grad or not input.is_floating_point():
+            return weight, bias
+        if bn.training or _hooked(bn) or not input.is_floating_point():
             return None
-        mean, var = _member(bn, "running_mean"), _member(bn, "running_var")
+        buffers = bn._buffers
+        mean, var = buffers.get("running_mean"), buffers.get("running_var")
         if mean is None or var is None:
             return None
         return self._fold(conv, (weight, bias, mean, var, _member(bn, "weight"),
@@ -176,15 +179,17 @@ class FusedChain:
     def _fold(self, conv: nn.Module, sources: tuple) -> Tuple[torch.Tensor, torch.Tensor]:
         """The BatchNorm folded into a copy of (weight, bias), cached until any of `sources`
         (weight, bias, running mean and variance, BatchNorm weight and bias) or eps changes:
-        identity or version counter, so any in-place change (load_state_dict included) refolds.
-        The cache holds the sources themselves, so no id in its key can be reused."""
+        identity (the cache holds the sources themselves) or version counter, so any in-place
+        change (load_state_dict included) refolds."""
         bn = self.bn
         try:
-            key: Optional[tuple] = tuple([None if t is None else (id(t), t._version)
-                                          for t in sources]) + (bn.eps,)  # type: ignore[union-attr]
+            key: Optional[tuple] = tuple([None if t is None else t._version for t in sources]) \
+                + (bn.eps,)  # type: ignore[union-attr]
         except RuntimeError:  # inference tensors have no version counter: fold every call
             key = None
-        if key is not None and key == self._folded_key:
+        cached = self._folded_sources
+        if key is not None and key == self._folded_key and cached is not None and \
+                all([a is b for a, b in zip(sources, cached)]):
             return self._folded  # type: ignore[return-value]
         weight, bias = sources[0], sources[1]
         with torch.no_grad():

@@ -131,15 +131,20 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
         params = self._parameters  # (weight norm / parametrizations move "weight" out of it)
         weight = params["weight"] if "weight" in params else self.weight
         bias = params["bias"] if "bias" in params else self.bias
-        if not torch.compiler.is_compiling() and grad_calls.runs_on_pytorch(input, weight, bias):
+        if torch.compiler.is_compiling():
+            # (Nothing below reads the forced-variant ContextVar while Dynamo traces: some torch
+            # versions, 2.11 among them, cannot trace it. Fused chains step aside.)
+            return self._conv(input, weight, bias, output_size, self.activation,
+                              self.negative_slope, "_fast_path")
+        recorded = grad_calls.records_grad(input, weight, bias)
+        if recorded and planner.forced_variant() is None:
             # A call autograd records: PyTorch's own convolution, straight away (grad_calls), so
             # a training step pays nothing more than nn.ConvTranspose2d's call. A fused chain
-            # never folds a recorded call. (The compile check comes first: Dynamo in some torch
-            # versions, 2.11 among them, cannot trace the forced-variant ContextVar.)
+            # never folds a recorded call.
             return self._pytorch(input, weight, bias, output_size)
         chain = self.__dict__.get("_fused_chain")
         if chain is not None:
-            folded = chain.folded(self, input, weight, bias)
+            folded = chain.folded(self, input, weight, bias, recorded)
             if folded is not None:  # the following BatchNorm / activation run in this call
                 out = self._conv(input, folded[0], folded[1], output_size, chain.activation,
                                  chain.negative_slope, "_fast_path_fused")

@@ -16,6 +16,35 @@ VARIANTS = tuple(c.variant for c in CONFIGS)
 MIN_STRICT_OUT = 32
 
 
+# The untimed default (cudnn.benchmark off) of TF32 / 16-bit layers cuDNN can run, on Hopper, from
+# this many output channels per group, with untimed_config's tile: against cuDNN's untimed choice
+# it won on every such layer of the suite but one tie (H200, benchmarks/candidates.py;
+# docs/performance/autotune.md).
+MIN_UNTIMED_OUT = 16
+# ... and up to this stride area (the measured layers' strides: 1, 1x2, 2; larger ones, FCN's x8
+# up-sampling among them, stay with cuDNN or gemm_out_tile unless autotune times them).
+MAX_UNTIMED_STRIDE_AREA = 4
+
+
+def untimed_config(tf32: bool, rows: int, phases: int, out_channels: int, sms: int) -> str:
+    """The config to run without timing: the 128x64 tile up to 64 output channels per group (a
+    128-wide n tile would be half padding), else the 128x128 tile unless the 128x64 tile's
+    waves fill the GPU better (few rows: DCGAN's 4x4 > 8x8, pix2pix's 8x8 layers).
+    `rows` per phase GEMM, `phases` GEMMs, `sms` multiprocessors. TF32 ran fastest on the
+    cooperative 128x128 tile, 16-bit on the ping-pong one (H200, same measurements)."""
+    narrow = VARIANTS[3]
+    if out_channels <= 64:
+        return narrow
+
+    def fill(n_tile: int) -> float:
+        tiles = phases * -(-rows // 128) * -(-out_channels // n_tile)
+        return tiles / (-(-tiles // sms) * sms)
+
+    if fill(64) > fill(128):
+        return narrow
+    return VARIANTS[1] if tf32 else VARIANTS[0]
+
+
 FAMILY = KernelFamily(
     NAME, 7, "stride-phase GEMM on TMA + wgmma (sm_90a)",
     configs=CONFIGS, packed_weight=True, refusal=shallow_sum_refusal)

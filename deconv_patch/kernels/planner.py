@@ -71,6 +71,11 @@ _MAX_COL2IM_BYTES = gemm_col2im.MAX_BUFFER_BYTES
 _MAX_GROUPED_CHANNELS = grouped.MAX_DEFAULT_CHANNELS
 _MAX_GROUPED_CANDIDATE = grouped.MAX_CANDIDATE_CHANNELS
 _MIN_STRICT_TMA_OUT = gemm_phase_tma.MIN_STRICT_OUT
+_MIN_UNTIMED_TMA_OUT = gemm_phase_tma.MIN_UNTIMED_OUT
+_MAX_UNTIMED_TMA_STRIDE_AREA = gemm_phase_tma.MAX_UNTIMED_STRIDE_AREA
+# gemm_phase_tma's untimed default as _plan_layer names it; plan() then picks the tile for the
+# input's size (gemm_phase_tma.untimed_config).
+PHASE_TMA_UNTIMED = gemm_phase_tma.VARIANTS[3]
 _MAX_OUT_TILE_CHANNELS = gemm_out_tile.MAX_CHANNELS
 # Output channels per group up to which gemm_out_tile is the untimed default of 16-bit layers in
 # place of cuDNN (or gemm_phase where cuDNN cannot run), where its shared memory holds the layer
@@ -190,7 +195,7 @@ def _without_phase(chosen: Plan, why: str, keep_candidates: bool = False,
     kernels = (GEMM_PHASE, GEMM_PHASE_TMA) + ((GEMM_OUT_TILE,) if out_tile else ())
     rest = chosen.candidates if keep_candidates else \
         tuple(v for v in chosen.candidates if v not in phase)
-    if chosen.variant not in kernels:
+    if split_variant(chosen.variant)[0] not in kernels:
         return Plan(chosen.variant, chosen.reason, candidates=rest)
     fallback = DIRECT if DIRECT in rest else ATEN
     return Plan(fallback, f"{why}; {fallback}", candidates=rest)
@@ -273,12 +278,28 @@ def _plan_layer(device: torch.device, dtype: torch.dtype, kernel_hw: Sequence[in
         return Plan(DIRECT, f"{no_cudnn}; direct kernel",
                     candidates=(DIRECT, *tma, *col2im, *out_tile, *grouped, ATEN))
     if tensor_cores:
-        # Measured on the H100 (docs/performance/phase-gemms.md): gemm_phase ranges 0.4-1.5x
-        # of cuDNN's sm90 wgmma kernels across the suite with no size rule separating wins from
-        # losses, so it runs where autotune (torch.backends.cudnn.benchmark) timed it faster.
+        candidates = (*phase, *out_tile, *grouped, ATEN)
+        if tma and channels is not None and channels[1] >= _MIN_UNTIMED_TMA_OUT and \
+                args.stride[0] * args.stride[1] <= _MAX_UNTIMED_TMA_STRIDE_AREA:
+            # Hopper: against cuDNN's untimed choice (cudnn.benchmark off) gemm_phase_tma won on
+            # the suite's such layers (docs/performance/autotune.md); plan() sizes its tile.
+            return _out_tile_default(Plan(
+                PHASE_TMA_UNTIMED, "stride-phase TMA + wgmma GEMM", candidates=candidates),
+                channels, out_tile_first)
+        untimed_ffma = ffma_tile.untimed_config(kernel_hw, args, channels) \
+            if hopper and dtype == torch.float32 and not out_tile_first else None
+        if untimed_ffma is not None:
+            # TF32 with <= 8 output channels per group on Hopper: its FFMA tile beat cuDNN's
+            # untimed choice (DCGAN's 64 > 3, FSRCNN's 56 > 1: ffma_tile.untimed_config).
+            return Plan(untimed_ffma, f"{channels[1]} output channels per group: FFMA tile "
+                        "kernel", candidates=candidates)
+        # Elsewhere (measured on the H100, docs/performance/phase-gemms.md): gemm_phase ranges
+        # 0.4-1.5x of cuDNN's sm90 wgmma kernels across the suite with no size rule separating
+        # wins from losses, so it runs where autotune (torch.backends.cudnn.benchmark) timed it
+        # faster.
         return _out_tile_default(Plan(
             ATEN, "cuDNN unless autotune times gemm_phase faster (cudnn.benchmark)",
-            candidates=(*phase, *out_tile, *grouped, ATEN)), channels, out_tile_first)
+            candidates=candidates), channels, out_tile_first)
     if tma and channels is not None and min(channels) >= _MIN_PHASE_CHANNELS and \
             channels[1] >= _MIN_STRICT_TMA_OUT:
         # Measured on the H100 (docs/performance/phase-gemms.md, GPU time, each config forced):
@@ -428,6 +449,13 @@ def plan(input: torch.Tensor, weight: torch.Tensor, args: ConvTransposeArgs) -> 
             winner = KXS_SM90_TF32_WINNER if x.dtype == torch.float32 else KXS_SM90_WINNER
             return Plan(winner, chosen.reason + "; Hopper TMA + wgmma kernel for "
                         "channels_last input", candidates=chosen.candidates)
+        if sm90 and x.dtype == torch.float32 and x.is_contiguous() and x.shape[0] > 0:
+            # TF32 NCHW input on Hopper: against cuDNN's untimed choice 2.1-3.1x on the suite's
+            # NCHW k == stride layers (U-Net up1/up4, Mask R-CNN, YOLOv8-seg; gemm_kxs 1.0-3.0x)
+            # and 28x on DCGAN's 1 x 1 layer (gemm_kxs 22x; H200, benchmarks/candidates.py).
+            winner = KXS_SM90_TF32_WINNER if nhwc_out else KXS_SM90_NCHW_WINNER
+            return Plan(winner, chosen.reason + "; Hopper TMA + wgmma kernel",
+                        candidates=chosen.candidates)
         if sm90 and x.dtype != torch.float32 and \
                 x.is_contiguous() and x.shape[1] % 8 == 0 and \
                 (x.shape[2] * x.shape[3]) % 8 == 0 and x.shape[0] > 0:
@@ -463,6 +491,9 @@ def plan(input: torch.Tensor, weight: torch.Tensor, args: ConvTransposeArgs) -> 
             # loads (19 before); TF32 35 / 11, fp32 strict 73 / 17).
             return Plan(ATEN, "layer too small for the kernel to matter (host-bound)",
                         candidates=chosen.candidates)
+    if chosen.variant == PHASE_TMA_UNTIMED and _forced_variant.get() is None:
+        chosen = Plan(_untimed_tma_config(input, weight, args), chosen.reason, chosen.fallback,
+                      chosen.candidates)
     if (PHASE_CONFIGS[0] in chosen.candidates or OUT_TILE_CONFIGS[0] in chosen.candidates) and \
             _forced_variant.get() is None:
         if not _phase_offsets_fit(input, weight, args):  # direct indexes with 64 bits
@@ -477,6 +508,25 @@ def plan(input: torch.Tensor, weight: torch.Tensor, args: ConvTransposeArgs) -> 
 
 
 col2im_buffer_bytes = gemm_col2im.buffer_bytes
+
+
+@functools.lru_cache(maxsize=None)
+def _multiprocessors(index: int) -> int:
+    """A CUDA device's SM count (cached: asked when a call is planned)."""
+    return torch.cuda.get_device_properties(index).multi_processor_count
+
+
+def _untimed_tma_config(input: torch.Tensor, weight: torch.Tensor, args: ConvTransposeArgs
+                        ) -> str:
+    """gemm_phase_tma's untimed tile for this call (gemm_phase_tma.untimed_config): the rows of
+    each stride-phase GEMM are the batch times the output pixels of one phase."""
+    batch = input.shape[0] if input.dim() == 4 else 1
+    out_h, out_w = args.output_hw(input.shape[-2:], weight.shape[-2:])
+    sh, sw = args.stride
+    rows = batch * -(-out_h // sh) * -(-out_w // sw)
+    index = input.device.index if input.device.index is not None else torch.cuda.current_device()
+    return gemm_phase_tma.untimed_config(input.dtype == torch.float32, rows, sh * sw,
+                                         weight.shape[1], _multiprocessors(index))
 
 
 def kxs_sm90_for_output(chosen: Plan, nhwc_out: bool) -> Plan:

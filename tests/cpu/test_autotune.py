@@ -165,6 +165,7 @@ def test_timing_compiles_every_unit_at_once_before_the_first_candidate(monkeypat
     monkeypatch.setattr(autotune, "pick", lambda key, candidates, run: picks.append(
         (len(loads), tuple(candidates))) or candidates[0])
     monkeypatch.setattr(planner, "_capability", lambda index: (9, 0))
+    monkeypatch.setattr(planner, "_multiprocessors", lambda index: 132)
     with FakeTensorMode():
         x = torch.empty(2, 64, 8, 8, device="cuda", dtype=torch.bfloat16)
         w = torch.empty(64, 32, 4, 4, device="cuda", dtype=torch.bfloat16)

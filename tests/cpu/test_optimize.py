@@ -176,6 +176,44 @@ def test_state_dict_round_trip_fused_or_not():
             torch.testing.assert_close(model(x), patched(x), rtol=1e-5, atol=1e-6)
 
 
+def _changes():
+    """Ways a fused chain's sources change after its first fold: in place (version counter)
+    and by a new tensor whose version counter equals the old one's (identity)."""
+    def in_place(m):
+        with torch.no_grad():
+            m.block1[0].weight.mul_(1.5)
+            m.block1[1].running_var.add_(0.25)
+
+    def same_version(old, new):
+        with torch.no_grad():
+            while new._version < old._version:
+                new.add_(0)
+        assert new._version == old._version
+        return new
+
+    def replaced(m):
+        bn = m.block1[1]
+        bn.running_mean = same_version(bn.running_mean, bn.running_mean * 0.5 + 0.25)
+        bn.weight = nn.Parameter(same_version(bn.weight, bn.weight.detach() * 0.75 + 0.5))
+
+    def eps(m):
+        m.block2[1].eps = 0.5
+
+    return [in_place, replaced, eps]
+
+
+@pytest.mark.parametrize("change", _changes(), ids=lambda f: f.__name__)
+def test_fused_chain_refolds_when_a_source_changes(change):
+    model = Decoder().eval()
+    patched = optimize(copy.deepcopy(model), _x())
+    x = _x()
+    with torch.no_grad():
+        patched(x)  # folded and cached
+        change(model)
+        change(patched)
+        torch.testing.assert_close(patched(x), model(x), rtol=1e-5, atol=1e-6)
+
+
 def test_inplace():
     model = Decoder().eval()
     patched = optimize(model, inplace=True, fuse=False)

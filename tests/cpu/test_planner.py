@@ -16,7 +16,14 @@ CUDA0 = torch.device("cuda", 0)
 @pytest.fixture(params=[(9, 0), (8, 0)], ids=["sm90", "sm80"])
 def capability(request, monkeypatch):
     monkeypatch.setattr(planner, "_capability", lambda index: request.param)
+    monkeypatch.setattr(planner, "_multiprocessors", lambda index: 132)
     return request.param
+
+
+def _untimed_phase(capability) -> str:
+    """The untimed default of a TF32 / 16-bit stride-phase layer cuDNN can run, with >= 16
+    output channels per group: gemm_phase_tma (its plan_layer name) on Hopper, else cuDNN."""
+    return planner.PHASE_TMA_UNTIMED if capability == (9, 0) else planner.ATEN
 
 
 def _plan(dtype, kernel, args, channels, tf32=True):
@@ -125,12 +132,14 @@ def test_reduction_depth_counts_channels_times_taps_per_phase():
     ((1, 1), 2, planner.GROUPED),       # depthwise k4 s2
     ((16, 16), 2, planner.GROUPED),     # grouped g8 of 128
     ((32, 32), 2, planner.GROUPED),
-    ((48, 48), 2, planner.ATEN),        # above 32 per group: cuDNN unless autotune (phase)
+    ((48, 48), 2, "phase"),             # above 32 per group: the phase layers' default
     ((1, 1), 8, planner.ATEN),          # FCN x8: stride area 64 > 16
 ])
 def test_grouped_layers(capability, channels, stride, expected):
     args = ConvTransposeArgs.from_values(stride=stride, padding=1, groups=8)
     chosen = _plan(torch.bfloat16, (2 * stride, 2 * stride), args, channels)
+    if expected == "phase":
+        expected = _untimed_phase(capability)
     assert chosen.variant == expected, chosen.reason
     if max(channels) <= 32:
         assert planner.GROUPED in chosen.candidates and planner.ATEN in chosen.candidates
@@ -140,7 +149,8 @@ def test_wgmma_configs_are_16_bit_autotune_candidates_on_sm90_only(capability):
     args = ConvTransposeArgs.from_values(stride=2, padding=1)
     for dtype in (torch.bfloat16, torch.float16, torch.float32):
         chosen = _plan(dtype, (4, 4), args, (256, 128))
-        assert chosen.variant == planner.ATEN and planner.PHASE_CONFIGS[0] in chosen.candidates
+        assert chosen.variant == _untimed_phase(capability)
+        assert planner.PHASE_CONFIGS[0] in chosen.candidates
         has_sm90 = set(planner.SM90_CONFIGS) <= set(chosen.candidates)
         assert has_sm90 == (capability == (9, 0) and dtype != torch.float32)
         has_tma = set(planner.PHASE_TMA_CONFIGS) <= set(chosen.candidates)
@@ -203,7 +213,10 @@ def test_grouped_kernel_is_an_autotune_candidate_for_dense_layers_with_few_chann
     k4s2 = ConvTransposeArgs.from_values(stride=2, padding=1)
     for dtype in (torch.bfloat16, torch.float32):
         few = _plan(dtype, (4, 4), k4s2, (64, 3), tf32=tf32)
-        assert few.variant == planner.ATEN and planner.GROUPED in few.candidates, few
+        # (TF32 on Hopper: ffma_tile's untimed default, see test_ffma_tile_...)
+        ffma = capability == (9, 0) and dtype == torch.float32 and tf32
+        assert few.variant == ("ffma_tile:s2q1x1o3" if ffma else planner.ATEN), few
+        assert planner.GROUPED in few.candidates, few
         assert planner.ATEN in few.candidates
         wide = _plan(dtype, (4, 4), k4s2, (128, 64), tf32=tf32)
         assert planner.GROUPED not in wide.candidates
@@ -302,7 +315,7 @@ def test_out_tile_default_follows_its_constant(capability, monkeypatch):
     assert _plan(torch.float32, (16, 16), fcn, (21, 21)).variant == planner.GEMM_OUT_TILE
     assert _plan(torch.float32, (16, 16), fcn, (21, 21), tf32=False).variant == planner.ATEN
     assert _plan(torch.float32, (16, 16), fcn, (21, 7)).variant == planner.ATEN  # < 8 in TF32
-    assert _plan(torch.float32, (4, 4), k4s2, (64, 16)).variant == planner.ATEN  # stride 2
+    assert _plan(torch.float32, (4, 4), k4s2, (64, 16)).variant == _untimed_phase(capability)
     monkeypatch.setattr(planner, "OUT_TILE_TF32_DEFAULT_MIN_CHANNELS", 3)
     monkeypatch.setattr(planner, "OUT_TILE_TF32_DEFAULT_MIN_STRIDE_AREA", 4)
     assert _plan(torch.float32, (4, 4), k4s2, (64, 3)).variant == planner.GEMM_OUT_TILE
@@ -310,7 +323,7 @@ def test_out_tile_default_follows_its_constant(capability, monkeypatch):
     monkeypatch.setattr(planner, "OUT_TILE_TF32_DEFAULT_MIN_STRIDE_AREA", 16)
     no_cudnn = ConvTransposeArgs.from_values(stride=1, output_padding=1, dilation=2)
     assert _plan(torch.bfloat16, (3, 3), no_cudnn, (8, 4)).variant == planner.GEMM_OUT_TILE
-    assert _plan(torch.bfloat16, (4, 4), k4s2, (64, 24)).variant == planner.ATEN
+    assert _plan(torch.bfloat16, (4, 4), k4s2, (64, 24)).variant == _untimed_phase(capability)
     assert _plan(torch.float32, (4, 4), k4s2, (64, 3), tf32=False).variant == planner.ATEN
     assert _plan(torch.bfloat16, (2, 2), ConvTransposeArgs.from_values(stride=2),
                  (64, 3)).variant == planner.GEMM_KXS
@@ -379,7 +392,9 @@ def test_plan_asks_the_extension_whether_gemm_out_tile_fits(capability, monkeypa
 def test_ffma_tile_is_a_candidate_for_few_output_channels_in_every_mode(capability):
     """ffma_tile (FFMA, so exact in fp32 strict too): its stride family's configs are autotune
     candidates for <= 8 output channels per group with kernel == taps x stride (k4 s2, k9 s3),
-    dilation 1, equal strides; never the untimed default; absent everywhere else."""
+    dilation 1, equal strides; the untimed default only in TF32 on Hopper, with one input
+    position per thread for the fewest output channels that hold the layer's; absent everywhere
+    else."""
     k4s2 = ConvTransposeArgs.from_values(stride=2, padding=1)
     k9s3 = ConvTransposeArgs.from_values(stride=3, padding=4, output_padding=2)
     family = {s: {v for v in planner.FFMA_TILE_CONFIGS if v.startswith(f"ffma_tile:s{s}q")}
@@ -392,7 +407,12 @@ def test_ffma_tile_is_a_candidate_for_few_output_channels_in_every_mode(capabili
             chosen = _plan(dtype, kernel, args, channels, tf32=tf32)
             listed = {v for v in chosen.candidates if v.startswith(planner.FFMA_TILE)}
             assert listed == family[s], (dtype, tf32, channels, chosen)
-            assert not chosen.variant.startswith(planner.FFMA_TILE), chosen
+            default = {(64, 3): "ffma_tile:s2q1x1o3", (56, 1): "ffma_tile:s3q1x1o1"}.get(
+                channels) if capability == (9, 0) and dtype == torch.float32 and tf32 else None
+            if default is not None:
+                assert chosen.variant == default, chosen
+            else:
+                assert not chosen.variant.startswith(planner.FFMA_TILE), chosen
         for kernel, args, channels in (
                 ((4, 4), k4s2, (512, 17)),                                          # > 8 out
                 ((3, 3), k4s2, (64, 3)),                                            # k != 2s
@@ -429,3 +449,102 @@ def test_gemm_col2im_lists_its_3xtf32_configs_in_fp32_strict_on_hopper(capabilit
                            ((512, 16), ConvTransposeArgs.from_values(stride=2, groups=2))):
         chosen = _plan(torch.float32, (4, 4), args, channels, tf32=False)
         assert not strict & set(chosen.candidates), chosen
+
+
+def _fake_input(batch, cin, hw, dtype, channels_last=False):
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    with FakeTensorMode():
+        x = torch.empty(batch, cin, *hw, device="cuda", dtype=dtype)
+        return x.contiguous(memory_format=torch.channels_last) if channels_last else x
+
+
+def _fake_weight(cin, cout, kernel, dtype):
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    with FakeTensorMode():
+        return torch.empty(cin, cout, *kernel, device="cuda", dtype=dtype)
+
+
+@pytest.mark.parametrize("layer,tf32_tile,half_tile", [
+    # (batch, in, out, input hw): rows per phase = batch * input pixels for k4 s2 p1
+    ((64, 512, 256, (4, 4)), "128x64s8pp", "128x64s8pp"),     # DCGAN g2: 1,024 rows
+    ((4, 1024, 512, (8, 8)), "128x64s8pp", "128x64s8pp"),     # pix2pix u2: 256 rows
+    ((64, 256, 128, (8, 8)), "128x128s6", "128x128s6pp"),     # DCGAN g3: both tiles fill waves
+    ((32, 2048, 256, (8, 6)), "128x128s6", "128x128s6pp"),    # SimpleBaseline d1
+    ((32, 256, 256, (32, 24)), "128x128s6", "128x128s6pp"),   # SimpleBaseline d3
+    ((64, 128, 64, (16, 16)), "128x64s8pp", "128x64s8pp"),    # <= 64 output channels
+])
+def test_untimed_phase_default_is_gemm_phase_tma_sized_by_waves_on_hopper(capability, layer,
+                                                                          tf32_tile, half_tile):
+    """With cudnn.benchmark off, a TF32 / 16-bit stride-phase layer with >= 16 output channels
+    runs gemm_phase_tma on Hopper, its tile picked for the call's rows (132 SMs here); cuDNN
+    elsewhere, and in fp32 strict the 3xTF32 rule as before."""
+    batch, cin, cout, hw = layer
+    args = ConvTransposeArgs.from_values(stride=2, padding=1)
+    for dtype, tf32, tile in ((torch.float32, True, tf32_tile), (torch.bfloat16, True, half_tile),
+                              (torch.float16, True, half_tile)):
+        with torch.backends.cudnn.flags(enabled=True, allow_tf32=tf32, benchmark=False):
+            chosen = planner.plan(_fake_input(batch, cin, hw, dtype),
+                                  _fake_weight(cin, cout, (4, 4), dtype), args)
+        want = f"{planner.GEMM_PHASE_TMA}:{tile}" if capability == (9, 0) else planner.ATEN
+        assert chosen.variant == want, chosen
+        assert chosen.variant in chosen.candidates or chosen.variant == planner.ATEN
+    with torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
+        strict = planner.plan(_fake_input(batch, cin, hw, torch.float32),
+                              _fake_weight(cin, cout, (4, 4), torch.float32), args)
+    assert strict.variant == (planner.GEMM_PHASE_TMA if capability == (9, 0) else planner.ATEN)
+
+
+def test_untimed_tma_tile_rule():
+    """gemm_phase_tma.untimed_config: the 128x64 tile up to 64 output channels, else 128x128
+    unless the 128x64 tile fills the SMs' waves better."""
+    from deconv_patch.kernels import gemm_phase_tma as tma
+    assert tma.untimed_config(True, 10**6, 4, 64, 132) == "gemm_phase_tma:128x64s8pp"
+    # 4 phases x 8 row tiles x 2 (128-wide) = 64 tiles: half a wave; 128 of the 64-wide fill it
+    assert tma.untimed_config(True, 1024, 4, 256, 132) == "gemm_phase_tma:128x64s8pp"
+    # 4 x 48 x 2 = 384 tiles = 2.9 waves either way: the wider tile
+    assert tma.untimed_config(True, 6144, 4, 256, 132) == "gemm_phase_tma:128x128s6"
+    assert tma.untimed_config(False, 6144, 4, 256, 132) == "gemm_phase_tma:128x128s6pp"
+
+
+def test_untimed_rule_leaves_large_strides_and_few_channels_alone(capability):
+    """Unmeasured for gemm_phase_tma: stride area > 4 (FCN's x8, whose 64 phases the kernel
+    refuses) and fewer than 16 output channels per group (TF32 <= 8 has ffma_tile)."""
+    fcn = ConvTransposeArgs.from_values(stride=8, padding=4)
+    assert planner.plan_layer(CUDA0, torch.bfloat16, (16, 16), fcn, (64, 64)).variant == \
+        planner.ATEN
+    k4s2 = ConvTransposeArgs.from_values(stride=2, padding=1)
+    with torch.backends.cudnn.flags(enabled=True, allow_tf32=True):
+        assert planner.plan_layer(CUDA0, torch.float32, (4, 4), k4s2, (64, 12)).variant == \
+            planner.ATEN
+        assert planner.plan_layer(CUDA0, torch.float32, (4, 4), k4s2, (64, 16)).variant == \
+            _untimed_phase(capability)
+
+
+@pytest.mark.parametrize("hw", [(28, 28), (14, 14), (1, 1)])
+def test_tf32_nchw_k_equal_stride_runs_the_hopper_kernel(capability, hw):
+    """TF32 NCHW input with kernel == stride: gemm_kxs_sm90's NCHW-output config on Hopper
+    (any plane size; a 1 x 1 input is planned as k == stride), gemm_kxs elsewhere."""
+    x = _fake_input(8, 256, hw, torch.float32)
+    w = _fake_weight(256, 128, (2, 2) if hw != (1, 1) else (4, 4), torch.float32)
+    args = ConvTransposeArgs.from_values(stride=2) if hw != (1, 1) else \
+        ConvTransposeArgs.from_values()
+    with torch.backends.cudnn.flags(enabled=True, allow_tf32=True):
+        chosen = planner.plan(x, w, args)
+    if capability == (9, 0):
+        assert chosen.variant == planner.KXS_SM90_NCHW_WINNER, chosen
+        assert chosen.variant in chosen.candidates
+    else:
+        assert chosen.variant in (planner.GEMM_KXS, planner.ATEN), chosen
+    with torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
+        assert planner.plan(x, w, args).variant in (planner.GEMM_KXS, planner.ATEN)
+
+
+def test_a_tensor_past_32_bits_takes_the_untimed_tma_default_away(capability):
+    """gemm_phase_tma's untimed default is a config of its family: where a tensor reaches 2^31
+    elements the phase kernels leave the plan, that default included."""
+    x = _fake_input(4096, 256, (64, 64), torch.bfloat16)  # output 4096*128*128*128 > 2^31
+    with torch.backends.cudnn.flags(enabled=True):
+        chosen = planner.plan(x, _fake_weight(256, 128, (4, 4), torch.bfloat16),
+                              ConvTransposeArgs.from_values(stride=2, padding=1))
+    assert not chosen.variant.startswith(planner.GEMM_PHASE_TMA), chosen
+    assert not any(v.startswith(planner.GEMM_PHASE_TMA) for v in chosen.candidates)
