@@ -6,11 +6,10 @@ rule's choice compares, with cudnn.benchmark off (PyTorch's default).
 
 Per layer, mode and layout: the planner's untimed variant and its candidate list; each
 candidate's event time per call (its prepared kernel call, as autotune times it; PyTorch's
-F.conv_transpose2d for `aten`), all taking turns call by call, with cudnn.benchmark off; then
-PyTorch's time with cudnn.benchmark on (cuDNN's timed choice). Last lines, per mode: the
-geomean speedup over PyTorch (benchmark off) of the untimed choice and of the best candidate,
-and the untimed choice's slowest rows: how far the untimed rule is from what timing every
-candidate would give.
+F.conv_transpose2d for `aten`), all taking turns call by call, with cudnn.benchmark off. Last
+lines, per mode: the geomean speedup over PyTorch of the untimed choice (and its slowest row)
+and of the best candidate per row: how far the untimed rule is from what timing every
+candidate would give (the best of many noisy timings: an upper bound no rule reaches).
 """
 
 from __future__ import annotations
@@ -38,7 +37,6 @@ class Row:
     untimed: str
     reason: str
     ms: Dict[str, float] = field(default_factory=dict)  # cudnn.benchmark off, aten included
-    aten_benchmark_ms: float = float("nan")  # PyTorch with cudnn.benchmark on
     refused: List[str] = field(default_factory=list)
 
     @property
@@ -91,27 +89,22 @@ def bench(layer: Layer, mode: str, layout: str, reps: int, l2_bytes: int) -> Row
         names = list(fns)
         for name, ms in zip(names, paired_median_ms([fns[n] for n in names], inputs, 3, reps)):
             row.ms[name] = ms
-        torch.backends.cudnn.benchmark = True
-        aten = fns[planner.ATEN]
-        row.aten_benchmark_ms = paired_median_ms([aten], inputs, 3, reps)[0]
-        torch.backends.cudnn.benchmark = False
     return row
 
 
 def summary(rows: List[Row]) -> List[str]:
     lines = ["== per mode: geomean speedup over PyTorch, cudnn.benchmark off (untimed choice | "
-             "best candidate | best over PyTorch with cudnn.benchmark on)"]
+             "best candidate)"]
     for mode in dict.fromkeys(r.mode for r in rows):
         sel = [r for r in rows if r.mode == mode and r.untimed in r.ms]
         if not sel:
             continue
         untimed = [r.speedup(r.untimed) for r in sel]
         best = [r.speedup(r.best) for r in sel]
-        timed_on = [r.aten_benchmark_ms / min(r.aten_benchmark_ms, r.ms[r.best]) for r in sel]
         worst = min(sel, key=lambda r: r.speedup(r.untimed))
         lines.append(f"{mode:4s} untimed {geomean(untimed):.2f}x (min {min(untimed):.2f}x: "
                      f"{worst.layer} {worst.layout} {worst.untimed}) | best {geomean(best):.2f}x "
-                     f"| benchmark on {geomean(timed_on):.2f}x over {len(sel)} rows")
+                     f"over {len(sel)} rows")
     return lines
 
 
@@ -142,8 +135,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                 print(f"{row.layer:28s} {mode:4s} {layout:4s} untimed {row.untimed:28s} "
                       f"{row.speedup(row.untimed) if row.untimed in row.ms else float('nan'):5.2f}x"
                       f" best {row.best:28s} {row.speedup(row.best):5.2f}x  aten "
-                      f"{row.ms[planner.ATEN] * 1e3:8.1f} us (benchmark on "
-                      f"{row.aten_benchmark_ms * 1e3:8.1f})  top3 "
+                      f"{row.ms[planner.ATEN] * 1e3:8.1f} us  top3 "
                       + ", ".join(f"{v} {t * 1e3:.1f}" for v, t in top), flush=True)
                 if args.json:  # after every row: a run cut short keeps what it measured
                     with open(args.json, "w") as fh:

@@ -449,7 +449,8 @@ def plan(input: torch.Tensor, weight: torch.Tensor, args: ConvTransposeArgs) -> 
             winner = KXS_SM90_TF32_WINNER if x.dtype == torch.float32 else KXS_SM90_WINNER
             return Plan(winner, chosen.reason + "; Hopper TMA + wgmma kernel for "
                         "channels_last input", candidates=chosen.candidates)
-        if sm90 and x.dtype == torch.float32 and x.is_contiguous() and x.shape[0] > 0:
+        if sm90 and x.dtype == torch.float32 and x.is_contiguous() and x.shape[1] % 4 == 0 and \
+                x.shape[0] > 0:
             # TF32 NCHW input on Hopper: against cuDNN's untimed choice 2.1-3.1x on the suite's
             # NCHW k == stride layers (U-Net up1/up4, Mask R-CNN, YOLOv8-seg; gemm_kxs 1.0-3.0x)
             # and 28x on DCGAN's 1 x 1 layer (gemm_kxs 22x; H200, benchmarks/candidates.py).

@@ -523,7 +523,8 @@ def test_untimed_rule_leaves_large_strides_and_few_channels_alone(capability):
 @pytest.mark.parametrize("hw", [(28, 28), (14, 14), (1, 1)])
 def test_tf32_nchw_k_equal_stride_runs_the_hopper_kernel(capability, hw):
     """TF32 NCHW input with kernel == stride: gemm_kxs_sm90's NCHW-output config on Hopper
-    (any plane size; a 1 x 1 input is planned as k == stride), gemm_kxs elsewhere."""
+    (any plane size; a 1 x 1 input is planned as k == stride) where Cin % 4 == 0, gemm_kxs
+    elsewhere."""
     x = _fake_input(8, 256, hw, torch.float32)
     w = _fake_weight(256, 128, (2, 2) if hw != (1, 1) else (4, 4), torch.float32)
     args = ConvTransposeArgs.from_values(stride=2) if hw != (1, 1) else \
@@ -537,6 +538,10 @@ def test_tf32_nchw_k_equal_stride_runs_the_hopper_kernel(capability, hw):
         assert chosen.variant in (planner.GEMM_KXS, planner.ATEN), chosen
     with torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
         assert planner.plan(x, w, args).variant in (planner.GEMM_KXS, planner.ATEN)
+    with torch.backends.cudnn.flags(enabled=True, allow_tf32=True):  # Cin % 4: the kernel's
+        odd = planner.plan(_fake_input(8, 255, hw, torch.float32),
+                           _fake_weight(255, 128, w.shape[-2:], torch.float32), args)
+    assert not odd.variant.startswith(planner.GEMM_KXS_SM90), odd
 
 
 def test_a_tensor_past_32_bits_takes_the_untimed_tma_default_away(capability):
