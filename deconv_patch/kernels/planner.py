@@ -275,8 +275,14 @@ def _plan_layer(device: torch.device, dtype: torch.dtype, kernel_hw: Sequence[in
             return _out_tile_default(Plan(
                 GEMM_PHASE, f"{no_cudnn}; stride-phase implicit GEMM",
                 candidates=(*phase, *out_tile, DIRECT, *grouped, ATEN)), channels, out_tile_first)
-        return Plan(DIRECT, f"{no_cudnn}; direct kernel",
-                    candidates=(DIRECT, *tma, *col2im, *out_tile, *grouped, ATEN))
+        candidates = (DIRECT, *tma, *col2im, *out_tile, *grouped, ATEN)
+        if tma and channels is not None and min(channels) >= _MIN_PHASE_CHANNELS and \
+                channels[1] >= _MIN_STRICT_TMA_OUT:
+            # fp32 strict on Hopper: its 3xTF32 measured 12-13x PyTorch's native kernel on the
+            # suite's output_padding >= stride layer, direct 1.1-1.9x (H200, candidates.py).
+            return Plan(PHASE_TMA_UNTIMED, f"{no_cudnn}; stride-phase TMA + wgmma GEMM in "
+                        "3xTF32", candidates=candidates)
+        return Plan(DIRECT, f"{no_cudnn}; direct kernel", candidates=candidates)
     if tensor_cores:
         candidates = (*phase, *out_tile, *grouped, ATEN)
         if tma and channels is not None and channels[1] >= _MIN_UNTIMED_TMA_OUT and \
@@ -286,13 +292,9 @@ def _plan_layer(device: torch.device, dtype: torch.dtype, kernel_hw: Sequence[in
             return _out_tile_default(Plan(
                 PHASE_TMA_UNTIMED, "stride-phase TMA + wgmma GEMM", candidates=candidates),
                 channels, out_tile_first)
-        untimed_ffma = ffma_tile.untimed_config(kernel_hw, args, channels) \
-            if hopper and dtype == torch.float32 and not out_tile_first else None
-        if untimed_ffma is not None:
-            # TF32 with <= 8 output channels per group on Hopper: its FFMA tile beat cuDNN's
-            # untimed choice (DCGAN's 64 > 3, FSRCNN's 56 > 1: ffma_tile.untimed_config).
-            return Plan(untimed_ffma, f"{channels[1]} output channels per group: FFMA tile "
-                        "kernel", candidates=candidates)
+        ffma_default = _untimed_ffma(device, dtype, kernel_hw, args, channels, out_tile_first)
+        if ffma_default is not None:
+            return Plan(ffma_default, _FFMA_REASON, candidates=candidates)
         # Elsewhere (measured on the H100, docs/performance/phase-gemms.md): gemm_phase ranges
         # 0.4-1.5x of cuDNN's sm90 wgmma kernels across the suite with no size rule separating
         # wins from losses, so it runs where autotune (torch.backends.cudnn.benchmark) timed it
@@ -308,6 +310,10 @@ def _plan_layer(device: torch.device, dtype: torch.dtype, kernel_hw: Sequence[in
         # R-CNN's 17 (padded to 64) lose, 0.5-0.8x.
         return Plan(GEMM_PHASE_TMA, "fp32 without TF32 on Hopper: stride-phase TMA + wgmma "
                     "GEMM in 3xTF32", candidates=(*tma, *col2im, *out_tile, *grouped, ATEN))
+    ffma_default = _untimed_ffma(device, dtype, kernel_hw, args, channels, out_tile_first)
+    if ffma_default is not None:
+        return Plan(ffma_default, _FFMA_REASON, candidates=(*tma, *col2im, *out_tile, *grouped,
+                                                            ATEN))
     # (gemm_out_tile's 3xTF32, for <= 32 output channels per group, is an autotune candidate
     # only: measured against cuDNN's FFMA it wins on FCN x8 (2.8-3.5x) and loses on DCGAN's
     # 64 > 3 and FSRCNN's 56 > 1, docs/performance/out-tile.md.)
@@ -322,6 +328,19 @@ def _plan_layer(device: torch.device, dtype: torch.dtype, kernel_hw: Sequence[in
 
 
 ffma_tile_configs = ffma_tile.configs_for
+_FFMA_REASON = "few output channels per group: FFMA tile kernel"
+
+
+def _untimed_ffma(device: torch.device, dtype: torch.dtype, kernel_hw: Sequence[int],
+                  args: ConvTransposeArgs, channels: Optional[Tuple[int, int]],
+                  out_tile_first: bool) -> Optional[str]:
+    """ffma_tile's untimed default: fp32 (TF32 or strict: its FFMA is exact either way) on
+    Hopper, <= 8 output channels per group, where gemm_out_tile is not the default. Against
+    cuDNN's untimed choice it measured 1.3-2.3x on DCGAN's 64 > 3 and FSRCNN's 56 > 1 in both
+    (H200, benchmarks/candidates.py; ffma_tile.untimed_config)."""
+    if dtype != torch.float32 or out_tile_first or not _is_sm90(device):
+        return None
+    return ffma_tile.untimed_config(kernel_hw, args, channels)
 
 
 def out_tile_configs(device: torch.device, dtype: torch.dtype,
@@ -492,6 +511,12 @@ def plan(input: torch.Tensor, weight: torch.Tensor, args: ConvTransposeArgs) -> 
             # loads (19 before); TF32 35 / 11, fp32 strict 73 / 17).
             return Plan(ATEN, "layer too small for the kernel to matter (host-bound)",
                         candidates=chosen.candidates)
+        if fp32_strict(input.dtype) and PHASE_TMA_UNTIMED in chosen.candidates:
+            # fp32 strict on Hopper: gemm_phase_tma's 3xTF32 measured 1.0-2.1x gemm_kxs's on
+            # the suite's k == stride layers (U-Net, Mask R-CNN, YOLOv8-seg, DCGAN's 1 x 1; H200,
+            # benchmarks/candidates.py); sized below like its other untimed calls.
+            chosen = Plan(PHASE_TMA_UNTIMED, chosen.reason + "; on Hopper the TMA + wgmma GEMM",
+                          candidates=chosen.candidates)
     if chosen.variant == PHASE_TMA_UNTIMED and _forced_variant.get() is None:
         chosen = Plan(_untimed_tma_config(input, weight, args), chosen.reason, chosen.fallback,
                       chosen.candidates)

@@ -213,8 +213,8 @@ def test_grouped_kernel_is_an_autotune_candidate_for_dense_layers_with_few_chann
     k4s2 = ConvTransposeArgs.from_values(stride=2, padding=1)
     for dtype in (torch.bfloat16, torch.float32):
         few = _plan(dtype, (4, 4), k4s2, (64, 3), tf32=tf32)
-        # (TF32 on Hopper: ffma_tile's untimed default, see test_ffma_tile_...)
-        ffma = capability == (9, 0) and dtype == torch.float32 and tf32
+        # (fp32 on Hopper: ffma_tile's untimed default, see test_ffma_tile_...)
+        ffma = capability == (9, 0) and dtype == torch.float32
         assert few.variant == ("ffma_tile:s2q1x1o3" if ffma else planner.ATEN), few
         assert planner.GROUPED in few.candidates, few
         assert planner.ATEN in few.candidates
@@ -324,7 +324,8 @@ def test_out_tile_default_follows_its_constant(capability, monkeypatch):
     no_cudnn = ConvTransposeArgs.from_values(stride=1, output_padding=1, dilation=2)
     assert _plan(torch.bfloat16, (3, 3), no_cudnn, (8, 4)).variant == planner.GEMM_OUT_TILE
     assert _plan(torch.bfloat16, (4, 4), k4s2, (64, 24)).variant == _untimed_phase(capability)
-    assert _plan(torch.float32, (4, 4), k4s2, (64, 3), tf32=False).variant == planner.ATEN
+    assert _plan(torch.float32, (4, 4), k4s2, (64, 3), tf32=False).variant == (
+        "ffma_tile:s2q1x1o3" if capability == (9, 0) else planner.ATEN)  # (its FFMA default)
     assert _plan(torch.bfloat16, (2, 2), ConvTransposeArgs.from_values(stride=2),
                  (64, 3)).variant == planner.GEMM_KXS
     dw = ConvTransposeArgs.from_values(stride=2, padding=1, groups=64)
@@ -392,9 +393,9 @@ def test_plan_asks_the_extension_whether_gemm_out_tile_fits(capability, monkeypa
 def test_ffma_tile_is_a_candidate_for_few_output_channels_in_every_mode(capability):
     """ffma_tile (FFMA, so exact in fp32 strict too): its stride family's configs are autotune
     candidates for <= 8 output channels per group with kernel == taps x stride (k4 s2, k9 s3),
-    dilation 1, equal strides; the untimed default only in TF32 on Hopper, with one input
-    position per thread for the fewest output channels that hold the layer's; absent everywhere
-    else."""
+    dilation 1, equal strides; the untimed default only in fp32 (TF32 or strict) on Hopper,
+    with one input position per thread for the fewest output channels that hold the layer's;
+    absent everywhere else."""
     k4s2 = ConvTransposeArgs.from_values(stride=2, padding=1)
     k9s3 = ConvTransposeArgs.from_values(stride=3, padding=4, output_padding=2)
     family = {s: {v for v in planner.FFMA_TILE_CONFIGS if v.startswith(f"ffma_tile:s{s}q")}
@@ -408,7 +409,7 @@ def test_ffma_tile_is_a_candidate_for_few_output_channels_in_every_mode(capabili
             listed = {v for v in chosen.candidates if v.startswith(planner.FFMA_TILE)}
             assert listed == family[s], (dtype, tf32, channels, chosen)
             default = {(64, 3): "ffma_tile:s2q1x1o3", (56, 1): "ffma_tile:s3q1x1o1"}.get(
-                channels) if capability == (9, 0) and dtype == torch.float32 and tf32 else None
+                channels) if capability == (9, 0) and dtype == torch.float32 else None
             if default is not None:
                 assert chosen.variant == default, chosen
             else:
@@ -536,8 +537,8 @@ def test_tf32_nchw_k_equal_stride_runs_the_hopper_kernel(capability, hw):
         assert chosen.variant in chosen.candidates
     else:
         assert chosen.variant in (planner.GEMM_KXS, planner.ATEN), chosen
-    with torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
-        assert planner.plan(x, w, args).variant in (planner.GEMM_KXS, planner.ATEN)
+    with torch.backends.cudnn.flags(enabled=True, allow_tf32=False):  # (3xTF32: see below)
+        assert not planner.plan(x, w, args).variant.startswith(planner.GEMM_KXS_SM90)
     with torch.backends.cudnn.flags(enabled=True, allow_tf32=True):  # Cin % 4: the kernel's
         odd = planner.plan(_fake_input(8, 255, hw, torch.float32),
                            _fake_weight(255, 128, w.shape[-2:], torch.float32), args)
@@ -553,3 +554,35 @@ def test_a_tensor_past_32_bits_takes_the_untimed_tma_default_away(capability):
                               ConvTransposeArgs.from_values(stride=2, padding=1))
     assert not chosen.variant.startswith(planner.GEMM_PHASE_TMA), chosen
     assert not any(v.startswith(planner.GEMM_PHASE_TMA) for v in chosen.candidates)
+
+
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_fp32_strict_untimed_defaults_on_hopper(capability, channels_last):
+    """fp32 without TF32 on Hopper: k == stride layers with sums deep enough for 3xTF32 run
+    gemm_phase_tma (sized like its other untimed calls) instead of gemm_kxs; a layer cuDNN
+    cannot run (output_padding >= stride) runs it instead of direct; shallow sums and other
+    GPUs keep the rules before."""
+    def plan(x, cout, kernel, args):
+        if channels_last:
+            x = x.contiguous(memory_format=torch.channels_last)
+        with torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
+            return planner.plan(x, _fake_weight(x.shape[1], cout, kernel, torch.float32), args)
+
+    up1 = plan(_fake_input(8, 1024, (28, 28), torch.float32), 512, (2, 2),
+               ConvTransposeArgs.from_values(stride=2))
+    up4 = plan(_fake_input(8, 128, (196, 196), torch.float32), 64, (2, 2),
+               ConvTransposeArgs.from_values(stride=2))
+    shallow = plan(_fake_input(8, 32, (196, 196), torch.float32), 64, (2, 2),
+                   ConvTransposeArgs.from_values(stride=2))
+    outpad = plan(_fake_input(16, 64, (32, 32), torch.float32), 64, (3, 3),
+                  ConvTransposeArgs.from_values(stride=1, padding=1, output_padding=1,
+                                                dilation=2))
+    if capability == (9, 0):
+        assert up1.variant == "gemm_phase_tma:128x128s6", up1
+        assert up4.variant == "gemm_phase_tma:128x64s8pp", up4
+        assert outpad.variant == "gemm_phase_tma:128x64s8pp", outpad
+        assert all(p.variant in p.candidates for p in (up1, up4, outpad))
+    else:
+        assert up1.variant in (planner.GEMM_KXS, planner.KXS_TAP_MAJOR), up1
+        assert outpad.variant == planner.DIRECT, outpad
+    assert shallow.variant == planner.ATEN, shallow  # 32-deep sums: 3xTF32 misses the bound

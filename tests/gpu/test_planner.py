@@ -43,22 +43,27 @@ def test_planner_where_cudnn_cannot_run():
 
 
 def test_planner_rules_for_3xtf32_grouped_and_wgmma_phase():
-    """3xTF32 for deep fp32-strict k == stride sums, cuDNN for shallow ones; deep fp32-strict
-    phase layers: gemm_phase_tma's 3xTF32 on Hopper, cuDNN elsewhere (gemm_phase's 3xTF32 is
-    forced-only); the grouped kernel for few channels per group; wgmma configs among the
-    16-bit autotune candidates."""
+    """3xTF32 for deep fp32-strict k == stride sums (gemm_phase_tma's on Hopper, gemm_kxs's
+    elsewhere), cuDNN for shallow ones; deep fp32-strict phase layers: gemm_phase_tma's 3xTF32
+    on Hopper, cuDNN elsewhere (gemm_phase's 3xTF32 is forced-only); the grouped kernel for few
+    channels per group; wgmma configs among the 16-bit autotune candidates."""
     kxs = ConvTransposeArgs.from_values(stride=2)
     x = torch.randn(8, 128, 160, 128, device="cuda")
     w = torch.randn(128, 64, 2, 2, device="cuda")
     phase = ConvTransposeArgs.from_values(stride=2, padding=1)
     w4 = torch.randn(128, 64, 4, 4, device="cuda")
+    on_sm90 = torch.cuda.get_device_capability() == (9, 0)
     with torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
-        assert planner.plan(x, w, kxs).variant == planner.GEMM_KXS
+        # (on Hopper the untimed rule runs deep k == stride sums on gemm_phase_tma's 3xTF32)
+        nchw = planner.plan(x, w, kxs)
         cl = planner.plan(x.contiguous(memory_format=torch.channels_last), w, kxs)
-        assert cl.variant == planner.KXS_TAP_MAJOR
+        if on_sm90:
+            assert nchw.variant.startswith(planner.GEMM_PHASE_TMA), nchw
+            assert cl.variant.startswith(planner.GEMM_PHASE_TMA), cl
+        else:
+            assert nchw.variant == planner.GEMM_KXS and cl.variant == planner.KXS_TAP_MAJOR
         assert planner.plan(x[:, :4], w[:4], kxs).variant == planner.ATEN
         strict_phase = planner.plan(x[:2, :, :32, :32], w4, phase)  # (see MIN_3XTF32_DEPTH)
-        on_sm90 = torch.cuda.get_device_capability() == (9, 0)
         assert strict_phase.variant == (planner.GEMM_PHASE_TMA if on_sm90 else planner.ATEN)
         assert planner.PHASE_CONFIGS[0] not in strict_phase.candidates
     dw = planner.plan(torch.randn(4, 64, 32, 32, device="cuda", dtype=torch.bfloat16),
