@@ -9,6 +9,10 @@ in fp32 (TF32 allowed, PyTorch's default for convolutions) and bf16:
 Prints a table last; `--out results.json` also writes every row as JSON. Needs a CUDA GPU.
 
     python benchmarks/models.py [--models dcgan,unet] [--dtypes fp32,bf16] [--no-compile]
+                                [--no-benchmark]
+
+cudnn.benchmark is on (cuDNN and deconv_patch's autotune time their choices) unless
+--no-benchmark, PyTorch's default: cuDNN's heuristic against the planner's untimed rule.
 """
 
 from __future__ import annotations
@@ -173,6 +177,8 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     parser.add_argument("--no-compile", action="store_true", help="skip torch.compile columns")
     parser.add_argument("--compile-all", action="store_true",
                         help="also torch.compile the detection model (slow)")
+    parser.add_argument("--no-benchmark", action="store_true",
+                        help="cudnn.benchmark off on both sides (PyTorch's default)")
     parser.add_argument("--out", type=Path, default=None, help="write the rows as JSON here")
     return parser.parse_args(argv)
 
@@ -196,7 +202,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 2
     torch.backends.cuda.matmul.allow_tf32 = True  # "fp32" here means fp32 with TF32 allowed
     torch.backends.cudnn.allow_tf32 = True
-    torch.backends.cudnn.benchmark = True
+    torch.backends.cudnn.benchmark = not args.no_benchmark
     rows: List[Row] = []
     for name in names:
         example = known[name]
@@ -205,14 +211,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             print(f"[{name} {dtype_name} batch {batch}] ...", file=sys.stderr, flush=True)
             rows.append(bench(example, dtype_name, batch, args))
     env = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__,
-           "cuda": torch.version.cuda, "tf32": True, "cudnn_benchmark": True,
+           "cuda": torch.version.cuda, "tf32": True,
+           "cudnn_benchmark": not args.no_benchmark,
            "warmup": args.warmup, "reps": args.reps, "rounds": args.rounds}
     if args.out is not None:
         args.out.write_text(json.dumps({"environment": env,
                                         "rows": [r.to_dict() for r in rows]}, indent=2))
         print(f"wrote {args.out}", file=sys.stderr)
     print(f"{env['gpu']}, torch {env['torch']}, CUDA {env['cuda']}; fp32 = TF32 allowed; "
-          f"median of {args.rounds} alternating rounds x {args.reps} reps")
+          f"cudnn.benchmark {not args.no_benchmark}; median of {args.rounds} alternating rounds x "
+          f"{args.reps} reps")
     print(format_table(rows))
     return 0
 
