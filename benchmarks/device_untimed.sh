@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # One device call for the untimed rule (cudnn.benchmark off, PyTorch's default): build every
 # unit, the GPU suite, every candidate of every suite layer (benchmarks/candidates.py), the layer
-# table without autotune, the demo generator's host time per forward (also on a BEFORE tree when
-# given: another checkout of the package whose cuda/ is the same, so it shares the build), then
-# the layer table with autotune in the time left. Each step gets what BUDGET (seconds) leaves.
+# table without autotune, with MODELS=<names> the example models without autotune (eager), the
+# demo generator's host time per forward (also on a BEFORE tree when given: another checkout of
+# the package whose cuda/ is the same, so it shares the build), then the layer table with
+# autotune in the time left. Each step gets what BUDGET (seconds) leaves.
 # Logs and JSON in $OUT; tables print last.
-#   BEFORE=.ab_base/before BUDGET=560 bash benchmarks/device_untimed.sh
+#   BEFORE=.ab_base/before MODELS=dcgan,pix2pix,unet BUDGET=560 bash benchmarks/device_untimed.sh
 set -u
 OUT=${OUT:-/tmp/deconv_patch_out}
 L=$OUT/logs
@@ -39,10 +40,17 @@ step "layers.py --no-autotune"
 timeout "$(cap 120 60)" python3 benchmarks/layers.py --no-autotune --modes "$MODES" \
   --json "$L/layers_untimed.json" > "$L/layers_untimed.txt" 2>&1; echo "exit $?"
 
+if [ -n "${MODELS:-}" ]; then
+  step "models.py --no-benchmark --no-compile"
+  timeout "$(cap 120 60)" python3 benchmarks/models.py --models "$MODELS" --no-benchmark \
+    --no-compile --out "$L/models_untimed.json" > "$L/models_untimed.txt" 2>&1; echo "exit $?"
+fi
+
+# (each run optimizes and autotunes the demo generator first: about 25 s before its table)
 step "model_host_time.py"
-timeout "$(cap 30 30)" python3 benchmarks/model_host_time.py > "$L/host.txt" 2>&1
+timeout "$(cap 60 60)" python3 benchmarks/model_host_time.py > "$L/host.txt" 2>&1
 if [ -n "${BEFORE:-}" ]; then
-  (cd "$BEFORE" && PYTHONPATH=$PWD timeout "$(cap 30 0)" python3 benchmarks/model_host_time.py \
+  (cd "$BEFORE" && PYTHONPATH=$PWD timeout "$(cap 60 0)" python3 benchmarks/model_host_time.py \
     > "$L/host_before.txt" 2>&1)
 fi
 
@@ -56,5 +64,6 @@ grep -E "^FAILED|^ERROR" "$L/gpu-tests.log" | head -10
 echo "-- candidates (cudnn.benchmark off)"; grep -E "^(==|tf32|fp32|bf16|fp16) " "$L/candidates.txt"
 echo "-- layers.py --no-autotune"; sed -n '/== geomean/,$p' "$L/layers_untimed.txt"
 echo "-- layers.py (autotune)"; sed -n '/== geomean/,$p' "$L/layers_autotune.txt"
+if [ -n "${MODELS:-}" ]; then echo "-- models.py --no-benchmark"; tail -15 "$L/models_untimed.txt"; fi
 echo "-- demo host time"; cat "$L/host.txt"
 if [ -n "${BEFORE:-}" ]; then echo "-- demo host time, $BEFORE"; cat "$L/host_before.txt"; fi
