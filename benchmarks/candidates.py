@@ -2,7 +2,8 @@
 rule's choice compares, with cudnn.benchmark off (PyTorch's default).
 
     python benchmarks/candidates.py [--quick] [--modes tf32,fp32,bf16,fp16] [--formats nchw,nhwc]
-                                    [--only dcgan,unet] [--reps 15] [--json out.json]
+                                    [--only dcgan,unet] [--suite suite|held-out] [--reps 15]
+                                    [--json out.json]
 
 Per layer, mode and layout: the planner's untimed variant and its candidate list; each
 candidate's event time per call (its prepared kernel call, as autotune times it; PyTorch's
@@ -26,7 +27,7 @@ import torch.nn.functional as F
 
 from deconv_patch.kernel_calls import kernel_call
 from deconv_patch.kernels import planner
-from layers import MODES, QUICK, SUITE, Layer, geomean, paired_median_ms
+from layers import MODES, QUICK, SUITES, Layer, geomean, paired_median_ms
 
 
 @dataclass
@@ -114,6 +115,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--modes", default="tf32,fp32,bf16,fp16")
     parser.add_argument("--formats", default="nchw,nhwc")
     parser.add_argument("--only", default=None, help="comma-separated layer name prefixes")
+    parser.add_argument("--suite", default="suite", choices=sorted(SUITES),
+                        help="the layer suite, or layers the planner's rules were not read from")
     parser.add_argument("--reps", type=int, default=15)
     parser.add_argument("--json", default=None, help="write all rows here")
     args = parser.parse_args(argv)
@@ -122,7 +125,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 2
     props = torch.cuda.get_device_properties(0)
     l2 = getattr(props, "L2_cache_size", 50 * 2**20)
-    layers = [l for l in SUITE if not args.quick or l.name in QUICK]
+    layers = [l for l in SUITES[args.suite] if not args.quick or l.name in QUICK]
     if args.only:
         layers = [l for l in layers if any(l.name.startswith(p) for p in args.only.split(","))]
     rows: List[Row] = []

@@ -119,6 +119,24 @@ SUITE: List[Layer] = [
     Layer("outpad>=stride k3 s1 d2", 16, 64, 64, sq(32), sq(3), sq(1), sq(1), sq(1),
           dilation=sq(2)),
 ]
+# Layers the planner's rules were not read from (its untimed rule was read off SUITE,
+# docs/performance/autotune.md): other published models, batch 1, odd sizes, one-axis strides,
+# a stride area past the rule's limit. `--suite held-out` runs them.
+HELD_OUT: List[Layer] = [
+    Layer("enet.up 128>64 k3s2op1", 8, 128, 64, (64, 64), sq(3), sq(2), sq(1), sq(1)),
+    Layer("enet.up2 64>16 k3s2op1", 8, 64, 16, (128, 128), sq(3), sq(2), sq(1), sq(1)),
+    Layer("linknet.dec4 512>256 k3s2", 4, 512, 256, (8, 8), sq(3), sq(2), sq(1), sq(1)),
+    Layer("centernet.d1 512>256 k4s2", 32, 512, 256, (16, 16), sq(4), sq(2), sq(1), bias=False),
+    Layer("higherhrnet 49>32 k4s2", 8, 49, 32, (128, 128), sq(4), sq(2), sq(1), bias=False),
+    Layer("vae.mnist 64>32 k4s2 7x7", 128, 64, 32, (7, 7), sq(4), sq(2), sq(1)),
+    Layer("dcgan.g2 b1 512>256", 1, 512, 256, sq(4), sq(4), sq(2), sq(1), bias=False),
+    Layer("segan 64>32 k1x31 s1x2", 16, 64, 32, (1, 256), (1, 31), (1, 2), (0, 15), (0, 1)),
+    Layer("spec 128>64 k4x3 s2x1", 16, 128, 64, (32, 64), (4, 3), (2, 1), (1, 1)),
+    Layer("fcn32s 21 k64s32", 2, 21, 21, (16, 16), sq(64), sq(32), sq(16), bias=False),
+    Layer("monai.up 64>32 k2s2 odd", 4, 64, 32, (37, 45), sq(2), sq(2)),
+    Layer("dcgan.g1 b1 128>1024 1x1", 1, 128, 1024, sq(1), sq(4), bias=False),
+]
+SUITES = {"suite": SUITE, "held-out": HELD_OUT}
 QUICK = ["dcgan.g3 256>128 8x8", "unet.up4 128>64 196", "cyclegan.up2 128>64 128",
          "simplebl.d2 256>256 16x12", "maskrcnn.mask 256>256 14", "depthwise.up 64 k4s2 g64"]
 
@@ -284,6 +302,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                              "heuristic choice against the planner's, no autotune")
     parser.add_argument("--only", default=None,
                         help="comma-separated layer name prefixes (e.g. unet,maskrcnn)")
+    parser.add_argument("--suite", default="suite", choices=sorted(SUITES),
+                        help="the layer suite, or layers the planner's rules were not read from")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("benchmarks/layers.py needs a CUDA GPU; none is visible.", file=sys.stderr)
@@ -296,7 +316,7 @@ def main(argv: Optional[List[str]] = None) -> int:
           f"fp32 {ceil.fp32_tflops:.0f}, bf16 {ceil.half_tflops:.0f} TFLOP/s; torch "
           f"{torch.__version__}, cuDNN {torch.backends.cudnn.version()}, deconv_patch "
           f"{deconv_patch.__version__}")
-    layers = [l for l in SUITE if not args.quick or l.name in QUICK]
+    layers = [l for l in SUITES[args.suite] if not args.quick or l.name in QUICK]
     if args.only:
         wanted = args.only.split(",")
         layers = [l for l in layers if any(l.name.startswith(w) for w in wanted)]
