@@ -18,14 +18,17 @@ start=$(date +%s)
 budget=${BUDGET:-560}
 left() { echo $(( budget - ($(date +%s) - start) )); }
 # cap MAX RESERVE: MAX seconds, or what is left once RESERVE seconds are kept for later steps.
-cap() { local l=$(( $(left) - $2 )); if [ "$l" -lt "$1" ]; then echo $(( l > 5 ? l : 5 )); else echo "$1"; fi; }
+cap() {
+  local l=$(( $(left) - $2 ))
+  if [ "$l" -lt "$1" ]; then echo $(( l > 5 ? l : 5 )); else echo "$1"; fi
+}
 step() { echo "== $1 ($(date +%T), $(left) s left)"; }
 MODES=${MODES:-tf32,bf16,fp16}
 CANDIDATE_MODES=${CANDIDATE_MODES:-tf32,fp32,bf16,fp16}
 
 step "build every unit"
-python3 -c "from deconv_patch.kernels.extension import load_units, unit_names; load_units(unit_names())" \
-  > "$L/build.log" 2>&1 || tail -20 "$L/build.log"
+python3 -c "from deconv_patch.kernels.extension import load_units, unit_names
+load_units(unit_names())" > "$L/build.log" 2>&1 || tail -20 "$L/build.log"
 
 step "GPU tests"
 workers=()
@@ -79,6 +82,8 @@ if [ -n "${HELD_OUT:-}" ]; then
   echo "-- held-out candidates"; grep -E "^(==|tf32|fp32|bf16|fp16) " "$L/candidates_held_out.txt"
   echo "-- held-out layers.py --no-autotune"; sed -n '/== geomean/,$p' "$L/layers_held_out.txt"
 fi
-if [ -n "${MODELS:-}" ]; then echo "-- models.py --no-benchmark"; tail -15 "$L/models_untimed.txt"; fi
+if [ -n "${MODELS:-}" ]; then
+  echo "-- models.py --no-benchmark"; tail -15 "$L/models_untimed.txt"
+fi
 echo "-- demo host time"; cat "$L/host.txt"
 if [ -n "${BEFORE:-}" ]; then echo "-- demo host time, $BEFORE"; cat "$L/host_before.txt"; fi
