@@ -507,6 +507,27 @@ def test_untimed_tma_tile_rule():
     assert tma.untimed_config(False, 6144, 4, 256, 132) == "gemm_phase_tma:128x128s6pp"
 
 
+@pytest.mark.parametrize("shape", [(0, 256, 8, 8), (2, 256, 0, 8), (256, 8, 8)],
+                         ids=["batch0", "empty", "unbatched"])
+def test_untimed_rule_plans_empty_and_unbatched_inputs(capability, shape):
+    """An empty batch or output, or an unbatched input, plans without error (the tile rule has
+    no rows to weigh there)."""
+    args = ConvTransposeArgs.from_values(stride=2, padding=1)
+    for dtype, tf32 in ((torch.bfloat16, True), (torch.float32, True), (torch.float32, False)):
+        with torch.backends.cudnn.flags(enabled=True, allow_tf32=tf32):
+            chosen = planner.plan(_fake_input(shape[0], shape[1], shape[2:], dtype)
+                                  if len(shape) == 4 else _fake_unbatched(shape, dtype),
+                                  _fake_weight(256, 256, (4, 4), dtype), args)
+        assert chosen.variant in chosen.candidates or chosen.variant in (
+            planner.ATEN, planner.GEMM_PHASE_TMA), chosen
+
+
+def _fake_unbatched(shape, dtype):
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    with FakeTensorMode():
+        return torch.empty(*shape, device="cuda", dtype=dtype)
+
+
 def test_untimed_rule_leaves_large_strides_and_few_channels_alone(capability):
     """Unmeasured for gemm_phase_tma: stride area > 4 (FCN's x8, whose 64 phases the kernel
     refuses) and fewer than 16 output channels per group (TF32 <= 8 has ffma_tile)."""
