@@ -26,12 +26,13 @@ MIN_UNTIMED_OUT = 16
 MAX_UNTIMED_STRIDE_AREA = 4
 
 
-def untimed_config(tf32: bool, rows: int, phases: int, out_channels: int, sms: int) -> str:
+def untimed_config(fp32: bool, rows: int, phases: int, out_channels: int, sms: int) -> str:
     """The config to run without timing: the 128x64 tile up to 64 output channels per group (a
     128-wide n tile would be half padding), else the 128x128 tile unless the 128x64 tile's
     waves fill the GPU better (few rows: DCGAN's 4x4 > 8x8, pix2pix's 8x8 layers).
-    `rows` per phase GEMM, `phases` GEMMs, `sms` multiprocessors. TF32 ran fastest on the
-    cooperative 128x128 tile, 16-bit on the ping-pong one (H200, same measurements)."""
+    `rows` per phase GEMM, `phases` GEMMs, `sms` multiprocessors. fp32 (TF32, 3xTF32) ran
+    fastest on the cooperative 128x128 tile, 16-bit on the ping-pong one (H200, same
+    measurements)."""
     narrow = VARIANTS[3]
     if out_channels <= 64 or rows <= 0:  # (an empty batch or output: no tiles to weigh)
         return narrow
@@ -42,7 +43,7 @@ def untimed_config(tf32: bool, rows: int, phases: int, out_channels: int, sms: i
 
     if fill(64) > fill(128):
         return narrow
-    return VARIANTS[1] if tf32 else VARIANTS[0]
+    return VARIANTS[1] if fp32 else VARIANTS[0]
 
 
 FAMILY = KernelFamily(
