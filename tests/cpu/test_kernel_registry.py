@@ -108,6 +108,13 @@ def test_refusals_follow_each_familys_rule(strict_fp32):
         is not None
     for name in (planner.DIRECT, planner.GROUPED, planner.FFMA_TILE, "aten"):
         assert kernels.refusal(name, torch.float32, shallow, args) is None
+    # gemm_phase_sm90: its weight packing's limits (16-bit, input channels in 8-channel steps)
+    sm90 = planner.SM90_CONFIGS[0]
+    assert kernels.refusal(sm90, torch.bfloat16, deep, args) is None
+    assert "21 input channels" in kernels.refusal(sm90, torch.bfloat16, _weight(21, 21, 2), args)
+    assert "16-bit only" in kernels.refusal(sm90, torch.float32, deep, args)
+    grouped = ConvTransposeArgs((2, 2), (0, 0), (0, 0), (1, 1), 8)
+    assert "4 input channels" in kernels.refusal(sm90, torch.float16, _weight(32, 4, 2), grouped)
 
 
 def test_kernel_call_raises_a_typed_refusal(strict_fp32):
