@@ -55,10 +55,11 @@ step summary
 echo "GPU tests: exit $test_rc, $(tail -1 "$L/gpu-tests.log")"
 if [ -n "${BEFORE:-}" ]; then echo "-- before:"; cat "$L/train_before.txt"; fi
 if [ -n "${WITH_BENCHMARK:-}" ]; then
-  echo "-- cudnn.benchmark on:"; cat "$L/train_benchmark.txt"; tail -3 "$L/train_benchmark.err"
+  echo "-- cudnn.benchmark on:"; cat "$L/train_benchmark.txt"
+  grep -v "^\[" "$L/train_benchmark.err" | tail -3
 fi
 echo "-- cudnn.benchmark off:"
-if [ -s "$L/train.txt" ]; then cat "$L/train.txt"; tail -3 "$L/train.err"
+if [ -s "$L/train.txt" ]; then cat "$L/train.txt"; grep -v "^\[" "$L/train.err" | tail -3
 else echo "(cut short: the rows measured)"; grep '^\[' "$L/train.err"; fi
 if [ -n "${CANDIDATES_S:-}" ]; then
   echo "-- candidates:"; grep -E "^(==|tf32|fp32|bf16|fp16) " "$L/candidates.txt"; tail -3 "$L/candidates.err"
