@@ -88,3 +88,63 @@ def test_planner_prefers_cudnn_for_small_channels_last_gemm():
     assert nchw.variant == "aten" and "host-bound" in nchw.reason and "gemm_kxs" in nchw.candidates
     big = planner.plan(torch.cat([x] * 8), w, args)  # 6.4 MiB output: the kernel runs
     assert big.variant == "gemm_kxs"
+
+
+# (layer: batch, in, out, input hw, kernel, stride, padding, output_padding; mode) with the family
+# the untimed rule gives it on Hopper (cudnn.benchmark off)
+_UNTIMED_LAYERS = [
+    ((16, 128, 64, (16, 16), 4, 2, 1, 0), "tf32", planner.GEMM_PHASE_TMA),
+    ((16, 256, 128, (8, 8), 4, 2, 1, 0), "bf16", planner.GEMM_PHASE_TMA),
+    ((2, 128, 64, (32, 32), 3, 2, 1, 1), "fp16", planner.GEMM_PHASE_TMA),
+    ((8, 64, 3, (16, 16), 4, 2, 1, 0), "tf32", planner.FFMA_TILE),
+    ((8, 64, 3, (16, 16), 4, 2, 1, 0), "fp32", planner.FFMA_TILE),
+    ((8, 128, 64, (64, 64), 2, 2, 0, 0), "tf32", planner.GEMM_KXS_SM90),
+    ((8, 128, 64, (64, 64), 2, 2, 0, 0), "fp32", planner.GEMM_PHASE_TMA),
+    ((8, 64, 64, (16, 16), 3, 1, 1, 1), "fp32", planner.GEMM_PHASE_TMA),  # op >= stride
+]
+
+
+@pytest.mark.parametrize("channels_last", [False, True])
+@pytest.mark.parametrize("layer,mode,family", _UNTIMED_LAYERS)
+def test_untimed_defaults_run_through_the_module(layer, mode, family, channels_last):
+    """With cudnn.benchmark off, a FastConvTranspose2d runs the untimed rule's family on Hopper
+    (cuDNN or gemm_kxs elsewhere) and its output is within the bound of PyTorch's error against
+    float64 (TF32: the error of TF32 operands), twice (the second call through the armed C++
+    fast path)."""
+    import deconv_patch
+    from deconv_patch.reference import conv_transpose2d_float64, tf32_round
+    from tests.helpers import allowed_error, max_error
+
+    n, cin, cout, hw, k, s, p, op = layer
+    dilation = 2 if op >= s else 1
+    dtype = {"tf32": torch.float32, "fp32": torch.float32, "bf16": torch.bfloat16,
+             "fp16": torch.float16}[mode]
+    gen = torch.Generator().manual_seed(cin + cout + k)
+    x = torch.randn(n, cin, *hw, generator=gen).cuda().to(dtype)
+    if channels_last:
+        x = x.contiguous(memory_format=torch.channels_last)
+    ref_module = torch.nn.ConvTranspose2d(cin, cout, k, s, p, op, dilation=dilation).cuda()
+    with torch.no_grad():
+        ref_module.weight.copy_(torch.randn(ref_module.weight.shape, generator=gen) /
+                                (cin * k * k) ** 0.5)
+        ref_module.bias.copy_(torch.randn(cout, generator=gen))
+    ref_module = ref_module.to(dtype)
+    fast = deconv_patch.FastConvTranspose2d.from_module(ref_module)
+    with torch.no_grad(), torch.backends.cudnn.flags(enabled=True, benchmark=False,
+                                                     allow_tf32=mode == "tf32"):
+        chosen = fast.plan_for(x).variant
+        expected = ref_module(x)
+        outs = [fast(x), fast(x)]
+    if torch.cuda.get_device_capability() == (9, 0):
+        assert planner.split_variant(chosen)[0] == family, chosen
+    ref = conv_transpose2d_float64(x, ref_module.weight, ref_module.bias,
+                                   ConvTransposeArgs.from_values(s, p, op, 1, dilation))
+    torch_err = max_error(expected, ref)
+    if mode == "tf32":
+        ref_tf32 = conv_transpose2d_float64(tf32_round(x), tf32_round(ref_module.weight),
+                                            ref_module.bias,
+                                            ConvTransposeArgs.from_values(s, p, op, 1, dilation))
+        torch_err = max(torch_err, max_error(ref_tf32, ref))
+    for out in outs:
+        assert out.shape == expected.shape and out.stride() == expected.stride()
+        assert max_error(out, ref) <= allowed_error(torch_err, ref, dtype), chosen
