@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Dict, List, Optional
@@ -27,7 +26,7 @@ import torch.nn.functional as F
 
 from deconv_patch.kernel_calls import kernel_call
 from deconv_patch.kernels import planner
-from layers import MODES, QUICK, SUITES, Layer, geomean, paired_median_ms
+from layers import QUICK, SUITES, Layer, geomean, layer_tensors, paired_median_ms
 
 
 @dataclass
@@ -70,17 +69,7 @@ def _fns(layer: Layer, variants: List[str], x: torch.Tensor, w: torch.Tensor,
 
 
 def bench(layer: Layer, mode: str, layout: str, reps: int, l2_bytes: int) -> Row:
-    dtype, tf32 = MODES[mode]
-    torch.backends.cudnn.allow_tf32 = tf32
-    fmt = torch.channels_last if layout == "nhwc" else torch.contiguous_format
-    elem = torch.tensor([], dtype=dtype).element_size()
-    in_bytes = layer.batch * layer.cin * layer.hw[0] * layer.hw[1] * elem
-    copies = max(1, min(32, math.ceil(2 * l2_bytes / max(1, in_bytes))))
-    inputs = [torch.randn(layer.batch, layer.cin, *layer.hw, device="cuda", dtype=dtype)
-              .contiguous(memory_format=fmt) for _ in range(copies)]
-    w = (torch.randn(layer.cin, layer.cout // layer.groups, *layer.kernel, device="cuda")
-         / math.sqrt(layer.cin // layer.groups * layer.kernel[0] * layer.kernel[1])).to(dtype)
-    b = torch.randn(layer.cout, device="cuda", dtype=dtype) if layer.bias else None
+    inputs, w, b = layer_tensors(layer, mode, layout, l2_bytes)
     torch.backends.cudnn.benchmark = False
     plan = planner.plan(inputs[0], w, layer.args)
     variants = list(dict.fromkeys([plan.variant, *plan.candidates, planner.ATEN]))

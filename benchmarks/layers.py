@@ -224,8 +224,11 @@ class Row:
     ours_gpu_pct_of_floor: float = float("nan")
 
 
-def bench_layer(layer: Layer, mode: str, layout: str, ceil: Ceilings, reps: int,
-                l2_bytes: int, variant: Optional[str] = None) -> Row:
+def layer_tensors(layer: Layer, mode: str, layout: str, l2_bytes: int
+                  ) -> Tuple[List[torch.Tensor], torch.Tensor, Optional[torch.Tensor]]:
+    """The mode's TF32 flag set, then random inputs in the layout (enough copies to rotate
+    through more than 2x the L2, so small layers are not flattered by the cache), a weight
+    scaled to keep outputs O(1) and a bias where the layer has one."""
     dtype, tf32 = MODES[mode]
     torch.backends.cudnn.allow_tf32 = tf32
     fmt = torch.channels_last if layout == "nhwc" else torch.contiguous_format
@@ -237,6 +240,14 @@ def bench_layer(layer: Layer, mode: str, layout: str, ceil: Ceilings, reps: int,
     w = (torch.randn(layer.cin, layer.cout // layer.groups, *layer.kernel, device="cuda")
          / math.sqrt(layer.cin // layer.groups * layer.kernel[0] * layer.kernel[1])).to(dtype)
     b = torch.randn(layer.cout, device="cuda", dtype=dtype) if layer.bias else None
+    return inputs, w, b
+
+
+def bench_layer(layer: Layer, mode: str, layout: str, ceil: Ceilings, reps: int,
+                l2_bytes: int, variant: Optional[str] = None) -> Row:
+    dtype = MODES[mode][0]
+    elem = torch.tensor([], dtype=dtype).element_size()
+    inputs, w, b = layer_tensors(layer, mode, layout, l2_bytes)
     a = layer.args
     call = (a.stride, a.padding, a.output_padding, a.groups, a.dilation)
 
