@@ -139,9 +139,13 @@ def _capability(index: int) -> tuple:
     return torch.cuda.get_device_capability(index)
 
 
+def _device_index(device: torch.device) -> int:
+    """A CUDA device's index (the current device for a bare "cuda")."""
+    return device.index if device.index is not None else torch.cuda.current_device()
+
+
 def _device_capability(device: torch.device) -> tuple:
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    return _capability(index)
+    return _capability(_device_index(device))
 
 
 def forced_variant() -> Optional[str]:
@@ -416,8 +420,7 @@ def _out_tile_fits(weight: torch.Tensor, args: ConvTransposeArgs) -> bool:
     """Whether gemm_out_tile's smallest tile's shared memory holds this layer's weights at once
     on the weight's device, in the mode it would run (fp32: TF32 when allowed, else 3xTF32,
     whose packed weight is twice as large)."""
-    index = weight.device.index if weight.device.index is not None else \
-        torch.cuda.current_device()
+    index = _device_index(weight.device)
     tf32 = weight.dtype == torch.float32 and not fp32_strict(weight.dtype)
     key = (index, weight.dtype, tf32, tuple(weight.shape), args)
     fits = _OUT_TILE_FITS.get(key)
@@ -550,9 +553,9 @@ def _untimed_tma_config(input: torch.Tensor, weight: torch.Tensor, args: ConvTra
     out_h, out_w = args.output_hw(input.shape[-2:], weight.shape[-2:])
     sh, sw = args.stride
     rows = batch * -(-out_h // sh) * -(-out_w // sw)
-    index = input.device.index if input.device.index is not None else torch.cuda.current_device()
     return gemm_phase_tma.untimed_config(input.dtype == torch.float32, rows, sh * sw,
-                                         weight.shape[1], _multiprocessors(index))
+                                         weight.shape[1],
+                                         _multiprocessors(_device_index(input.device)))
 
 
 def kxs_sm90_for_output(chosen: Plan, nhwc_out: bool) -> Plan:
