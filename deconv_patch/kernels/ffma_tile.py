@@ -42,11 +42,11 @@ def configs_for(kernel_hw: Sequence[int], args: ConvTransposeArgs,
 
 def untimed_config(kernel_hw: Sequence[int], args: ConvTransposeArgs,
                    channels: Optional[Tuple[int, int]]) -> Optional[str]:
-    """The config to run without timing (TF32 on Hopper, where the planner makes it the
-    default): one input position per thread ("q1x1") for the fewest output channels that hold
-    the layer's; None where no config runs the layer. Against cuDNN's untimed choice it measured
-    1.7x / 2.3x (DCGAN's 64 > 3, NCHW / channels_last) and 1.3x / 1.5x (FSRCNN's 56 > 1; H200,
-    benchmarks/candidates.py)."""
+    """The config to run without timing (fp32, TF32 or strict, on Hopper, where the planner
+    makes it the default): one input position per thread ("q1x1") for the fewest output
+    channels that hold the layer's; None where no config runs the layer. Against cuDNN's
+    untimed choice it measured 1.7x / 2.3x (DCGAN's 64 > 3, NCHW / channels_last) and 1.3x /
+    1.4-1.5x (FSRCNN's 56 > 1; H200, benchmarks/candidates.py)."""
     for variant in configs_for(kernel_hw, args, channels):
         positions, outputs = variant.split("q", 1)[1].split("o")
         if positions == "1x1" and channels is not None and int(outputs) >= channels[1]:
