@@ -24,6 +24,15 @@ MIN_UNTIMED_OUT = 16
 # ... and up to this stride area (the measured layers' strides: 1, 1x2, 2; larger ones, FCN's x8
 # up-sampling among them, stay with cuDNN or gemm_out_tile unless autotune times them).
 MAX_UNTIMED_STRIDE_AREA = 4
+# fp32's untimed defaults need enough work, or cuDNN's fp32 kernels win: on layers outside the
+# suite (batch 1, 7 x 7 and 8 x 8 images) the TF32 default measured 0.71-0.96x cuDNN's untimed
+# choice below this many multiply-add FLOPs a call (VAE's 7 x 7 > 14 x 14 at 0.41 GFLOP; from
+# 0.52 GFLOP it won, 1.3-4.2x), the 3xTF32 default 0.46-0.86x below this many rows per phase
+# GEMM (256 at most there; from 4,096 it won, 1.3-2.7x). 16-bit layers keep it at any size:
+# cuDNN's 16-bit kernels lost on those layers too (H200, candidates.py --suite held-out;
+# docs/performance/autotune.md).
+MIN_UNTIMED_TF32_FLOPS = 5 * 10**8
+MIN_UNTIMED_STRICT_ROWS = 512
 
 
 def untimed_config(fp32: bool, rows: int, phases: int, out_channels: int, sms: int) -> str:

@@ -73,6 +73,8 @@ _MAX_GROUPED_CANDIDATE = grouped.MAX_CANDIDATE_CHANNELS
 _MIN_STRICT_TMA_OUT = gemm_phase_tma.MIN_STRICT_OUT
 _MIN_UNTIMED_TMA_OUT = gemm_phase_tma.MIN_UNTIMED_OUT
 _MAX_UNTIMED_TMA_STRIDE_AREA = gemm_phase_tma.MAX_UNTIMED_STRIDE_AREA
+_MIN_UNTIMED_TF32_FLOPS = gemm_phase_tma.MIN_UNTIMED_TF32_FLOPS
+_MIN_UNTIMED_STRICT_ROWS = gemm_phase_tma.MIN_UNTIMED_STRICT_ROWS
 # gemm_phase_tma's untimed default as _plan_layer names it; plan() then picks the tile for the
 # input's size (gemm_phase_tma.untimed_config).
 PHASE_TMA_UNTIMED = gemm_phase_tma.VARIANTS[3]
@@ -514,12 +516,21 @@ def plan(input: torch.Tensor, weight: torch.Tensor, args: ConvTransposeArgs) -> 
             # loads (19 before); TF32 35 / 11, fp32 strict 73 / 17).
             return Plan(ATEN, "layer too small for the kernel to matter (host-bound)",
                         candidates=chosen.candidates)
-        if fp32_strict(input.dtype) and PHASE_TMA_UNTIMED in chosen.candidates:
+        if fp32_strict(input.dtype) and PHASE_TMA_UNTIMED in chosen.candidates and \
+                _untimed_tma_too_small(input, weight, args) is None:
             # fp32 strict on Hopper: gemm_phase_tma's 3xTF32 measured 1.0-2.1x gemm_kxs's on
             # the suite's k == stride layers (U-Net, Mask R-CNN, YOLOv8-seg, DCGAN's 1 x 1; H200,
             # benchmarks/candidates.py); sized below like its other untimed calls.
             chosen = Plan(PHASE_TMA_UNTIMED, chosen.reason + "; on Hopper the TMA + wgmma GEMM",
                           candidates=chosen.candidates)
+    small = _untimed_tma_too_small(input, weight, args) \
+        if split_variant(chosen.variant)[0] == GEMM_PHASE_TMA and \
+        _forced_variant.get() is None else None
+    if small is not None:
+        # Where cuDNN cannot run, the direct kernel, as before the TMA default.
+        fallback = DIRECT if DIRECT in chosen.candidates else ATEN
+        chosen = Plan(fallback, f"{small}: {fallback} (gemm_phase_tma where autotune times it "
+                      "faster)", candidates=chosen.candidates)
     if chosen.variant == PHASE_TMA_UNTIMED and _forced_variant.get() is None:
         chosen = Plan(_untimed_tma_config(input, weight, args), chosen.reason, chosen.fallback,
                       chosen.candidates)
@@ -539,6 +550,34 @@ def plan(input: torch.Tensor, weight: torch.Tensor, args: ConvTransposeArgs) -> 
 col2im_buffer_bytes = gemm_col2im.buffer_bytes
 
 
+def _flops(input: torch.Tensor, weight: torch.Tensor) -> int:
+    """Multiply-add FLOPs of a call: each input element times a group's output channels and
+    the kernel's taps, two FLOPs each."""
+    return 2 * input.numel() * weight.shape[1] * weight.shape[2] * weight.shape[3]
+
+
+def _phase_rows(input: torch.Tensor, weight: torch.Tensor, args: ConvTransposeArgs) -> int:
+    """Rows of each stride-phase GEMM: the batch times the output pixels of one phase."""
+    batch = input.shape[0] if input.dim() == 4 else 1
+    out_h, out_w = args.output_hw(input.shape[-2:], weight.shape[-2:])
+    return batch * -(-out_h // args.stride[0]) * -(-out_w // args.stride[1])
+
+
+def _untimed_tma_too_small(input: torch.Tensor, weight: torch.Tensor, args: ConvTransposeArgs
+                           ) -> Optional[str]:
+    """Why an fp32 call is too small for gemm_phase_tma's untimed default (cuDNN's fp32 kernels
+    win there: gemm_phase_tma.MIN_UNTIMED_TF32_FLOPS / MIN_UNTIMED_STRICT_ROWS), or None."""
+    if input.dtype != torch.float32:
+        return None
+    if fp32_strict(input.dtype):
+        rows = _phase_rows(input, weight, args)
+        return (f"3xTF32 on {rows} rows per stride phase (< {_MIN_UNTIMED_STRICT_ROWS})"
+                if rows < _MIN_UNTIMED_STRICT_ROWS else None)
+    flops = _flops(input, weight)
+    return (f"TF32 layer of {flops / 1e9:.2g} GFLOP (< {_MIN_UNTIMED_TF32_FLOPS / 1e9:g})"
+            if flops < _MIN_UNTIMED_TF32_FLOPS else None)
+
+
 @functools.lru_cache(maxsize=None)
 def _multiprocessors(index: int) -> int:
     """A CUDA device's SM count (cached: asked when a call is planned)."""
@@ -547,15 +586,11 @@ def _multiprocessors(index: int) -> int:
 
 def _untimed_tma_config(input: torch.Tensor, weight: torch.Tensor, args: ConvTransposeArgs
                         ) -> str:
-    """gemm_phase_tma's untimed tile for this call (gemm_phase_tma.untimed_config): the rows of
-    each stride-phase GEMM are the batch times the output pixels of one phase."""
-    batch = input.shape[0] if input.dim() == 4 else 1
-    out_h, out_w = args.output_hw(input.shape[-2:], weight.shape[-2:])
-    sh, sw = args.stride
-    rows = batch * -(-out_h // sh) * -(-out_w // sw)
-    return gemm_phase_tma.untimed_config(input.dtype == torch.float32, rows, sh * sw,
-                                         weight.shape[1],
-                                         _multiprocessors(_device_index(input.device)))
+    """gemm_phase_tma's untimed tile for this call (gemm_phase_tma.untimed_config)."""
+    return gemm_phase_tma.untimed_config(
+        input.dtype == torch.float32, _phase_rows(input, weight, args),
+        args.stride[0] * args.stride[1], weight.shape[1],
+        _multiprocessors(_device_index(input.device)))
 
 
 def kxs_sm90_for_output(chosen: Plan, nhwc_out: bool) -> Plan:

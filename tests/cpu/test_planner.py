@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from deconv_patch.kernels import planner
+from deconv_patch.kernels import gemm_phase_tma, planner
 from deconv_patch.arguments import ConvTransposeArgs
 
 CUDA0 = torch.device("cuda", 0)
@@ -492,7 +492,53 @@ def test_untimed_phase_default_is_gemm_phase_tma_sized_by_waves_on_hopper(capabi
     with torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
         strict = planner.plan(_fake_input(batch, cin, hw, torch.float32),
                               _fake_weight(cin, cout, (4, 4), torch.float32), args)
-    assert strict.variant == (planner.GEMM_PHASE_TMA if capability == (9, 0) else planner.ATEN)
+    rows = batch * hw[0] * hw[1]
+    assert strict.variant == (planner.GEMM_PHASE_TMA if capability == (9, 0) and
+                              rows >= gemm_phase_tma.MIN_UNTIMED_STRICT_ROWS else planner.ATEN)
+
+
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_fp32_untimed_tma_defaults_need_enough_work(capability, channels_last):
+    """fp32 small layers keep cuDNN (or gemm_kxs) without autotune: TF32 under
+    MIN_UNTIMED_TF32_FLOPS, 3xTF32 under MIN_UNTIMED_STRICT_ROWS rows per stride phase, each
+    checked on both sides of its threshold; 16-bit layers keep gemm_phase_tma at any size."""
+    hopper = capability == (9, 0)
+    k4s2 = ConvTransposeArgs.from_values(stride=2, padding=1)
+
+    def plan(batch, cin, cout, hw, dtype, tf32, kernel=(4, 4), args=k4s2):
+        with torch.backends.cudnn.flags(enabled=True, allow_tf32=tf32, benchmark=False):
+            return planner.plan(_fake_input(batch, cin, hw, dtype, channels_last),
+                                _fake_weight(cin, cout, kernel, dtype), args)
+
+    # VAE's 64 > 32 k4s2 on 7 x 7 at batch 128: 0.41 GFLOP; at batch 160: 0.51 GFLOP.
+    small = plan(128, 64, 32, (7, 7), torch.float32, True)
+    assert planner._flops(_fake_input(128, 64, (7, 7), torch.float32),
+                          _fake_weight(64, 32, (4, 4), torch.float32)) < \
+        gemm_phase_tma.MIN_UNTIMED_TF32_FLOPS
+    assert small.variant == planner.ATEN, small
+    if hopper:
+        assert "GFLOP" in small.reason and planner.PHASE_TMA_UNTIMED in small.candidates
+    big = plan(160, 64, 32, (7, 7), torch.float32, True)
+    assert big.variant == (planner.PHASE_TMA_UNTIMED if hopper else planner.ATEN), big
+    for half in (torch.bfloat16, torch.float16):  # 16-bit: any size (here 0.07 GFLOP)
+        tiny = plan(1, 512, 256, (4, 4), half, False)
+        assert tiny.variant == (planner.PHASE_TMA_UNTIMED if hopper else planner.ATEN), tiny
+    # fp32 strict: Linknet's 512 > 256 k3s2 on 8 x 8 at batch 4 (256 rows per phase) and 8 (512)
+    k3s2 = ConvTransposeArgs.from_values(stride=2, padding=1, output_padding=1)
+    few = plan(4, 512, 256, (8, 8), torch.float32, False, (3, 3), k3s2)
+    assert few.variant == planner.ATEN, few
+    if hopper:
+        assert "rows per stride phase" in few.reason
+    enough = plan(8, 512, 256, (8, 8), torch.float32, False, (3, 3), k3s2)
+    assert enough.variant == (planner.GEMM_PHASE_TMA if hopper else planner.ATEN), enough
+    # ... and a 1 x 1 input (DCGAN's first layer at batch 1, a k == stride GEMM) keeps gemm_kxs,
+    # which needs no packed 3xTF32 weight; at batch 512 it takes gemm_phase_tma's 3xTF32
+    latent = ConvTransposeArgs.from_values()
+    one = plan(1, 128, 1024, (1, 1), torch.float32, False, (4, 4), latent)
+    assert one.variant == planner.GEMM_KXS, one
+    many = plan(512, 128, 1024, (1, 1), torch.float32, False, (4, 4), latent)
+    assert planner.split_variant(many.variant)[0] == \
+        (planner.GEMM_PHASE_TMA if hopper else planner.GEMM_KXS), many
 
 
 def test_untimed_tma_tile_rule():
