@@ -517,20 +517,19 @@ def plan(input: torch.Tensor, weight: torch.Tensor, args: ConvTransposeArgs) -> 
             return Plan(ATEN, "layer too small for the kernel to matter (host-bound)",
                         candidates=chosen.candidates)
         if fp32_strict(input.dtype) and PHASE_TMA_UNTIMED in chosen.candidates and \
-                _untimed_tma_too_small(input, weight, args) is None:
+                _untimed_tma_problem(input, weight, args) is None:
             # fp32 strict on Hopper: gemm_phase_tma's 3xTF32 measured 1.0-2.1x gemm_kxs's on
             # the suite's k == stride layers (U-Net, Mask R-CNN, YOLOv8-seg, DCGAN's 1 x 1; H200,
             # benchmarks/candidates.py); sized below like its other untimed calls.
             chosen = Plan(PHASE_TMA_UNTIMED, chosen.reason + "; on Hopper the TMA + wgmma GEMM",
                           candidates=chosen.candidates)
-    small = _untimed_tma_too_small(input, weight, args) \
+    problem = _untimed_tma_problem(input, weight, args) \
         if split_variant(chosen.variant)[0] == GEMM_PHASE_TMA and \
         _forced_variant.get() is None else None
-    if small is not None:
+    if problem is not None:
         # Where cuDNN cannot run, the direct kernel, as before the TMA default.
         fallback = DIRECT if DIRECT in chosen.candidates else ATEN
-        chosen = Plan(fallback, f"{small}: {fallback} (gemm_phase_tma where autotune times it "
-                      "faster)", candidates=chosen.candidates)
+        chosen = Plan(fallback, f"{problem}: {fallback}", candidates=chosen.candidates)
     if chosen.variant == PHASE_TMA_UNTIMED and _forced_variant.get() is None:
         chosen = Plan(_untimed_tma_config(input, weight, args), chosen.reason, chosen.fallback,
                       chosen.candidates)
@@ -563,10 +562,15 @@ def _phase_rows(input: torch.Tensor, weight: torch.Tensor, args: ConvTransposeAr
     return batch * -(-out_h // args.stride[0]) * -(-out_w // args.stride[1])
 
 
-def _untimed_tma_too_small(input: torch.Tensor, weight: torch.Tensor, args: ConvTransposeArgs
-                           ) -> Optional[str]:
-    """Why an fp32 call is too small for gemm_phase_tma's untimed default (cuDNN's fp32 kernels
-    win there: gemm_phase_tma.MIN_UNTIMED_TF32_FLOPS / MIN_UNTIMED_STRICT_ROWS), or None."""
+def _untimed_tma_problem(input: torch.Tensor, weight: torch.Tensor, args: ConvTransposeArgs
+                         ) -> Optional[str]:
+    """Why gemm_phase_tma is not this call's untimed default, or None: its TMA loads read the
+    input's channels in 16-byte rows (the kernel refuses other channel counts), and fp32 calls
+    too small for it go to cuDNN, whose fp32 kernels win there
+    (gemm_phase_tma.MIN_UNTIMED_TF32_FLOPS / MIN_UNTIMED_STRICT_ROWS)."""
+    per_row = 16 // input.element_size()
+    if weight.shape[0] % per_row:
+        return f"{weight.shape[0]} input channels do not fill 16-byte rows (TMA)"
     if input.dtype != torch.float32:
         return None
     if fp32_strict(input.dtype):

@@ -501,7 +501,8 @@ def test_untimed_phase_default_is_gemm_phase_tma_sized_by_waves_on_hopper(capabi
 def test_fp32_untimed_tma_defaults_need_enough_work(capability, channels_last):
     """fp32 small layers keep cuDNN (or gemm_kxs) without autotune: TF32 under
     MIN_UNTIMED_TF32_FLOPS, 3xTF32 under MIN_UNTIMED_STRICT_ROWS rows per stride phase, each
-    checked on both sides of its threshold; 16-bit layers keep gemm_phase_tma at any size."""
+    checked on both sides of its threshold; 16-bit layers keep gemm_phase_tma at any size; in
+    every mode input channels that do not fill the TMA's 16-byte rows keep cuDNN."""
     hopper = capability == (9, 0)
     k4s2 = ConvTransposeArgs.from_values(stride=2, padding=1)
 
@@ -531,6 +532,16 @@ def test_fp32_untimed_tma_defaults_need_enough_work(capability, channels_last):
         assert "rows per stride phase" in few.reason
     enough = plan(8, 512, 256, (8, 8), torch.float32, False, (3, 3), k3s2)
     assert enough.variant == (planner.GEMM_PHASE_TMA if hopper else planner.ATEN), enough
+    # Channels that do not fill 16-byte rows (HigherHRNet's 49; fp32: 4 a row, 16-bit: 8): the
+    # kernel would refuse them, so cuDNN is the plan in every mode; 48 channels keep the default.
+    for dtype, tf32 in ((torch.float32, True), (torch.float32, False), (torch.bfloat16, False)):
+        odd = plan(8, 49, 64, (32, 32), dtype, tf32)
+        assert odd.variant == planner.ATEN, odd
+        if hopper:
+            assert "16-byte rows" in odd.reason and planner.PHASE_TMA_CONFIGS[0] in odd.candidates
+        even = plan(8, 48, 64, (32, 32), dtype, tf32)
+        assert planner.split_variant(even.variant)[0] == \
+            (planner.GEMM_PHASE_TMA if hopper else planner.ATEN), even
     # ... and a 1 x 1 input (DCGAN's first layer at batch 1, a k == stride GEMM) keeps gemm_kxs,
     # which needs no packed 3xTF32 weight; at batch 512 it takes gemm_phase_tma's 3xTF32
     latent = ConvTransposeArgs.from_values()
