@@ -2,7 +2,7 @@
 # One device call for the build units: what a user's first run compiles (the demo on an empty
 # cache: the core and the families its layers use), then `deconv-patch build` (every other
 # family), then the GPU test suite (pytest-xdist, GPU_WORKERS processes on the one GPU).
-# Logs in $OUT; a short summary prints last.
+# Logs in $OUT/logs.tgz; a short summary prints last.
 #   GPU_WORKERS=4 BUDGET=420 bash benchmarks/device_first_use.sh
 # BUDGET: seconds for the whole script; the tests get what the steps before them left.
 set -u
@@ -62,3 +62,4 @@ echo "build of the other families: exit $build_rc, ${build_rest}s"
 echo "GPU tests: exit $test_rc, $(tail -1 "$L/gpu-tests.log")"
 grep -E "speedup|PASS|FAIL" "$L/demo_cached.log" | tail -4
 echo "slowest files:"; head -6 "$L/compile_times.txt"
+tar -czf "$OUT/logs.tgz" -C "$OUT" logs && rm -rf "$L"

@@ -2,7 +2,7 @@
 # One device call for training: build every unit at once, the training benchmark
 # (benchmarks/train.py), the GPU suite, and the same benchmark on a BEFORE tree when one is given
 # (another checkout of the package, e.g. the commit before a change; it shares the build when its
-# cuda/ is the same). Logs and JSON in $OUT; tables print last.
+# cuda/ is the same). Logs and JSON in $OUT/logs.tgz; tables print last.
 # With CANDIDATES_S=<seconds>, also benchmarks/candidates.py (the untimed rule against every
 # candidate, cudnn.benchmark off) last.
 #   BEFORE=.ab_base/before MODELS=dcgan,unet WITH_BENCHMARK=1 TESTS=tests/gpu \
@@ -64,3 +64,4 @@ else echo "(cut short: the rows measured)"; grep '^\[' "$L/train.err"; fi
 if [ -n "${CANDIDATES_S:-}" ]; then
   echo "-- candidates:"; grep -E "^(==|tf32|fp32|bf16|fp16) " "$L/candidates.txt"; tail -3 "$L/candidates.err"
 fi
+tar -czf "$OUT/logs.tgz" -C "$OUT" logs && rm -rf "$L"

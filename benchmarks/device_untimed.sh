@@ -6,7 +6,7 @@
 # demo generator's host time per forward (also on a BEFORE tree when given: another checkout of
 # the package whose cuda/ is the same, so it shares the build), then the layer table with
 # autotune in the time left. Each step gets what BUDGET (seconds) leaves.
-# Logs and JSON in $OUT; tables print last.
+# Logs and JSON in $OUT/logs.tgz; tables print last.
 #   BEFORE=.ab_base/before MODELS=dcgan,pix2pix,unet BUDGET=560 bash benchmarks/device_untimed.sh
 set -u
 OUT=${OUT:-/tmp/deconv_patch_out}
@@ -87,3 +87,4 @@ if [ -n "${MODELS:-}" ]; then
 fi
 echo "-- demo host time"; cat "$L/host.txt"
 if [ -n "${BEFORE:-}" ]; then echo "-- demo host time, $BEFORE"; cat "$L/host_before.txt"; fi
+tar -czf "$OUT/logs.tgz" -C "$OUT" logs && rm -rf "$L"
