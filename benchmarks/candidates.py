@@ -7,10 +7,13 @@ rule's choice compares, with cudnn.benchmark off (PyTorch's default).
 
 Per layer, mode and layout: the planner's untimed variant and its candidate list; each
 candidate's event time per call (its prepared kernel call, as autotune times it; PyTorch's
-F.conv_transpose2d for `aten`), all taking turns call by call, with cudnn.benchmark off. Last
-lines, per mode: the geomean speedup over PyTorch of the untimed choice (and its slowest row)
-and of the best candidate per row: how far the untimed rule is from what timing every
-candidate would give (the best of many noisy timings: an upper bound no rule reaches).
+F.conv_transpose2d for `aten`), all taking turns call by call, with cudnn.benchmark off, and its
+GPU time (calls captured into a CUDA graph and replayed, as layers.py's GPU-time column: the
+host's per-call work left out, which decides the event time of 20-60 us layers and moves it
+between runs). Last lines, per mode and clock: the geomean speedup over PyTorch of the untimed
+choice (and its slowest row) and of the best candidate per row: how far the untimed rule is
+from what timing every candidate would give (the best of many noisy timings: an upper bound no
+rule reaches).
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ import torch.nn.functional as F
 
 from deconv_patch.kernel_calls import kernel_call
 from deconv_patch.kernels import planner
-from layers import QUICK, SUITES, Layer, geomean, layer_tensors, paired_median_ms
+from layers import QUICK, SUITES, Layer, geomean, graph_ms, layer_tensors, paired_median_ms
 
 
 @dataclass
@@ -37,14 +40,19 @@ class Row:
     untimed: str
     reason: str
     ms: Dict[str, float] = field(default_factory=dict)  # cudnn.benchmark off, aten included
+    gpu_ms: Dict[str, float] = field(default_factory=dict)  # the same, by GPU time
     refused: List[str] = field(default_factory=list)
 
-    @property
-    def best(self) -> str:
-        return min(self.ms, key=self.ms.__getitem__)
+    def times(self, gpu: bool) -> Dict[str, float]:
+        return self.gpu_ms if gpu else self.ms
 
-    def speedup(self, variant: str) -> float:
-        return self.ms[planner.ATEN] / self.ms[variant]
+    def best(self, gpu: bool = False) -> str:
+        times = self.times(gpu)
+        return min(times, key=times.__getitem__)
+
+    def speedup(self, variant: str, gpu: bool = False) -> float:
+        times = self.times(gpu)
+        return times[planner.ATEN] / times[variant]
 
 
 def _fns(layer: Layer, variants: List[str], x: torch.Tensor, w: torch.Tensor,
@@ -79,23 +87,45 @@ def bench(layer: Layer, mode: str, layout: str, reps: int, l2_bytes: int) -> Row
         names = list(fns)
         for name, ms in zip(names, paired_median_ms([fns[n] for n in names], inputs, 3, reps)):
             row.ms[name] = ms
+        for name in names:
+            try:
+                row.gpu_ms[name] = graph_ms(fns[name], inputs, reps)
+            except RuntimeError as exc:  # reported, not fatal: the event time stands
+                row.refused.append(f"{name}: CUDA graph timing failed: "
+                                   f"{str(exc).splitlines()[0][:120] if str(exc) else ''}")
     return row
 
 
 def summary(rows: List[Row]) -> List[str]:
     lines = ["== per mode: geomean speedup over PyTorch, cudnn.benchmark off (untimed choice | "
              "best candidate)"]
-    for mode in dict.fromkeys(r.mode for r in rows):
-        sel = [r for r in rows if r.mode == mode and r.untimed in r.ms]
-        if not sel:
-            continue
-        untimed = [r.speedup(r.untimed) for r in sel]
-        best = [r.speedup(r.best) for r in sel]
-        worst = min(sel, key=lambda r: r.speedup(r.untimed))
-        lines.append(f"{mode:4s} untimed {geomean(untimed):.2f}x (min {min(untimed):.2f}x: "
-                     f"{worst.layer} {worst.layout} {worst.untimed}) | best {geomean(best):.2f}x "
-                     f"over {len(sel)} rows")
+    for gpu in (False, True):
+        for mode in dict.fromkeys(r.mode for r in rows):
+            sel = [r for r in rows if r.mode == mode and
+                   {r.untimed, planner.ATEN} <= set(r.times(gpu))]
+            if not sel:
+                continue
+            untimed = [r.speedup(r.untimed, gpu) for r in sel]
+            best = [r.speedup(r.best(gpu), gpu) for r in sel]
+            worst = min(sel, key=lambda r: r.speedup(r.untimed, gpu))
+            clock = "GPU time " if gpu else ""
+            lines.append(f"{mode:4s} {clock}untimed {geomean(untimed):.2f}x (min "
+                         f"{min(untimed):.2f}x: {worst.layer} {worst.layout} {worst.untimed}) | "
+                         f"best {geomean(best):.2f}x over {len(sel)} rows")
     return lines
+
+
+def _row_line(row: Row) -> str:
+    top = sorted(row.ms.items(), key=lambda kv: kv[1])[:3]
+    nan = float("nan")
+    gpu = (f" | GPU untimed {row.speedup(row.untimed, True):5.2f}x best {row.best(True)} "
+           f"{row.speedup(row.best(True), True):5.2f}x"
+           if {row.untimed, planner.ATEN} <= set(row.gpu_ms) else "")
+    return (f"{row.layer:28s} {row.mode:4s} {row.layout:4s} untimed {row.untimed:28s} "
+            f"{row.speedup(row.untimed) if row.untimed in row.ms else nan:5.2f}x"
+            f" best {row.best():28s} {row.speedup(row.best()):5.2f}x  aten "
+            f"{row.ms[planner.ATEN] * 1e3:8.1f} us  top3 "
+            + ", ".join(f"{v} {t * 1e3:.1f}" for v, t in top) + gpu)
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -123,12 +153,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             for layer in layers:
                 row = bench(layer, mode, layout, args.reps, l2)
                 rows.append(row)
-                top = sorted(row.ms.items(), key=lambda kv: kv[1])[:3]
-                print(f"{row.layer:28s} {mode:4s} {layout:4s} untimed {row.untimed:28s} "
-                      f"{row.speedup(row.untimed) if row.untimed in row.ms else float('nan'):5.2f}x"
-                      f" best {row.best:28s} {row.speedup(row.best):5.2f}x  aten "
-                      f"{row.ms[planner.ATEN] * 1e3:8.1f} us  top3 "
-                      + ", ".join(f"{v} {t * 1e3:.1f}" for v, t in top), flush=True)
+                print(_row_line(row), flush=True)
                 if args.json:  # after every row: a run cut short keeps what it measured
                     with open(args.json, "w") as fh:
                         json.dump({"device": props.name, "torch": torch.__version__,
