@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # One device call for the untimed rule (cudnn.benchmark off, PyTorch's default): build every
 # unit, the GPU suite, every candidate of every suite layer (benchmarks/candidates.py), the layer
-# table without autotune, with HELD_OUT=1 the same two on layers the rule was not read from
-# (layers.py --suite held-out), with MODELS=<names> the example models without autotune (eager), the
-# demo generator's host time per forward (also on a BEFORE tree when given: another checkout of
-# the package whose cuda/ is the same, so it shares the build), then the layer table with
-# autotune in the time left. Each step gets what BUDGET (seconds) leaves.
+# table without autotune, with HELD_OUT=<suite> the same two on layers the rule was not read
+# from (1 or held-out: layers.py --suite held-out; fresh: layers neither set holds), with
+# MODELS=<names> the example models without autotune (eager), the demo generator's host time
+# per forward (also on a BEFORE tree when given: another checkout of the package whose cuda/ is
+# the same, so it shares the build), then the layer table with autotune in the time left. Each step gets what BUDGET (seconds) leaves.
 # Logs and JSON in $OUT/logs.tgz; tables print last.
 #   BEFORE=.ab_base/before MODELS=dcgan,pix2pix,unet BUDGET=560 bash benchmarks/device_untimed.sh
 set -u
@@ -45,11 +45,12 @@ timeout "$(cap 120 60)" python3 benchmarks/layers.py --no-autotune --modes "$MOD
   --json "$L/layers_untimed.json" > "$L/layers_untimed.txt" 2>&1; echo "exit $?"
 
 if [ -n "${HELD_OUT:-}" ]; then
-  step "held-out layers: candidates.py, layers.py --no-autotune"
-  timeout "$(cap 40 60)" python3 benchmarks/candidates.py --suite held-out \
+  held_out=$([ "$HELD_OUT" = 1 ] && echo held-out || echo "$HELD_OUT")  # (1: the held-out set)
+  step "$held_out layers: candidates.py, layers.py --no-autotune"
+  timeout "$(cap 40 60)" python3 benchmarks/candidates.py --suite "$held_out" \
     --modes "$CANDIDATE_MODES" --json "$L/candidates_held_out.json" \
     > "$L/candidates_held_out.txt" 2>&1; echo "exit $?"
-  timeout "$(cap 60 60)" python3 benchmarks/layers.py --suite held-out --no-autotune \
+  timeout "$(cap 60 60)" python3 benchmarks/layers.py --suite "$held_out" --no-autotune \
     --modes "$MODES" --json "$L/layers_held_out.json" > "$L/layers_held_out.txt" 2>&1
   echo "exit $?"
 fi
@@ -79,8 +80,8 @@ echo "-- candidates (cudnn.benchmark off)"; grep -E "^(==|tf32|fp32|bf16|fp16) "
 echo "-- layers.py --no-autotune"; sed -n '/== geomean/,$p' "$L/layers_untimed.txt"
 echo "-- layers.py (autotune)"; sed -n '/== geomean/,$p' "$L/layers_autotune.txt"
 if [ -n "${HELD_OUT:-}" ]; then
-  echo "-- held-out candidates"; grep -E "^(==|tf32|fp32|bf16|fp16) " "$L/candidates_held_out.txt"
-  echo "-- held-out layers.py --no-autotune"; sed -n '/== geomean/,$p' "$L/layers_held_out.txt"
+  echo "-- $held_out candidates"; grep -E "^(==|tf32|fp32|bf16|fp16) " "$L/candidates_held_out.txt"
+  echo "-- $held_out layers.py --no-autotune"; sed -n '/== geomean/,$p' "$L/layers_held_out.txt"
 fi
 if [ -n "${MODELS:-}" ]; then
   echo "-- models.py --no-benchmark"; tail -15 "$L/models_untimed.txt"

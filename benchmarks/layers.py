@@ -136,7 +136,25 @@ HELD_OUT: List[Layer] = [
     Layer("monai.up 64>32 k2s2 odd", 4, 64, 32, (37, 45), sq(2), sq(2)),
     Layer("dcgan.g1 b1 128>1024 1x1", 1, 128, 1024, sq(1), sq(4), bias=False),
 ]
-SUITES = {"suite": SUITE, "held-out": HELD_OUT}
+# Layers neither set holds (the held-out layers have informed the rule too): the rule's next
+# check. Other published models (WGAN-GP's k5 s2 op1, pix2pixHD at 512 x 1024, UNet++,
+# CenterNet-R18, LSGAN, FCN-16s, a depthwise pose head), inference at batch 1 and 2, and the
+# channel counts and sizes between the suite's. `--suite fresh` runs them.
+FRESH: List[Layer] = [
+    Layer("wgangp.g2 256>128 k5s2op1", 64, 256, 128, sq(4), sq(5), sq(2), sq(2), sq(1)),
+    Layer("wgangp.g3 128>64 k5s2op1", 64, 128, 64, sq(8), sq(5), sq(2), sq(2), sq(1)),
+    Layer("wgangp.out 64>3 k5s2op1", 64, 64, 3, sq(16), sq(5), sq(2), sq(2), sq(1)),
+    Layer("pix2pixhd.up1 1024>512 b1", 1, 1024, 512, (32, 64), sq(3), sq(2), sq(1), sq(1)),
+    Layer("pix2pixhd.up4 128>64 b1", 1, 128, 64, (256, 512), sq(3), sq(2), sq(1), sq(1)),
+    Layer("unetpp.up 256>128 k2s2 b2", 2, 256, 128, sq(48), sq(2), sq(2)),
+    Layer("centernet.r18 256>256 b1", 1, 256, 256, sq(16), sq(4), sq(2), sq(1), bias=False),
+    Layer("dcgan.celeba 128>64 16x16", 128, 128, 64, sq(16), sq(4), sq(2), sq(1), bias=False),
+    Layer("lsgan 256>256 k3s2op1 8x8", 32, 256, 256, sq(8), sq(3), sq(2), sq(1), sq(1)),
+    Layer("fcn16s 21 k4s2", 1, 21, 21, (32, 32), sq(4), sq(2), bias=False),
+    Layer("posehead.dw 160 k4s2 g160", 8, 160, 160, sq(14), sq(4), sq(2), sq(1), groups=160),
+    Layer("dcgan.g3 b8 256>128", 8, 256, 128, sq(8), sq(4), sq(2), sq(1), bias=False),
+]
+SUITES = {"suite": SUITE, "held-out": HELD_OUT, "fresh": FRESH}
 QUICK = ["dcgan.g3 256>128 8x8", "unet.up4 128>64 196", "cyclegan.up2 128>64 128",
          "simplebl.d2 256>256 16x12", "maskrcnn.mask 256>256 14", "depthwise.up 64 k4s2 g64"]
 
