@@ -43,8 +43,9 @@ print(json.dumps({"registered": registered, "error": error, "finite": bool(y.isf
 
 
 def test_a_process_loads_only_the_units_its_calls_use():
-    done = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True,
-                          cwd=ROOT, timeout=1200)
+    # (-X faulthandler: a crash names the script's line in stderr)
+    done = subprocess.run([sys.executable, "-X", "faulthandler", "-c", SCRIPT],
+                          capture_output=True, text=True, cwd=ROOT, timeout=1200)
     assert done.returncode == 0, done.stderr[-4000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["registered"] == ["gemm_kxs"]
