@@ -33,6 +33,12 @@ MAX_UNTIMED_STRIDE_AREA = 4
 # docs/performance/autotune.md).
 MIN_UNTIMED_TF32_FLOPS = 5 * 10**8
 MIN_UNTIMED_STRICT_ROWS = 512
+# TF32 on channels_last input with this many output channels per group (up to the 128x64 tile's
+# width) on sums at least this deep: cuDNN's NHWC kernel is as fast. pix2pix u6 (256 > 64, k4 s2:
+# 1,024 products per output) measured 0.97-0.99x there in four runs (H200), the one suite row
+# below 1.0x, where autotune picks cuDNN too; shallower layers of that width won (1.1-1.7x).
+NHWC_TF32_CUDNN_OUT = (33, 64)
+NHWC_TF32_CUDNN_MIN_DEPTH = 1024
 
 
 def untimed_config(fp32: bool, rows: int, phases: int, out_channels: int, sms: int) -> str:

@@ -565,9 +565,10 @@ def _phase_rows(input: torch.Tensor, weight: torch.Tensor, args: ConvTransposeAr
 def _untimed_tma_problem(input: torch.Tensor, weight: torch.Tensor, args: ConvTransposeArgs
                          ) -> Optional[str]:
     """Why gemm_phase_tma is not this call's untimed default, or None: its TMA loads read the
-    input's channels in 16-byte rows (the kernel refuses other channel counts), and fp32 calls
-    too small for it go to cuDNN, whose fp32 kernels win there
-    (gemm_phase_tma.MIN_UNTIMED_TF32_FLOPS / MIN_UNTIMED_STRICT_ROWS)."""
+    input's channels in 16-byte rows (the kernel refuses other channel counts); fp32 calls too
+    small for it go to cuDNN, whose fp32 kernels win there
+    (gemm_phase_tma.MIN_UNTIMED_TF32_FLOPS / MIN_UNTIMED_STRICT_ROWS), and so do TF32 deep sums
+    into 33-64 channels on channels_last input (gemm_phase_tma.NHWC_TF32_CUDNN_*)."""
     per_row = 16 // input.element_size()
     if weight.shape[0] % per_row:
         return f"{weight.shape[0]} input channels do not fill 16-byte rows (TMA)"
@@ -578,8 +579,15 @@ def _untimed_tma_problem(input: torch.Tensor, weight: torch.Tensor, args: ConvTr
         return (f"3xTF32 on {rows} rows per stride phase (< {_MIN_UNTIMED_STRICT_ROWS})"
                 if rows < _MIN_UNTIMED_STRICT_ROWS else None)
     flops = _flops(input, weight)
-    return (f"TF32 layer of {flops / 1e9:.2g} GFLOP (< {_MIN_UNTIMED_TF32_FLOPS / 1e9:g})"
-            if flops < _MIN_UNTIMED_TF32_FLOPS else None)
+    if flops < _MIN_UNTIMED_TF32_FLOPS:
+        return f"TF32 layer of {flops / 1e9:.2g} GFLOP (< {_MIN_UNTIMED_TF32_FLOPS / 1e9:g})"
+    low, high = gemm_phase_tma.NHWC_TF32_CUDNN_OUT
+    depth = reduction_depth(weight.shape[0] // args.groups, weight.shape[-2:], args)
+    if is_channels_last(input) and low <= weight.shape[1] <= high and \
+            depth >= gemm_phase_tma.NHWC_TF32_CUDNN_MIN_DEPTH:
+        return (f"TF32 channels_last input, {weight.shape[1]} output channels per group on "
+                f"{depth}-deep sums (cuDNN's NHWC kernel as fast)")
+    return None
 
 
 @functools.lru_cache(maxsize=None)

@@ -502,7 +502,8 @@ def test_fp32_untimed_tma_defaults_need_enough_work(capability, channels_last):
     """fp32 small layers keep cuDNN (or gemm_kxs) without autotune: TF32 under
     MIN_UNTIMED_TF32_FLOPS, 3xTF32 under MIN_UNTIMED_STRICT_ROWS rows per stride phase, each
     checked on both sides of its threshold; 16-bit layers keep gemm_phase_tma at any size; in
-    every mode input channels that do not fill the TMA's 16-byte rows keep cuDNN."""
+    every mode input channels that do not fill the TMA's 16-byte rows keep cuDNN, and so do TF32
+    deep sums into 33-64 channels on channels_last input."""
     hopper = capability == (9, 0)
     k4s2 = ConvTransposeArgs.from_values(stride=2, padding=1)
 
@@ -532,6 +533,20 @@ def test_fp32_untimed_tma_defaults_need_enough_work(capability, channels_last):
         assert "rows per stride phase" in few.reason
     enough = plan(8, 512, 256, (8, 8), torch.float32, False, (3, 3), k3s2)
     assert enough.variant == (planner.GEMM_PHASE_TMA if hopper else planner.ATEN), enough
+    # TF32 channels_last input, 33-64 output channels, sums >= 1,024 deep (pix2pix u6, 256 > 64
+    # k4 s2): cuDNN's NHWC kernel; NCHW input, 512-deep sums or 16-bit keep gemm_phase_tma.
+    u6 = plan(4, 256, 64, (64, 64), torch.float32, True)
+    if channels_last:
+        assert u6.variant == planner.ATEN, u6
+        if hopper:
+            assert "NHWC" in u6.reason
+    else:
+        assert u6.variant == (planner.PHASE_TMA_UNTIMED if hopper else planner.ATEN), u6
+    for shallower in (plan(4, 128, 64, (64, 64), torch.float32, True),
+                      plan(4, 256, 64, (64, 64), torch.bfloat16, False),
+                      plan(4, 256, 128, (64, 64), torch.float32, True)):
+        assert planner.split_variant(shallower.variant)[0] == \
+            (planner.GEMM_PHASE_TMA if hopper else planner.ATEN), shallower
     # Channels that do not fill 16-byte rows (HigherHRNet's 49; fp32: 4 a row, 16-bit: 8): the
     # kernel would refuse them, so cuDNN is the plan in every mode; 48 channels keep the default.
     for dtype, tf32 in ((torch.float32, True), (torch.float32, False), (torch.bfloat16, False)):
