@@ -74,14 +74,19 @@ class Use:
     what: str = ""
 
 
+# An input's shape, strides, dtype and device: what planning a call reads of it.
+InputGeometry = Tuple[Tuple[int, ...], Tuple[int, ...], torch.dtype, torch.device]
+
+
 @dataclass
 class ConvCall:
-    """One call of a ConvTranspose2d module: the token of its output, its call site and the
-    module whose forward made the call (None for the model itself)."""
+    """One call of a ConvTranspose2d module: the token of its output, its call site, the
+    module whose forward made the call (None for the model itself) and its input's geometry."""
 
     output: int
     site: Optional[CallSite]
     owner: Optional[nn.Module] = None
+    input: Optional[InputGeometry] = None
 
 
 @dataclass
@@ -188,8 +193,11 @@ class Recorder(TorchFunctionMode):
             if isinstance(module, nn.ConvTranspose2d):
                 token = self._new_token(output)
                 owner = self.stack[-1][0] if self.stack else None
+                x = args[0] if args and isinstance(args[0], torch.Tensor) else None
+                geometry = None if x is None else \
+                    (tuple(x.shape), tuple(x.stride()), x.dtype, x.device)
                 self.record.conv_calls.setdefault(id(module), []).append(
-                    ConvCall(token, call_site(1), owner))
+                    ConvCall(token, call_site(1), owner, geometry))
             elif _follows(module) and len(args) == 1 and isinstance(args[0], torch.Tensor):
                 source = self._token(args[0])
                 if source is not None:

@@ -162,6 +162,21 @@ def _plan_call(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.T
     return choice
 
 
+def plan_units(plan: planner.Plan) -> Sequence[str]:
+    """The build units a plan's calls load: its family's (none for PyTorch's path)."""
+    family = kernels.family_of(plan.variant)
+    return () if family is None else family.units
+
+
+def compile_units(units: Sequence[str]) -> None:
+    """Compiles the units of `units` that have no build yet, all at once (one step, a progress
+    bar), and loads them, before the calls that need them: not one family at a time as each
+    layer's first call meets it. Where the kernels cannot be built, those calls run PyTorch as
+    before."""
+    with contextlib.suppress(ExtensionUnavailableError):
+        load_units(sorted(set(units)))
+
+
 def _run_entry(entry: OpPlan, input: torch.Tensor, weight: torch.Tensor,
                bias: Optional[torch.Tensor], epilogue: Epilogue) -> torch.Tensor:
     """Runs a planned call: PyTorch, or the prepared kernel call (made on first use)."""

@@ -23,7 +23,7 @@ from __future__ import annotations
 import copy
 import warnings
 from dataclasses import dataclass
-from typing import Callable, List, Optional, Sequence
+from typing import Callable, Iterable, List, Optional, Sequence, Set, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -35,6 +35,7 @@ from .arguments import ConvTransposeArgs, find_problem
 from .derived import set_class
 from .epilogue import DEFAULT_NEGATIVE_SLOPE, Epilogue, activate, check_activation
 from .kernels.extension import loaded_extension
+from .kernel_calls import compile_units, plan_units
 from .ops import (FallbackWarning, autocast_args, conv_transpose2d, conv_transpose2d_fused,
                   first_run, kernel_call)
 
@@ -366,3 +367,43 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
                                  self.dilation, self.groups)  # type: ignore[arg-type]
         return planner.describe(stored.device, stored.dtype, self.kernel_size, args,
                                 (self.in_channels // self.groups, self.out_channels // self.groups))
+
+
+def kernel_units(module: "FastConvTranspose2d", shape: Sequence[int], stride: Sequence[int],
+                 dtype: torch.dtype, device: torch.device) -> Sequence[str]:
+    """The build units a call of `module` on an input of this geometry would load without
+    autotune: its plan's family's. Planned on fake tensors of the geometry (planning reads no
+    tensor data); PyTorch's path, CPU calls and calls planning cannot place need none."""
+    if device.type != "cuda" or autotune.enabled():
+        return ()
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    stored = module._stored_weight()
+    with FakeTensorMode():
+        x = torch.empty_strided(tuple(shape), tuple(stride), dtype=dtype, device=device)
+        w = torch.empty_strided(tuple(stored.shape), tuple(stored.stride()), dtype=dtype,
+                                device=device)
+    args = module._args(module.output_padding)
+    if find_problem(x, w, None, args) is not None:
+        return ()
+    return plan_units(planner.plan(x, w, args))
+
+
+def prepare_kernels(calls: Iterable[Tuple["FastConvTranspose2d", Tuple]]) -> Tuple[str, ...]:
+    """Compiles at once the build units these calls (module, input geometry: shape, stride,
+    dtype, device) will load, before the first of them runs; returns them. With autotune on,
+    none: its first timing compiles every unit at once. Never raises: whatever cannot be
+    planned or built here is met by the calls themselves, as without it."""
+    units: Set[str] = set()
+    try:
+        for module, geometry in calls:
+            units.update(kernel_units(module, *geometry))
+        if units:
+            compile_units(sorted(units))
+    except Exception as exc:  # a help for the first call, never a new way to fail
+        warnings.warn(f"deconv_patch: could not compile the model's kernels ahead of its "
+                      f"first call ({type(exc).__name__}: {exc}); they compile on first use",
+                      RuntimeWarning, stacklevel=2)
+        return ()
+    return tuple(sorted(units))
+

@@ -30,7 +30,7 @@ from .dataflow import Record, record_forward, Recorder
 from .functional_calls import FunctionalRouter, covers, routable_forward, route
 from .fuse_plan import CHAIN_ATTR, ChainPlan, attach_chains, detach_chains, plan_chains, \
     verify_chains
-from .modules import FastConvTranspose2d
+from .modules import FastConvTranspose2d, prepare_kernels
 from .patching import copy_model, patch_modules
 from .summary import (
     FUSION_NOTE, PATH_NONE, PATH_PATCHED, TRAINING_NOTE, LayerPatch, PatchSummary, PatchWarning,
@@ -273,6 +273,10 @@ def optimize(
     if args is not None:
         with _state_restored(work):
             record, _ = record_forward(work, args, kwargs)
+        # The families the layers' calls plan compile at once now, not one after another as
+        # the fused check and the first calls meet them.
+        prepare_kernels((conv, call.input) for _, conv in patch.patched
+                        for call in record.conv_calls.get(id(conv), ()) if call.input is not None)
         patcher.decide(record, args, kwargs)
     else:
         fusable = fuse and any(CHAIN_ATTR not in conv.__dict__ for _, conv in patch.patched)

@@ -1,0 +1,128 @@
+"""optimize() with example inputs compiles the build units its layers' calls will load at once,
+before the fused check and the first calls (modules.prepare_kernels): the recorded forward keeps
+each call's input geometry, each call is planned on fake tensors of it (the device's capability
+stubbed, no GPU needed), and the families of the plans compile in one step. Autotune, CPU calls
+and failures change nothing."""
+
+from __future__ import annotations
+
+import importlib
+import warnings
+
+import pytest
+import torch
+from torch import nn
+
+import deconv_patch
+from deconv_patch import modules
+from deconv_patch.dataflow import record_forward
+from deconv_patch.kernels import planner
+
+CUDA0 = torch.device("cuda", 0)
+# (deconv_patch.optimize is the function users call; its module is this)
+OPTIMIZE = importlib.import_module("deconv_patch.optimize")
+
+
+@pytest.fixture
+def hopper(monkeypatch):
+    monkeypatch.setattr(planner, "_capability", lambda index: (9, 0))
+    monkeypatch.setattr(planner, "_multiprocessors", lambda index: 132)
+
+
+class _Generator(nn.Module):
+    """A 1 x 1 latent up-sampled by a k == stride layer, then a stride-2 phase layer."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.up1 = nn.ConvTranspose2d(64, 128, 4)
+        self.up2 = nn.ConvTranspose2d(128, 64, 4, 2, 1)
+
+    def forward(self, z: torch.Tensor) -> torch.Tensor:
+        return self.up2(torch.relu(self.up1(z)))
+
+
+def _fast(module: nn.ConvTranspose2d) -> "modules.FastConvTranspose2d":
+    return deconv_patch.FastConvTranspose2d.from_module(module)
+
+
+def test_the_recorded_forward_keeps_each_calls_input_geometry():
+    model = _Generator()
+    z = torch.randn(3, 64, 1, 1)
+    record, _ = record_forward(model, (z,), {})
+    (up1,) = record.conv_calls[id(model.up1)]
+    (up2,) = record.conv_calls[id(model.up2)]
+    assert up1.input == ((3, 64, 1, 1), z.stride(), torch.float32, torch.device("cpu"))
+    assert up2.input[0] == (3, 128, 4, 4) and up2.input[2] == torch.float32
+
+
+def test_each_call_plans_on_its_geometry_without_a_gpu(hopper, monkeypatch):
+    model = _Generator()
+    up1, up2 = _fast(model.up1), _fast(model.up2)
+    with torch.backends.cudnn.flags(enabled=True, allow_tf32=True, benchmark=False):
+        # bf16 at batch 64: the 1 x 1 input runs as k == stride (gemm_kxs), the phase layer
+        # gemm_phase_tma (Hopper's untimed default)
+        latent = modules.kernel_units(up1, (64, 64, 1, 1), (64, 1, 1, 1), torch.bfloat16, CUDA0)
+        phase = modules.kernel_units(up2, (64, 128, 4, 4), (2048, 16, 4, 1), torch.bfloat16,
+                                     CUDA0)
+        # on the CPU, and TF32 under 0.5 GFLOP (cuDNN): none
+        cpu = modules.kernel_units(up2, (64, 128, 4, 4), (2048, 16, 4, 1), torch.float32,
+                                   torch.device("cpu"))
+        small = modules.kernel_units(up2, (1, 128, 4, 4), (2048, 16, 4, 1), torch.float32, CUDA0)
+    assert tuple(latent) == ("gemm_kxs",)
+    assert tuple(phase) == ("gemm_phase_tma",)
+    assert tuple(cpu) == () and tuple(small) == ()
+    monkeypatch.setattr(modules.autotune, "enabled", lambda: True)  # it compiles every unit
+    assert tuple(modules.kernel_units(up2, (64, 128, 4, 4), (2048, 16, 4, 1), torch.bfloat16,
+                                      CUDA0)) == ()
+
+
+def test_the_families_compile_in_one_step(hopper, monkeypatch):
+    compiled = []
+    monkeypatch.setattr(modules, "compile_units", lambda units: compiled.append(list(units)))
+    model = _Generator()
+    up1, up2 = _fast(model.up1), _fast(model.up2)
+    calls = [(up1, ((64, 64, 1, 1), (64, 1, 1, 1), torch.bfloat16, CUDA0)),
+             (up2, ((64, 128, 4, 4), (2048, 16, 4, 1), torch.bfloat16, CUDA0)),
+             (up2, ((32, 128, 4, 4), (2048, 16, 4, 1), torch.bfloat16, CUDA0))]
+    with torch.backends.cudnn.flags(enabled=True, benchmark=False):
+        assert modules.prepare_kernels(calls) == ("gemm_kxs", "gemm_phase_tma")
+    assert compiled == [["gemm_kxs", "gemm_phase_tma"]]
+    with torch.backends.cudnn.flags(enabled=True, benchmark=False):
+        assert modules.prepare_kernels(calls[:0]) == ()
+    assert len(compiled) == 1  # nothing to compile: not asked
+
+
+def test_a_failure_to_plan_is_a_warning_never_an_error(hopper, monkeypatch):
+    def broken(*args):
+        raise RuntimeError("no planner today")
+
+    monkeypatch.setattr(modules, "compile_units", lambda units: pytest.fail("compiled"))
+    monkeypatch.setattr(planner, "plan", broken)
+    up2 = _fast(_Generator().up2)
+    with torch.backends.cudnn.flags(enabled=True, benchmark=False):
+        with pytest.warns(RuntimeWarning, match="compile on first use"):
+            assert modules.prepare_kernels(
+                [(up2, ((64, 128, 4, 4), (2048, 16, 4, 1), torch.bfloat16, CUDA0))]) == ()
+
+
+def test_optimize_prepares_the_recorded_calls_before_its_fused_check(monkeypatch):
+    """optimize(model, example): every recorded call's geometry goes to prepare_kernels once,
+    before decide() runs the fused check (which would meet the kernels one by one)."""
+    seen, order = [], []
+    monkeypatch.setattr(OPTIMIZE, "prepare_kernels",
+                        lambda calls: seen.extend(calls) or order.append("prepare") or ())
+    real_decide = OPTIMIZE._Patcher.decide
+
+    def decide(self, *args, **kwargs):
+        order.append("decide")
+        return real_decide(self, *args, **kwargs)
+
+    monkeypatch.setattr(OPTIMIZE._Patcher, "decide", decide)
+    model = _Generator().eval()
+    z = torch.randn(5, 64, 1, 1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        patched = deconv_patch.optimize(model, z)
+    assert order == ["prepare", "decide"]
+    assert [(m, g[0]) for m, g in seen] == [(patched.up1, (5, 64, 1, 1)),
+                                            (patched.up2, (5, 128, 4, 4))]
