@@ -373,7 +373,7 @@ def kernel_units(module: "FastConvTranspose2d", shape: Sequence[int], stride: Se
                  dtype: torch.dtype, device: torch.device) -> Sequence[str]:
     """The build units a call of `module` on an input of this geometry would load without
     autotune: its plan's family's. Planned on fake tensors of the geometry (planning reads no
-    tensor data); PyTorch's path, CPU calls and calls planning cannot place need none."""
+    tensor data); PyTorch's path, CPU calls and invalid calls need none."""
     if device.type != "cuda" or autotune.enabled():
         return ()
     from torch._subclasses.fake_tensor import FakeTensorMode
@@ -406,4 +406,3 @@ def prepare_kernels(calls: Iterable[Tuple["FastConvTranspose2d", Tuple]]) -> Tup
                       RuntimeWarning, stacklevel=2)
         return ()
     return tuple(sorted(units))
-
