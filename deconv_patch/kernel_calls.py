@@ -138,6 +138,15 @@ def op_call_key(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.
             planner.forced_variant(), epilogue.activation, epilogue.negative_slope)
 
 
+def compile_units(units: Sequence[str]) -> None:
+    """Compiles the units of `units` that have no build yet, all at once (one step, a progress
+    bar), and loads them, before the calls that need them: not one family at a time as each
+    layer's first call meets it. Where the kernels cannot be built, those calls run PyTorch as
+    before."""
+    with contextlib.suppress(ExtensionUnavailableError):
+        load_units(sorted(set(units)))
+
+
 def _plan_call(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
                args: ConvTransposeArgs, epilogue: Epilogue) -> planner.Plan:
     """The plan of one op call on CUDA (autotuned when cudnn.benchmark is on: each candidate
@@ -154,8 +163,7 @@ def _plan_call(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.T
             # Timing runs most families: compile every unit without a build at once, not one
             # family at a time as its first candidate runs. A unit that cannot be built drops
             # its candidates from the timing (pick).
-            with contextlib.suppress(ExtensionUnavailableError):
-                load_units(unit_names())
+            compile_units(unit_names())
         best = autotune.pick(key, choice.candidates,
                              _candidate_runner(input, weight, bias, args, epilogue))
         choice = planner.Plan(best, "autotuned", candidates=choice.candidates)
@@ -166,15 +174,6 @@ def plan_units(plan: planner.Plan) -> Sequence[str]:
     """The build units a plan's calls load: its family's (none for PyTorch's path)."""
     family = kernels.family_of(plan.variant)
     return () if family is None else family.units
-
-
-def compile_units(units: Sequence[str]) -> None:
-    """Compiles the units of `units` that have no build yet, all at once (one step, a progress
-    bar), and loads them, before the calls that need them: not one family at a time as each
-    layer's first call meets it. Where the kernels cannot be built, those calls run PyTorch as
-    before."""
-    with contextlib.suppress(ExtensionUnavailableError):
-        load_units(sorted(set(units)))
 
 
 def _run_entry(entry: OpPlan, input: torch.Tensor, weight: torch.Tensor,
