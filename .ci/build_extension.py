@@ -6,7 +6,7 @@ Each kernel file is compiled once for both architectures. Two units build at a t
 ninja build of $MAX_JOBS files (a unit of one large file alone would leave a core idle); this
 catches binding/kernel interface breaks that compiling each .cu alone cannot; the log
 carries every kernel's registers and spills, which .ci/run prints and checks. Registering checks
-each unit's table (its ABI, family code and size) against the binding, and the config names the
+each family's table (its ABI, size and name) against the binding, and the config names the
 binding reads through the tables against the Python registry.
 
 Usage: python .ci/build_extension.py BUILD_DIR [UNIT ...]   (default: every unit)"""
@@ -49,13 +49,16 @@ def main(build_dir: str, units: list) -> int:
             if done.returncode != 0:
                 print(f"building {unit} failed (exit {done.returncode})", flush=True)
                 return 1
-    # Load what was built (ninja finds nothing to do) and register each unit with the core.
+    # Load what was built (ninja finds nothing to do) and register each family with the core:
+    # the core's own, then each unit's.
     core = extension.build_unit(extension.CORE, root, flags)
+    extension.register_core_families(core)
+    core_families = list(core.registered_families())
     for unit in units:
         library = extension.build_unit(unit, root, flags)
         extension.register_unit(core, unit, str(library))
     registered = core.registered_families()
-    assert sorted(registered) == sorted(units), (registered, units)
+    assert sorted(registered) == sorted(core_families + units), (registered, units)
     if sorted(units) == extension.unit_names():
         problems = config_list_mismatches(core)
         assert not problems, "\n".join(problems)

@@ -1,6 +1,7 @@
-// The kernel families' build units this process has loaded (common/family_unit.h): an explicit
-// cache of their tables' addresses, one per family, filled by Python (register_family) once it
-// has built and loaded a unit; the binding calls a family only through its table.
+// The kernel families' tables this process has registered (common/family_unit.h): an explicit
+// cache of their addresses by code, filled by Python (register_family) once it has loaded a
+// family's unit (the core's own families included); the binding calls a family only through its
+// table. The codes are the Python registry's (deconv_patch/kernels/, KernelFamily.code).
 #pragma once
 
 #include <cstdint>
@@ -11,21 +12,21 @@
 
 namespace deconv_patch {
 
-// Checks the table's tag (ABI, family, size) and records it; a family registers once (again
-// with the same table is a no-op).
-void register_family_unit(int64_t family_code, uintptr_t table_address);
+// More than the registry will ever list; a code is an index into the table.
+constexpr int kMaxFamilies = 64;
 
-// The names of the families whose units are registered, by code.
+// Checks the table (ABI, size, the family's name) and records it under `code`; a family
+// registers once (again with the same table is a no-op).
+void register_family_unit(int64_t code, const std::string& name, uintptr_t table_address);
+
+// The names of the registered families, by code.
 std::vector<std::string> registered_family_units();
 
-// The registered table of `family`, of `table_bytes` bytes; an error (not a refusal) when its
-// unit was not loaded: the layer above loads a family's units before it calls the family.
-const void* family_unit_table(KernelFamily family, unsigned table_bytes);
+// The registered table of family `code`; an error (not a refusal) when none is: the layer
+// above loads a family's units before it calls the family.
+const FamilyUnit& family_unit(int64_t code);
 
-// The registered table of type Table (whose kFamily names its family).
-template <typename Table>
-const Table& family_unit() {
-  return *static_cast<const Table*>(family_unit_table(Table::kFamily, sizeof(Table)));
-}
+// The registered table of the family named `name`, or nullptr (UnitCall::find_unit).
+const FamilyUnit* find_family_unit(const char* name);
 
 }  // namespace deconv_patch

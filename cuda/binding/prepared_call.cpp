@@ -84,7 +84,7 @@ class PreparedCall {
     return packed_;
   }
 
-  const int64_t family_;  // common/kernel_family.h
+  const int64_t family_;  // the registry's code (binding/family_units.hpp)
   const int64_t config_;
   const Ints stride_, padding_, output_padding_, dilation_;
   const int64_t groups_;

@@ -1,5 +1,6 @@
 // Thin torch binding: checks tensors, allocates the output in the memory format PyTorch would
-// return, fills ConvTranspose2dParams and launches on the current stream. Argument validation
+// return, fills ConvTranspose2dParams and runs the call through its family's table
+// (common/family_unit.h) on the current stream: the same steps for every family. Argument validation
 // with PyTorch's own error wording happens one layer up (deconv_patch/arguments.py); the checks
 // here are a safety net that keeps a bad call from reaching a kernel.
 #include <ATen/autocast_mode.h>
@@ -8,21 +9,11 @@
 #include <torch/extension.h>
 
 #include "binding/torch_binding.hpp"
-#include "common/kernel_family.h"
-#include "direct/direct.h"
-#include "gemm_col2im/col2im.h"
-#include "gemm_kxs/gemm_kxs.h"
-#include "gemm_kxs_sm90/gemm_kxs_sm90.h"
-#include "gemm_out_tile/gemm_out_tile.h"
-#include "gemm_phase/gemm_phase.h"
-#include "gemm_phase_tma/gemm_phase_tma.h"
-#include "gemm_phase_sm90/gemm_phase_sm90.h"
-#include "ffma_tile/ffma_tile.h"
-#include "grouped/grouped.h"
-#include "common/params.h"
-#include "relayout/relayout_channels_last.h"
 #include "binding/family_units.hpp"
 #include "binding/relayout_workspace.hpp"
+#include "common/family_unit.h"
+#include "common/params.h"
+#include "relayout/relayout_channels_last.h"
 
 namespace deconv_patch {
 
@@ -102,90 +93,44 @@ at::Tensor channels_last_copy(const at::Tensor& input, cudaStream_t stream) {
   return input.contiguous(at::MemoryFormat::ChannelsLast);
 }
 
-KernelFamily family_of(int64_t code) {
-  TORCH_CHECK(code >= 0 && code < static_cast<int64_t>(KernelFamily::kCount),
-              "deconv_patch: unknown kernel family code ", code);
-  return static_cast<KernelFamily>(code);
+namespace {
+
+// A call of one family: the element types, TF32 flag and config, on the current stream.
+UnitCall unit_call(ScalarKind kind, bool allow_tf32, int64_t config) {
+  return UnitCall{kind, kind, allow_tf32, static_cast<int>(config), nullptr, nullptr,
+                  c10::cuda::getCurrentCUDAStream().stream(), &find_family_unit};
 }
 
-// The weight re-laid-out for `family`: gemm_phase, gemm_phase_sm90, gemm_kxs_sm90, gemm_phase_tma
-// and gemm_out_tile pack into their tile layouts; gemm_kxs (its tap-major config) takes [Cin,
-// KH*KW, Cout/g]; gemm_col2im takes gemm_kxs_sm90's layout of the weight viewed as a 1 x 1 kernel
-// (gemm_col2im/col2im.h). Depends on the weight and the hyperparameters only;
-// deconv_patch/kernels/packed_weights.py caches it per version.
+}  // namespace
+
+// The weight re-laid-out for family `family_code` (its pack_weight: the tile layouts of the
+// packed-weight GEMMs, gemm_kxs's tap-major copy, gemm_col2im's GEMM weight). Depends on the
+// weight and the hyperparameters only; deconv_patch/kernels/packed_weights.py caches it per
+// version.
 at::Tensor pack_weight(int64_t family_code, const at::Tensor& weight, at::IntArrayRef stride,
                        at::IntArrayRef padding, at::IntArrayRef output_padding,
                        at::IntArrayRef dilation, int64_t groups, bool allow_tf32) {
-  const KernelFamily family = family_of(family_code);
-  const char* variant = kernel_family_name(family);
-  TORCH_CHECK(family == KernelFamily::kGemmPhase || family == KernelFamily::kGemmPhaseSm90 ||
-                  family == KernelFamily::kGemmKxs || family == KernelFamily::kGemmKxsSm90 ||
-                  family == KernelFamily::kGemmPhaseTma || family == KernelFamily::kGemmOutTile ||
-                  family == KernelFamily::kGemmCol2im,
-              "deconv_patch: variant ", variant, " reads no packed weight");
+  const FamilyUnit& unit = family_unit(family_code);
   TORCH_CHECK(weight.is_cuda() && weight.dim() == 4, "deconv_patch: weight must be a 4-D CUDA tensor");
   (void)output_padding;
-  const ScalarKind kind = scalar_kind(weight);
   const c10::cuda::CUDAGuard guard(weight.device());
-  if (family == KernelFamily::kGemmKxs) return weight.flatten(2).transpose(1, 2).contiguous();
-  if (family == KernelFamily::kGemmCol2im) {
-    // The weight as a 1 x 1 kernel [Cin, KH*KW*Cout] with tap-major columns (gemm_col2im/col2im.h),
-    // a contiguous copy made once per weight version, packed for the GEMM that runs it:
-    // gemm_kxs_sm90, or gemm_phase_tma's 3xTF32 for fp32 without TF32.
-    const at::Tensor flat =
-        weight.permute({0, 2, 3, 1}).reshape({weight.size(0), -1, 1, 1}).contiguous();
-    const bool three_tf32 = kind == ScalarKind::kFloat32 && !allow_tf32;
-    const KernelFamily gemm = three_tf32 ? KernelFamily::kGemmPhaseTma : KernelFamily::kGemmKxsSm90;
-    return pack_weight(static_cast<int64_t>(gemm), flat, {1, 1}, {0, 0}, output_padding, {1, 1},
-                       groups, allow_tf32);
-  }
   ConvTranspose2dParams p;
   fill_weight_params(p, weight, stride, padding, dilation, groups);
-  if (family == KernelFamily::kGemmOutTile) {
-    const int64_t bytes = family_unit<GemmOutTileUnit>().packed_weight_bytes(p, kind, allow_tf32);
-    refuse_unless(bytes > 0, variant, " does not support this weight");
-    at::Tensor packed = at::empty({bytes}, weight.options().dtype(at::kByte));
-    const cudaError_t err = family_unit<GemmOutTileUnit>().pack_weight(
-        p, kind, allow_tf32, packed.data_ptr(), c10::cuda::getCurrentCUDAStream().stream());
-    TORCH_CHECK(err == cudaSuccess, "deconv_patch: weight packing failed: ",
-                cudaGetErrorString(err));
-    return packed;
-  }
-  if (family == KernelFamily::kGemmKxsSm90 || family == KernelFamily::kGemmPhaseTma) {
-    const bool kxs = family == KernelFamily::kGemmKxsSm90;
-    const auto kxs_unit = &family_unit<GemmKxsSm90Unit>;  // called only for the family in use
-    const auto tma_unit = &family_unit<GemmPhaseTmaUnit>;
-    const int64_t bytes = kxs ? kxs_unit().packed_weight_bytes(p, kind)
-                              : tma_unit().packed_weight_bytes(p, kind, allow_tf32);
-    refuse_unless(bytes > 0, variant, " does not support this weight");
-    at::Tensor packed = at::empty({bytes}, weight.options().dtype(at::kByte));
-    const cudaStream_t stream = c10::cuda::getCurrentCUDAStream().stream();
-    const cudaError_t err =
-        kxs ? kxs_unit().pack_weight(p, kind, allow_tf32, packed.data_ptr(), stream)
-            : tma_unit().pack_weight(p, kind, allow_tf32, packed.data_ptr(), stream);
-    TORCH_CHECK(err == cudaSuccess, "deconv_patch: weight packing failed: ",
-                cudaGetErrorString(err));
-    return packed;
-  }
-  const bool sm90 = family == KernelFamily::kGemmPhaseSm90;
-  const auto sm90_unit = &family_unit<GemmPhaseSm90Unit>;  // called only for the family in use
-  const auto phase_unit = &family_unit<GemmPhaseUnit>;
-  const int64_t bytes = sm90 ? sm90_unit().packed_weight_bytes(p, kind)
-                             : phase_unit().packed_weight_bytes(p, kind);
+  const UnitCall call = unit_call(scalar_kind(weight), allow_tf32, -1);
+  const int64_t bytes = unit.packed_weight_bytes(p, call);
+  TORCH_CHECK(bytes != 0, "deconv_patch: variant ", unit.name, " reads no packed weight");
+  refuse_unless(bytes > 0, unit.name, " does not support this weight");
   at::Tensor packed = at::empty({bytes}, weight.options().dtype(at::kByte));
-  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream().stream();
-  const cudaError_t err =
-      sm90 ? sm90_unit().pack_weight(p, kind, allow_tf32, packed.data_ptr(), stream)
-           : phase_unit().pack_weight(p, kind, allow_tf32, packed.data_ptr(), stream);
+  const cudaError_t err = unit.pack_weight(p, call, packed.data_ptr());
   TORCH_CHECK(err == cudaSuccess, "deconv_patch: weight packing failed: ", cudaGetErrorString(err));
   return packed;
 }
 
-// Runs one kernel family (common/kernel_family.h) with the fused epilogue in (scale, shift,
-// activation); the planner (Python) has chosen it. config: the tile config of the packed-weight
-// GEMMs and of ffma_tile (-1: the kernel's choice); for gemm_kxs 1 selects tap-major columns,
-// whose weight comes from pack_weight(gemm_kxs, ...) in `packed`. A call the family's limits
-// exclude throws KernelRefused (PyTorch then runs it); any other failure is an error.
+// Runs one kernel family with the fused epilogue in (scale, shift, activation); the planner
+// (Python) has chosen it. config: the family's tile config (-1: its own choice; a family
+// without configs passes it on, as gemm_col2im does to its GEMM); `packed` is pack_weight's
+// buffer where the config reads one. A call the family's limits exclude throws KernelRefused
+// (PyTorch then runs it); any other failure is an error.
 at::Tensor conv_transpose2d_forward(int64_t family_code, const at::Tensor& input,
                                     const at::Tensor& weight,
                                     const c10::optional<at::Tensor>& bias, at::IntArrayRef stride,
@@ -196,8 +141,7 @@ at::Tensor conv_transpose2d_forward(int64_t family_code, const at::Tensor& input
                                     const c10::optional<at::Tensor>& shift, int64_t activation,
                                     double negative_slope,
                                     const c10::optional<at::Tensor>& packed, int64_t config) {
-  const KernelFamily family = family_of(family_code);
-  const char* variant = kernel_family_name(family);
+  const FamilyUnit& unit = family_unit(family_code);
   TORCH_CHECK(input.is_cuda() && weight.is_cuda(), "deconv_patch: input and weight must be CUDA");
   TORCH_CHECK(input.dim() == 4 && weight.dim() == 4, "deconv_patch: expected 4-D input and weight");
   TORCH_CHECK(stride.size() == 2 && padding.size() == 2 && output_padding.size() == 2 &&
@@ -207,6 +151,9 @@ at::Tensor conv_transpose2d_forward(int64_t family_code, const at::Tensor& input
               "deconv_patch: channel/group mismatch");
   TORCH_CHECK(weight.scalar_type() == input.scalar_type(), "deconv_patch: dtype mismatch");
   TORCH_CHECK(weight.device() == input.device(), "deconv_patch: device mismatch");
+  const int configs = unit.num_configs();
+  TORCH_CHECK(config >= -1 && (configs == 0 || config < configs), "deconv_patch: ", unit.name,
+              " has no tile config ", config);
   const ScalarKind kind = scalar_kind(input);
 
   const c10::cuda::CUDAGuard guard(input.device());
@@ -273,30 +220,15 @@ at::Tensor conv_transpose2d_forward(int64_t family_code, const at::Tensor& input
   p.epi.activation = static_cast<Activation>(activation);
   p.epi.negative_slope = (float)negative_slope;
 
-  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream().stream();
-  // gemm_phase gathers its A operand 16 bytes at a time only from channels_last input; for
-  // 16-bit NCHW input one re-layout pass (input is the smallest tensor of an up-sampling layer)
-  // is cheaper than 2-byte gathers inside the GEMM. gemm_phase_sm90 reads only such input.
-  // gemm_kxs_sm90 and gemm_phase_tma load their A operand with TMA (16-byte rows); gemm_kxs_sm90
-  // also reads dense 16-bit NCHW input directly (MN-major A) where its build supports that, so
-  // it is asked first. gemm_out_tile reads any layout, but NCHW one element at a time: from
-  // 1 MiB of input a re-layout pass plus its 16-byte cp.async path is the faster pair
-  // (docs/performance/out-tile.md); smaller inputs are read in place.
-  const bool reads_rows =
-      family == KernelFamily::kGemmKxsSm90 || family == KernelFamily::kGemmPhaseTma ||
-      family == KernelFamily::kGemmCol2im ||
-      ((family == KernelFamily::kGemmPhase || family == KernelFamily::kGemmPhaseSm90) &&
-       kind != ScalarKind::kFloat32) ||
-      (family == KernelFamily::kGemmOutTile &&
-       input.numel() * input.element_size() >= (int64_t{1} << 20));
+  UnitCall call = unit_call(kind, allow_tf32, config);
+  // A family that reads 16-byte channel rows gets a channels_last copy of other layouts, where
+  // a group's channels fill whole rows.
   const int64_t per_16_bytes = 16 / input.element_size();  // channels in one 16-byte row chunk
-  if (reads_rows && (input.size(1) / groups) % per_16_bytes == 0 &&
-      !input.is_contiguous(at::MemoryFormat::ChannelsLast) &&
-      !(family == KernelFamily::kGemmKxsSm90 &&
-        family_unit<GemmKxsSm90Unit>().supports(p, kind, allow_tf32))) {
+  if ((input.size(1) / groups) % per_16_bytes == 0 &&
+      !input.is_contiguous(at::MemoryFormat::ChannelsLast) && unit.reads_rows(p, call)) {
     // This thread's reused buffer for the stream where it can (no allocation per call), else a
     // fresh channels_last copy.
-    if (const void* relaid = relayout_into_workspace(input, stream)) {
+    if (const void* relaid = relayout_into_workspace(input, call.stream)) {
       const int64_t c = input.size(1), h = input.size(2), w = input.size(3);
       p.input = relaid;
       p.in_stride[0] = c * h * w;
@@ -304,172 +236,52 @@ at::Tensor conv_transpose2d_forward(int64_t family_code, const at::Tensor& input
       p.in_stride[2] = w * c;
       p.in_stride[3] = c;
     } else {
-      x = channels_last_copy(input, stream);
+      x = channels_last_copy(input, call.stream);
       p.input = x.data_ptr();
       copy_strides(x, p.in_stride);
     }
   }
-
-  cudaError_t err;
-  // A packed weight of the right size, dtype and device (pack_weight's output for this call).
-  auto check_packed = [&](int64_t bytes) {
+  refuse_unless(unit.supports(p, call), "the ", unit.name, " kernel does not support this call");
+  if (unit.reads_packed(call)) {
+    // pack_weight's output for this call: the right size, on the input's device.
     TORCH_CHECK(packed.has_value() && packed->defined() && packed->is_cuda() &&
                     packed->device() == input.device() && packed->is_contiguous() &&
-                    packed->numel() * packed->element_size() == bytes,
-                "deconv_patch: ", variant, " needs the packed weight from pack_weight()");
-  };
-  // gemm_kxs_sm90 on `q` (the call's params, or gemm_col2im's GEMM), after its checks;
-  // f32_out: 16-bit operands writing fp32 (gemm_col2im's 16-bit GEMM, fewer configs).
-  auto launch_kxs_sm90 = [&](const ConvTranspose2dParams& q, bool f32_out) {
-    refuse_unless(family_unit<GemmKxsSm90Unit>().supports(q, kind, allow_tf32), "the ", variant,
-                  " kernel does not support this call");
-    check_packed(family_unit<GemmKxsSm90Unit>().packed_weight_bytes(q, kind));
-    const int configs =
-        f32_out ? kGemmKxsSm90F32OutConfigs : family_unit<GemmKxsSm90Unit>().num_configs();
-    TORCH_CHECK(config >= -1 && config < configs,
-                "deconv_patch: ", variant, " has no tile config ", config);
-    return f32_out ? family_unit<GemmKxsSm90Unit>().launch_f32_out(q, kind, packed->data_ptr(),
-                                                                   stream, (int)config)
-                   : family_unit<GemmKxsSm90Unit>().launch(q, kind, allow_tf32,
-                                                           packed->data_ptr(), stream, (int)config);
-  };
-  // gemm_phase_tma on `q` (the call's params, or gemm_col2im's GEMM) in `q_tf32` mode, after
-  // its checks.
-  auto launch_phase_tma = [&](const ConvTranspose2dParams& q, bool q_tf32) {
-    refuse_unless(family_unit<GemmPhaseTmaUnit>().supports(q, kind, q_tf32), "the ", variant,
-                  " kernel does not support this call");
-    check_packed(family_unit<GemmPhaseTmaUnit>().packed_weight_bytes(q, kind, q_tf32));
-    TORCH_CHECK(config >= -1 && config < family_unit<GemmPhaseTmaUnit>().num_configs(),
-                "deconv_patch: ", variant, " has no tile config ", config);
-    return family_unit<GemmPhaseTmaUnit>().launch(q, kind, q_tf32, packed->data_ptr(), stream,
-                                                  (int)config);
-  };
-  switch (family) {
-    case KernelFamily::kDirect:
-      err = launch_conv_transpose2d_direct(p, kind, stream);
-      break;
-    case KernelFamily::kGrouped:
-      refuse_unless(family_unit<GroupedUnit>().supports(p, kind),
-                    "the grouped kernel does not support this call");
-      err = family_unit<GroupedUnit>().launch(p, kind, stream);
-      break;
-    case KernelFamily::kFfmaTile:
-      TORCH_CHECK(config >= -1 && config < family_unit<FfmaTileUnit>().num_configs(),
-                  "deconv_patch: ffma_tile has no tile config ", config);
-      refuse_unless(family_unit<FfmaTileUnit>().supports(p, kind, (int)config),
-                    "the ffma_tile kernel does not support this call");
-      // fp32 without TF32 sums each channel's taps apart (error as PyTorch's on deep sums).
-      err = family_unit<FfmaTileUnit>().launch(p, kind, (int)config,
-                                              kind == ScalarKind::kFloat32 && !allow_tf32, stream);
-      break;
-    case KernelFamily::kGemmKxs: {
-      TORCH_CHECK(config >= -1 && config <= 1, "deconv_patch: gemm_kxs has no config ", config);
-      const bool tap_major = config == 1;
-      refuse_unless(family_unit<GemmKxsUnit>().supports(p, kind, tap_major),
-                    "the gemm_kxs kernel does not support this call");
-      const void* tap_major_weight = nullptr;
-      if (tap_major) {
-        check_packed(weight.numel() * weight.element_size());
-        TORCH_CHECK(packed->scalar_type() == weight.scalar_type(),
-                    "deconv_patch: gemm_kxs's tap-major weight has the weight's dtype");
-        tap_major_weight = packed->data_ptr();
-      }
-      err = family_unit<GemmKxsUnit>().launch(p, kind, allow_tf32, tap_major_weight, stream);
-      break;
-    }
-    case KernelFamily::kGemmKxsSm90:
-      err = launch_kxs_sm90(p, false);
-      break;
-    case KernelFamily::kGemmCol2im: {
-      // One GEMM over every tap: gemm_kxs_sm90 runs the layer as a 1 x 1 kernel with KH*KW*Cout
-      // output channels (no bias, no epilogue) into the fp32 [N*H*W, KH*KW*Cout] matrix `cols`
-      // (16-bit operands: its fp32-output kernels, so the sum of taps is rounded once), then col2im
-      // sums each output pixel's taps and applies the epilogue (gemm_col2im/col2im.h). fp32 without
-      // TF32 runs the GEMM as gemm_phase_tma's 3xTF32 instead (`config` is then one of its
-      // configs). One group.
-      refuse_unless(groups == 1, "the gemm_col2im kernel does not support this call (groups 1)");
-      const bool three_tf32 = kind == ScalarKind::kFloat32 && !allow_tf32;
-      const int64_t ncol = kh * kw * weight.size(1);
-      at::Tensor cols = at::empty({p.batch, ncol, p.in_h, p.in_w},
-                                  input.options().dtype(at::kFloat).memory_format(
-                                      at::MemoryFormat::ChannelsLast));
-      ConvTranspose2dParams q = p;
-      // pack_weight's dense [Cin, ncol, 1, 1] copy, as a stride-1 layer
-      fill_weight_geometry(q, {p.in_channels, ncol, 1, 1}, {ncol, 1, 1, 1}, {1, 1}, {0, 0},
-                           {1, 1}, 1);
-      q.bias = nullptr;
-      q.epi = EpilogueParams{};
-      q.output = cols.data_ptr();
-      q.out_h = p.in_h;
-      q.out_w = p.in_w;
-      copy_strides(cols, q.out_stride);
-      q.out_channels_last = true;
-      err = three_tf32 ? launch_phase_tma(q, false)
-                       : launch_kxs_sm90(q, kind != ScalarKind::kFloat32);
-      if (err == cudaSuccess)
-        err = family_unit<GemmCol2imUnit>().launch(p, cols.data_ptr<float>(), kind, stream);
-      break;
-    }
-    case KernelFamily::kGemmPhaseTma:
-      err = launch_phase_tma(p, allow_tf32);
-      break;
-    case KernelFamily::kGemmOutTile:
-      refuse_unless(family_unit<GemmOutTileUnit>().supports(p, kind, allow_tf32),
-                    "the gemm_out_tile kernel does not support this call");
-      check_packed(family_unit<GemmOutTileUnit>().packed_weight_bytes(p, kind, allow_tf32));
-      TORCH_CHECK(config >= -1 && config < family_unit<GemmOutTileUnit>().num_configs(),
-                  "deconv_patch: gemm_out_tile has no tile config ", config);
-      err = family_unit<GemmOutTileUnit>().launch(p, kind, allow_tf32, packed->data_ptr(),
-                                                  (int)config, stream);
-      break;
-    case KernelFamily::kGemmPhaseSm90:
-      refuse_unless(family_unit<GemmPhaseSm90Unit>().supports(p, kind, allow_tf32),
-                    "the gemm_phase_sm90 kernel does not support this call");
-      check_packed(family_unit<GemmPhaseSm90Unit>().packed_weight_bytes(p, kind));
-      TORCH_CHECK(config >= -1 && config < family_unit<GemmPhaseSm90Unit>().num_configs(),
-                  "deconv_patch: gemm_phase_sm90 has no tile config ", config);
-      err = family_unit<GemmPhaseSm90Unit>().launch(p, kind, allow_tf32, packed->data_ptr(),
-                                                    stream, (int)config);
-      break;
-    case KernelFamily::kGemmPhase:
-      refuse_unless(family_unit<GemmPhaseUnit>().supports(p, kind, allow_tf32),
-                    "the gemm_phase kernel does not support this call");
-      check_packed(family_unit<GemmPhaseUnit>().packed_weight_bytes(p, kind));
-      TORCH_CHECK(config >= -1 && config < family_unit<GemmPhaseUnit>().num_configs(),
-                  "deconv_patch: gemm_phase has no tile config ", config);
-      err = family_unit<GemmPhaseUnit>().launch(p, kind, allow_tf32, packed->data_ptr(),
-                                               (int)config, stream);
-      break;
-    default:
-      TORCH_CHECK(false, "deconv_patch: unknown kernel family ", family_code);
+                    packed->numel() * packed->element_size() == unit.packed_weight_bytes(p, call),
+                "deconv_patch: ", unit.name, " needs the packed weight from pack_weight()");
+    call.packed = packed->data_ptr();
   }
-  TORCH_CHECK(err == cudaSuccess, "deconv_patch: ", variant, " kernel launch failed: ",
+  at::Tensor workspace;
+  if (const int64_t bytes = unit.workspace_bytes(p, call); bytes > 0) {
+    workspace = at::empty({bytes}, input.options().dtype(at::kByte));
+    call.workspace = workspace.data_ptr();
+  }
+  const cudaError_t err = unit.launch(p, call);
+  TORCH_CHECK(err == cudaSuccess, "deconv_patch: ", unit.name, " kernel launch failed: ",
               cudaGetErrorString(err));
   return output;
 }
 
-// Whether gemm_out_tile can run a layer with a weight of these sizes (dense) and dtype
-// ("float32", "float16" or "bfloat16") and these hyperparameters on CUDA device `device_index`,
-// whatever the input size, with the weights of all channels in shared memory at once (one
-// channel block): gemm_out_tile_weight_fits. The planner asks before making gemm_out_tile a
-// layer's untimed default; it passes sizes, not a tensor, so that planning stays free of tensor
-// data (fake and wrapped tensors plan too).
-bool gemm_out_tile_fits(int64_t device_index, const std::string& dtype,
-                        at::IntArrayRef weight_sizes, at::IntArrayRef stride,
-                        at::IntArrayRef padding, at::IntArrayRef dilation, int64_t groups,
-                        bool allow_tf32) {
-  TORCH_CHECK(weight_sizes.size() == 4, "deconv_patch: gemm_out_tile_fits takes 4 weight sizes");
+// Whether family `family_code` takes a layer's weight whatever the input (its weight_fits): for
+// gemm_out_tile, that the weights of all channels fit its smallest tile's shared memory at once.
+// Weight sizes (dense), dtype ("float32", "float16" or "bfloat16") and hyperparameters on CUDA
+// device `device_index`; the planner passes sizes, not a tensor, so that planning stays free of
+// tensor data (fake and wrapped tensors plan too).
+bool weight_fits(int64_t family_code, int64_t device_index, const std::string& dtype,
+                 at::IntArrayRef weight_sizes, at::IntArrayRef stride, at::IntArrayRef padding,
+                 at::IntArrayRef dilation, int64_t groups, bool allow_tf32) {
+  const FamilyUnit& unit = family_unit(family_code);
+  TORCH_CHECK(weight_sizes.size() == 4, "deconv_patch: weight_fits takes 4 weight sizes");
   ScalarKind kind;
   if (dtype == "float32") kind = ScalarKind::kFloat32;
   else if (dtype == "float16") kind = ScalarKind::kFloat16;
   else if (dtype == "bfloat16") kind = ScalarKind::kBFloat16;
-  else TORCH_CHECK(false, "deconv_patch: gemm_out_tile_fits: unknown dtype ", dtype);
+  else TORCH_CHECK(false, "deconv_patch: weight_fits: unknown dtype ", dtype);
   const c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device_index));
   const int64_t kh = weight_sizes[2], kw = weight_sizes[3];
   const int64_t dense[4] = {weight_sizes[1] * kh * kw, kh * kw, kw, 1};
   ConvTranspose2dParams p;
   fill_weight_geometry(p, weight_sizes, dense, stride, padding, dilation, groups);
-  return family_unit<GemmOutTileUnit>().weight_fits(p, kind, allow_tf32);
+  return unit.weight_fits(p, unit_call(kind, allow_tf32, -1));
 }
 
 // `t` as ATen's CUDA autocast hands it to a lower-precision op, through ATen's per-region cast
@@ -479,30 +291,23 @@ at::Tensor autocast_cast(const at::Tensor& t, at::ScalarType dtype) {
   return at::autocast::cached_cast(dtype, t, at::kCUDA);
 }
 
-}  // namespace deconv_patch
-
-namespace {
-
-// A kernel's tile config names, in config order, from its header's count and name functions
-// (the planner's config tuples are checked against them).
-std::vector<std::string> config_names(int (*count)(), const char* (*name)(int)) {
-  std::vector<std::string> names;
-  for (int i = 0; i < count(); ++i) names.emplace_back(name(i));
+// A family's tile config names, in config order; None for configs its unit leaves unnamed (the
+// registry names them, and the count is checked against it).
+std::vector<c10::optional<std::string>> config_names(int64_t family_code) {
+  const FamilyUnit& unit = family_unit(family_code);
+  std::vector<c10::optional<std::string>> names;
+  for (int i = 0; i < unit.num_configs(); ++i) {
+    const char* name = unit.config_name(i);
+    names.emplace_back(name ? c10::optional<std::string>(name) : c10::nullopt);
+  }
   return names;
 }
 
-}  // namespace
+}  // namespace deconv_patch
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "deconv_patch CUDA kernels";
   py::register_exception<deconv_patch::KernelRefused>(m, "KernelRefused", PyExc_RuntimeError);
-  m.def("kernel_family_names", []() {
-    std::vector<std::string> names;
-    for (int i = 0; i < static_cast<int>(deconv_patch::KernelFamily::kCount); ++i)
-      names.emplace_back(deconv_patch::kernel_family_name(
-          static_cast<deconv_patch::KernelFamily>(i)));
-    return names;
-  }, "The kernel families by code (common/kernel_family.h)");
   m.def("conv_transpose2d_forward", &deconv_patch::conv_transpose2d_forward,
         "Transposed convolution with one kernel family", py::arg("family"),
         py::arg("input"), py::arg("weight"), py::arg("bias"), py::arg("stride"),
@@ -511,12 +316,16 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("scale") = py::none(), py::arg("shift") = py::none(), py::arg("activation") = 0,
         py::arg("negative_slope") = 0.01, py::arg("packed") = py::none(),
         py::arg("config") = -1);
-  m.def("register_family", [](int64_t family, uintptr_t table) {
-    deconv_patch::register_family_unit(family, table);
-  }, "Registers a kernel family's loaded build unit by its table's address "
-     "(deconv_patch_unit_<family>(), common/family_unit.h)", py::arg("family"), py::arg("table"));
+  m.def("register_family", [](int64_t family, const std::string& name, uintptr_t table) {
+    deconv_patch::register_family_unit(family, name, table);
+  }, "Registers a kernel family's table by its address (deconv_patch_unit_<family>() of its "
+     "loaded unit, common/family_unit.h) under the registry's code and name", py::arg("family"),
+     py::arg("name"), py::arg("table"));
   m.def("registered_families", &deconv_patch::registered_family_units,
-        "The kernel families whose build units are registered, by code");
+        "The kernel families whose tables are registered, by code");
+  m.def("config_names", &deconv_patch::config_names,
+        "A registered family's tile config names, in config order (None: unnamed)",
+        py::arg("family"));
   deconv_patch::bind_prepared_call(m);
   m.def("channels_last_copy", [](const at::Tensor& input) {
     TORCH_CHECK(input.is_cuda(), "deconv_patch: channels_last_copy takes a CUDA tensor");
@@ -530,32 +339,11 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("autocast_cast", &deconv_patch::autocast_cast,
         "A tensor cast as CUDA autocast casts it (with autocast's cast cache)", py::arg("tensor"),
         py::arg("dtype"));
-  m.def("gemm_phase_num_configs",
-        []() { return deconv_patch::family_unit<deconv_patch::GemmPhaseUnit>().num_configs(); },
-        "Number of gemm_phase tile configs");
-  m.def("gemm_kxs_sm90_num_configs",
-        []() { return deconv_patch::family_unit<deconv_patch::GemmKxsSm90Unit>().num_configs(); },
-        "Number of gemm_kxs_sm90 tile configs");
-  m.def("gemm_phase_tma_config_names", []() {
-    return config_names(deconv_patch::family_unit<deconv_patch::GemmPhaseTmaUnit>().num_configs,
-                        deconv_patch::family_unit<deconv_patch::GemmPhaseTmaUnit>().config_name);
-  }, "gemm_phase_tma's tile config names, in config order");
-  m.def("gemm_out_tile_config_names", []() {
-    return config_names(deconv_patch::family_unit<deconv_patch::GemmOutTileUnit>().num_configs,
-                        deconv_patch::family_unit<deconv_patch::GemmOutTileUnit>().config_name);
-  }, "gemm_out_tile's tile config names, in config order");
-  m.def("ffma_tile_config_names", []() {
-    return config_names(deconv_patch::family_unit<deconv_patch::FfmaTileUnit>().num_configs,
-                        deconv_patch::family_unit<deconv_patch::FfmaTileUnit>().config_name);
-  }, "ffma_tile's tile config names, in config order");
-  m.def("gemm_out_tile_fits", &deconv_patch::gemm_out_tile_fits,
-        "Whether gemm_out_tile's smallest tile holds a layer's weights at once (weight sizes, "
-        "dtype name, hyperparameters) on a CUDA device", py::arg("device_index"), py::arg("dtype"),
-        py::arg("weight_sizes"), py::arg("stride"), py::arg("padding"), py::arg("dilation"),
-        py::arg("groups"), py::arg("allow_tf32"));
-  m.def("gemm_phase_sm90_num_configs",
-        []() { return deconv_patch::family_unit<deconv_patch::GemmPhaseSm90Unit>().num_configs(); },
-        "Number of gemm_phase_sm90 tile configs");
+  m.def("weight_fits", &deconv_patch::weight_fits,
+        "Whether a registered family takes a layer's weight whatever the input (weight sizes, "
+        "dtype name, hyperparameters) on a CUDA device", py::arg("family"),
+        py::arg("device_index"), py::arg("dtype"), py::arg("weight_sizes"), py::arg("stride"),
+        py::arg("padding"), py::arg("dilation"), py::arg("groups"), py::arg("allow_tf32"));
   m.def("pack_weight", &deconv_patch::pack_weight,
         "The weight in a family's packed layout", py::arg("family"), py::arg("weight"),
         py::arg("stride"), py::arg("padding"), py::arg("output_padding"), py::arg("dilation"),

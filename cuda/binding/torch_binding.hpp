@@ -18,7 +18,8 @@ class KernelRefused : public std::runtime_error {
   explicit KernelRefused(const std::string& what);
 };
 
-// Runs one kernel family (its code in common/kernel_family.h); see binding/torch_binding.cpp.
+// Runs one kernel family (its registry code, binding/family_units.hpp); see
+// binding/torch_binding.cpp.
 at::Tensor conv_transpose2d_forward(int64_t family_code, const at::Tensor& input,
                                     const at::Tensor& weight,
                                     const c10::optional<at::Tensor>& bias, at::IntArrayRef stride,

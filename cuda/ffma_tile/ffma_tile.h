@@ -10,7 +10,6 @@
 
 #include <cuda_runtime.h>
 
-#include "common/family_unit.h"
 #include "common/params.h"
 
 namespace deconv_patch {
@@ -40,15 +39,5 @@ bool ffma_tile_supports(const ConvTranspose2dParams& p, ScalarKind kind, int con
 // summed apart before joining the accumulator, which keeps the error at PyTorch's on deep sums.
 cudaError_t launch_conv_transpose2d_ffma_tile(const ConvTranspose2dParams& p, ScalarKind kind,
                                               int config, bool tap_sums, cudaStream_t stream);
-
-// The table of this family's build unit (ffma_tile_unit.cu, common/family_unit.h).
-struct FfmaTileUnit {
-  static constexpr KernelFamily kFamily = KernelFamily::kFfmaTile;
-  FamilyUnitTag tag;
-  decltype(&ffma_tile_num_configs) num_configs;
-  decltype(&ffma_tile_config_name) config_name;
-  decltype(&ffma_tile_supports) supports;
-  decltype(&launch_conv_transpose2d_ffma_tile) launch;
-};
 
 }  // namespace deconv_patch

@@ -13,7 +13,6 @@
 
 #include <cuda_runtime.h>
 
-#include "common/family_unit.h"
 #include "common/params.h"
 
 namespace deconv_patch {
@@ -23,12 +22,5 @@ namespace deconv_patch {
 // (out_w * Cout: 32-bit index math within a row).
 cudaError_t launch_col2im(const ConvTranspose2dParams& p, const float* cols, ScalarKind kind,
                           cudaStream_t stream);
-
-// The table of this family's build unit (gemm_col2im_unit.cu, common/family_unit.h).
-struct GemmCol2imUnit {
-  static constexpr KernelFamily kFamily = KernelFamily::kGemmCol2im;
-  FamilyUnitTag tag;
-  decltype(&launch_col2im) launch;
-};
 
 }  // namespace deconv_patch

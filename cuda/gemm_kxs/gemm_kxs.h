@@ -5,7 +5,6 @@
 
 #include <cuda_runtime.h>
 
-#include "common/family_unit.h"
 #include "common/params.h"
 
 namespace deconv_patch {
@@ -33,13 +32,5 @@ bool gemm_kxs_supports(const ConvTranspose2dParams& p, ScalarKind kind, bool tap
 cudaError_t launch_conv_transpose2d_gemm_kxs(const ConvTranspose2dParams& p, ScalarKind kind,
                                              bool allow_tf32, const void* tap_major_weight,
                                              cudaStream_t stream);
-
-// The table of this family's build unit (gemm_kxs_unit.cu, common/family_unit.h).
-struct GemmKxsUnit {
-  static constexpr KernelFamily kFamily = KernelFamily::kGemmKxs;
-  FamilyUnitTag tag;
-  decltype(&gemm_kxs_supports) supports;
-  decltype(&launch_conv_transpose2d_gemm_kxs) launch;
-};
 
 }  // namespace deconv_patch

@@ -35,7 +35,6 @@
 
 #include <cuda_runtime.h>
 
-#include "common/family_unit.h"
 #include "common/params.h"
 
 namespace deconv_patch {
@@ -89,17 +88,5 @@ constexpr int kGemmKxsSm90F32OutConfigs = 3;
 cudaError_t launch_conv_transpose2d_gemm_kxs_sm90_f32_out(const ConvTranspose2dParams& p,
                                                           ScalarKind kind, const void* packed,
                                                           cudaStream_t stream, int config = -1);
-
-// The table of this family's build unit (gemm_kxs_sm90_unit.cu, common/family_unit.h).
-struct GemmKxsSm90Unit {
-  static constexpr KernelFamily kFamily = KernelFamily::kGemmKxsSm90;
-  FamilyUnitTag tag;
-  decltype(&gemm_kxs_sm90_supports) supports;
-  decltype(&gemm_kxs_sm90_num_configs) num_configs;
-  decltype(&gemm_kxs_sm90_packed_weight_bytes) packed_weight_bytes;
-  decltype(&launch_gemm_kxs_sm90_pack_weight) pack_weight;
-  decltype(&launch_conv_transpose2d_gemm_kxs_sm90) launch;
-  decltype(&launch_conv_transpose2d_gemm_kxs_sm90_f32_out) launch_f32_out;
-};
 
 }  // namespace deconv_patch

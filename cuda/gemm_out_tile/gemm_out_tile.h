@@ -12,7 +12,6 @@
 
 #include <cuda_runtime.h>
 
-#include "common/family_unit.h"
 #include "common/params.h"
 
 namespace deconv_patch {
@@ -65,18 +64,5 @@ cudaError_t launch_gemm_out_tile_pack_weight(const ConvTranspose2dParams& p, Sca
 cudaError_t launch_conv_transpose2d_gemm_out_tile(const ConvTranspose2dParams& p, ScalarKind kind,
                                                   bool allow_tf32, const void* packed, int config,
                                                   cudaStream_t stream);
-
-// The table of this family's build unit (gemm_out_tile_unit.cu, common/family_unit.h).
-struct GemmOutTileUnit {
-  static constexpr KernelFamily kFamily = KernelFamily::kGemmOutTile;
-  FamilyUnitTag tag;
-  decltype(&gemm_out_tile_supports) supports;
-  decltype(&gemm_out_tile_weight_fits) weight_fits;
-  decltype(&gemm_out_tile_num_configs) num_configs;
-  decltype(&gemm_out_tile_config_name) config_name;
-  decltype(&gemm_out_tile_packed_weight_bytes) packed_weight_bytes;
-  decltype(&launch_gemm_out_tile_pack_weight) pack_weight;
-  decltype(&launch_conv_transpose2d_gemm_out_tile) launch;
-};
 
 }  // namespace deconv_patch

@@ -6,7 +6,6 @@
 
 #include <cuda_runtime.h>
 
-#include "common/family_unit.h"
 #include "common/params.h"
 
 namespace deconv_patch {
@@ -46,16 +45,5 @@ cudaError_t launch_gemm_phase_pack_weight(const ConvTranspose2dParams& p, Scalar
 cudaError_t launch_conv_transpose2d_gemm_phase(const ConvTranspose2dParams& p, ScalarKind kind,
                                                bool allow_tf32, const void* packed, int config,
                                                cudaStream_t stream);
-
-// The table of this family's build unit (gemm_phase_unit.cu, common/family_unit.h).
-struct GemmPhaseUnit {
-  static constexpr KernelFamily kFamily = KernelFamily::kGemmPhase;
-  FamilyUnitTag tag;
-  decltype(&gemm_phase_supports) supports;
-  decltype(&gemm_phase_num_configs) num_configs;
-  decltype(&gemm_phase_packed_weight_bytes) packed_weight_bytes;
-  decltype(&launch_gemm_phase_pack_weight) pack_weight;
-  decltype(&launch_conv_transpose2d_gemm_phase) launch;
-};
 
 }  // namespace deconv_patch

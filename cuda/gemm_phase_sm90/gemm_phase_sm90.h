@@ -12,7 +12,6 @@
 
 #include <cuda_runtime.h>
 
-#include "common/family_unit.h"
 #include "common/params.h"
 
 namespace deconv_patch {
@@ -50,16 +49,5 @@ cudaError_t launch_conv_transpose2d_gemm_phase_sm90(const ConvTranspose2dParams&
                                                     ScalarKind kind, bool allow_tf32,
                                                     const void* packed, cudaStream_t stream,
                                                     int config = -1);
-
-// The table of this family's build unit (gemm_phase_sm90_unit.cu, common/family_unit.h).
-struct GemmPhaseSm90Unit {
-  static constexpr KernelFamily kFamily = KernelFamily::kGemmPhaseSm90;
-  FamilyUnitTag tag;
-  decltype(&gemm_phase_sm90_supports) supports;
-  decltype(&gemm_phase_sm90_num_configs) num_configs;
-  decltype(&gemm_phase_sm90_packed_weight_bytes) packed_weight_bytes;
-  decltype(&launch_gemm_phase_sm90_pack_weight) pack_weight;
-  decltype(&launch_conv_transpose2d_gemm_phase_sm90) launch;
-};
 
 }  // namespace deconv_patch

@@ -38,7 +38,6 @@
 
 #include <cuda_runtime.h>
 
-#include "common/family_unit.h"
 #include "common/params.h"
 
 namespace deconv_patch {
@@ -100,17 +99,5 @@ cudaError_t launch_conv_transpose2d_gemm_phase_tma(const ConvTranspose2dParams& 
                                                    ScalarKind kind, bool allow_tf32,
                                                    const void* packed, cudaStream_t stream,
                                                    int config = -1);
-
-// The table of this family's build unit (gemm_phase_tma_unit.cu, common/family_unit.h).
-struct GemmPhaseTmaUnit {
-  static constexpr KernelFamily kFamily = KernelFamily::kGemmPhaseTma;
-  FamilyUnitTag tag;
-  decltype(&gemm_phase_tma_supports) supports;
-  decltype(&gemm_phase_tma_num_configs) num_configs;
-  decltype(&gemm_phase_tma_config_name) config_name;
-  decltype(&gemm_phase_tma_packed_weight_bytes) packed_weight_bytes;
-  decltype(&launch_gemm_phase_tma_pack_weight) pack_weight;
-  decltype(&launch_conv_transpose2d_gemm_phase_tma) launch;
-};
 
 }  // namespace deconv_patch

@@ -8,7 +8,6 @@
 
 #include <cuda_runtime.h>
 
-#include "common/family_unit.h"
 #include "common/params.h"
 
 namespace deconv_patch {
@@ -36,13 +35,5 @@ bool grouped_supports(const ConvTranspose2dParams& p, ScalarKind kind);
 // output is empty, cudaErrorInvalidValue when grouped_supports(p, kind) is false).
 cudaError_t launch_conv_transpose2d_grouped(const ConvTranspose2dParams& p, ScalarKind kind,
                                             cudaStream_t stream);
-
-// The table of this family's build unit (grouped_unit.cu, common/family_unit.h).
-struct GroupedUnit {
-  static constexpr KernelFamily kFamily = KernelFamily::kGrouped;
-  FamilyUnitTag tag;
-  decltype(&grouped_supports) supports;
-  decltype(&launch_conv_transpose2d_grouped) launch;
-};
 
 }  // namespace deconv_patch

@@ -3,9 +3,9 @@
 The core (cuda/binding, cuda/relayout, cuda/direct) is the Python module: the torch binding,
 the prepared calls and the direct kernel every call can fall back to. Each other kernel family
 is a build unit of its own (cuda/<family>/, a shared library), compiled the first time a call
-needs it and registered with the core by its table's address (cuda/common/family_unit.h), so a
-model compiles only the families its layers use. `load_extension()` (`deconv-patch build`)
-builds everything.
+needs it. Every family, the core's included, is registered with the binding by its table's
+address (cuda/common/family_unit.h) under the registry's code, so a model compiles only the
+families its layers use. `load_extension()` (`deconv-patch build`) builds everything.
 
 Builds are cached on disk per torch version, CUDA version, GPU architecture set and source
 digest, so later processes load them in milliseconds.
@@ -51,10 +51,11 @@ CORE_FOLDERS = ("binding", "relayout", "direct")
 
 
 def unit_names() -> List[str]:
-    """The kernel families' build units: each folder of cuda/ with a <folder>_unit.cu."""
+    """The kernel families' build units: each folder of cuda/ with a <folder>_unit.cu (its
+    table), but the core's."""
     root = cuda_source_dir()
     return sorted(p.parent.name for p in root.glob("*/*_unit.cu")
-                  if p.name == f"{p.parent.name}_unit.cu")
+                  if p.name == f"{p.parent.name}_unit.cu" and p.parent.name not in CORE_FOLDERS)
 
 
 def unit_sources(unit: str) -> List[Path]:
@@ -186,10 +187,22 @@ def build_unit(unit: str, build_root: Path, cuda_flags: Sequence[str], verbose: 
 
 
 def register_unit(core: ModuleType, unit: str, library: str) -> None:
-    """Hands the loaded unit's table (deconv_patch_unit_<unit>()) to the core."""
+    """Hands family `unit`'s table (deconv_patch_unit_<unit>() of the loaded `library`) to the
+    core, under the registry's code for it."""
+    from . import BY_NAME  # the registry: the layer above names the families
+
     getter = getattr(ctypes.CDLL(library), f"deconv_patch_unit_{unit}")
     getter.restype = ctypes.c_void_p
-    core.register_family(core.kernel_family_names().index(unit), getter())
+    core.register_family(BY_NAME[unit].code, unit, getter())
+
+
+def register_core_families(core: ModuleType) -> None:
+    """Registers the families the core itself holds (the direct kernel's)."""
+    from . import FAMILIES
+
+    for family in FAMILIES:
+        if family.units == ():
+            register_unit(core, family.name, str(core.__file__))
 
 
 def _is_built(unit: str, build_root: Path) -> bool:
@@ -297,7 +310,9 @@ def load_core() -> ModuleType:
     """The extension's core module (the binding); compiles it on first use. Cached for the
     process."""
     _prepare([CORE])
-    return _build_here(CORE)  # type: ignore[return-value]
+    core: ModuleType = _build_here(CORE)  # type: ignore[assignment]
+    register_core_families(core)
+    return core
 
 
 @functools.lru_cache(maxsize=None)

@@ -38,7 +38,7 @@ class KernelFamily:
     the planner's wording."""
 
     name: str
-    code: int  # the binding's KernelFamily (cuda/common/kernel_family.h)
+    code: int  # where the binding keeps its table (unique, < 64; cuda/binding/family_units.hpp)
     summary: str
     configs: Tuple[Config, ...] = ()
     packed_weight: bool = False  # the bare name's (config -1) weight

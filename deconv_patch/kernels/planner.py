@@ -430,9 +430,10 @@ def _out_tile_fits(weight: torch.Tensor, args: ConvTransposeArgs) -> bool:
         from .extension import load_units  # the binding: the layer below the planner
         try:
             # Sizes and the dtype's name, not the tensor: planning reads no tensor data.
-            fits = bool(load_units(gemm_out_tile.FAMILY.units).gemm_out_tile_fits(
-                index, str(weight.dtype).replace("torch.", ""), list(weight.shape),
-                list(args.stride), list(args.padding), list(args.dilation), args.groups, tf32))
+            fits = bool(load_units(gemm_out_tile.FAMILY.units).weight_fits(
+                gemm_out_tile.FAMILY.code, index, str(weight.dtype).replace("torch.", ""),
+                list(weight.shape), list(args.stride), list(args.padding), list(args.dilation),
+                args.groups, tf32))
         except (RuntimeError, AttributeError):  # an extension that cannot answer: not a default
             fits = False
         _OUT_TILE_FITS[key] = fits

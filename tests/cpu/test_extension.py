@@ -86,42 +86,36 @@ def test_every_source_is_in_exactly_one_build_unit():
         extension.unit_sources("nope")
 
 
-def test_each_family_unit_exports_its_table_and_the_binding_reads_it():
-    """A unit's file defines deconv_patch_unit_<family>() (common/family_unit.h's macro) over
-    its header's table, tagged with its own family; the binding reaches the family only through
-    that table."""
+def test_each_family_defines_its_table_in_its_own_folder():
+    """Every registry family has cuda/<family>/<family>_unit.cu, which defines
+    deconv_patch_unit_<family>() (common/family_unit.h's macro) with one entry per FamilyUnit
+    member after the tag (the table is filled by position); the binding includes no family's
+    header and switches on no family: it runs each through its table."""
     from deconv_patch import kernels
 
     root = extension.cuda_source_dir()
-    binding = (root / "binding" / "torch_binding.cpp").read_text()
-    enum = (root / "common" / "kernel_family.h").read_text()
-    macro = (root / "common" / "family_unit.h").read_text()
-    assert 'extern "C"' in macro and "deconv_patch_unit_##NAME()" in macro
-
-    def header_of(unit):
-        name = re.search(r'#include "([^"]+)"', (root / unit / f"{unit}_unit.cu").read_text())
-        return (root / name.group(1)).read_text()
-
-    for unit in extension.unit_names():
-        text = (root / unit / f"{unit}_unit.cu").read_text()
-        tag = re.search(rf"DECONV_PATCH_DEFINE_UNIT\({unit}, (\w+),", text)
-        assert tag is not None, unit
-        table = tag.group(1)
-        struct = re.search(rf"struct {table} {{\n  static constexpr KernelFamily kFamily = "
-                           rf"KernelFamily::(\w+);\n  FamilyUnitTag tag;\n(.*?)\n}};",
-                           header_of(unit), re.S)
-        assert struct is not None, unit
-        code = struct.group(1)
-        # The table is filled by position: the unit must list the functions in the members'
-        # order (two members of one type would otherwise swap silently).
-        members = re.findall(r"decltype\(&(\w+)\) \w+;", struct.group(2))
-        listed = re.findall(r"&(\w+)", text[tag.end():])
-        assert listed == members and members, (unit, listed, members)
-        assert f'case KernelFamily::{code}: return "{unit}";' in enum
-        assert f"family_unit<{table}>()" in binding
+    header = (root / "common" / "family_unit.h").read_text()
+    assert 'extern "C"' in header and "deconv_patch_unit_##NAME()" in header
+    struct = re.search(r"struct FamilyUnit \{(.*?)\n\};", header, re.S)
+    assert struct is not None
+    members = re.findall(r"\(\*(\w+)\)\(", struct.group(1))
+    assert members[:2] == ["num_configs", "config_name"] and len(members) == 10, members
+    for family in kernels.FAMILIES:
+        text = (root / family.name / f"{family.name}_unit.cu").read_text()
+        table = re.search(rf"DECONV_PATCH_DEFINE_UNIT\({family.name},(.*?)\)\n", text, re.S)
+        assert table is not None, family.name
+        entries = [e.strip() for e in table.group(1).split(",")]
+        assert len(entries) == len(members) and all(e.startswith("&") for e in entries), \
+            (family.name, entries)
+    for name in ("binding/torch_binding.cpp", "binding/family_units.cpp",
+                 "binding/prepared_call.cpp"):
+        code = (root / name).read_text()
+        includes = re.findall(r'#include "(\w+)/', code)
+        assert set(includes) <= {"binding", "common", "relayout"}, (name, includes)
+        assert "switch (family" not in code and "KernelFamily" not in code, name
     for family in kernels.FAMILIES:  # what the registry loads exists
         assert set(family.units) <= set(extension.unit_names()), family.name
-    assert kernels.BY_NAME["direct"].units == ()
+    assert kernels.BY_NAME["direct"].units == () and "direct" not in extension.unit_names()
 
 
 def test_first_use_compiles_what_is_missing_at_once_then_loads_each_unit_once(monkeypatch,
@@ -137,9 +131,6 @@ def test_first_use_compiles_what_is_missing_at_once_then_loads_each_unit_once(mo
         def registered_families(self):
             asked.append(1)
             return list(registered)
-
-        def kernel_family_names(self):
-            return ["direct", "grouped", "ffma_tile", "gemm_kxs"]
 
     core = Core()
     state = {"loaded": False}

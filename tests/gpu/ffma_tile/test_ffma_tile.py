@@ -54,7 +54,7 @@ def test_ffma_tile_epilogue_sweep(variant, seed):
 
 def test_ffma_tile_configs_match_the_extension():
     from deconv_patch.kernels.extension import load_extension
-    names = load_extension().ffma_tile_config_names()
+    names = load_extension().config_names(planner.kernels.BY_NAME[planner.FFMA_TILE].code)
     assert [f"{planner.FFMA_TILE}:{n}" for n in names] == list(planner.FFMA_TILE_CONFIGS)
 
 

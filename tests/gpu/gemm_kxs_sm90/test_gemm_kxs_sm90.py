@@ -112,7 +112,8 @@ def test_gemm_kxs_sm90_tf32_rounds_a_to_nearest_ties_away(variant, channels_last
 
 def test_gemm_kxs_sm90_configs_match_the_extension():
     from deconv_patch.kernels.extension import load_extension
-    assert load_extension().gemm_kxs_sm90_num_configs() == \
+    code = planner.kernels.BY_NAME[planner.GEMM_KXS_SM90].code
+    assert len(load_extension().config_names(code)) == \
         len(planner.KXS_SM90_CONFIGS) + len(planner.KXS_SM90_AREA_CONFIGS)
 
 

@@ -107,7 +107,7 @@ def test_gemm_out_tile_epilogue_sweep(variant, seed):
 
 def test_gemm_out_tile_configs_match_the_extension():
     from deconv_patch.kernels.extension import load_extension
-    names = load_extension().gemm_out_tile_config_names()
+    names = load_extension().config_names(planner.kernels.BY_NAME[planner.GEMM_OUT_TILE].code)
     assert [f"{planner.GEMM_OUT_TILE}:{n}" for n in names] == list(planner.OUT_TILE_CONFIGS)
 
 

@@ -53,4 +53,5 @@ def test_gemm_phase_sm90_epilogue_sweep(variant, seed):
 
 def test_gemm_phase_sm90_configs_match_the_extension():
     from deconv_patch.kernels.extension import load_extension
-    assert load_extension().gemm_phase_sm90_num_configs() == len(planner.SM90_CONFIGS)
+    code = planner.kernels.BY_NAME[planner.GEMM_PHASE_SM90].code
+    assert len(load_extension().config_names(code)) == len(planner.SM90_CONFIGS)

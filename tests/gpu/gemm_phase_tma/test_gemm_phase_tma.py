@@ -96,7 +96,7 @@ def test_gemm_phase_tma_epilogue_sweep(variant, seed):
 
 def test_gemm_phase_tma_configs_match_the_extension():
     from deconv_patch.kernels.extension import load_extension
-    names = load_extension().gemm_phase_tma_config_names()
+    names = load_extension().config_names(planner.kernels.BY_NAME[planner.GEMM_PHASE_TMA].code)
     assert [f"{planner.GEMM_PHASE_TMA}:{n}" for n in names] == list(planner.PHASE_TMA_CONFIGS)
 
 
