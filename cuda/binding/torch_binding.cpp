@@ -241,6 +241,13 @@ at::Tensor conv_transpose2d_forward(int64_t family_code, const at::Tensor& input
       copy_strides(x, p.in_stride);
     }
   }
+  // The workspace first: a family whose GEMM writes into it asks that GEMM about the call
+  // (gemm_col2im), and the GEMM checks its output.
+  at::Tensor workspace;
+  if (const int64_t bytes = unit.workspace_bytes(p, call); bytes > 0) {
+    workspace = at::empty({bytes}, input.options().dtype(at::kByte));
+    call.workspace = workspace.data_ptr();
+  }
   refuse_unless(unit.supports(p, call), "the ", unit.name, " kernel does not support this call");
   if (unit.reads_packed(call)) {
     // pack_weight's output for this call: the right size, on the input's device.
@@ -249,11 +256,6 @@ at::Tensor conv_transpose2d_forward(int64_t family_code, const at::Tensor& input
                     packed->numel() * packed->element_size() == unit.packed_weight_bytes(p, call),
                 "deconv_patch: ", unit.name, " needs the packed weight from pack_weight()");
     call.packed = packed->data_ptr();
-  }
-  at::Tensor workspace;
-  if (const int64_t bytes = unit.workspace_bytes(p, call); bytes > 0) {
-    workspace = at::empty({bytes}, input.options().dtype(at::kByte));
-    call.workspace = workspace.data_ptr();
   }
   const cudaError_t err = unit.launch(p, call);
   TORCH_CHECK(err == cudaSuccess, "deconv_patch: ", unit.name, " kernel launch failed: ",

@@ -31,7 +31,8 @@ struct UnitCall {
   bool allow_tf32;
   int config;            // a tile config 0..num_configs()-1, or -1: the family's own choice
   const void* packed;    // pack_weight's buffer (16-byte aligned) where reads_packed(), else null
-  void* workspace;       // workspace_bytes() bytes (256-byte aligned), null when that is 0
+  void* workspace;       // workspace_bytes() bytes (256-byte aligned), null when that is 0;
+                         // supports and launch see it
   cudaStream_t stream;
   FindUnit find_unit;
 };
