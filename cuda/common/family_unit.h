@@ -76,6 +76,33 @@ inline cudaError_t unit_packs_nothing(const ConvTranspose2dParams&, const UnitCa
   return cudaErrorInvalidValue;
 }
 inline bool unit_weight_always_fits(const ConvTranspose2dParams&, const UnitCall&) { return true; }
+// Configs the registry names (deconv_patch/kernels/<family>.py; the binding checks the count).
+inline const char* unit_unnamed_config(int) { return nullptr; }
+// 16-bit input read as 16-byte channel rows (fp32 gathered in place).
+inline bool unit_reads_rows_unless_fp32(const ConvTranspose2dParams&, const UnitCall& c) {
+  return c.kind != ScalarKind::kFloat32;
+}
+
+// Table entries made from a family's own functions of the common shapes.
+template <bool (*Supports)(const ConvTranspose2dParams&, ScalarKind, bool)>
+bool unit_supports(const ConvTranspose2dParams& p, const UnitCall& c) {
+  return c.out_kind == c.kind && Supports(p, c.kind, c.allow_tf32);
+}
+// (a family's own byte count is 0 where it cannot pack the weight)
+template <int64_t (*Bytes)(const ConvTranspose2dParams&, ScalarKind)>
+int64_t unit_packed_bytes(const ConvTranspose2dParams& p, const UnitCall& c) {
+  const int64_t bytes = Bytes(p, c.kind);
+  return bytes > 0 ? bytes : -1;
+}
+template <int64_t (*Bytes)(const ConvTranspose2dParams&, ScalarKind, bool)>
+int64_t unit_packed_bytes_tf32(const ConvTranspose2dParams& p, const UnitCall& c) {
+  const int64_t bytes = Bytes(p, c.kind, c.allow_tf32);
+  return bytes > 0 ? bytes : -1;
+}
+template <cudaError_t (*Pack)(const ConvTranspose2dParams&, ScalarKind, bool, void*, cudaStream_t)>
+cudaError_t unit_pack(const ConvTranspose2dParams& p, const UnitCall& c, void* packed) {
+  return Pack(p, c.kind, c.allow_tf32, packed, c.stream);
+}
 
 }  // namespace deconv_patch
 

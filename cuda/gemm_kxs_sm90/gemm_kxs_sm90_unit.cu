@@ -7,9 +7,6 @@
 namespace deconv_patch {
 namespace {
 
-// The registry names the configs (deconv_patch/kernels/gemm_kxs_sm90.py); the count is checked.
-const char* config_name(int) { return nullptr; }
-
 bool f32_out(const UnitCall& c) {
   return c.out_kind == ScalarKind::kFloat32 && c.kind != ScalarKind::kFloat32;
 }
@@ -23,15 +20,6 @@ bool reads_rows(const ConvTranspose2dParams& p, const UnitCall& c) {
   return !gemm_kxs_sm90_supports(p, c.kind, c.allow_tf32);
 }
 
-int64_t packed_weight_bytes(const ConvTranspose2dParams& p, const UnitCall& c) {
-  const int64_t bytes = gemm_kxs_sm90_packed_weight_bytes(p, c.kind);
-  return bytes > 0 ? bytes : -1;
-}
-
-cudaError_t pack_weight(const ConvTranspose2dParams& p, const UnitCall& c, void* packed) {
-  return launch_gemm_kxs_sm90_pack_weight(p, c.kind, c.allow_tf32, packed, c.stream);
-}
-
 cudaError_t launch(const ConvTranspose2dParams& p, const UnitCall& c) {
   if (f32_out(c))
     return launch_conv_transpose2d_gemm_kxs_sm90_f32_out(p, c.kind, c.packed, c.stream, c.config);
@@ -42,8 +30,10 @@ cudaError_t launch(const ConvTranspose2dParams& p, const UnitCall& c) {
 
 }  // namespace
 
-DECONV_PATCH_DEFINE_UNIT(gemm_kxs_sm90, &gemm_kxs_sm90_num_configs, &config_name, &supports,
-                         &reads_rows, &packed_weight_bytes, &unit_reads_packed_always,
-                         &pack_weight, &unit_no_bytes, &launch, &unit_weight_always_fits)
+DECONV_PATCH_DEFINE_UNIT(gemm_kxs_sm90, &gemm_kxs_sm90_num_configs, &unit_unnamed_config,
+                         &supports, &reads_rows,
+                         &unit_packed_bytes<gemm_kxs_sm90_packed_weight_bytes>,
+                         &unit_reads_packed_always, &unit_pack<launch_gemm_kxs_sm90_pack_weight>,
+                         &unit_no_bytes, &launch, &unit_weight_always_fits)
 
 }  // namespace deconv_patch

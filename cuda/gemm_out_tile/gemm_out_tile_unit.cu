@@ -6,25 +6,12 @@
 namespace deconv_patch {
 namespace {
 
-bool supports(const ConvTranspose2dParams& p, const UnitCall& c) {
-  return c.out_kind == c.kind && gemm_out_tile_supports(p, c.kind, c.allow_tf32);
-}
-
 // It reads any layout, but NCHW one element at a time: from 1 MiB of input a re-layout pass
 // plus its 16-byte cp.async path is the faster pair (docs/performance/out-tile.md); smaller
 // inputs are read in place.
 bool reads_rows(const ConvTranspose2dParams& p, const UnitCall& c) {
   const int64_t element = c.kind == ScalarKind::kFloat32 ? 4 : 2;
   return p.batch * p.in_channels * p.in_h * p.in_w * element >= (int64_t{1} << 20);
-}
-
-int64_t packed_weight_bytes(const ConvTranspose2dParams& p, const UnitCall& c) {
-  const int64_t bytes = gemm_out_tile_packed_weight_bytes(p, c.kind, c.allow_tf32);
-  return bytes > 0 ? bytes : -1;
-}
-
-cudaError_t pack_weight(const ConvTranspose2dParams& p, const UnitCall& c, void* packed) {
-  return launch_gemm_out_tile_pack_weight(p, c.kind, c.allow_tf32, packed, c.stream);
 }
 
 cudaError_t launch(const ConvTranspose2dParams& p, const UnitCall& c) {
@@ -39,7 +26,9 @@ bool weight_fits(const ConvTranspose2dParams& p, const UnitCall& c) {
 }  // namespace
 
 DECONV_PATCH_DEFINE_UNIT(gemm_out_tile, &gemm_out_tile_num_configs, &gemm_out_tile_config_name,
-                         &supports, &reads_rows, &packed_weight_bytes, &unit_reads_packed_always,
-                         &pack_weight, &unit_no_bytes, &launch, &weight_fits)
+                         &unit_supports<gemm_out_tile_supports>, &reads_rows,
+                         &unit_packed_bytes_tf32<gemm_out_tile_packed_weight_bytes>,
+                         &unit_reads_packed_always, &unit_pack<launch_gemm_out_tile_pack_weight>,
+                         &unit_no_bytes, &launch, &weight_fits)
 
 }  // namespace deconv_patch
