@@ -162,6 +162,25 @@ class BuildInfo:
     capabilities: tuple
 
 
+def runtime_libstdcxx() -> List[str]:
+    """The C++ runtime this process runs with (the libstdc++ that torch loaded), as a linker
+    input for every unit. A compiler whose own libstdc++ is a static archive only (the `CXX` of
+    some images) would otherwise link a second copy of the C++ runtime into each unit, and the
+    two copies' iostream state disagree: formatting a number into an error message crashes the
+    process or drops the number. Linking the loaded one is what -lstdc++ gives on an ordinary
+    toolchain anyway. Empty where /proc/self/maps does not name it (not Linux)."""
+    try:
+        maps = Path("/proc/self/maps").read_text()
+    except OSError:
+        return []
+    for line in maps.splitlines():
+        fields = line.split(maxsplit=5)  # address, perms, offset, device, inode, path
+        if len(fields) == 6 and Path(fields[5]).name.startswith("libstdc++.so") and Path(
+                fields[5]).is_file():
+            return [fields[5]]
+    return []
+
+
 def _library_name(unit: str) -> str:
     return EXTENSION_NAME if unit == CORE else f"{EXTENSION_NAME}_{unit}"
 
@@ -180,6 +199,7 @@ def build_unit(unit: str, build_root: Path, cuda_flags: Sequence[str], verbose: 
         extra_include_paths=[str(cuda_source_dir())],
         extra_cflags=["-O3"],
         extra_cuda_cflags=["-O3", *cuda_flags],
+        extra_ldflags=runtime_libstdcxx(),
         build_directory=str(build_dir),
         is_python_module=unit == CORE,
         verbose=verbose,

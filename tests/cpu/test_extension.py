@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -178,3 +179,17 @@ def test_units_compiled_at_once_share_the_cores_by_their_files():
     most = max(files, key=files.get)
     assert jobs[most] == max(jobs.values())
     assert extension.compile_jobs(["grouped"], 2) == {"grouped": 4}
+
+
+def test_every_unit_links_the_cxx_runtime_this_process_runs(monkeypatch, tmp_path):
+    # (tests/cpu/test_cxx_runtime.py shows what goes wrong without it)
+    from torch.utils import cpp_extension
+
+    calls = []
+    monkeypatch.setattr(cpp_extension, "load", lambda **kwargs: calls.append(kwargs))
+    for unit in (extension.CORE, *extension.unit_names()):
+        extension.build_unit(unit, tmp_path, ["-lineinfo"])
+    runtime = extension.runtime_libstdcxx()
+    assert runtime and Path(runtime[0]).name.startswith("libstdc++.so")
+    assert len(calls) == 1 + len(extension.unit_names())
+    assert all(call["extra_ldflags"] == runtime for call in calls)
