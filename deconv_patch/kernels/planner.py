@@ -150,6 +150,23 @@ def _device_capability(device: torch.device) -> tuple:
     return _capability(_device_index(device))
 
 
+# Set only while the build units of a call are listed ahead of it (modules.kernel_units):
+# gemm_out_tile's weight-fit answer taken as given, since asking its binding compiles its unit.
+_assumed_out_tile_fit: contextvars.ContextVar[Optional[bool]] = contextvars.ContextVar(
+    "deconv_patch_assumed_out_tile_fit", default=None
+)
+
+
+@contextlib.contextmanager
+def out_tile_fit_assumed(fits: bool) -> Iterator[None]:
+    """Plans made inside the block take gemm_out_tile's weight fit as `fits`, unasked."""
+    token = _assumed_out_tile_fit.set(fits)
+    try:
+        yield
+    finally:
+        _assumed_out_tile_fit.reset(token)
+
+
 def forced_variant() -> Optional[str]:
     """The variant `use_variant` forces in this context, if any."""
     return _forced_variant.get()
@@ -425,7 +442,9 @@ def _out_tile_fits(weight: torch.Tensor, args: ConvTransposeArgs) -> bool:
     index = _device_index(weight.device)
     tf32 = weight.dtype == torch.float32 and not fp32_strict(weight.dtype)
     key = (index, weight.dtype, tf32, tuple(weight.shape), args)
-    fits = _OUT_TILE_FITS.get(key)
+    fits = _assumed_out_tile_fit.get()
+    if fits is None:
+        fits = _OUT_TILE_FITS.get(key)
     if fits is None:
         from .extension import load_units  # the binding: the layer below the planner
         try:

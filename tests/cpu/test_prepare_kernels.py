@@ -12,6 +12,7 @@ import warnings
 import pytest
 import torch
 from torch import nn
+from torch._subclasses.fake_tensor import FakeTensorMode
 
 import deconv_patch
 from deconv_patch import modules
@@ -74,6 +75,37 @@ def test_each_call_plans_on_its_geometry_without_a_gpu(hopper, monkeypatch):
     monkeypatch.setattr(modules.autotune, "enabled", lambda: True)  # it compiles every unit
     assert tuple(modules.kernel_units(up2, (64, 128, 4, 4), (2048, 16, 4, 1), torch.bfloat16,
                                       CUDA0)) == ()
+
+
+def test_a_gemm_out_tile_plan_lists_its_units_without_building_them(hopper, monkeypatch):
+    """Whether a weight fits gemm_out_tile is its binding's answer: listing a call's units must
+    not ask it (asking compiled gemm_out_tile alone, a step before the others). The units of
+    both answers are listed: gemm_out_tile's, and those of the plan it would give way to."""
+    asked = []
+    monkeypatch.setattr(planner, "_OUT_TILE_FITS", {})
+    monkeypatch.setattr("deconv_patch.kernels.extension.load_units",
+                        lambda units: asked.append(tuple(units)) or pytest.fail("asked"))
+
+    def units(cin: int, cout: int, hw: int) -> tuple:
+        layer = _fast(nn.ConvTranspose2d(cin, cout, 4, 2, 1))
+        shape = (64, cin, hw, hw)
+        return tuple(modules.kernel_units(layer, shape, torch.empty(shape, device="meta").stride(),
+                                          torch.bfloat16, CUDA0))
+
+    with torch.backends.cudnn.flags(enabled=True, benchmark=False):
+        # a DCGAN generator's last layer: gemm_out_tile, else cuDNN
+        assert units(64, 3, 16) == ("gemm_out_tile",)
+        # 17 output channels: gemm_out_tile, else gemm_phase_tma
+        assert units(512, 17, 16) == ("gemm_out_tile", "gemm_phase_tma")
+    assert asked == []
+    # a plan made for a call asks the binding, as before
+    with FakeTensorMode():
+        x = torch.empty(64, 64, 16, 16, dtype=torch.bfloat16, device=CUDA0)
+        w = torch.empty(64, 3, 4, 4, dtype=torch.bfloat16, device=CUDA0)
+    with torch.backends.cudnn.flags(enabled=True, benchmark=False), pytest.raises(
+            pytest.fail.Exception):
+        planner.plan(x, w, _fast(nn.ConvTranspose2d(64, 3, 4, 2, 1))._args((0, 0)))
+    assert asked == [("gemm_out_tile",)]
 
 
 def test_the_families_compile_in_one_step(hopper, monkeypatch):
