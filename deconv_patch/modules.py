@@ -302,8 +302,10 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
                self.padding, out_pad, self.dilation, self.groups, activation, negative_slope)
         cache = self.__dict__.setdefault("_plan_cache", {})
         found = cache.get(key)
+        forced = planner.forced_variant() is not None  # (a check's or a benchmark's choice)
         if found is not None:
-            self.__dict__["_last_plan"] = (input.device, input.dtype, found.plan)
+            if not forced:
+                self.__dict__["_last_plan"] = (input.device, input.dtype, found.plan)
             return found
         if len(cache) >= _PLAN_CACHE_SIZE:  # e.g. detection models with varying input sizes
             cache.clear()
@@ -322,7 +324,8 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
                 return _Entry(chosen, tune=True)
             chosen = planner.Plan(known, "autotuned", candidates=chosen.candidates)
         found = cache[key] = _Entry(chosen)
-        self.__dict__["_last_plan"] = (input.device, input.dtype, chosen)
+        if not forced:
+            self.__dict__["_last_plan"] = (input.device, input.dtype, chosen)
         return found
 
     def __getstate__(self) -> dict:
@@ -357,8 +360,10 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
     def backend(self) -> str:
         """Which implementation runs for this module's current device and dtype: the plan of its
         last call when that ran on them (a plan can depend on the input's size: a 1 x 1 input
-        runs as a kernel == stride layer, ConvTransposeArgs.kernel_view), else the
-        input-size independent rule (planner.describe)."""
+        runs as a kernel == stride layer, ConvTransposeArgs.kernel_view; calls under
+        planner.use_variant, such as optimize()'s fused check, do not count), or of
+        optimize()'s example call before any ran, else the input-size independent rule
+        (planner.describe)."""
         stored = self._stored_weight()
         last = self.__dict__.get("_last_plan")
         if last is not None and last[0] == stored.device and last[1] == stored.dtype:
@@ -369,13 +374,17 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
                                 (self.in_channels // self.groups, self.out_channels // self.groups))
 
 
-def kernel_units(module: "FastConvTranspose2d", shape: Sequence[int], stride: Sequence[int],
-                 dtype: torch.dtype, device: torch.device) -> Sequence[str]:
-    """The build units a call of `module` on an input of this geometry would load without
-    autotune: its plan's family's. Planned on fake tensors of the geometry (planning reads no
-    tensor data); PyTorch's path, CPU calls and invalid calls need none."""
+def example_plan(module: "FastConvTranspose2d", shape: Sequence[int], stride: Sequence[int],
+                 dtype: torch.dtype, device: torch.device
+                 ) -> Tuple[Optional[planner.Plan], Tuple[str, ...]]:
+    """The plan a call of `module` on an input of this geometry gets without autotune, and the
+    build units it would load. Planned on fake tensors of the geometry (planning reads no
+    tensor data). No plan (and no units) for CPU calls, invalid calls and autotune, which
+    times the call first. Whether a weight fits gemm_out_tile is its binding's answer, and
+    asking would compile its unit on its own first: for such a plan the units of both answers
+    are listed (to compile in one step), and the plan is None."""
     if device.type != "cuda" or autotune.enabled():
-        return ()
+        return None, ()
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     stored = module._stored_weight()
@@ -385,16 +394,21 @@ def kernel_units(module: "FastConvTranspose2d", shape: Sequence[int], stride: Se
                                 device=device)
     args = module._args(module.output_padding)
     if find_problem(x, w, None, args) is not None:
-        return ()
-    # Whether a weight fits gemm_out_tile is its binding's answer, and asking would compile its
-    # unit on its own first: both answers' units are listed instead, to compile in the one step.
+        return None, ()
     with planner.out_tile_fit_assumed(True):
         chosen = planner.plan(x, w, args)
     if chosen.variant != planner.GEMM_OUT_TILE:
-        return plan_units(chosen)
+        return chosen, tuple(plan_units(chosen))
     with planner.out_tile_fit_assumed(False):
         other = planner.plan(x, w, args)
-    return tuple(dict.fromkeys((*plan_units(chosen), *plan_units(other))))
+    return None, tuple(dict.fromkeys((*plan_units(chosen), *plan_units(other))))
+
+
+def kernel_units(module: "FastConvTranspose2d", shape: Sequence[int], stride: Sequence[int],
+                 dtype: torch.dtype, device: torch.device) -> Sequence[str]:
+    """The build units a call of `module` on an input of this geometry would load without
+    autotune (example_plan's)."""
+    return example_plan(module, shape, stride, dtype, device)[1]
 
 
 def prepare_kernels(calls: Iterable[Tuple["FastConvTranspose2d", Tuple]]) -> Tuple[str, ...]:
@@ -405,7 +419,10 @@ def prepare_kernels(calls: Iterable[Tuple["FastConvTranspose2d", Tuple]]) -> Tup
     units: Set[str] = set()
     try:
         for module, geometry in calls:
-            units.update(kernel_units(module, *geometry))
+            chosen, needed = example_plan(module, *geometry)
+            units.update(needed)
+            if chosen is not None:  # what `backend` (and so summary()) shows until a call runs
+                module.__dict__["_last_plan"] = (geometry[3], geometry[2], chosen)
         if units:
             compile_units(sorted(units))
     except Exception as exc:  # a help for the first call, never a new way to fail

@@ -158,3 +158,37 @@ def test_optimize_prepares_the_recorded_calls_before_its_fused_check(monkeypatch
     assert order == ["prepare", "decide"]
     assert [(m, g[0]) for m, g in seen] == [(patched.up1, (5, 64, 1, 1)),
                                             (patched.up2, (5, 128, 4, 4))]
+
+
+def test_the_example_plans_are_what_the_layers_report_until_a_call_runs(hopper, monkeypatch):
+    """summary() right after optimize(model, example) showed PyTorch for every layer: the last
+    calls were the fused check's, which forces PyTorch's kernels. The check's forced plans no
+    longer count; the example call's plan is reported until a call runs."""
+    monkeypatch.setattr(modules, "compile_units", lambda units: None)
+    model = _Generator()
+    up1, up2 = _fast(model.up1), _fast(model.up2)
+    last = _fast(nn.ConvTranspose2d(64, 3, 4, 2, 1))  # gemm_out_tile: its fit is not known yet
+    calls = [(up1, ((64, 64, 1, 1), (64, 1, 1, 1), torch.bfloat16, CUDA0)),
+             (up2, ((64, 128, 4, 4), (2048, 16, 4, 1), torch.bfloat16, CUDA0)),
+             (last, ((64, 64, 16, 16), (16384, 256, 16, 1), torch.bfloat16, CUDA0))]
+    with torch.backends.cudnn.flags(enabled=True, benchmark=False):
+        modules.prepare_kernels(calls)
+    assert up1.__dict__["_last_plan"][:2] == (CUDA0, torch.bfloat16)
+    assert up1.__dict__["_last_plan"][2].variant == "gemm_kxs"
+    assert up2.__dict__["_last_plan"][2].variant.startswith("gemm_phase_tma:")
+    assert "_last_plan" not in last.__dict__
+
+    # a call's own plan replaces it, and a call under use_variant leaves it
+    with FakeTensorMode():
+        x = torch.empty(64, 128, 4, 4, dtype=torch.bfloat16, device=CUDA0)
+        w = torch.empty(128, 64, 4, 4, dtype=torch.bfloat16, device=CUDA0)
+    with torch.backends.cudnn.flags(enabled=True, benchmark=False):
+        with planner.use_variant(planner.ATEN):
+            assert up2._entry_for(x, None, w, None, "none", 0.0).plan.variant == planner.ATEN
+        assert up2.__dict__["_last_plan"][2].variant.startswith("gemm_phase_tma:")
+        with planner.use_variant(planner.DIRECT):
+            up2._entry_for(x, None, w, None, "none", 0.0)
+        assert up2.__dict__["_last_plan"][2].variant.startswith("gemm_phase_tma:")
+        up2.__dict__.pop("_last_plan")
+        up2._entry_for(x, None, w, None, "none", 0.0)
+    assert up2.__dict__["_last_plan"][2].variant.startswith("gemm_phase_tma:")
