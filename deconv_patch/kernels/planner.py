@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import functools
 from dataclasses import dataclass
 from typing import Dict, Iterator, Optional, Sequence, Tuple
 
@@ -30,8 +29,9 @@ import torch
 
 from .. import kernels
 from ..arguments import ConvTransposeArgs, fits_int32
-from . import (direct, ffma_tile, gemm_col2im, gemm_kxs, gemm_kxs_sm90, gemm_out_tile,
-                      gemm_phase, gemm_phase_sm90, gemm_phase_tma, grouped, precision)
+from . import (call_rules, direct, ffma_tile, gemm_col2im, gemm_kxs, gemm_kxs_sm90,
+               gemm_out_tile, gemm_phase, gemm_phase_sm90, gemm_phase_tma, grouped, precision)
+from .device_info import device_capability, device_index, is_sm90
 from .precision import fp32_strict, reduction_depth, tensor_core_problem
 from ..layout import cuda_output_channels_last, is_channels_last
 
@@ -73,30 +73,10 @@ _MAX_GROUPED_CANDIDATE = grouped.MAX_CANDIDATE_CHANNELS
 _MIN_STRICT_TMA_OUT = gemm_phase_tma.MIN_STRICT_OUT
 _MIN_UNTIMED_TMA_OUT = gemm_phase_tma.MIN_UNTIMED_OUT
 _MAX_UNTIMED_TMA_STRIDE_AREA = gemm_phase_tma.MAX_UNTIMED_STRIDE_AREA
-_MIN_UNTIMED_TF32_FLOPS = gemm_phase_tma.MIN_UNTIMED_TF32_FLOPS
-_MIN_UNTIMED_STRICT_ROWS = gemm_phase_tma.MIN_UNTIMED_STRICT_ROWS
 # gemm_phase_tma's untimed default as _plan_layer names it; plan() then picks the tile for the
 # input's size (gemm_phase_tma.untimed_config).
 PHASE_TMA_UNTIMED = gemm_phase_tma.VARIANTS[3]
 _MAX_OUT_TILE_CHANNELS = gemm_out_tile.MAX_CHANNELS
-# Output channels per group up to which gemm_out_tile is the untimed default of 16-bit layers in
-# place of cuDNN (or gemm_phase where cuDNN cannot run), where its shared memory holds the layer
-# (plan() asks the extension). Measured on the H100 (docs/performance/out-tile.md), 16-bit, its
-# heuristic config: fcn8s.up8 (21 ch) 2.6-2.7x NCHW / 2.2x NHWC, DCGAN's 64 > 3 2.0-2.4x / 2.3-
-# 2.7x, FSRCNN's 56 > 1 2.8x / 3.7x cuDNN. The grouped kernel's and gemm_kxs's measured defaults
-# stay (see _plan_layer).
-OUT_TILE_DEFAULT_MAX_CHANNELS = 32
-_OUT_TILE_DEFAULT_DTYPES = (torch.float16, torch.bfloat16)
-# fp32 with TF32: the default from this many output channels per group (up to the maximum above)
-# on layers whose stride area is at least OUT_TILE_TF32_DEFAULT_MIN_STRIDE_AREA (FCN's x8
-# up-sampling kind, where cuDNN writes a phase-major temporary). Measured on the H200
-# (docs/performance/out-tile.md): fcn8s.up8 (21 ch, k16 s8) 2.9x NCHW / 3.4x NHWC cuDNN. Below
-# 8 channels TF32 wastes most of an n8 tile and cuDNN's TF32 kernels are strong (DCGAN's 64 > 3,
-# stride 2: 1.0-1.2x NCHW; FSRCNN's 56 > 1: 0.5-0.7x); dense stride-2 layers with 8-32 channels
-# are unmeasured: autotune candidates only.
-OUT_TILE_TF32_DEFAULT_MIN_CHANNELS = 8
-OUT_TILE_TF32_DEFAULT_MIN_STRIDE_AREA = 16
-
 # The variant forced by `use_variant` in this context (thread/task-local, not process-global).
 _forced_variant: contextvars.ContextVar[Optional[str]] = contextvars.ContextVar(
     "deconv_patch_forced_variant", default=None
@@ -135,21 +115,6 @@ split_variant = kernels.split_variant
 reads_packed_weight = kernels.reads_packed_weight
 
 
-@functools.lru_cache(maxsize=None)
-def _capability(index: int) -> tuple:
-    """Compute capability of a CUDA device (cached: asked on every call)."""
-    return torch.cuda.get_device_capability(index)
-
-
-def _device_index(device: torch.device) -> int:
-    """A CUDA device's index (the current device for a bare "cuda")."""
-    return device.index if device.index is not None else torch.cuda.current_device()
-
-
-def _device_capability(device: torch.device) -> tuple:
-    return _capability(_device_index(device))
-
-
 # Set only while the build units of a call are listed ahead of it (modules.kernel_units):
 # gemm_out_tile's weight-fit answer taken as given, since asking its binding compiles its unit.
 _assumed_out_tile_fit: contextvars.ContextVar[Optional[bool]] = contextvars.ContextVar(
@@ -178,7 +143,7 @@ def device_support(device: torch.device, dtype: torch.dtype) -> Optional[str]:
         return f"{device.type} tensors run on PyTorch (deconv_patch kernels are CUDA-only)"
     if dtype not in KERNEL_DTYPES:
         return f"{dtype} runs on PyTorch (kernels cover float32, float16, bfloat16)"
-    if _device_capability(device) < (8, 0):
+    if device_capability(device) < (8, 0):
         return "GPU older than compute capability 8.0 runs on PyTorch"
     return None
 
@@ -235,9 +200,9 @@ def _plan_layer(device: torch.device, dtype: torch.dtype, kernel_hw: Sequence[in
         return Plan(forced, "forced by deconv_patch.use_variant")
     depth = None if channels is None else reduction_depth(channels[0], kernel_hw, args)
     # gemm_out_tile replaces cuDNN / gemm_phase as the untimed default (plan() may turn it off)
-    out_tile_first = out_tile_default and _out_tile_is_default(dtype, channels, args)
+    out_tile_first = out_tile_default and gemm_out_tile.is_untimed_default(dtype, channels, args)
     # gemm_out_tile (<= 32 output channels per group; 16-bit, TF32, 3xTF32 on deep sums): an
-    # autotune candidate wherever it runs; the untimed default by _out_tile_is_default's rule.
+    # autotune candidate wherever it runs; the untimed default by gemm_out_tile.is_untimed_default.
     out_tile = out_tile_configs(device, dtype, channels, depth)
     ffma = ffma_tile_configs(kernel_hw, args, channels)
     if channels is not None and args.groups > 1 and max(channels) <= _MAX_GROUPED_CHANNELS:
@@ -261,8 +226,8 @@ def _plan_layer(device: torch.device, dtype: torch.dtype, kernel_hw: Sequence[in
     # The TMA + wgmma kernels (Hopper; 16-bit, or fp32 with TF32 allowed). gemm_phase_tma also
     # runs fp32 without TF32 as 3xTF32 on sums of >= MIN_3XTF32_DEPTH products (its error:
     # benchmarks/strict_error_scan.py, docs/performance/fp32-strict.md): an autotune candidate.
-    hopper = _is_sm90(device) and not fp32_strict(dtype)
-    tma = PHASE_TMA_CONFIGS if _is_sm90(device) and depth is not None and \
+    hopper = is_sm90(device) and not fp32_strict(dtype)
+    tma = PHASE_TMA_CONFIGS if is_sm90(device) and depth is not None and \
         tensor_core_problem(dtype, depth) is None else ()
     if gemm_kxs_problem(dtype, kernel_hw, args, depth) is None:
         how = "3xTF32 " if fp32_strict(dtype) else ""
@@ -283,10 +248,10 @@ def _plan_layer(device: torch.device, dtype: torch.dtype, kernel_hw: Sequence[in
     # ... and its 3xTF32 form for fp32 without TF32, where the GEMM's sums (the input channels)
     # are deep enough: Keypoint R-CNN's head, where every other kernel of ours lost to cuDNN
     # (docs/performance/col2im.md).
-    if _is_sm90(device) and fp32_strict(dtype) and args.groups == 1 and channels is not None \
+    if is_sm90(device) and fp32_strict(dtype) and args.groups == 1 and channels is not None \
             and tensor_core_problem(dtype, channels[0]) is None:
         col2im = COL2IM_3XTF32_CONFIGS
-    phase = (*PHASE_CONFIGS, *(SM90_CONFIGS if _is_sm90(device) and dtype != torch.float32
+    phase = (*PHASE_CONFIGS, *(SM90_CONFIGS if is_sm90(device) and dtype != torch.float32
                                else ()), *tma, *col2im)
     no_cudnn = ("cuDNN cannot run output_padding >= stride"
                 if any(op >= s for op, s in zip(args.output_padding, args.stride))
@@ -361,7 +326,7 @@ def _untimed_ffma(device: torch.device, dtype: torch.dtype, kernel_hw: Sequence[
     Hopper, <= 8 output channels per group, where gemm_out_tile is not the default. Against
     cuDNN's untimed choice it measured 1.3-2.3x on DCGAN's 64 > 3 and FSRCNN's 56 > 1 in both
     (H200, benchmarks/candidates.py; ffma_tile.untimed_config)."""
-    if dtype != torch.float32 or out_tile_first or not _is_sm90(device):
+    if dtype != torch.float32 or out_tile_first or not is_sm90(device):
         return None
     return ffma_tile.untimed_config(kernel_hw, args, channels)
 
@@ -374,7 +339,7 @@ def out_tile_configs(device: torch.device, dtype: torch.dtype,
     capability >= 8.0 (mma.sync), and 16-bit, TF32, or fp32 strict (3xTF32) on sums of at
     least MIN_3XTF32_DEPTH products (`depth`, unknown = not)."""
     if channels is None or out_tile_problem(dtype, channels[1], depth) is not None or \
-            _device_capability(device) < (8, 0):
+            device_capability(device) < (8, 0):
         return ()
     return OUT_TILE_CONFIGS
 
@@ -382,33 +347,14 @@ def out_tile_configs(device: torch.device, dtype: torch.dtype,
 out_tile_problem = gemm_out_tile.problem
 
 
-def _out_tile_is_default(dtype: torch.dtype, channels: Optional[Tuple[int, int]],
-                         args: ConvTransposeArgs) -> bool:
-    """gemm_out_tile's default rule: <= OUT_TILE_DEFAULT_MAX_CHANNELS output channels per group
-    in 16-bit; in fp32 with TF32 from OUT_TILE_TF32_DEFAULT_MIN_CHANNELS of them, on strides
-    of area >= OUT_TILE_TF32_DEFAULT_MIN_STRIDE_AREA."""
-    if channels is None or channels[1] > OUT_TILE_DEFAULT_MAX_CHANNELS:
-        return False
-    if dtype in _OUT_TILE_DEFAULT_DTYPES:
-        return True
-    return dtype == torch.float32 and not fp32_strict(dtype) and \
-        channels[1] >= OUT_TILE_TF32_DEFAULT_MIN_CHANNELS and \
-        args.stride[0] * args.stride[1] >= OUT_TILE_TF32_DEFAULT_MIN_STRIDE_AREA
-
-
 def _out_tile_default(chosen: Plan, channels: Optional[Tuple[int, int]], first: bool) -> Plan:
     """`chosen` with gemm_out_tile (config -1: the kernel's heuristic) as the untimed default
-    where `first` (_out_tile_is_default's rule, unless plan() turned it off) and it is a
+    where `first` (gemm_out_tile.is_untimed_default, unless plan() turned it off) and it is a
     candidate."""
     if not first or channels is None or OUT_TILE_CONFIGS[0] not in chosen.candidates:
         return chosen
     return Plan(GEMM_OUT_TILE, f"{channels[1]} out channels per group: output-tiled stride-phase "
                 "GEMM (whole-row stores)", candidates=chosen.candidates)
-
-
-def _is_sm90(device: torch.device) -> bool:
-    """Compute capability 9.0 (Hopper): where the sm_90a build's wgmma kernels can run."""
-    return _device_capability(device) == (9, 0)
 
 
 gemm_kxs_problem = gemm_kxs.problem
@@ -425,7 +371,7 @@ def may_use_kernel(device: torch.device, dtype: torch.dtype, kernel_hw: Sequence
     return (gemm_kxs_problem(dtype, kernel_hw, args, depth) is None
             or (channels is not None and args.groups > 1
                 and max(channels) <= _MAX_GROUPED_CHANNELS)
-            or _out_tile_is_default(dtype, channels, args)
+            or gemm_out_tile.is_untimed_default(dtype, channels, args)
             or any(op >= s for op, s in zip(args.output_padding, args.stride))
             or not torch.backends.cudnn.enabled)
 
@@ -439,7 +385,7 @@ def _out_tile_fits(weight: torch.Tensor, args: ConvTransposeArgs) -> bool:
     """Whether gemm_out_tile's smallest tile's shared memory holds this layer's weights at once
     on the weight's device, in the mode it would run (fp32: TF32 when allowed, else 3xTF32,
     whose packed weight is twice as large)."""
-    index = _device_index(weight.device)
+    index = device_index(weight.device)
     tf32 = weight.dtype == torch.float32 and not fp32_strict(weight.dtype)
     key = (index, weight.dtype, tf32, tuple(weight.shape), args)
     fits = _assumed_out_tile_fit.get()
@@ -537,13 +483,13 @@ def plan(input: torch.Tensor, weight: torch.Tensor, args: ConvTransposeArgs) -> 
             return Plan(ATEN, "layer too small for the kernel to matter (host-bound)",
                         candidates=chosen.candidates)
         if fp32_strict(input.dtype) and PHASE_TMA_UNTIMED in chosen.candidates and \
-                _untimed_tma_problem(input, weight, args) is None:
+                call_rules.untimed_tma_problem(input, weight, args) is None:
             # fp32 strict on Hopper: gemm_phase_tma's 3xTF32 measured 1.0-2.1x gemm_kxs's on
             # the suite's k == stride layers (U-Net, Mask R-CNN, YOLOv8-seg, DCGAN's 1 x 1; H200,
             # benchmarks/candidates.py); sized below like its other untimed calls.
             chosen = Plan(PHASE_TMA_UNTIMED, chosen.reason + "; on Hopper the TMA + wgmma GEMM",
                           candidates=chosen.candidates)
-    problem = _untimed_tma_problem(input, weight, args) \
+    problem = call_rules.untimed_tma_problem(input, weight, args) \
         if split_variant(chosen.variant)[0] == GEMM_PHASE_TMA and \
         _forced_variant.get() is None else None
     if problem is not None:
@@ -551,11 +497,11 @@ def plan(input: torch.Tensor, weight: torch.Tensor, args: ConvTransposeArgs) -> 
         fallback = DIRECT if DIRECT in chosen.candidates else ATEN
         chosen = Plan(fallback, f"{problem}: {fallback}", candidates=chosen.candidates)
     if chosen.variant == PHASE_TMA_UNTIMED and _forced_variant.get() is None:
-        chosen = Plan(_untimed_tma_config(input, weight, args), chosen.reason, chosen.fallback,
+        chosen = Plan(call_rules.untimed_tma_config(input, weight, args), chosen.reason, chosen.fallback,
                       chosen.candidates)
     if (PHASE_CONFIGS[0] in chosen.candidates or OUT_TILE_CONFIGS[0] in chosen.candidates) and \
             _forced_variant.get() is None:
-        if not _phase_offsets_fit(input, weight, args):  # direct indexes with 64 bits
+        if not call_rules.phase_offsets_fit(input, weight, args):  # direct indexes with 64 bits
             return _without_phase(chosen, "a tensor reaches 2^31 elements (gemm_phase and "
                                   "gemm_out_tile index with 32 bits)", out_tile=True)
     col2im = COL2IM_CONFIGS + COL2IM_3XTF32_CONFIGS
@@ -569,62 +515,6 @@ def plan(input: torch.Tensor, weight: torch.Tensor, args: ConvTransposeArgs) -> 
 col2im_buffer_bytes = gemm_col2im.buffer_bytes
 
 
-def _flops(input: torch.Tensor, weight: torch.Tensor) -> int:
-    """Multiply-add FLOPs of a call: each input element times a group's output channels and
-    the kernel's taps, two FLOPs each."""
-    return 2 * input.numel() * weight.shape[1] * weight.shape[2] * weight.shape[3]
-
-
-def _phase_rows(input: torch.Tensor, weight: torch.Tensor, args: ConvTransposeArgs) -> int:
-    """Rows of each stride-phase GEMM: the batch times the output pixels of one phase."""
-    batch = input.shape[0] if input.dim() == 4 else 1
-    out_h, out_w = args.output_hw(input.shape[-2:], weight.shape[-2:])
-    return batch * -(-out_h // args.stride[0]) * -(-out_w // args.stride[1])
-
-
-def _untimed_tma_problem(input: torch.Tensor, weight: torch.Tensor, args: ConvTransposeArgs
-                         ) -> Optional[str]:
-    """Why gemm_phase_tma is not this call's untimed default, or None: its TMA loads read the
-    input's channels in 16-byte rows (the kernel refuses other channel counts); fp32 calls too
-    small for it go to cuDNN, whose fp32 kernels win there
-    (gemm_phase_tma.MIN_UNTIMED_TF32_FLOPS / MIN_UNTIMED_STRICT_ROWS), and so do TF32 deep sums
-    into 33-64 channels on channels_last input (gemm_phase_tma.NHWC_TF32_CUDNN_*)."""
-    per_row = 16 // input.element_size()
-    if weight.shape[0] % per_row:
-        return f"{weight.shape[0]} input channels do not fill 16-byte rows (TMA)"
-    if input.dtype != torch.float32:
-        return None
-    if fp32_strict(input.dtype):
-        rows = _phase_rows(input, weight, args)
-        return (f"3xTF32 on {rows} rows per stride phase (< {_MIN_UNTIMED_STRICT_ROWS})"
-                if rows < _MIN_UNTIMED_STRICT_ROWS else None)
-    flops = _flops(input, weight)
-    if flops < _MIN_UNTIMED_TF32_FLOPS:
-        return f"TF32 layer of {flops / 1e9:.2g} GFLOP (< {_MIN_UNTIMED_TF32_FLOPS / 1e9:g})"
-    low, high = gemm_phase_tma.NHWC_TF32_CUDNN_OUT
-    depth = reduction_depth(weight.shape[0] // args.groups, weight.shape[-2:], args)
-    if is_channels_last(input) and low <= weight.shape[1] <= high and \
-            depth >= gemm_phase_tma.NHWC_TF32_CUDNN_MIN_DEPTH:
-        return (f"TF32 channels_last input, {weight.shape[1]} output channels per group on "
-                f"{depth}-deep sums (cuDNN's NHWC kernel as fast)")
-    return None
-
-
-@functools.lru_cache(maxsize=None)
-def _multiprocessors(index: int) -> int:
-    """A CUDA device's SM count (cached: asked when a call is planned)."""
-    return torch.cuda.get_device_properties(index).multi_processor_count
-
-
-def _untimed_tma_config(input: torch.Tensor, weight: torch.Tensor, args: ConvTransposeArgs
-                        ) -> str:
-    """gemm_phase_tma's untimed tile for this call (gemm_phase_tma.untimed_config)."""
-    return gemm_phase_tma.untimed_config(
-        input.dtype == torch.float32, _phase_rows(input, weight, args),
-        args.stride[0] * args.stride[1], weight.shape[1],
-        _multiprocessors(_device_index(input.device)))
-
-
 def kxs_sm90_for_output(chosen: Plan, nhwc_out: bool) -> Plan:
     """`chosen` with gemm_kxs_sm90's configs 0-2 swapped for their kernel-area twins (3-5) when
     the output is NCHW (`nhwc_out` False): there the twins store whole runs of each channel's
@@ -635,17 +525,6 @@ def kxs_sm90_for_output(chosen: Plan, nhwc_out: bool) -> Plan:
     twin = dict(zip(KXS_SM90_CONFIGS, KXS_SM90_AREA_CONFIGS))
     return Plan(twin.get(chosen.variant, chosen.variant), chosen.reason, chosen.fallback,
                 tuple(twin.get(v, v) for v in chosen.candidates))
-
-
-def _phase_offsets_fit(input: torch.Tensor, weight: torch.Tensor, args: ConvTransposeArgs
-                       ) -> bool:
-    """Whether every element offset gemm_phase forms stays below 2^31 (it uses 32-bit math)."""
-    batch = input.shape[0] if input.dim() == 4 else 1
-    out_h, out_w = args.output_hw(input.shape[-2:], weight.shape[-2:])
-    out_numel = batch * weight.shape[1] * args.groups * out_h * out_w
-    in_extent = 1 + sum((n - 1) * abs(st) for n, st in zip(input.shape, input.stride()))
-    limit = 2**31 - 2**20  # margin for tile overrun before masking
-    return max(out_numel, in_extent, input.numel(), weight.numel() * 2) < limit
 
 
 def describe(device: torch.device, dtype: torch.dtype, kernel_hw: Sequence[int],

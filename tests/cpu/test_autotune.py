@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from deconv_patch.kernels import autotune, planner
+from deconv_patch.kernels import autotune, device_info, planner
 from deconv_patch.arguments import ConvTransposeArgs
 from deconv_patch.kernels.autotune import AutotuneCache
 from deconv_patch.epilogue import IDENTITY, Epilogue
@@ -164,8 +164,8 @@ def test_timing_compiles_every_unit_at_once_before_the_first_candidate(monkeypat
     monkeypatch.setattr(autotune, "call_key", lambda *args: "key")
     monkeypatch.setattr(autotune, "pick", lambda key, candidates, run: picks.append(
         (len(loads), tuple(candidates))) or candidates[0])
-    monkeypatch.setattr(planner, "_capability", lambda index: (9, 0))
-    monkeypatch.setattr(planner, "_multiprocessors", lambda index: 132)
+    monkeypatch.setattr(device_info, "capability", lambda index: (9, 0))
+    monkeypatch.setattr(device_info, "multiprocessors", lambda index: 132)
     with FakeTensorMode():
         x = torch.empty(2, 64, 8, 8, device="cuda", dtype=torch.bfloat16)
         w = torch.empty(64, 32, 4, 4, device="cuda", dtype=torch.bfloat16)

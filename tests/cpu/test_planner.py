@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from deconv_patch.kernels import gemm_phase_tma, planner
+from deconv_patch.kernels import call_rules, device_info, gemm_out_tile, gemm_phase_tma, planner
 from deconv_patch.arguments import ConvTransposeArgs
 
 CUDA0 = torch.device("cuda", 0)
@@ -15,8 +15,8 @@ CUDA0 = torch.device("cuda", 0)
 
 @pytest.fixture(params=[(9, 0), (8, 0)], ids=["sm90", "sm80"])
 def capability(request, monkeypatch):
-    monkeypatch.setattr(planner, "_capability", lambda index: request.param)
-    monkeypatch.setattr(planner, "_multiprocessors", lambda index: 132)
+    monkeypatch.setattr(device_info, "capability", lambda index: request.param)
+    monkeypatch.setattr(device_info, "multiprocessors", lambda index: 132)
     return request.param
 
 
@@ -163,7 +163,7 @@ def test_wgmma_configs_are_16_bit_autotune_candidates_on_sm90_only(capability):
 def test_few_channels_rule_out_every_phase_config(capability, monkeypatch):
     """Below 16 input channels per group a k step of gemm_phase (and its wgmma twins) would be
     mostly padding (the rules beneath gemm_out_tile's default, which is switched off here)."""
-    monkeypatch.setattr(planner, "OUT_TILE_DEFAULT_MAX_CHANNELS", 0)
+    monkeypatch.setattr(gemm_out_tile, "DEFAULT_MAX_CHANNELS", 0)
     args = ConvTransposeArgs.from_values(stride=1, output_padding=1, dilation=2)
     chosen = _plan(torch.bfloat16, (3, 3), args, (8, 4))
     assert chosen.variant == planner.DIRECT
@@ -176,7 +176,7 @@ def test_few_output_channels_keep_the_phase_gemms_as_autotune_candidates_only(ca
     """DCGAN's 64 > 3 output layer: 16+ input channels fill the k steps, 3 output channels pad
     the n tile: autotune may time the phase GEMMs, but without gemm_out_tile's default (switched
     off here) the untimed default stays cuDNN (or the direct kernel where cuDNN cannot run)."""
-    monkeypatch.setattr(planner, "OUT_TILE_DEFAULT_MAX_CHANNELS", 0)
+    monkeypatch.setattr(gemm_out_tile, "DEFAULT_MAX_CHANNELS", 0)
     phase = set(planner.PHASE_CONFIGS)
     hopper = set(planner.SM90_CONFIGS + planner.PHASE_TMA_CONFIGS)
     k4s2 = ConvTransposeArgs.from_values(stride=2, padding=1)
@@ -209,7 +209,7 @@ def test_grouped_kernel_is_an_autotune_candidate_for_dense_layers_with_few_chann
     """DCGAN's 64 > 3 output layer, FSRCNN's 56 > 1: the grouped kernel (FFMA, exact in every
     mode, fp32 strict included) is timed against cuDNN; wider layers never list it (without
     gemm_out_tile's 16-bit default, switched off here)."""
-    monkeypatch.setattr(planner, "OUT_TILE_DEFAULT_MAX_CHANNELS", 0)
+    monkeypatch.setattr(gemm_out_tile, "DEFAULT_MAX_CHANNELS", 0)
     k4s2 = ConvTransposeArgs.from_values(stride=2, padding=1)
     for dtype in (torch.bfloat16, torch.float32):
         few = _plan(dtype, (4, 4), k4s2, (64, 3), tf32=tf32)
@@ -248,8 +248,8 @@ def test_few_output_channel_layers_list_gemm_out_tile(capability, name, kernel, 
     assert listed == list(planner.OUT_TILE_CONFIGS), (name, chosen)
     assert chosen.candidates.index(planner.OUT_TILE_CONFIGS[-1]) < \
         chosen.candidates.index(planner.ATEN)
-    tf32_default = channels[1] >= planner.OUT_TILE_TF32_DEFAULT_MIN_CHANNELS and \
-        args.stride[0] * args.stride[1] >= planner.OUT_TILE_TF32_DEFAULT_MIN_STRIDE_AREA
+    tf32_default = channels[1] >= gemm_out_tile.TF32_DEFAULT_MIN_CHANNELS and \
+        args.stride[0] * args.stride[1] >= gemm_out_tile.TF32_DEFAULT_MIN_STRIDE_AREA
     if (dtype == torch.float32 and not tf32_default) or name in ("depthwise k4 s2", "64>3 k2 s2"):
         assert chosen.variant != planner.GEMM_OUT_TILE, (name, chosen)
     else:
@@ -284,7 +284,7 @@ def test_gemm_out_tile_is_no_candidate_for_many_output_channels(capability):
 
 
 def test_gemm_out_tile_needs_compute_capability_8(monkeypatch):
-    monkeypatch.setattr(planner, "_capability", lambda index: (7, 5))
+    monkeypatch.setattr(device_info, "capability", lambda index: (7, 5))
     chosen = _plan(torch.bfloat16, (4, 4), ConvTransposeArgs.from_values(stride=2, padding=1),
                    (64, 3))
     assert chosen.variant == planner.ATEN and chosen.fallback
@@ -300,12 +300,12 @@ def test_gemm_out_tile_config_names_split_into_kernel_and_index():
 
 
 def test_out_tile_default_follows_its_constant(capability, monkeypatch):
-    """OUT_TILE_DEFAULT_MAX_CHANNELS makes gemm_out_tile (its heuristic config) the untimed
+    """gemm_out_tile.DEFAULT_MAX_CHANNELS makes gemm_out_tile (its heuristic config) the untimed
     16-bit default in place of cuDNN / gemm_phase up to that many output channels per group, and
-    the TF32 one from OUT_TILE_TF32_DEFAULT_MIN_CHANNELS; the grouped kernel's and gemm_kxs's
+    the TF32 one from TF32_DEFAULT_MIN_CHANNELS; the grouped kernel's and gemm_kxs's
     defaults and fp32 strict stay as they are; plan_layer(out_tile_default=False) is the plan it
     replaces (plan() falls back to it where the kernel's shared memory cannot hold the layer)."""
-    monkeypatch.setattr(planner, "OUT_TILE_DEFAULT_MAX_CHANNELS", 21)
+    monkeypatch.setattr(gemm_out_tile, "DEFAULT_MAX_CHANNELS", 21)
     k4s2 = ConvTransposeArgs.from_values(stride=2, padding=1)
     assert _plan(torch.bfloat16, (4, 4), k4s2, (64, 3)).variant == planner.GEMM_OUT_TILE
     assert _plan(torch.float16, (4, 4), k4s2, (64, 21)).variant == planner.GEMM_OUT_TILE
@@ -316,11 +316,11 @@ def test_out_tile_default_follows_its_constant(capability, monkeypatch):
     assert _plan(torch.float32, (16, 16), fcn, (21, 21), tf32=False).variant == planner.ATEN
     assert _plan(torch.float32, (16, 16), fcn, (21, 7)).variant == planner.ATEN  # < 8 in TF32
     assert _plan(torch.float32, (4, 4), k4s2, (64, 16)).variant == _untimed_phase(capability)
-    monkeypatch.setattr(planner, "OUT_TILE_TF32_DEFAULT_MIN_CHANNELS", 3)
-    monkeypatch.setattr(planner, "OUT_TILE_TF32_DEFAULT_MIN_STRIDE_AREA", 4)
+    monkeypatch.setattr(gemm_out_tile, "TF32_DEFAULT_MIN_CHANNELS", 3)
+    monkeypatch.setattr(gemm_out_tile, "TF32_DEFAULT_MIN_STRIDE_AREA", 4)
     assert _plan(torch.float32, (4, 4), k4s2, (64, 3)).variant == planner.GEMM_OUT_TILE
-    monkeypatch.setattr(planner, "OUT_TILE_TF32_DEFAULT_MIN_CHANNELS", 8)
-    monkeypatch.setattr(planner, "OUT_TILE_TF32_DEFAULT_MIN_STRIDE_AREA", 16)
+    monkeypatch.setattr(gemm_out_tile, "TF32_DEFAULT_MIN_CHANNELS", 8)
+    monkeypatch.setattr(gemm_out_tile, "TF32_DEFAULT_MIN_STRIDE_AREA", 16)
     no_cudnn = ConvTransposeArgs.from_values(stride=1, output_padding=1, dilation=2)
     assert _plan(torch.bfloat16, (3, 3), no_cudnn, (8, 4)).variant == planner.GEMM_OUT_TILE
     assert _plan(torch.bfloat16, (4, 4), k4s2, (64, 24)).variant == _untimed_phase(capability)
@@ -517,7 +517,7 @@ def test_fp32_untimed_tma_defaults_need_enough_work(capability, channels_last):
 
     # VAE's 64 > 32 k4s2 on 7 x 7 at batch 128: 0.41 GFLOP; at batch 160: 0.51 GFLOP.
     small = plan(128, 64, 32, (7, 7), torch.float32, True)
-    assert planner._flops(_fake_input(128, 64, (7, 7), torch.float32),
+    assert call_rules.flops_of(_fake_input(128, 64, (7, 7), torch.float32),
                           _fake_weight(64, 32, (4, 4), torch.float32)) < \
         gemm_phase_tma.MIN_UNTIMED_TF32_FLOPS
     assert small.variant == planner.ATEN, small

@@ -17,7 +17,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 import deconv_patch
 from deconv_patch import modules
 from deconv_patch.dataflow import record_forward
-from deconv_patch.kernels import planner
+from deconv_patch.kernels import device_info, planner
 
 CUDA0 = torch.device("cuda", 0)
 # (deconv_patch.optimize is the function users call; its module is this)
@@ -26,8 +26,8 @@ OPTIMIZE = importlib.import_module("deconv_patch.optimize")
 
 @pytest.fixture
 def hopper(monkeypatch):
-    monkeypatch.setattr(planner, "_capability", lambda index: (9, 0))
-    monkeypatch.setattr(planner, "_multiprocessors", lambda index: 132)
+    monkeypatch.setattr(device_info, "capability", lambda index: (9, 0))
+    monkeypatch.setattr(device_info, "multiprocessors", lambda index: 132)
 
 
 class _Generator(nn.Module):

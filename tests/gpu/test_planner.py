@@ -17,7 +17,7 @@ pytestmark = pytest.mark.cuda
 
 def test_planner_where_cudnn_cannot_run():
     """output_padding >= stride: gemm_phase where channels fill tensor-core tiles, else direct,
-    and in 16-bit with <= OUT_TILE_DEFAULT_MAX_CHANNELS output channels per group gemm_out_tile
+    and in 16-bit with <= gemm_out_tile.DEFAULT_MAX_CHANNELS output channels per group gemm_out_tile
     (either way); k != stride elsewhere: gemm_phase_tma untimed on Hopper, else cuDNN unless
     autotune times gemm_phase faster."""
     args = ConvTransposeArgs.from_values(stride=1, output_padding=1, dilation=2)

@@ -208,7 +208,7 @@ def test_the_op_runs_it_by_default_on_16bit_few_channel_layers(layer, channels_l
 @pytest.mark.parametrize("channels_last", [False, True])
 def test_the_op_runs_it_by_default_on_fcn_upsampling_in_tf32(channels_last):
     """fp32 with TF32, FCN's x8 up-sampling (21 channels, k16 s8): the planner's untimed TF32
-    default is gemm_out_tile (planner.OUT_TILE_TF32_DEFAULT_MIN_CHANNELS / _MIN_STRIDE_AREA);
+    default is gemm_out_tile (gemm_out_tile.TF32_DEFAULT_MIN_CHANNELS / _MIN_STRIDE_AREA);
     through the op, the output is within the bound of TF32 operands. DCGAN's stride-2 64 > 3
     keeps cuDNN (fewer channels)."""
     from deconv_patch.reference import conv_transpose2d_float64, tf32_round
