@@ -192,25 +192,18 @@ at::Tensor conv_transpose2d_forward(int64_t family_code, const at::Tensor& input
   }
 
   ConvTranspose2dParams p;
+  // (the channel counts from the weight: input.size(1) == weight.size(0) is checked above)
+  fill_weight_params(p, weight, stride, padding, dilation, groups);
   at::Tensor x = input;  // what the kernel reads: the input, or its channels_last copy
   p.input = x.data_ptr();
   copy_strides(x, p.in_stride);
-  p.weight = weight.data_ptr();
   p.bias = bias_t.defined() ? bias_t.data_ptr() : nullptr;
   p.output = output.data_ptr();
   p.batch = input.size(0);
-  p.in_channels = input.size(1);
   p.in_h = input.size(2);
   p.in_w = input.size(3);
-  p.out_channels = out_channels;
   p.out_h = out_h;
   p.out_w = out_w;
-  p.groups = groups;
-  p.in_per_group = input.size(1) / groups;
-  p.out_per_group = weight.size(1);
-  p.ph_h = make_axis_phase((int)stride[0], (int)padding[0], (int)dilation[0], (int)kh);
-  p.ph_w = make_axis_phase((int)stride[1], (int)padding[1], (int)dilation[1], (int)kw);
-  copy_strides(weight, p.w_stride);
   copy_strides(output, p.out_stride);
   p.out_channels_last = cl;
   TORCH_CHECK(activation >= 0 && activation <= (int64_t)Activation::kHardswish,
