@@ -295,16 +295,16 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
         one dict lookup (the flags are read through torch._C's getters, ~10x cheaper than the
         torch.backends.cudnn properties)."""
         out_pad = tuple(output_padding) if output_padding is not None else self.output_padding
+        forced = planner.forced_variant()  # (a check's or a benchmark's choice)
         key = (input.shape, input.stride(), input.device, input.dtype,
                weight.stride(), weight.dtype, weight.device, bias is None,
                torch._C._get_cudnn_enabled(), torch._C._get_cudnn_allow_tf32(),
-               torch._C._get_cudnn_benchmark(), planner.forced_variant(), self.stride,
+               torch._C._get_cudnn_benchmark(), forced, self.stride,
                self.padding, out_pad, self.dilation, self.groups, activation, negative_slope)
         cache = self.__dict__.setdefault("_plan_cache", {})
         found = cache.get(key)
-        forced = planner.forced_variant() is not None  # (a check's or a benchmark's choice)
         if found is not None:
-            if not forced:
+            if forced is None:
                 self.__dict__["_last_plan"] = (input.device, input.dtype, found.plan)
             return found
         if len(cache) >= _PLAN_CACHE_SIZE:  # e.g. detection models with varying input sizes
@@ -324,7 +324,7 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
                 return _Entry(chosen, tune=True)
             chosen = planner.Plan(known, "autotuned", candidates=chosen.candidates)
         found = cache[key] = _Entry(chosen)
-        if not forced:
+        if forced is None:
             self.__dict__["_last_plan"] = (input.device, input.dtype, chosen)
         return found
 
