@@ -404,13 +404,6 @@ def example_plan(module: "FastConvTranspose2d", shape: Sequence[int], stride: Se
     return None, tuple(dict.fromkeys((*plan_units(chosen), *plan_units(other))))
 
 
-def kernel_units(module: "FastConvTranspose2d", shape: Sequence[int], stride: Sequence[int],
-                 dtype: torch.dtype, device: torch.device) -> Sequence[str]:
-    """The build units a call of `module` on an input of this geometry would load without
-    autotune (example_plan's)."""
-    return example_plan(module, shape, stride, dtype, device)[1]
-
-
 def prepare_kernels(calls: Iterable[Tuple["FastConvTranspose2d", Tuple]]) -> Tuple[str, ...]:
     """Compiles at once the build units these calls (module, input geometry: shape, stride,
     dtype, device) will load, before the first of them runs; returns them. With autotune on,

@@ -115,7 +115,7 @@ split_variant = kernels.split_variant
 reads_packed_weight = kernels.reads_packed_weight
 
 
-# Set only while the build units of a call are listed ahead of it (modules.kernel_units):
+# Set only while the build units of a call are listed ahead of it (modules.example_plan):
 # gemm_out_tile's weight-fit answer taken as given, since asking its binding compiles its unit.
 _assumed_out_tile_fit: contextvars.ContextVar[Optional[bool]] = contextvars.ContextVar(
     "deconv_patch_assumed_out_tile_fit", default=None

@@ -42,6 +42,12 @@ class _Generator(nn.Module):
         return self.up2(torch.relu(self.up1(z)))
 
 
+def _units(*call) -> tuple:
+    """The build units modules.example_plan lists for one call (module, shape, stride, dtype,
+    device)."""
+    return modules.example_plan(*call)[1]
+
+
 def _fast(module: nn.ConvTranspose2d) -> "modules.FastConvTranspose2d":
     return deconv_patch.FastConvTranspose2d.from_module(module)
 
@@ -62,18 +68,18 @@ def test_each_call_plans_on_its_geometry_without_a_gpu(hopper, monkeypatch):
     with torch.backends.cudnn.flags(enabled=True, allow_tf32=True, benchmark=False):
         # bf16 at batch 64: the 1 x 1 input runs as k == stride (gemm_kxs), the phase layer
         # gemm_phase_tma (Hopper's untimed default)
-        latent = modules.kernel_units(up1, (64, 64, 1, 1), (64, 1, 1, 1), torch.bfloat16, CUDA0)
-        phase = modules.kernel_units(up2, (64, 128, 4, 4), (2048, 16, 4, 1), torch.bfloat16,
+        latent = _units(up1, (64, 64, 1, 1), (64, 1, 1, 1), torch.bfloat16, CUDA0)
+        phase = _units(up2, (64, 128, 4, 4), (2048, 16, 4, 1), torch.bfloat16,
                                      CUDA0)
         # on the CPU, and TF32 under 0.5 GFLOP (cuDNN): none
-        cpu = modules.kernel_units(up2, (64, 128, 4, 4), (2048, 16, 4, 1), torch.float32,
+        cpu = _units(up2, (64, 128, 4, 4), (2048, 16, 4, 1), torch.float32,
                                    torch.device("cpu"))
-        small = modules.kernel_units(up2, (1, 128, 4, 4), (2048, 16, 4, 1), torch.float32, CUDA0)
+        small = _units(up2, (1, 128, 4, 4), (2048, 16, 4, 1), torch.float32, CUDA0)
     assert tuple(latent) == ("gemm_kxs",)
     assert tuple(phase) == ("gemm_phase_tma",)
     assert tuple(cpu) == () and tuple(small) == ()
     monkeypatch.setattr(modules.autotune, "enabled", lambda: True)  # it compiles every unit
-    assert tuple(modules.kernel_units(up2, (64, 128, 4, 4), (2048, 16, 4, 1), torch.bfloat16,
+    assert tuple(_units(up2, (64, 128, 4, 4), (2048, 16, 4, 1), torch.bfloat16,
                                       CUDA0)) == ()
 
 
@@ -89,7 +95,7 @@ def test_a_gemm_out_tile_plan_lists_its_units_without_building_them(hopper, monk
     def units(cin: int, cout: int, hw: int) -> tuple:
         layer = _fast(nn.ConvTranspose2d(cin, cout, 4, 2, 1))
         shape = (64, cin, hw, hw)
-        return tuple(modules.kernel_units(layer, shape, torch.empty(shape, device="meta").stride(),
+        return tuple(_units(layer, shape, torch.empty(shape, device="meta").stride(),
                                           torch.bfloat16, CUDA0))
 
     with torch.backends.cudnn.flags(enabled=True, benchmark=False):
