@@ -103,11 +103,18 @@ def use_variant(variant: str) -> Iterator[None]:
     if not is_variant(variant):
         raise ValueError(f"unknown deconv_patch variant {variant!r}; choose from "
                          f"{NAMED_VARIANTS}")
-    token = _forced_variant.set(variant)
+    with _set_in_context(_forced_variant, variant):
+        yield
+
+
+@contextlib.contextmanager
+def _set_in_context(var: contextvars.ContextVar, value: object) -> Iterator[None]:
+    """`var` holds `value` inside the block (this thread or task only), then what it held."""
+    token = var.set(value)
     try:
         yield
     finally:
-        _forced_variant.reset(token)
+        var.reset(token)
 
 
 is_variant = kernels.is_variant
@@ -125,11 +132,8 @@ _assumed_out_tile_fit: contextvars.ContextVar[Optional[bool]] = contextvars.Cont
 @contextlib.contextmanager
 def out_tile_fit_assumed(fits: bool) -> Iterator[None]:
     """Plans made inside the block take gemm_out_tile's weight fit as `fits`, unasked."""
-    token = _assumed_out_tile_fit.set(fits)
-    try:
+    with _set_in_context(_assumed_out_tile_fit, fits):
         yield
-    finally:
-        _assumed_out_tile_fit.reset(token)
 
 
 def forced_variant() -> Optional[str]:
@@ -497,8 +501,8 @@ def plan(input: torch.Tensor, weight: torch.Tensor, args: ConvTransposeArgs) -> 
         fallback = DIRECT if DIRECT in chosen.candidates else ATEN
         chosen = Plan(fallback, f"{problem}: {fallback}", candidates=chosen.candidates)
     if chosen.variant == PHASE_TMA_UNTIMED and _forced_variant.get() is None:
-        chosen = Plan(call_rules.untimed_tma_config(input, weight, args), chosen.reason, chosen.fallback,
-                      chosen.candidates)
+        chosen = Plan(call_rules.untimed_tma_config(input, weight, args), chosen.reason,
+                      chosen.fallback, chosen.candidates)
     if (PHASE_CONFIGS[0] in chosen.candidates or OUT_TILE_CONFIGS[0] in chosen.candidates) and \
             _forced_variant.get() is None:
         if not call_rules.phase_offsets_fit(input, weight, args):  # direct indexes with 64 bits
