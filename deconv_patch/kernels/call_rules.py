@@ -40,12 +40,11 @@ def untimed_tma_problem(input: torch.Tensor, weight: torch.Tensor, args: ConvTra
     if input.dtype != torch.float32:
         return None
     if fp32_strict(input.dtype):
-        rows = phase_rows(input, weight, args)
-        return (f"3xTF32 on {rows} rows per stride phase (< {gemm_phase_tma.MIN_UNTIMED_STRICT_ROWS})"
-                if rows < gemm_phase_tma.MIN_UNTIMED_STRICT_ROWS else None)
-    flops = flops_of(input, weight)
-    if flops < gemm_phase_tma.MIN_UNTIMED_TF32_FLOPS:
-        return f"TF32 layer of {flops / 1e9:.2g} GFLOP (< {gemm_phase_tma.MIN_UNTIMED_TF32_FLOPS / 1e9:g})"
+        rows, least = phase_rows(input, weight, args), gemm_phase_tma.MIN_UNTIMED_STRICT_ROWS
+        return f"3xTF32 on {rows} rows per stride phase (< {least})" if rows < least else None
+    flops, least = flops_of(input, weight), gemm_phase_tma.MIN_UNTIMED_TF32_FLOPS
+    if flops < least:
+        return f"TF32 layer of {flops / 1e9:.2g} GFLOP (< {least / 1e9:g})"
     low, high = gemm_phase_tma.NHWC_TF32_CUDNN_OUT
     depth = reduction_depth(weight.shape[0] // args.groups, weight.shape[-2:], args)
     if is_channels_last(input) and low <= weight.shape[1] <= high and \

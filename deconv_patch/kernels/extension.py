@@ -55,7 +55,8 @@ def unit_names() -> List[str]:
     table), but the core's."""
     root = cuda_source_dir()
     return sorted(p.parent.name for p in root.glob("*/*_unit.cu")
-                  if p.name == f"{p.parent.name}_unit.cu" and p.parent.name not in CORE_FOLDERS)
+                  if p.name == f"{p.parent.name}_unit.cu"
+                  and p.parent.name not in CORE_FOLDERS)
 
 
 def unit_sources(unit: str) -> List[Path]:

@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from deconv_patch.kernels import call_rules, device_info, gemm_out_tile, gemm_phase_tma, planner
+from deconv_patch.kernels import (call_rules, device_info, gemm_out_tile, gemm_phase_tma,
+                                   planner)
 from deconv_patch.arguments import ConvTransposeArgs
 
 CUDA0 = torch.device("cuda", 0)
