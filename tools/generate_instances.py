@@ -33,22 +33,26 @@ class Instance:
     what: str     # one line: what the file compiles
     params: str   # the launcher's parameters after `p`
     call: str     # the template call it forwards to
+    body: str = ""  # or the launcher's whole body
 
     @property
     def path(self) -> Path:
         return CUDA / self.family / f"{self.family}_{self.name}.cu"
 
-    def text(self) -> str:
+    def signature(self) -> str:
         fn = f"{self.family}_launch_{self.name}"
-        params = textwrap.fill(f"const ConvTranspose2dParams& p, {self.params}) {{", 100,
+        params = textwrap.fill(f"const ConvTranspose2dParams& p, {self.params})", 100,
                                initial_indent="    ", subsequent_indent="    ",
                                break_long_words=False)
+        return f"cudaError_t {fn}(\n{params}"
+
+    def text(self) -> str:
+        body = self.body or f"  return {self.call};\n"
         return (
             f"{HEADER}// {self.what}\n"
             f'#include "{self.family}/{self.family}_kernel.cuh"\n\n'
             "namespace deconv_patch {\n\n"
-            f"cudaError_t {fn}(\n{params}\n"
-            f"  return {self.call};\n"
+            f"{self.signature()} {{\n{body}"
             "}\n\n"
             "}  // namespace deconv_patch\n"
         )
@@ -72,18 +76,65 @@ def instances() -> List[Instance]:
                             f"gemm_kxs_sm90's fp32-output GEMM kernels for {ctype} operands "
                             "(gemm_col2im's GEMM).", kxs_params,
                             f"launch_f32_out_typed<{ctype}>(p, kind, packed, config, stream)"))
-    tma_params = "const void* packed, int config, cudaStream_t stream"
-    for name, ctype, kind, strict, what in (
-        ("f16", "__half", "kFloat16", False, "__half"),
-        ("bf16", "__nv_bfloat16", "kBFloat16", False, "__nv_bfloat16"),
-        ("tf32", "float", "kFloat32", False, "fp32 with TF32"),
-        ("f32x3", "float", "kFloat32", True, "fp32 strict, 3xTF32"),
-    ):
-        targs = f"{ctype}, true" if strict else ctype
-        out.append(Instance("gemm_phase_tma", name, f"gemm_phase_tma's GEMM kernels for {what}.",
-                            tma_params,
-                            f"pt_launch_typed<{targs}>(p, ScalarKind::{kind}, packed, config, "
-                            "stream)"))
+    out += phase_tma_instances()
+    return out
+
+
+# gemm_phase_tma's modes (element type and fp32 mode) and tile configs, in the kernel's order
+# (gemm_phase_tma_kernel.cuh, kPtConfigNames).
+PHASE_TMA_MODES = (
+    ("f16", "__half", "kFloat16", False, "__half"),
+    ("bf16", "__nv_bfloat16", "kBFloat16", False, "__nv_bfloat16"),
+    ("tf32", "float", "kFloat32", False, "fp32 with TF32"),
+    ("f32x3", "float", "kFloat32", True, "fp32 strict, 3xTF32"),
+)
+PHASE_TMA_CONFIGS = ("128x128s6pp", "128x128s6", "128x256s4", "128x64s8pp")
+
+
+def phase_tma_instances() -> List[Instance]:
+    """Per mode a launcher that picks the config and one file per config that compiles its
+    kernel: each config's kernel compiles in parallel with the others."""
+    out: List[Instance] = []
+    for name, ctype, kind, strict, what in PHASE_TMA_MODES:
+        split = "true" if strict else "false"
+        cases = "".join(
+            f"    case {i}: return gemm_phase_tma_launch_{name}_c{i}(p, packed, stream);\n"
+            for i in range(len(PHASE_TMA_CONFIGS)))
+        out.append(Instance(
+            "gemm_phase_tma", name, f"gemm_phase_tma's GEMM launcher for {what}: picks the config.",
+            "const void* packed, int config, cudaStream_t stream", call="",
+            body=(f"  switch (pt_resolve_config<{split}>(p, ScalarKind::{kind}, config)) {{\n"
+                  f"{cases}  }}\n  return cudaErrorInvalidValue;\n")))
+        for i, config in enumerate(PHASE_TMA_CONFIGS):
+            out.append(Instance(
+                "gemm_phase_tma", f"{name}_c{i}",
+                f"gemm_phase_tma's GEMM kernel for {what}, tile config {i} ({config}).",
+                "const void* packed, cudaStream_t stream",
+                f"pt_launch_config<{ctype}, {split}, {i}>(p, ScalarKind::{kind}, packed, stream)"))
+    return out
+
+
+def declarations(family: str) -> str:
+    """The header declaring every launcher a family's instance files define."""
+    lines = [f"{HEADER}// {family}'s generated launchers (cuda/{family}/{family}_<instance>.cu).\n"
+             "#pragma once\n\n#include <cuda_runtime_api.h>\n\n#include \"common/params.h\"\n\n"
+             "namespace deconv_patch {\n\n"]
+    for inst in instances():
+        if inst.family == family:
+            lines.append(f"{inst.signature()};\n")
+    lines.append("\n}  // namespace deconv_patch\n")
+    return "".join(lines)
+
+
+# Families whose launchers are declared in a generated header (<family>_instances.h).
+DECLARED = ("gemm_phase_tma",)
+
+
+def files() -> Dict[Path, str]:
+    """Every generated file and its text: the instance files and the declaration headers."""
+    out = {inst.path: inst.text() for inst in instances()}
+    for family in DECLARED:
+        out[CUDA / family / f"{family}_instances.h"] = declarations(family)
     return out
 
 
@@ -92,10 +143,9 @@ def main(argv: List[str]) -> int:
     parser.add_argument("--check", action="store_true", help="compare, do not write")
     args = parser.parse_args(argv)
     stale: Dict[Path, str] = {}
-    for inst in instances():
-        text = inst.text()
-        if not inst.path.is_file() or inst.path.read_text() != text:
-            stale[inst.path] = text
+    for path, text in files().items():
+        if not path.is_file() or path.read_text() != text:
+            stale[path] = text
     if args.check:
         for path in stale:
             print(f"differs from the generator: {path.relative_to(CUDA.parent)}")

@@ -1614,40 +1614,48 @@ cudaError_t pt_launch_cfg(const ConvTranspose2dParams& p, ScalarKind kind, const
   return cudaGetLastError();
 }
 
-// SPLIT: fp32 strict (T = float), the PtSplitConfig of the same index.
-template <typename T, bool SPLIT = false>
-cudaError_t pt_launch_typed(const ConvTranspose2dParams& p, ScalarKind kind, const void* packed,
-                            int config, cudaStream_t stream) {
+// The tile config of index I (SPLIT: fp32 strict's of the same shape).
+template <bool SPLIT, int I>
+struct PtConfigAt;
+template <> struct PtConfigAt<false, 0> { using type = PtCfg0; };
+template <> struct PtConfigAt<false, 1> { using type = PtCfg1; };
+template <> struct PtConfigAt<false, 2> { using type = PtCfg2; };
+template <> struct PtConfigAt<false, 3> { using type = PtCfg3; };
+template <> struct PtConfigAt<true, 0> { using type = PtSplitCfg0; };
+template <> struct PtConfigAt<true, 1> { using type = PtSplitCfg1; };
+template <> struct PtConfigAt<true, 2> { using type = PtSplitCfg2; };
+template <> struct PtConfigAt<true, 3> { using type = PtSplitCfg3; };
+
+// The config a call runs: `config` when it names one, the heuristic's for -1 (SPLIT: fp32
+// strict); -1 when the call cannot run.
+template <bool SPLIT>
+int pt_resolve_config(const ConvTranspose2dParams& p, ScalarKind kind, int config) {
+  if (config >= 0) return config < kPtNumConfigs ? config : -1;
+  const int sms = device_sm_count(current_device());
+  if (sms <= 0) return -1;
+  const AxisPlan h = plan_axis(p.ph_h, p.out_h), w = plan_axis(p.ph_w, p.out_w);
+  const PtBox box = pt_pick_box(p.batch, h, w, pt_store_mode(p, kind) == kPtStoreStaged);
+  int64_t m_tiles = 0;
+  for (int rh = 0; rh < h.stride; ++rh)
+    for (int rw = 0; rw < w.stride; ++rw)
+      if (h.ph[rh].rows > 0 && w.ph[rw].rows > 0)
+        m_tiles += pt_box_tiles(box, p.batch, h.ph[rh].rows, w.ph[rw].rows);
+  return pt_pick_config(p.out_per_group, m_tiles * p.groups, sms, SPLIT);
+}
+
+// Config I's launch (SPLIT: fp32 strict, T = float). Each (element type, config) is compiled in
+// a generated file of its own, so that a build compiles the configs' kernels in parallel.
+template <typename T, bool SPLIT, int I>
+cudaError_t pt_launch_config(const ConvTranspose2dParams& p, ScalarKind kind, const void* packed,
+                             cudaStream_t stream) {
   static_assert(!SPLIT || std::is_same<T, float>::value, "3xTF32 is an fp32 mode");
   const int device = current_device();
   const int sms = device_sm_count(device);
   if (sms <= 0) return cudaErrorInvalidValue;
   const AxisPlan h = plan_axis(p.ph_h, p.out_h), w = plan_axis(p.ph_w, p.out_w);
   const PtBox box = pt_pick_box(p.batch, h, w, pt_store_mode(p, kind) == kPtStoreStaged);
-  if (config < 0) {
-    int64_t m_tiles = 0;
-    for (int rh = 0; rh < h.stride; ++rh)
-      for (int rw = 0; rw < w.stride; ++rw)
-        if (h.ph[rh].rows > 0 && w.ph[rw].rows > 0)
-          m_tiles += pt_box_tiles(box, p.batch, h.ph[rh].rows, w.ph[rw].rows);
-    config = pt_pick_config(p.out_per_group, m_tiles * p.groups, sms, SPLIT);
-  }
-  if constexpr (SPLIT) {
-    switch (config) {
-      case 0: return pt_launch_cfg<T, PtSplitCfg0>(p, kind, packed, h, w, box, device, sms, stream);
-      case 1: return pt_launch_cfg<T, PtSplitCfg1>(p, kind, packed, h, w, box, device, sms, stream);
-      case 2: return pt_launch_cfg<T, PtSplitCfg2>(p, kind, packed, h, w, box, device, sms, stream);
-      case 3: return pt_launch_cfg<T, PtSplitCfg3>(p, kind, packed, h, w, box, device, sms, stream);
-    }
-  } else {
-    switch (config) {
-      case 0: return pt_launch_cfg<T, PtCfg0>(p, kind, packed, h, w, box, device, sms, stream);
-      case 1: return pt_launch_cfg<T, PtCfg1>(p, kind, packed, h, w, box, device, sms, stream);
-      case 2: return pt_launch_cfg<T, PtCfg2>(p, kind, packed, h, w, box, device, sms, stream);
-      case 3: return pt_launch_cfg<T, PtCfg3>(p, kind, packed, h, w, box, device, sms, stream);
-    }
-  }
-  return cudaErrorInvalidValue;
+  return pt_launch_cfg<T, typename PtConfigAt<SPLIT, I>::type>(p, kind, packed, h, w, box, device,
+                                                                sms, stream);
 }
 
 template <typename T>
@@ -1670,16 +1678,9 @@ cudaError_t pt_launch_pack_split(const ConvTranspose2dParams& p, void* packed,
 
 }  // namespace
 
-// The GEMM launchers, one translation unit per element type and fp32 mode (build time: each
-// compiles its four configs' kernels): conv_transpose2d_gemm_phase_tma_{f16,bf16,tf32,f32x3}.cu.
-// Same contract as launch_conv_transpose2d_gemm_phase_tma after its checks.
-cudaError_t gemm_phase_tma_launch_f16(const ConvTranspose2dParams& p, const void* packed,
-                                      int config, cudaStream_t stream);
-cudaError_t gemm_phase_tma_launch_bf16(const ConvTranspose2dParams& p, const void* packed,
-                                       int config, cudaStream_t stream);
-cudaError_t gemm_phase_tma_launch_tf32(const ConvTranspose2dParams& p, const void* packed,
-                                       int config, cudaStream_t stream);
-cudaError_t gemm_phase_tma_launch_f32x3(const ConvTranspose2dParams& p, const void* packed,
-                                        int config, cudaStream_t stream);
-
 }  // namespace deconv_patch
+
+// The GEMM launchers (generated, tools/generate_instances.py): per element type and fp32 mode
+// one that picks the config (same contract as launch_conv_transpose2d_gemm_phase_tma after its
+// checks), and per config the one that runs it, each in a translation unit of its own.
+#include "gemm_phase_tma/gemm_phase_tma_instances.h"
