@@ -48,8 +48,9 @@ class Instance:
 
     def text(self) -> str:
         body = self.body or f"  return {self.call};\n"
+        what = textwrap.fill(self.what, 100, initial_indent="// ", subsequent_indent="// ")
         return (
-            f"{HEADER}// {self.what}\n"
+            f"{HEADER}{what}\n"
             f'#include "{self.family}/{self.family}_kernel.cuh"\n\n'
             "namespace deconv_patch {\n\n"
             f"{self.signature()} {{\n{body}"
@@ -59,24 +60,62 @@ class Instance:
 
 
 def instances() -> List[Instance]:
-    kxs_params = "ScalarKind kind, const void* packed, int config, cudaStream_t stream"
-    area_params = "ScalarKind kind, const void* packed, int base_config, cudaStream_t stream"
     out: List[Instance] = []
+    out += kxs_sm90_instances()
+    out += phase_tma_instances()
+    return out
+
+
+# gemm_kxs_sm90's base tile configs (gemm_kxs_sm90_kernel.cuh: KxsCfg0..2; configs 3..5 are
+# them with kernel-area tiles where those apply).
+KXS_SM90_CONFIGS = ("128x256s4", "128x128s6", "128x128s6pp")
+
+
+def kxs_sm90_instances() -> List[Instance]:
+    """Per element type a launcher that picks the config, and per base config one file for its
+    kernels, one for its kernel-area kernels, and (16-bit) one for its fp32-output kernels
+    (gemm_col2im's GEMM)."""
+    out: List[Instance] = []
+    pick = "ScalarKind kind, const void* packed, int config, cudaStream_t stream"
+    run = "ScalarKind kind, const void* packed, bool nchw_in, cudaStream_t stream"
+    args = "p, kind, packed, c.nchw, stream"
     for short, ctype in ELEMENTS.items():
-        out.append(Instance("gemm_kxs_sm90", short,
-                            f"gemm_kxs_sm90's GEMM kernels for {ctype}.", kxs_params,
-                            f"launch_typed<{ctype}>(p, kind, packed, config, stream)"))
-        out.append(Instance("gemm_kxs_sm90", f"area_{short}",
-                            f"gemm_kxs_sm90's kernel-area GEMM kernels (configs 3..5) for {ctype}.",
-                            area_params,
-                            f"launch_area_typed<{ctype}>(p, kind, packed, base_config, stream)"))
+        cases = "".join(
+            f"    case {i}: return c.area ? gemm_kxs_sm90_launch_area_{short}_c{i}({args})\n"
+            f"                          : gemm_kxs_sm90_launch_{short}_c{i}({args});\n"
+            for i in range(len(KXS_SM90_CONFIGS)))
+        out.append(Instance(
+            "gemm_kxs_sm90", short, f"gemm_kxs_sm90's GEMM launcher for {ctype}: picks the config.",
+            pick, call="",
+            body=("  const KxsChoice c = kxs_resolve(p, kind, config);\n"
+                  f"  switch (c.base) {{\n{cases}  }}\n  return cudaErrorInvalidValue;\n")))
+        for i, config in enumerate(KXS_SM90_CONFIGS):
+            out.append(Instance(
+                "gemm_kxs_sm90", f"{short}_c{i}",
+                f"gemm_kxs_sm90's GEMM kernels for {ctype}, tile config {i} ({config}).", run,
+                f"kxs_launch_config<{ctype}, {i}>(p, kind, packed, nchw_in, stream)"))
+            out.append(Instance(
+                "gemm_kxs_sm90", f"area_{short}_c{i}",
+                f"gemm_kxs_sm90's kernel-area GEMM kernels for {ctype}, tile config {i + 3} "
+                f"({config} with kernel-area tiles).", run,
+                f"kxs_launch_area_config<{ctype}, {i}>(p, kind, packed, nchw_in, stream)"))
     for short in ("f16", "bf16"):
         ctype = ELEMENTS[short]
-        out.append(Instance("gemm_kxs_sm90", f"f32_out_{short}",
-                            f"gemm_kxs_sm90's fp32-output GEMM kernels for {ctype} operands "
-                            "(gemm_col2im's GEMM).", kxs_params,
-                            f"launch_f32_out_typed<{ctype}>(p, kind, packed, config, stream)"))
-    out += phase_tma_instances()
+        cases = "".join(
+            f"    case {i}: return gemm_kxs_sm90_launch_f32_out_{short}_c{i}(p, kind, packed, "
+            "stream);\n" for i in range(len(KXS_SM90_CONFIGS)))
+        out.append(Instance(
+            "gemm_kxs_sm90", f"f32_out_{short}",
+            f"gemm_kxs_sm90's fp32-output GEMM launcher for {ctype} operands (gemm_col2im's "
+            "GEMM): picks the config.", pick, call="",
+            body=("  switch (kxs_f32_out_resolve(p, kind, config)) {\n"
+                  f"{cases}  }}\n  return cudaErrorInvalidValue;\n")))
+        for i, config in enumerate(KXS_SM90_CONFIGS):
+            out.append(Instance(
+                "gemm_kxs_sm90", f"f32_out_{short}_c{i}",
+                f"gemm_kxs_sm90's fp32-output GEMM kernels for {ctype} operands, tile config {i} "
+                f"({config}).", "ScalarKind kind, const void* packed, cudaStream_t stream",
+                f"kxs_launch_f32_out_config<{ctype}, {i}>(p, kind, packed, stream)"))
     return out
 
 
@@ -127,7 +166,7 @@ def declarations(family: str) -> str:
 
 
 # Families whose launchers are declared in a generated header (<family>_instances.h).
-DECLARED = ("gemm_phase_tma",)
+DECLARED = ("gemm_kxs_sm90", "gemm_phase_tma")
 
 
 def files() -> Dict[Path, str]:

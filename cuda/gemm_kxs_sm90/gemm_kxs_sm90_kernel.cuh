@@ -291,7 +291,7 @@ struct KxsAreaConfig : Base {
 };
 // 16-bit operands, fp32 output (gemm_col2im's GEMM into its fp32 buffer, gemm_col2im/col2im.h): the
 // tile, ring and shared memory of Base; only the register-path store differs (8 floats where 16-bit
-// writes 8 halves). Channels_last input and output only (launch_f32_out_typed).
+// writes 8 halves). Channels_last input and output only (kxs_f32_out_resolve).
 template <class Base>
 struct KxsF32OutConfig : Base {
   static constexpr bool kF32Out = true;
@@ -1445,24 +1445,7 @@ cudaError_t launch_layout(const ConvTranspose2dParams& p, ScalarKind kind, const
   return launch_cfg<T, Cfg, false, false, 0>(p, kind, packed, stream);
 }
 
-}  // namespace
-
-// Kernel-area launchers (configs 3..5 where area_tiles_kh applies; base_config 0..2), one
-// translation unit per element type (conv_transpose2d_gemm_kxs_sm90_area_{f16,bf16,f32}.cu): their
-// kernels compile in parallel with the per-type units', which keep only configs 0..2's kernels.
-cudaError_t gemm_kxs_sm90_launch_area_f16(const ConvTranspose2dParams& p, ScalarKind kind,
-                                          const void* packed, int base_config,
-                                          cudaStream_t stream);
-cudaError_t gemm_kxs_sm90_launch_area_bf16(const ConvTranspose2dParams& p, ScalarKind kind,
-                                           const void* packed, int base_config,
-                                           cudaStream_t stream);
-cudaError_t gemm_kxs_sm90_launch_area_f32(const ConvTranspose2dParams& p, ScalarKind kind,
-                                          const void* packed, int base_config,
-                                          cudaStream_t stream);
-
-namespace {
-
-// Kernel-area tiles of KH x KW on config Cfg (0..2); instantiated by the area units only.
+// Kernel-area tiles of KH x KW on config Cfg (0..2); instantiated by the area files only.
 template <typename T, class Cfg, int KH, int KW>
 cudaError_t launch_area(const ConvTranspose2dParams& p, ScalarKind kind, const void* packed,
                         bool nchw_in, cudaStream_t stream) {
@@ -1488,81 +1471,69 @@ cudaError_t launch_area_geometry(const ConvTranspose2dParams& p, ScalarKind kind
   if (kh == 2 && kw == 2) return launch_area<T, Cfg, 2, 2>(p, kind, packed, nchw_in, stream);
   if (kh == 2 && kw == 4) return launch_area<T, Cfg, 2, 4>(p, kind, packed, nchw_in, stream);
   if (kh == 4 && kw == 2) return launch_area<T, Cfg, 4, 2>(p, kind, packed, nchw_in, stream);
-  return cudaErrorInvalidValue;  // launch_layout_area calls only where area_tiles_kh applies
-}
-// The body of gemm_kxs_sm90_launch_area_<type>.
-template <typename T>
-cudaError_t launch_area_typed(const ConvTranspose2dParams& p, ScalarKind kind, const void* packed,
-                              int base_config, cudaStream_t stream) {
-  const bool nchw = input_layout(p, kind) == KxsInput::kNchw;
-  switch (base_config) {
-    case 0: return launch_area_geometry<T, KxsCfg0>(p, kind, packed, nchw, stream);
-    case 1: return launch_area_geometry<T, KxsCfg1>(p, kind, packed, nchw, stream);
-    case 2: return launch_area_geometry<T, KxsCfg2>(p, kind, packed, nchw, stream);
-  }
-  return cudaErrorInvalidValue;
-}
-// Configs 3..5 = base_config 0..2 (Cfg) with kernel-area tiles where area_tiles_kh says so (in
-// the area unit of T), else exactly config 0..2 (launch_layout).
-template <typename T, class Cfg>
-cudaError_t launch_layout_area(const ConvTranspose2dParams& p, ScalarKind kind,
-                               const void* packed, bool nchw_in, int base_config,
-                               cudaStream_t stream) {
-  if (area_tiles_kh(p, kind, nchw_in, Cfg::kBN) == 0) {
-    return launch_layout<T, Cfg>(p, kind, packed, nchw_in, stream);
-  }
-  if constexpr (std::is_same<T, __half>::value) {
-    return gemm_kxs_sm90_launch_area_f16(p, kind, packed, base_config, stream);
-  } else if constexpr (std::is_same<T, __nv_bfloat16>::value) {
-    return gemm_kxs_sm90_launch_area_bf16(p, kind, packed, base_config, stream);
-  } else {
-    return gemm_kxs_sm90_launch_area_f32(p, kind, packed, base_config, stream);
-  }
+  return cudaErrorInvalidValue;  // run only where area_tiles_kh applies (kxs_resolve)
 }
 
-template <typename T>
-cudaError_t launch_typed(const ConvTranspose2dParams& p, ScalarKind kind, const void* packed,
-                         int config, cudaStream_t stream) {
+// The column tile width of configs 0..2 (KxsCfg0..2).
+constexpr int kKxsBaseBN[3] = {KxsCfg0::kBN, KxsCfg1::kBN, KxsCfg2::kBN};
+
+// What a call runs: base config 0..2 (configs 3..5 are 0..2 with kernel-area tiles where
+// area_tiles_kh applies, else exactly 0..2), whether with kernel-area tiles, and whether the
+// input is read as NCHW. base -1: the call cannot run.
+struct KxsChoice {
+  int base;
+  bool area;
+  bool nchw;
+};
+
+KxsChoice kxs_resolve(const ConvTranspose2dParams& p, ScalarKind kind, int config) {
   const KxsInput in = input_layout(p, kind);
-  if (in == KxsInput::kNone) return cudaErrorInvalidValue;
+  if (in == KxsInput::kNone) return {-1, false, false};
   const bool nchw = in == KxsInput::kNchw;
   if (config < 0) {
     const int rkw = row_tiles_kw(p, nchw);
     config = pick_config(m_tiles(p, nchw), logical_cols(p), col_tiles(p, 256, rkw),
                          col_tiles(p, 128, rkw), device_sm_count(current_device()));
   }
-  switch (config) {
-    case 0: return launch_layout<T, KxsCfg0>(p, kind, packed, nchw, stream);
-    case 1: return launch_layout<T, KxsCfg1>(p, kind, packed, nchw, stream);
-    case 2: return launch_layout<T, KxsCfg2>(p, kind, packed, nchw, stream);
-    case 3: return launch_layout_area<T, KxsCfg0>(p, kind, packed, nchw, 0, stream);
-    case 4: return launch_layout_area<T, KxsCfg1>(p, kind, packed, nchw, 1, stream);
-    case 5: return launch_layout_area<T, KxsCfg2>(p, kind, packed, nchw, 2, stream);
-  }
-  return cudaErrorInvalidValue;
+  if (config < 0 || config >= kNumConfigs) return {-1, false, nchw};
+  const int base = config % 3;
+  const bool area = config >= 3 && area_tiles_kh(p, kind, nchw, kKxsBaseBN[base]) != 0;
+  return {base, area, nchw};
 }
 
-// 16-bit operands, fp32 output (KxsF32OutConfig): configs 0..2 (-1 picks as launch_typed
-// does), channels_last input and output only; the body of gemm_kxs_sm90_launch_f32_out_<type>.
-template <typename T>
-cudaError_t launch_f32_out_typed(const ConvTranspose2dParams& p, ScalarKind kind,
-                                 const void* packed, int config, cudaStream_t stream) {
-  static_assert(sizeof(T) == 2, "fp32 output is for 16-bit operands");
-  if (input_layout(p, kind) != KxsInput::kChannelsLast || p.out_stride[1] != 1)
-    return cudaErrorInvalidValue;
+// 16-bit operands, fp32 output (KxsF32OutConfig): configs 0..2 (-1 picks as kxs_resolve does),
+// channels_last input and output only; -1 when the call cannot run.
+int kxs_f32_out_resolve(const ConvTranspose2dParams& p, ScalarKind kind, int config) {
+  if (input_layout(p, kind) != KxsInput::kChannelsLast || p.out_stride[1] != 1) return -1;
   if (config < 0) {
     config = pick_config(m_tiles(p, false), logical_cols(p), col_tiles(p, 256, 0),
                          col_tiles(p, 128, 0), device_sm_count(current_device()));
   }
-  switch (config) {
-    case 0:
-      return launch_cfg<T, KxsF32OutConfig<KxsCfg0>, false, false, 0>(p, kind, packed, stream);
-    case 1:
-      return launch_cfg<T, KxsF32OutConfig<KxsCfg1>, false, false, 0>(p, kind, packed, stream);
-    case 2:
-      return launch_cfg<T, KxsF32OutConfig<KxsCfg2>, false, false, 0>(p, kind, packed, stream);
-  }
-  return cudaErrorInvalidValue;
+  return config >= 0 && config < 3 ? config : -1;
+}
+
+// The config type of base config I.
+template <int I>
+using KxsBaseCfg =
+    std::conditional_t<I == 0, KxsCfg0, std::conditional_t<I == 1, KxsCfg1, KxsCfg2>>;
+
+// The bodies of the generated per-config launchers (gemm_kxs_sm90_<instance>.cu), one
+// translation unit per element type and config, so that a build compiles them in parallel.
+template <typename T, int I>
+cudaError_t kxs_launch_config(const ConvTranspose2dParams& p, ScalarKind kind, const void* packed,
+                              bool nchw_in, cudaStream_t stream) {
+  return launch_layout<T, KxsBaseCfg<I>>(p, kind, packed, nchw_in, stream);
+}
+template <typename T, int I>
+cudaError_t kxs_launch_area_config(const ConvTranspose2dParams& p, ScalarKind kind,
+                                   const void* packed, bool nchw_in, cudaStream_t stream) {
+  return launch_area_geometry<T, KxsBaseCfg<I>>(p, kind, packed, nchw_in, stream);
+}
+template <typename T, int I>
+cudaError_t kxs_launch_f32_out_config(const ConvTranspose2dParams& p, ScalarKind kind,
+                                      const void* packed, cudaStream_t stream) {
+  static_assert(sizeof(T) == 2, "fp32 output is for 16-bit operands");
+  return launch_cfg<T, KxsF32OutConfig<KxsBaseCfg<I>>, false, false, 0>(p, kind, packed, stream);
 }
 
 template <typename T>
@@ -1604,18 +1575,9 @@ cudaError_t launch_pack(const ConvTranspose2dParams& p, void* packed, cudaStream
 
 }  // namespace
 
-// The GEMM launcher for one element type, defined in that type's translation unit.
-cudaError_t gemm_kxs_sm90_launch_f16(const ConvTranspose2dParams& p, ScalarKind kind,
-                                     const void* packed, int config, cudaStream_t stream);
-cudaError_t gemm_kxs_sm90_launch_bf16(const ConvTranspose2dParams& p, ScalarKind kind,
-                                      const void* packed, int config, cudaStream_t stream);
-cudaError_t gemm_kxs_sm90_launch_f32(const ConvTranspose2dParams& p, ScalarKind kind,
-                                     const void* packed, int config, cudaStream_t stream);
-// The fp32-output launchers (launch_f32_out_typed), one unit per 16-bit type.
-cudaError_t gemm_kxs_sm90_launch_f32_out_f16(const ConvTranspose2dParams& p, ScalarKind kind,
-                                             const void* packed, int config, cudaStream_t stream);
-cudaError_t gemm_kxs_sm90_launch_f32_out_bf16(const ConvTranspose2dParams& p, ScalarKind kind,
-                                              const void* packed, int config,
-                                              cudaStream_t stream);
-
 }  // namespace deconv_patch
+
+// The GEMM launchers (generated, tools/generate_instances.py): per element type one that picks
+// the config (and the fp32-output ones for 16-bit operands), and per config the one that runs
+// it, each in a translation unit of its own.
+#include "gemm_kxs_sm90/gemm_kxs_sm90_instances.h"

@@ -56,12 +56,36 @@ def test_phase_tma_compiles_each_tile_config_in_a_file_of_its_own():
     assert [n.strip().strip('"') for n in names.replace("\n", " ").split(",")] == \
         list(gen.PHASE_TMA_CONFIGS)
     for mode, *_ in gen.PHASE_TMA_MODES:
-        files = [ROOT / "cuda" / "gemm_phase_tma" / f"gemm_phase_tma_{mode}_c{i}.cu"
-                 for i in range(len(gen.PHASE_TMA_CONFIGS))]
-        for i, path in enumerate(files):
-            text = path.read_text()
-            assert text.count("pt_launch_config<") == 1 and f", {i}>(" in text, path
-        picker = (ROOT / "cuda" / "gemm_phase_tma" / f"gemm_phase_tma_{mode}.cu").read_text()
-        assert "pt_launch_config<" not in picker and "pt_launch_cfg<" not in picker
-        for i in range(len(files)):
-            assert f"case {i}: return gemm_phase_tma_launch_{mode}_c{i}(" in picker
+        _check_per_config(gen, "gemm_phase_tma", mode, ("pt_launch_config<",),
+                          len(gen.PHASE_TMA_CONFIGS))
+
+
+def test_kxs_sm90_compiles_each_tile_config_in_files_of_its_own():
+    """gemm_kxs_sm90: the same per element type for its plain, kernel-area and (16-bit)
+    fp32-output kernels; its config names are the registry's."""
+    from deconv_patch.kernels import gemm_kxs_sm90
+
+    gen = _generator()
+    assert tuple(c.variant.split(":")[1] for c in gemm_kxs_sm90.CONFIGS[:3]) == \
+        gen.KXS_SM90_CONFIGS
+    templates = ("kxs_launch_config<", "kxs_launch_area_config<", "kxs_launch_f32_out_config<")
+    for short in gen.ELEMENTS:
+        _check_per_config(gen, "gemm_kxs_sm90", short, templates[:1], 3)
+        _check_per_config(gen, "gemm_kxs_sm90", f"area_{short}", templates[1:2], 3,
+                          picker=short)
+    for short in ("f16", "bf16"):
+        _check_per_config(gen, "gemm_kxs_sm90", f"f32_out_{short}", templates[2:], 3)
+
+
+def _check_per_config(gen, family: str, mode: str, templates: tuple, configs: int,
+                      picker: str = "") -> None:
+    """Each of a mode's per-config files instantiates one config of one kernel template; the
+    mode's picker (or `picker`'s) instantiates none and calls every config's launcher."""
+    folder = ROOT / "cuda" / family
+    for i in range(configs):
+        text = (folder / f"{family}_{mode}_c{i}.cu").read_text()
+        assert sum(text.count(t) for t in templates) == 1 and f", {i}>(" in text, (mode, i)
+    chooser = (folder / f"{family}_{picker or mode}.cu").read_text()
+    assert not any(t in chooser for t in templates), picker or mode
+    for i in range(configs):
+        assert f"{family}_launch_{mode}_c{i}(" in chooser, (mode, i)
