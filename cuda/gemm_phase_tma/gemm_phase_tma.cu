@@ -4,6 +4,36 @@
 #include "gemm_phase_tma/gemm_phase_tma_kernel.cuh"
 
 namespace deconv_patch {
+namespace {
+
+// fp32 strict: the hi block (exactly gemm_phase_tma_pack_weight_kernel's TF32 packing) at
+// packed[0, total), the lo block (pt_split_tf32_bits) in the same layout at
+// packed[total, 2 * total). Here, not in the kernel header, where every per-config file would
+// compile it again.
+__global__ void __launch_bounds__(256)
+    gemm_phase_tma_pack_weight_split_kernel(const __grid_constant__ PtPackArgs a) {
+  const float* __restrict__ w = static_cast<const float*>(a.w);
+  uint32_t* __restrict__ packed = static_cast<uint32_t*>(a.packed);
+  for (int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; idx < a.total;
+       idx += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t src = pt_pack_source(a, idx);
+    uint32_t hi, lo;
+    pt_split_tf32_bits(src >= 0 ? pt_float_bits(w[src]) : 0u, hi, lo);
+    packed[idx] = hi;
+    packed[a.total + idx] = lo;
+  }
+}
+
+// fp32 strict: both blocks (hi, lo) in one pass.
+cudaError_t pt_launch_pack_split(const ConvTranspose2dParams& p, void* packed,
+                                 cudaStream_t stream) {
+  const PtPackArgs a = pt_pack_args(p, ScalarKind::kFloat32, packed);
+  if (a.total == 0) return cudaSuccess;
+  gemm_phase_tma_pack_weight_split_kernel<<<pack_grid(a.total), 256, 0, stream>>>(a);
+  return cudaGetLastError();
+}
+
+}  // namespace
 
 bool gemm_phase_tma_supports(const ConvTranspose2dParams& p, ScalarKind kind, bool allow_tf32) {
 #if !defined(DECONV_PATCH_SM90A)
