@@ -3,33 +3,23 @@
     y = activation((conv(x) + bias) * scale + shift)          scale, shift: per output channel
 
 The CUDA kernels compute it in fp32 on the accumulator (cuda/common/epilogue.cuh); this file
-holds the activation names (codes mirrored in cuda/common/params.h), the PyTorch reference used
-on every other path, and the mapping from the torch.nn activation modules that optimize() fuses.
+checks the activation names (deconv_patch/kernels/activations.py), holds the PyTorch reference
+used on every other path, and the mapping from the torch.nn activation modules that optimize()
+fuses.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Dict, Optional
+from typing import Any, Optional
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from .derived import original_class
+from .kernels.activations import ACTIVATIONS  # name -> code in the CUDA `Activation` enum
 
-# Name -> code in the CUDA `Activation` enum.
-ACTIVATIONS: Dict[str, int] = {
-    "none": 0,
-    "relu": 1,
-    "leaky_relu": 2,
-    "silu": 3,
-    "gelu": 4,
-    "gelu_tanh": 5,
-    "tanh": 6,
-    "sigmoid": 7,
-    "hardswish": 8,
-}
 DEFAULT_NEGATIVE_SLOPE = 0.01
 
 

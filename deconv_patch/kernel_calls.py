@@ -16,7 +16,7 @@ from . import kernels
 from .kernels import autotune, planner
 from .arguments import ConvTransposeArgs, find_problem
 from .epilogue import IDENTITY, Epilogue
-from .kernels.extension import ExtensionUnavailableError, load_units, loaded_extension, unit_names
+from .kernels.extension import ExtensionUnavailableError, load_units, loaded_extension
 from .layout import cuda_output_channels_last
 from .kernels.packed_weights import LayoutKey, packed_weight
 
@@ -160,20 +160,22 @@ def _plan_call(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.T
     if len(choice.candidates) > 1 and autotune.enabled():
         key = autotune.call_key(input, weight, bias is not None, args, epilogue)
         if not autotune.known(key, choice.candidates):
-            # Timing runs most families: compile every unit without a build at once, not one
-            # family at a time as its first candidate runs. A unit that cannot be built drops
-            # its candidates from the timing (pick).
-            compile_units(unit_names())
+            # Timing runs most families: compile the candidates' units without a build at once
+            # (for this call's activation), not one family at a time as its first candidate
+            # runs. A unit that cannot be built drops its candidates from the timing (pick).
+            compile_units([u for v in choice.candidates
+                           for u in variant_units(v, epilogue.activation)])
         best = autotune.pick(key, choice.candidates,
                              _candidate_runner(input, weight, bias, args, epilogue))
         choice = planner.Plan(best, "autotuned", candidates=choice.candidates)
     return choice
 
 
-def plan_units(plan: planner.Plan) -> Sequence[str]:
-    """The build units a plan's calls load: its family's (none for PyTorch's path)."""
-    family = kernels.family_of(plan.variant)
-    return () if family is None else family.units
+def variant_units(variant: str, activation: str) -> Sequence[str]:
+    """The build units a variant's calls fusing `activation` load: its family's (none for
+    PyTorch's path)."""
+    family = kernels.family_of(variant)
+    return () if family is None else family.units_for(activation)
 
 
 def _run_entry(entry: OpPlan, input: torch.Tensor, weight: torch.Tensor,
@@ -298,7 +300,7 @@ def kernel_call(variant: str, input: torch.Tensor, weight: torch.Tensor,
     # C++ (cuda/binding/prepared_call.cpp): everything above fixed, so a call converts three
     # tensors.
     family = kernels.BY_NAME[kernel]
-    return load_units(family.units).PreparedCall(
+    return load_units(family.units_for(epilogue.activation)).PreparedCall(
         family.code, config, list(args.stride), list(args.padding), list(args.output_padding),
         list(args.dilation), args.groups, channels_last, allow_tf32, scale, shift, activation,
         slope, repack)

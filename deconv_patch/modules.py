@@ -23,7 +23,7 @@ from __future__ import annotations
 import copy
 import warnings
 from dataclasses import dataclass
-from typing import Callable, Iterable, List, Optional, Sequence, Set, Tuple
+from typing import Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -35,7 +35,7 @@ from .arguments import ConvTransposeArgs, find_problem
 from .derived import set_class
 from .epilogue import DEFAULT_NEGATIVE_SLOPE, Epilogue, activate, check_activation
 from .kernels.extension import loaded_extension
-from .kernel_calls import compile_units, plan_units
+from .kernel_calls import compile_units, variant_units
 from .ops import (FallbackWarning, autocast_args, conv_transpose2d, conv_transpose2d_fused,
                   first_run, kernel_call)
 
@@ -375,10 +375,11 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
 
 
 def example_plan(module: "FastConvTranspose2d", shape: Sequence[int], stride: Sequence[int],
-                 dtype: torch.dtype, device: torch.device
+                 dtype: torch.dtype, device: torch.device, activations: Sequence[str] = ()
                  ) -> Tuple[Optional[planner.Plan], Tuple[str, ...]]:
     """The plan a call of `module` on an input of this geometry gets without autotune, and the
-    build units it would load. Planned on fake tensors of the geometry (planning reads no
+    build units it would load: for the module's own activation and `activations` (those a
+    fused chain may give its calls). Planned on fake tensors of the geometry (planning reads no
     tensor data). No plan (and no units) for CPU calls, invalid calls and autotune, which
     times the call first. Whether a weight fits gemm_out_tile is its binding's answer, and
     asking would compile its unit on its own first: for such a plan the units of both answers
@@ -395,24 +396,30 @@ def example_plan(module: "FastConvTranspose2d", shape: Sequence[int], stride: Se
     args = module._args(module.output_padding)
     if find_problem(x, w, None, args) is not None:
         return None, ()
+    fused = tuple(dict.fromkeys((module.activation, *activations)))
     with planner.out_tile_fit_assumed(True):
         chosen = planner.plan(x, w, args)
-    if chosen.variant != planner.GEMM_OUT_TILE:
-        return chosen, tuple(plan_units(chosen))
-    with planner.out_tile_fit_assumed(False):
-        other = planner.plan(x, w, args)
-    return None, tuple(dict.fromkeys((*plan_units(chosen), *plan_units(other))))
+    plans = [chosen]
+    if chosen.variant == planner.GEMM_OUT_TILE:
+        with planner.out_tile_fit_assumed(False):
+            plans.append(planner.plan(x, w, args))
+    units = tuple(dict.fromkeys(u for p in plans for a in fused
+                                for u in variant_units(p.variant, a)))
+    return (chosen if len(plans) == 1 else None), units
 
 
-def prepare_kernels(calls: Iterable[Tuple["FastConvTranspose2d", Tuple]]) -> Tuple[str, ...]:
+def prepare_kernels(calls: Iterable[Tuple["FastConvTranspose2d", Tuple]],
+                    fused: Optional[Dict[int, str]] = None) -> Tuple[str, ...]:
     """Compiles at once the build units these calls (module, input geometry: shape, stride,
-    dtype, device) will load, before the first of them runs; returns them. With autotune on,
-    none: its first timing compiles every unit at once. Never raises: whatever cannot be
+    dtype, device) will load, before the first of them runs; returns them. `fused`: the
+    activation a fused chain may give a module's calls (by id). With autotune on, none: its
+    first timing compiles its candidates' units at once. Never raises: whatever cannot be
     planned or built here is met by the calls themselves, as without it."""
     units: Set[str] = set()
     try:
         for module, geometry in calls:
-            chosen, needed = example_plan(module, *geometry)
+            extra = (fused[id(module)],) if fused and id(module) in fused else ()
+            chosen, needed = example_plan(module, *geometry, activations=extra)
             units.update(needed)
             if chosen is not None:  # what `backend` (and so summary()) shows until a call runs
                 module.__dict__["_last_plan"] = (geometry[3], geometry[2], chosen)

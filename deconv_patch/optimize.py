@@ -51,6 +51,22 @@ def _as_args(example_inputs: Any) -> Optional[Tuple[Any, ...]]:
     return (example_inputs,)
 
 
+def _names(model: nn.Module) -> Dict[int, str]:
+    """Each module's first name in `model`, by id."""
+    names: Dict[int, str] = {}
+    for n, m in model.named_modules(remove_duplicate=False):
+        names.setdefault(id(m), n)
+    return names
+
+
+def _fusable_activations(model: nn.Module, record: Record,
+                         convs: List[Tuple[str, FastConvTranspose2d]]) -> Dict[int, str]:
+    """The activation each chain the record proves would fuse into its conv's calls (by the
+    conv's id): the fused check may still decline it."""
+    plan = plan_chains(record, convs, _names(model))
+    return {id(conv): chain.activation for conv, chain in plan.chains.values()}
+
+
 @contextlib.contextmanager
 def _state_restored(model: nn.Module):
     """No gradients, PyTorch's kernels; buffers (BN statistics) and random state put back."""
@@ -112,9 +128,7 @@ class _Patcher:
         """Fuses what `record` proves, checks it on (args, kwargs), updates the summary.
         `check_on_copy`: run the check on a copy (the user's own call is still in flight:
         its autograd graph must not see buffers restored under it)."""
-        names = {}
-        for n, m in self.model.named_modules(remove_duplicate=False):
-            names.setdefault(id(m), n)
+        names = _names(self.model)
         left = list(self.summary.left) + [row for row in _unrouted_calls(record, names)
                                           if row not in self.summary.left]
         plan = plan_chains(record, self.convs, names) if self.fuse else ChainPlan()
@@ -273,10 +287,12 @@ def optimize(
     if args is not None:
         with _state_restored(work):
             record, _ = record_forward(work, args, kwargs)
-        # The families the layers' calls plan compile at once now, not one after another as
-        # the fused check and the first calls meet them.
-        prepare_kernels((conv, call.input) for _, conv in patch.patched
-                        for call in record.conv_calls.get(id(conv), ()) if call.input is not None)
+        # The families the layers' calls plan compile at once now (for the activations the
+        # chains the record proves would fuse), not one after another as the fused check and
+        # the first calls meet them.
+        calls = [(conv, call.input) for _, conv in patch.patched
+                 for call in record.conv_calls.get(id(conv), ()) if call.input is not None]
+        prepare_kernels(calls, _fusable_activations(work, record, patch.patched) if fuse else None)
         patcher.decide(record, args, kwargs)
     else:
         fusable = fuse and any(CHAIN_ATTR not in conv.__dict__ for _, conv in patch.patched)

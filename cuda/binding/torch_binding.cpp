@@ -110,7 +110,7 @@ UnitCall unit_call(ScalarKind kind, bool allow_tf32, int64_t config) {
 at::Tensor pack_weight(int64_t family_code, const at::Tensor& weight, at::IntArrayRef stride,
                        at::IntArrayRef padding, at::IntArrayRef output_padding,
                        at::IntArrayRef dilation, int64_t groups, bool allow_tf32) {
-  const FamilyUnit& unit = family_unit(family_code);
+  const FamilyUnit& unit = family_unit(family_code, kEveryActivation);
   TORCH_CHECK(weight.is_cuda() && weight.dim() == 4, "deconv_patch: weight must be a 4-D CUDA tensor");
   (void)output_padding;
   const c10::cuda::CUDAGuard guard(weight.device());
@@ -141,7 +141,9 @@ at::Tensor conv_transpose2d_forward(int64_t family_code, const at::Tensor& input
                                     const c10::optional<at::Tensor>& shift, int64_t activation,
                                     double negative_slope,
                                     const c10::optional<at::Tensor>& packed, int64_t config) {
-  const FamilyUnit& unit = family_unit(family_code);
+  TORCH_CHECK(activation >= 0 && activation <= (int64_t)Activation::kHardswish,
+              "deconv_patch: unknown activation code ", activation);
+  const FamilyUnit& unit = family_unit(family_code, activation);
   TORCH_CHECK(input.is_cuda() && weight.is_cuda(), "deconv_patch: input and weight must be CUDA");
   TORCH_CHECK(input.dim() == 4 && weight.dim() == 4, "deconv_patch: expected 4-D input and weight");
   TORCH_CHECK(stride.size() == 2 && padding.size() == 2 && output_padding.size() == 2 &&
@@ -206,8 +208,6 @@ at::Tensor conv_transpose2d_forward(int64_t family_code, const at::Tensor& input
   p.out_w = out_w;
   copy_strides(output, p.out_stride);
   p.out_channels_last = cl;
-  TORCH_CHECK(activation >= 0 && activation <= (int64_t)Activation::kHardswish,
-              "deconv_patch: unknown activation code ", activation);
   p.epi.scale = channel_vector(scale, out_channels, input, "scale");
   p.epi.shift = channel_vector(shift, out_channels, input, "shift");
   p.epi.activation = static_cast<Activation>(activation);
@@ -264,7 +264,7 @@ at::Tensor conv_transpose2d_forward(int64_t family_code, const at::Tensor& input
 bool weight_fits(int64_t family_code, int64_t device_index, const std::string& dtype,
                  at::IntArrayRef weight_sizes, at::IntArrayRef stride, at::IntArrayRef padding,
                  at::IntArrayRef dilation, int64_t groups, bool allow_tf32) {
-  const FamilyUnit& unit = family_unit(family_code);
+  const FamilyUnit& unit = family_unit(family_code, kEveryActivation);
   TORCH_CHECK(weight_sizes.size() == 4, "deconv_patch: weight_fits takes 4 weight sizes");
   ScalarKind kind;
   if (dtype == "float32") kind = ScalarKind::kFloat32;
@@ -289,7 +289,7 @@ at::Tensor autocast_cast(const at::Tensor& t, at::ScalarType dtype) {
 // A family's tile config names, in config order; None for configs its unit leaves unnamed (the
 // registry names them, and the count is checked against it).
 std::vector<c10::optional<std::string>> config_names(int64_t family_code) {
-  const FamilyUnit& unit = family_unit(family_code);
+  const FamilyUnit& unit = family_unit(family_code, kEveryActivation);
   std::vector<c10::optional<std::string>> names;
   for (int i = 0; i < unit.num_configs(); ++i) {
     const char* name = unit.config_name(i);
@@ -311,13 +311,15 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("scale") = py::none(), py::arg("shift") = py::none(), py::arg("activation") = 0,
         py::arg("negative_slope") = 0.01, py::arg("packed") = py::none(),
         py::arg("config") = -1);
-  m.def("register_family", [](int64_t family, const std::string& name, uintptr_t table) {
-    deconv_patch::register_family_unit(family, name, table);
+  m.def("register_family", [](int64_t family, const std::string& name, uintptr_t table,
+                              int64_t activation) {
+    deconv_patch::register_family_unit(family, name, table, activation);
   }, "Registers a kernel family's table by its address (deconv_patch_unit_<family>() of its "
-     "loaded unit, common/family_unit.h) under the registry's code and name", py::arg("family"),
-     py::arg("name"), py::arg("table"));
+     "loaded unit, common/family_unit.h) under the registry's code and name, and the activation "
+     "its unit was built for (-1: every one)", py::arg("family"), py::arg("name"),
+     py::arg("table"), py::arg("activation") = deconv_patch::kEveryActivation);
   m.def("registered_families", &deconv_patch::registered_family_units,
-        "The kernel families whose tables are registered, by code");
+        "The registered units, by family code: (family name, activation or -1 for every one)");
   m.def("config_names", &deconv_patch::config_names,
         "A registered family's tile config names, in config order (None: unnamed)",
         py::arg("family"));

@@ -59,14 +59,21 @@ __device__ __forceinline__ float apply_epilogue(float acc, ChannelAffine a,
 template <Activation A>
 using ActivationC = std::integral_constant<Activation, A>;
 
-// Calls f(ActivationC<act>{}): such kernels instantiate their store once per activation, so each
-// element runs its own activation's few instructions. A runtime switch there inlined all nine
-// formulas into every unrolled element, and that code (not the arithmetic) made gemm_phase_tma
-// 2.5x slower with a fused ReLU and 3.8x with Tanh than without (H100,
-// docs/performance/epilogue.md).
-// The host checks the code (a value outside the list runs as kNone).
+// Calls f(ActivationC<act>{}): such kernels are compiled once per activation, so each element
+// runs its own activation's few instructions. A runtime switch there inlined all nine formulas
+// into every unrolled element, and that code (not the arithmetic) made gemm_phase_tma 2.5x slower
+// with a fused ReLU and 3.8x with Tanh than without (H100, docs/performance/epilogue.md). A
+// launcher picks the kernel on the host: nine stores in one kernel made it the slowest thing to
+// compile (docs/performance/build.md). The host checks the code (a value outside the list runs
+// as kNone).
 template <typename F>
-__device__ __forceinline__ void dispatch_activation(Activation act, F&& f) {
+inline void dispatch_activation(Activation act, F&& f) {
+#ifdef DECONV_PATCH_UNIT_ACTIVATION
+  // A unit built for one activation (common/family_unit.h) has that activation's kernels only;
+  // the binding never hands it another (f is not called: the launcher reports no kernel).
+  constexpr Activation kOnly = static_cast<Activation>(DECONV_PATCH_UNIT_ACTIVATION);
+  if (act == kOnly) f(ActivationC<kOnly>{});
+#else
   switch (act) {
     case Activation::kReLU: f(ActivationC<Activation::kReLU>{}); break;
     case Activation::kLeakyReLU: f(ActivationC<Activation::kLeakyReLU>{}); break;
@@ -78,6 +85,7 @@ __device__ __forceinline__ void dispatch_activation(Activation act, F&& f) {
     case Activation::kHardswish: f(ActivationC<Activation::kHardswish>{}); break;
     default: f(ActivationC<Activation::kNone>{}); break;
   }
+#endif
 }
 
 // apply_epilogue with the activation fixed at compile time and (mul, add) from the channel's

@@ -16,7 +16,16 @@
 namespace deconv_patch {
 
 // Bumped whenever FamilyUnit or UnitCall changes, so a unit built from other sources is refused.
-constexpr int kFamilyUnitAbi = 2;
+constexpr int kFamilyUnitAbi = 3;
+
+// The fused activation a unit's kernels were compiled for, where its build holds one
+// (-DDECONV_PATCH_UNIT_ACTIVATION=<Activation code>: a first use compiles what its layers fuse,
+// common/epilogue.cuh), else -1: every activation.
+#ifdef DECONV_PATCH_UNIT_ACTIVATION
+constexpr int kUnitActivation = DECONV_PATCH_UNIT_ACTIVATION;
+#else
+constexpr int kUnitActivation = -1;
+#endif
 
 struct FamilyUnit;
 
@@ -43,6 +52,7 @@ struct FamilyUnit {
   int abi;               // kFamilyUnitAbi as the unit was compiled
   const char* name;      // the family's name, as the Python registry spells it
   unsigned table_bytes;  // sizeof(FamilyUnit) as the unit was compiled
+  int activation;        // kUnitActivation as the unit was compiled
   // Tile configs: launch takes config 0..num_configs()-1 (named config_name(i)) or -1.
   int (*num_configs)();
   const char* (*config_name)(int config);
@@ -107,11 +117,11 @@ cudaError_t unit_pack(const ConvTranspose2dParams& p, const UnitCall& c, void* p
 }  // namespace deconv_patch
 
 // Defines a unit's table, deconv_patch_unit_NAME(), from the FamilyUnit members after
-// table_bytes, in their order.
+// activation, in their order.
 #define DECONV_PATCH_DEFINE_UNIT(NAME, ...)                                              \
   extern "C" __attribute__((visibility("default"))) const void* deconv_patch_unit_##NAME() { \
     static constexpr deconv_patch::FamilyUnit unit{deconv_patch::kFamilyUnitAbi, #NAME,      \
                                                    sizeof(deconv_patch::FamilyUnit),         \
-                                                   __VA_ARGS__};                            \
+                                                   deconv_patch::kUnitActivation, __VA_ARGS__};  \
     return &unit;                                                                         \
   }

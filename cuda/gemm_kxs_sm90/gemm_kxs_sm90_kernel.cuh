@@ -500,8 +500,9 @@ __device__ __forceinline__ void kxs_store_packet(T* dst, const uint32_t (&bits)[
 // ---------------------------------------------------------------------------------------------
 // Main kernel (body only on sm_90a; an empty kernel elsewhere). NCHW_IN: A read MN-major from
 // NCHW input (16-bit); STAGED: the shared-memory-staged store; RKW (staged only): 0 = tap-major
-// tiles, 2 or 4 = kh-row tiles of KW = RKW (see the top for all three).
-template <typename T, class Cfg, bool NCHW_IN, bool STAGED, int RKW>
+// tiles, 2 or 4 = kh-row tiles of KW = RKW (see the top for all three). One kernel per fused
+// activation kAct.
+template <typename T, class Cfg, bool NCHW_IN, bool STAGED, int RKW, Activation kAct>
 __global__ void __launch_bounds__(kThreads, 1)
     conv_transpose2d_gemm_kxs_sm90_kernel(const __grid_constant__ CUtensorMap tma_a,
                                           const __grid_constant__ CUtensorMap tma_b,
@@ -847,8 +848,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       unsigned char* const my_staging = smem + Cfg::kStagingOffset + cw * 2 * kStageChunkBytes;
       // Values exactly as in the other paths: same epilogue expression and rounding; the
       // channel's (mul, add) are those of its first column (all taps share the channel).
-      auto store_rows = [&](auto act_c) {
-        constexpr Activation kAct = decltype(act_c)::value;
+      auto store_rows = [&]() {
 #pragma unroll
         for (int gc = 0; gc < kGroups; ++gc) {
           // Uniform over the warpgroup. Cout % 32 == 0: a group is wholly below Cout or wholly
@@ -934,7 +934,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           }
         }
       };
-      dispatch_activation(p.epi.activation, store_rows);
+      store_rows();
     } else if constexpr (STAGED) {
       // ---- Staged store (see the top). ----
       // This thread stores staging row sr of every chunk (tile row 64 * half + sr), 16-byte units
@@ -966,8 +966,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       unsigned char* const my_staging = smem + Cfg::kStagingOffset + cw * 2 * kStageChunkBytes;
       // The values are exactly the register path's: same epilogue expression, same rounding
       // (pack2 / fp32 as is); only the route to global memory differs.
-      auto store_staged = [&](auto act_c) {
-        constexpr Activation kAct = decltype(act_c)::value;
+      auto store_staged = [&]() {
 #pragma unroll
         for (int g = 0; g < BN / kColGroup; ++g) {
           // Uniform over the warpgroup, as the barriers below need (later groups are past NC too).
@@ -1040,7 +1039,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           }
         }
       };
-      dispatch_activation(p.epi.activation, store_staged);
+      store_staged();
     } else {
       int64_t row_off[MI][2];
       bool row_ok[MI][2];
@@ -1060,8 +1059,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       // the path a tile ran spread over ~80 KB of code, which the instruction caches had to
       // fetch again after any other large kernel: ~8 us per call on U-Net up1
       // (docs/performance/kxs.md).
-      auto store_tile = [&](auto act_c, auto vec_c) {
-        constexpr Activation kAct = decltype(act_c)::value;
+      auto store_tile = [&](auto vec_c) {
         constexpr bool kVec = decltype(vec_c)::value;
 #pragma unroll
         for (int g = 0; g < BN / kColGroup; ++g) {
@@ -1128,13 +1126,11 @@ __global__ void __launch_bounds__(kThreads, 1)
           }
         }
       };
-      dispatch_activation(p.epi.activation, [&](auto act_c) {
-        if (p.out_vec) {
-          store_tile(act_c, std::true_type{});
-        } else {
-          store_tile(act_c, std::false_type{});
-        }
-      });
+      if (p.out_vec) {
+        store_tile(std::true_type{});
+      } else {
+        store_tile(std::false_type{});
+      }
     }
     KXS_TRACE(3);
   }
@@ -1409,7 +1405,12 @@ cudaError_t launch_cfg(const ConvTranspose2dParams& p, ScalarKind kind, const vo
                                   kBoxes ? Cfg::kBN / kBoxes : Cfg::kBN))
     return cudaErrorInvalidValue;
 
-  auto kernel = conv_transpose2d_gemm_kxs_sm90_kernel<T, Cfg, NCHW_IN, STAGED, RKW>;
+  void (*kernel)(const CUtensorMap, const CUtensorMap, const KxsArgs) = nullptr;
+  dispatch_activation(p.epi.activation, [&](auto act_c) {
+    kernel = conv_transpose2d_gemm_kxs_sm90_kernel<T, Cfg, NCHW_IN, STAGED, RKW,
+                                                   decltype(act_c)::value>;
+  });
+  if (kernel == nullptr) return cudaErrorInvalidDeviceFunction;  // (another activation's unit)
   const cudaError_t err = ensure_dynamic_smem(kernel, kSmem, device);
   if (err != cudaSuccess) return err;
   const unsigned grid = (unsigned)(a.tiles < sms ? a.tiles : sms);

@@ -602,8 +602,8 @@ __device__ __forceinline__ void pt_wgmma_tf32_n64(float (&d)[32], uint32_t da_lo
 #endif
 
 // ---------------------------------------------------------------------------------------------
-// Main kernel (body only on sm_90a; an empty kernel elsewhere).
-template <typename T, class Cfg>
+// Main kernel (body only on sm_90a; an empty kernel elsewhere), one per fused activation.
+template <typename T, class Cfg, Activation kAct>
 __global__ void __launch_bounds__(kPtThreads, 1)
     conv_transpose2d_gemm_phase_tma_kernel(const __grid_constant__ CUtensorMap tma_a,
                                            const __grid_constant__ CUtensorMap tma_b,
@@ -951,8 +951,7 @@ __global__ void __launch_bounds__(kPtThreads, 1)
       }
       // The activation and the store mode are template arguments, so a tile runs one compact
       // stretch of code (as in gemm_kxs_sm90's store_tile, whose comment says why).
-      auto store_tile = [&](auto act_c, auto vec_c) {
-        constexpr Activation kAct = decltype(act_c)::value;
+      auto store_tile = [&](auto vec_c) {
         constexpr bool kVec = decltype(vec_c)::value;
 #pragma unroll
         for (int cg = 0; cg < BN / kPtColGroup; ++cg) {
@@ -1026,13 +1025,11 @@ __global__ void __launch_bounds__(kPtThreads, 1)
           }
         }
       };
-      dispatch_activation(p.epi.activation, [&](auto act_c) {
-        if (p.mode == kPtStoreVec) {
-          store_tile(act_c, std::true_type{});
-        } else {
-          store_tile(act_c, std::false_type{});
-        }
-      });
+      if (p.mode == kPtStoreVec) {
+        store_tile(std::true_type{});
+      } else {
+        store_tile(std::false_type{});
+      }
     } else {
       // ---- Staged stores (NCHW and any other layout): chunks of kCols columns. ----
       using St = PtStaging<T, Cfg>;
@@ -1044,8 +1041,7 @@ __global__ void __launch_bounds__(kPtThreads, 1)
       const int r_row = ct & (R - 1);
       bool r_ok;
       const int64_t r_off = pt_row_offset(p, ph, tl, (kPP ? 0 : 64 * cw) + r_row, r_ok);
-      auto store_staged = [&](auto act_c) {
-        constexpr Activation kAct = decltype(act_c)::value;
+      auto store_staged = [&]() {
 #pragma unroll
         for (int chunk = 0; chunk < BN / kCols; ++chunk) {
           // Fragments of the chunk's columns -> epilogue -> one rounding -> stg[col][row].
@@ -1100,7 +1096,7 @@ __global__ void __launch_bounds__(kPtThreads, 1)
           if (chunk + 1 < BN / kCols) named_barrier_sync(kPtStagingBarrier + cw, 128);
         }
       };
-      dispatch_activation(p.epi.activation, store_staged);
+      store_staged();
     }
   }
 #endif  // DECONV_PATCH_PT_SM90A_DEVICE
@@ -1585,7 +1581,11 @@ cudaError_t pt_launch_cfg(const ConvTranspose2dParams& p, ScalarKind kind, const
   if (!pt_fill_args(a, p, kind, Cfg::kBN, box, h, w)) return cudaErrorInvalidValue;
   if (a.tiles == 0) return cudaSuccess;
 
-  auto kernel = conv_transpose2d_gemm_phase_tma_kernel<T, Cfg>;
+  void (*kernel)(const CUtensorMap, const CUtensorMap, const PtArgs) = nullptr;
+  dispatch_activation(p.epi.activation, [&](auto act_c) {
+    kernel = conv_transpose2d_gemm_phase_tma_kernel<T, Cfg, decltype(act_c)::value>;
+  });
+  if (kernel == nullptr) return cudaErrorInvalidDeviceFunction;  // (another activation's unit)
   const cudaError_t err = ensure_dynamic_smem(kernel, Cfg::kTotalBytes, device);
   if (err != cudaSuccess) return err;
 

@@ -5,7 +5,10 @@ the prepared calls and the direct kernel every call can fall back to. Each other
 is a build unit of its own (cuda/<family>/, a shared library), compiled the first time a call
 needs it. Every family, the core's included, is registered with the binding by its table's
 address (cuda/common/family_unit.h) under the registry's code, so a model compiles only the
-families its layers use. `load_extension()` (`deconv-patch build`) builds everything.
+families its layers use. A family whose kernels are compiled per fused activation also builds
+as one unit per activation ("gemm_phase_tma@relu"): a first use compiles the activations its
+layers fuse, and a family's whole unit, where it is built, serves every activation.
+`load_extension()` (`deconv-patch build`) builds every family's whole unit.
 
 Builds are cached on disk per torch version, CUDA version, GPU architecture set and source
 digest, so later processes load them in milliseconds.
@@ -22,9 +25,11 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 import torch
+
+from .activations import ACTIVATIONS
 
 EXTENSION_NAME = "deconv_patch_cuda"
 _MIN_CAPABILITY = (8, 0)
@@ -50,6 +55,26 @@ CORE = "core"
 CORE_FOLDERS = ("binding", "relayout", "direct")
 
 
+# A unit built for one fused activation: "<family>@<activation>".
+ACTIVATION_MARK = "@"
+
+
+def activation_unit(family: str, activation: str) -> str:
+    """The unit of `family`'s kernels for one fused activation (a name of ACTIVATIONS)."""
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"deconv_patch: no activation {activation!r} (activations: "
+                         f"{', '.join(ACTIVATIONS)})")
+    return f"{family}{ACTIVATION_MARK}{activation}"
+
+
+def unit_parts(unit: str) -> Tuple[str, Optional[str]]:
+    """(the unit's folder, its activation or None for a whole unit)."""
+    folder, mark, activation = unit.partition(ACTIVATION_MARK)
+    if mark and activation not in ACTIVATIONS:
+        raise ValueError(f"deconv_patch: no build unit {unit!r} (activation {activation!r})")
+    return folder, (activation if mark else None)
+
+
 def unit_names() -> List[str]:
     """The kernel families' build units: each folder of cuda/ with a <folder>_unit.cu (its
     table), but the core's."""
@@ -60,13 +85,14 @@ def unit_names() -> List[str]:
 
 
 def unit_sources(unit: str) -> List[Path]:
-    """The .cpp and .cu files a unit compiles (CORE, or a family's folder)."""
+    """The .cpp and .cu files a unit compiles (CORE, or a family's folder, whole or for one
+    activation)."""
     root = cuda_source_dir()
-    folders = CORE_FOLDERS if unit == CORE else (unit,)
-    if unit != CORE and unit not in unit_names():
+    family, _ = unit_parts(unit)
+    if unit != CORE and family not in unit_names():
         raise ValueError(f"deconv_patch: no build unit {unit!r} (units: {unit_names()})")
-    return [f for folder in folders
-            for f in (*sorted((root / folder).glob("*.cpp")), *sorted((root / folder).glob("*.cu")))]
+    folders = [root / f for f in (CORE_FOLDERS if unit == CORE else (family,))]
+    return [f for d in folders for f in (*sorted(d.glob("*.cpp")), *sorted(d.glob("*.cu")))]
 
 
 def source_files() -> List[Path]:
@@ -183,7 +209,17 @@ def runtime_libstdcxx() -> List[str]:
 
 
 def _library_name(unit: str) -> str:
-    return EXTENSION_NAME if unit == CORE else f"{EXTENSION_NAME}_{unit}"
+    folder, activation = unit_parts(unit)
+    if unit == CORE:
+        return EXTENSION_NAME
+    return f"{EXTENSION_NAME}_{folder}" + (f"__{activation}" if activation else "")
+
+
+def unit_flags(unit: str) -> List[str]:
+    """nvcc flags of one unit beyond the build's: an activation unit's activation."""
+    _, activation = unit_parts(unit)
+    return [] if activation is None else [
+        f"-DDECONV_PATCH_UNIT_ACTIVATION={ACTIVATIONS[activation]}"]
 
 
 def build_unit(unit: str, build_root: Path, cuda_flags: Sequence[str], verbose: bool = False
@@ -199,7 +235,7 @@ def build_unit(unit: str, build_root: Path, cuda_flags: Sequence[str], verbose: 
         sources=[str(p) for p in unit_sources(unit)],
         extra_include_paths=[str(cuda_source_dir())],
         extra_cflags=["-O3"],
-        extra_cuda_cflags=["-O3", *cuda_flags],
+        extra_cuda_cflags=["-O3", *cuda_flags, *unit_flags(unit)],
         extra_ldflags=runtime_libstdcxx(),
         build_directory=str(build_dir),
         is_python_module=unit == CORE,
@@ -208,13 +244,22 @@ def build_unit(unit: str, build_root: Path, cuda_flags: Sequence[str], verbose: 
 
 
 def register_unit(core: ModuleType, unit: str, library: str) -> None:
-    """Hands family `unit`'s table (deconv_patch_unit_<unit>() of the loaded `library`) to the
-    core, under the registry's code for it."""
+    """Hands the table of `unit` (deconv_patch_unit_<family>() of the loaded `library`) to the
+    core, under the registry's code for its family and the activation it was built for."""
     from . import BY_NAME  # the registry: the layer above names the families
 
-    getter = getattr(ctypes.CDLL(library), f"deconv_patch_unit_{unit}")
+    family, activation = unit_parts(unit)
+    getter = getattr(ctypes.CDLL(library), f"deconv_patch_unit_{family}")
     getter.restype = ctypes.c_void_p
-    core.register_family(BY_NAME[unit].code, unit, getter())
+    core.register_family(BY_NAME[family].code, family, getter(),
+                         -1 if activation is None else ACTIVATIONS[activation])
+
+
+def registered_units(core: ModuleType) -> Set[str]:
+    """The units whose tables the core holds."""
+    names = {code: name for name, code in ACTIVATIONS.items()}
+    return {family if code < 0 else activation_unit(family, names[code])
+            for family, code in core.registered_families()}
 
 
 def register_core_families(core: ModuleType) -> None:
@@ -222,7 +267,7 @@ def register_core_families(core: ModuleType) -> None:
     from . import FAMILIES
 
     for family in FAMILIES:
-        if family.units == ():
+        if family.needs_units == ():
             register_unit(core, family.name, str(core.__file__))
 
 
@@ -260,7 +305,8 @@ def _build_here(unit: str) -> object:
 
 
 def unit_build_command(unit: str, build_root: Path, cuda_flags: Sequence[str]) -> List[str]:
-    """The command that builds one unit in a process of its own (this module's entry point)."""
+    """The command that builds one unit in a process of its own (this module's entry point; the
+    unit's own flags are added there)."""
     return [sys.executable, "-m", __name__, unit, str(build_root), *cuda_flags]
 
 
@@ -354,14 +400,34 @@ def load_units(units: Iterable[str]) -> ModuleType:
 @functools.lru_cache(maxsize=None)
 def _load_unit_set(units: Tuple[str, ...]) -> ModuleType:
     """load_units, once per set of units: a registered unit stays registered, so later calls
-    (a prepared call per plan, a weight pack per weight version) cost a dict lookup."""
+    (a prepared call per plan, a weight pack per weight version) cost a dict lookup. A family's
+    whole unit, where it is registered or built, stands in for its activation units."""
     core = loaded_extension()
-    pending = [u for u in units if core is None or u not in core.registered_families()]
+    registered = set() if core is None else registered_units(core)
+    units = tuple(dict.fromkeys(_whole_if_there(u, registered) for u in units))
+    pending = [u for u in units if u not in registered]
     _prepare(([CORE] if core is None else []) + pending)
     core = load_core()
     for unit in pending:
         _load_unit(unit)
     return core
+
+
+def _whole_if_there(unit: str, registered: Set[str]) -> str:
+    folder, activation = unit_parts(unit)
+    if activation is not None and (folder in registered or _is_built(folder, cache_dir())):
+        return folder
+    return unit
+
+
+def load_family_any(family: str, units: Sequence[str]) -> ModuleType:
+    """The core with some unit of `family` registered, for what every unit of a family answers
+    alike (a weight's packing, whether a weight fits): the loaded one where there is one, else
+    `units` (loaded as load_units does)."""
+    core = loaded_extension()
+    if core is not None and any(unit_parts(u)[0] == family for u in registered_units(core)):
+        return core
+    return load_units(units)
 
 
 def load_extension() -> ModuleType:

@@ -8,6 +8,7 @@ from typing import Callable, Optional, Tuple
 import torch
 
 from ..arguments import ConvTransposeArgs
+from .extension import activation_unit
 
 
 @dataclass(frozen=True)
@@ -46,10 +47,15 @@ class KernelFamily:
     # The build units (cuda/<unit>/, deconv_patch/kernels/extension.py) its calls need loaded: by
     # default its own folder; () for the families the extension's core holds.
     needs_units: Optional[Tuple[str, ...]] = None
+    # Whether its kernels are compiled per fused activation, so that a first use can build the
+    # unit of one activation (extension.activation_unit) instead of its whole folder.
+    per_activation: bool = False
 
-    @property
-    def units(self) -> Tuple[str, ...]:
-        return (self.name,) if self.needs_units is None else self.needs_units
+    def units_for(self, activation: str) -> Tuple[str, ...]:
+        """The build units a call fusing `activation` loads."""
+        if self.needs_units is not None:
+            return self.needs_units
+        return (activation_unit(self.name, activation) if self.per_activation else self.name,)
 
     @property
     def variants(self) -> Tuple[str, ...]:

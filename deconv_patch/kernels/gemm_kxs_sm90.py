@@ -45,4 +45,4 @@ def _refusal(dtype: torch.dtype, weight: torch.Tensor, args: ConvTransposeArgs,
 
 FAMILY = KernelFamily(
     NAME, 4, "k == stride GEMM on TMA + wgmma (sm_90a)", configs=CONFIGS + AREA_CONFIGS,
-    packed_weight=True, refusal=_refusal)
+    packed_weight=True, refusal=_refusal, per_activation=True)

@@ -63,4 +63,5 @@ def untimed_config(fp32: bool, rows: int, phases: int, out_channels: int, sms: i
 
 FAMILY = KernelFamily(
     NAME, 7, "stride-phase GEMM on TMA + wgmma (sm_90a)",
-    configs=CONFIGS, packed_weight=True, refusal=shallow_sum_refusal)
+    configs=CONFIGS, packed_weight=True, refusal=shallow_sum_refusal,
+    per_activation=True)

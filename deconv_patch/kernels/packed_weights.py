@@ -16,7 +16,7 @@ import torch
 
 from .. import kernels
 from ..arguments import ConvTransposeArgs
-from .extension import load_units
+from .extension import load_family_any
 
 _MAX_ENTRIES = 1024
 
@@ -76,7 +76,8 @@ class PackedWeightCache:
     def _pack(variant: str, weight: torch.Tensor, args: ConvTransposeArgs,
               allow_tf32: bool) -> torch.Tensor:
         family = kernels.BY_NAME[variant]
-        return load_units(family.units).pack_weight(
+        # (every unit of a family packs alike: the call's own is loaded by now)
+        return load_family_any(family.name, family.units_for("none")).pack_weight(
             family.code, weight.detach(), list(args.stride), list(args.padding),
             list(args.output_padding), list(args.dilation), args.groups, allow_tf32)
 

@@ -396,10 +396,12 @@ def _out_tile_fits(weight: torch.Tensor, args: ConvTransposeArgs) -> bool:
     if fits is None:
         fits = _OUT_TILE_FITS.get(key)
     if fits is None:
-        from .extension import load_units  # the binding: the layer below the planner
+        from .extension import load_family_any  # the binding: the layer below the planner
         try:
-            # Sizes and the dtype's name, not the tensor: planning reads no tensor data.
-            fits = bool(load_units(gemm_out_tile.FAMILY.units).weight_fits(
+            # Sizes and the dtype's name, not the tensor: planning reads no tensor data. (Every
+            # unit of the family answers alike.)
+            units = gemm_out_tile.FAMILY.units_for("none")
+            fits = bool(load_family_any(gemm_out_tile.NAME, units).weight_fits(
                 gemm_out_tile.FAMILY.code, index, str(weight.dtype).replace("torch.", ""),
                 list(weight.shape), list(args.stride), list(args.padding), list(args.dilation),
                 args.groups, tf32))

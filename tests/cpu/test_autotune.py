@@ -9,6 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from deconv_patch import kernels
 from deconv_patch.kernels import autotune, device_info, planner
 from deconv_patch.arguments import ConvTransposeArgs
 from deconv_patch.kernels.autotune import AutotuneCache
@@ -149,14 +150,14 @@ def test_candidate_runner_times_pytorch_with_the_epilogue_applied():
         assert (got.double() - want).abs().max() < 1e-5
 
 
-def test_timing_compiles_every_unit_at_once_before_the_first_candidate(monkeypatch):
-    """With autotune on, a call whose choice is not cached loads every build unit in one go
-    (they compile at once) before pick() times the candidates, instead of one family at a time
-    as each candidate first runs; a cached choice loads nothing."""
+def test_timing_compiles_the_candidates_units_at_once_before_the_first_candidate(monkeypatch):
+    """With autotune on, a call whose choice is not cached loads its candidates' build units
+    (for the call's fused activation) in one go (they compile at once) before pick() times
+    the candidates, instead of one family at a time as each candidate first runs; a cached
+    choice loads nothing."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     from deconv_patch import kernel_calls
-    from deconv_patch.kernels import extension
 
     loads, picks = [], []
     monkeypatch.setattr(kernel_calls, "load_units", lambda units: loads.append(list(units)))
@@ -171,9 +172,13 @@ def test_timing_compiles_every_unit_at_once_before_the_first_candidate(monkeypat
         w = torch.empty(64, 32, 4, 4, device="cuda", dtype=torch.bfloat16)
     args = ConvTransposeArgs.from_values(stride=2, padding=1)
     monkeypatch.setattr(autotune, "known", lambda key, candidates: False)
-    kernel_calls._plan_call(x, w, None, args, IDENTITY)
-    assert loads == [extension.unit_names()]
+    kernel_calls._plan_call(x, w, None, args, Epilogue(activation="relu"))
     assert picks[0][0] == 1 and len(picks[0][1]) > 1  # loaded before timing, several candidates
+    families = {kernels.family_of(v) for v in picks[0][1]} - {None}
+    assert len(families) > 2
+    assert loads == [sorted({u for f in families for u in f.units_for("relu")})]
+    # the per-activation families' ReLU units, not their whole folders
+    assert "gemm_phase_tma@relu" in loads[0] and "gemm_phase_tma" not in loads[0]
     monkeypatch.setattr(autotune, "known", lambda key, candidates: True)
     kernel_calls._plan_call(x, w, None, args, IDENTITY)
     assert len(loads) == 1 and len(picks) == 2

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from deconv_patch.kernels import extension
+from deconv_patch.kernels.activations import ACTIVATIONS
 
 
 def test_sources_are_found_and_kernel_files_have_no_torch_headers():
@@ -115,8 +116,11 @@ def test_each_family_defines_its_table_in_its_own_folder():
         assert set(includes) <= {"binding", "common", "relayout"}, (name, includes)
         assert "switch (family" not in code and "KernelFamily" not in code, name
     for family in kernels.FAMILIES:  # what the registry loads exists
-        assert set(family.units) <= set(extension.unit_names()), family.name
-    assert kernels.BY_NAME["direct"].units == () and "direct" not in extension.unit_names()
+        for activation in ACTIVATIONS:
+            folders = {extension.unit_parts(u)[0] for u in family.units_for(activation)}
+            assert folders <= set(extension.unit_names()), family.name
+    assert kernels.BY_NAME["direct"].units_for("relu") == ()
+    assert "direct" not in extension.unit_names()
 
 
 def test_first_use_compiles_what_is_missing_at_once_then_loads_each_unit_once(monkeypatch,
@@ -128,10 +132,13 @@ def test_first_use_compiles_what_is_missing_at_once_then_loads_each_unit_once(mo
 
     asked = []
 
+    codes = {name: code for name, code in ACTIVATIONS.items()}
+
     class Core:
         def registered_families(self):
             asked.append(1)
-            return list(registered)
+            return [(u.split("@")[0], codes[u.split("@")[1]] if "@" in u else -1)
+                    for u in registered]
 
     core = Core()
     state = {"loaded": False}
@@ -165,6 +172,19 @@ def test_first_use_compiles_what_is_missing_at_once_then_loads_each_unit_once(mo
         before = len(asked)
         extension.load_units(("gemm_kxs",))  # a set loaded before: not even asked again
         assert len(asked) == before and built.count("gemm_kxs") == 2
+        # a per-activation family: the unit of the asked activation, built for it alone ...
+        extension.load_units(["gemm_phase_tma@relu", "gemm_phase@tanh"])
+        assert at_once[-1] == ["gemm_phase_tma@relu", "gemm_phase@tanh"]
+        assert registered[-2:] == ["gemm_phase_tma@relu", "gemm_phase@tanh"]
+        # ... unless its whole unit is built (or registered): that serves every activation
+        (tmp_path / "gemm_phase_tma").mkdir()
+        (tmp_path / "gemm_phase_tma" / f"{extension.EXTENSION_NAME}_gemm_phase_tma.so"
+         ).write_bytes(b"")
+        extension.load_units(["gemm_phase_tma@silu", "gemm_phase@tanh"])
+        assert registered[-1] == "gemm_phase_tma" and len(at_once) == 2
+        count = len(built)
+        extension.load_units(["gemm_phase_tma@gelu"])  # the whole unit is loaded: nothing to do
+        assert len(built) == count and registered.count("gemm_phase_tma") == 1
     finally:
         extension._load_unit.cache_clear()
         extension._load_unit_set.cache_clear()

@@ -32,8 +32,8 @@ def test_layout_key_compares_by_value_and_hashes_once():
 def test_one_pack_per_weight_version_and_layout(monkeypatch):
     recorder = _Recorder()
     units = []
-    monkeypatch.setattr(packed_weights, "load_units",
-                        lambda asked: units.append(tuple(asked)) or recorder)
+    monkeypatch.setattr(packed_weights, "load_family_any",
+                        lambda family, asked: units.append((family, tuple(asked))) or recorder)
     cache = PackedWeightCache()
     w = torch.randn(4, 3, 2, 2)
     args = ConvTransposeArgs.from_values(2, 0, 0, 1, 1)
@@ -51,4 +51,5 @@ def test_one_pack_per_weight_version_and_layout(monkeypatch):
     other = torch.randn(4, 3, 2, 2)                             # another weight tensor
     cache.get("gemm_kxs", other, args, True, key)
     assert len(recorder.calls) == 4 and cache.packs == 4
-    assert set(units) == {("gemm_kxs",)}  # packing loads the family's own unit
+    # packing loads a unit of the family's own (gemm_kxs: one for every activation)
+    assert set(units) == {("gemm_kxs", ("gemm_kxs",))}

@@ -75,9 +75,19 @@ def test_each_call_plans_on_its_geometry_without_a_gpu(hopper, monkeypatch):
         cpu = _units(up2, (64, 128, 4, 4), (2048, 16, 4, 1), torch.float32,
                                    torch.device("cpu"))
         small = _units(up2, (1, 128, 4, 4), (2048, 16, 4, 1), torch.float32, CUDA0)
+    # (gemm_kxs: one unit for every activation; gemm_phase_tma: the unit of the call's)
     assert tuple(latent) == ("gemm_kxs",)
-    assert tuple(phase) == ("gemm_phase_tma",)
+    assert tuple(phase) == ("gemm_phase_tma@none",)
     assert tuple(cpu) == () and tuple(small) == ()
+    with torch.backends.cudnn.flags(enabled=True, allow_tf32=True, benchmark=False):
+        # a chain that may fuse an activation into the calls: that activation's unit too
+        fused = modules.example_plan(up2, (64, 128, 4, 4), (2048, 16, 4, 1), torch.bfloat16,
+                                     CUDA0, activations=("tanh",))[1]
+        relu = _fast(nn.ConvTranspose2d(128, 64, 4, 2, 1))
+        relu.activation = "relu"
+        own = _units(relu, (64, 128, 4, 4), (2048, 16, 4, 1), torch.bfloat16, CUDA0)
+    assert fused == ("gemm_phase_tma@none", "gemm_phase_tma@tanh")
+    assert own == ("gemm_phase_tma@relu",)
     monkeypatch.setattr(modules.autotune, "enabled", lambda: True)  # it compiles every unit
     assert tuple(_units(up2, (64, 128, 4, 4), (2048, 16, 4, 1), torch.bfloat16,
                                       CUDA0)) == ()
@@ -100,9 +110,9 @@ def test_a_gemm_out_tile_plan_lists_its_units_without_building_them(hopper, monk
 
     with torch.backends.cudnn.flags(enabled=True, benchmark=False):
         # a DCGAN generator's last layer: gemm_out_tile, else cuDNN
-        assert units(64, 3, 16) == ("gemm_out_tile",)
+        assert units(64, 3, 16) == ("gemm_out_tile@none",)
         # 17 output channels: gemm_out_tile, else gemm_phase_tma
-        assert units(512, 17, 16) == ("gemm_out_tile", "gemm_phase_tma")
+        assert units(512, 17, 16) == ("gemm_out_tile@none", "gemm_phase_tma@none")
     assert asked == []
     # a plan made for a call asks the binding, as before
     with FakeTensorMode():
@@ -111,7 +121,7 @@ def test_a_gemm_out_tile_plan_lists_its_units_without_building_them(hopper, monk
     with torch.backends.cudnn.flags(enabled=True, benchmark=False), pytest.raises(
             pytest.fail.Exception):
         planner.plan(x, w, _fast(nn.ConvTranspose2d(64, 3, 4, 2, 1))._args((0, 0)))
-    assert asked == [("gemm_out_tile",)]
+    assert asked == [("gemm_out_tile@none",)]
 
 
 def test_the_families_compile_in_one_step(hopper, monkeypatch):
@@ -123,11 +133,14 @@ def test_the_families_compile_in_one_step(hopper, monkeypatch):
              (up2, ((64, 128, 4, 4), (2048, 16, 4, 1), torch.bfloat16, CUDA0)),
              (up2, ((32, 128, 4, 4), (2048, 16, 4, 1), torch.bfloat16, CUDA0))]
     with torch.backends.cudnn.flags(enabled=True, benchmark=False):
-        assert modules.prepare_kernels(calls) == ("gemm_kxs", "gemm_phase_tma")
-    assert compiled == [["gemm_kxs", "gemm_phase_tma"]]
+        assert modules.prepare_kernels(calls) == ("gemm_kxs", "gemm_phase_tma@none")
+    assert compiled == [["gemm_kxs", "gemm_phase_tma@none"]]
+    with torch.backends.cudnn.flags(enabled=True, benchmark=False):  # up2's calls may fuse ReLU
+        assert modules.prepare_kernels(calls, {id(up2): "relu"}) == (
+            "gemm_kxs", "gemm_phase_tma@none", "gemm_phase_tma@relu")
     with torch.backends.cudnn.flags(enabled=True, benchmark=False):
         assert modules.prepare_kernels(calls[:0]) == ()
-    assert len(compiled) == 1  # nothing to compile: not asked
+    assert len(compiled) == 2  # nothing to compile: not asked
 
 
 def test_a_failure_to_plan_is_a_warning_never_an_error(hopper, monkeypatch):
@@ -148,7 +161,7 @@ def test_optimize_prepares_the_recorded_calls_before_its_fused_check(monkeypatch
     before decide() runs the fused check (which would meet the kernels one by one)."""
     seen, order = [], []
     monkeypatch.setattr(OPTIMIZE, "prepare_kernels",
-                        lambda calls: seen.extend(calls) or order.append("prepare") or ())
+                        lambda calls, fused: seen.extend(calls) or order.append("prepare") or ())
     real_decide = OPTIMIZE._Patcher.decide
 
     def decide(self, *args, **kwargs):
@@ -164,6 +177,26 @@ def test_optimize_prepares_the_recorded_calls_before_its_fused_check(monkeypatch
     assert order == ["prepare", "decide"]
     assert [(m, g[0]) for m, g in seen] == [(patched.up1, (5, 64, 1, 1)),
                                             (patched.up2, (5, 128, 4, 4))]
+
+
+def test_optimize_lists_the_activations_its_chains_would_fuse(monkeypatch):
+    """The chains the record proves hand their activation to prepare_kernels (by conv), so that
+    the units of the fused calls compile in the same step."""
+    given = []
+    monkeypatch.setattr(OPTIMIZE, "prepare_kernels",
+                        lambda calls, fused: given.append((list(calls), fused)) or ())
+    model = nn.Sequential(nn.ConvTranspose2d(64, 32, 4), nn.BatchNorm2d(32), nn.ReLU(),
+                          nn.ConvTranspose2d(32, 16, 4, 2, 1), nn.Tanh(),
+                          nn.ConvTranspose2d(16, 3, 4, 2, 1)).eval()
+    z = torch.randn(2, 64, 1, 1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        patched = deconv_patch.optimize(model, z)
+        unfused = deconv_patch.optimize(model, z, fuse=False)
+    (calls, fused), (_, none) = given
+    assert fused == {id(patched[0]): "relu", id(patched[3]): "tanh"}
+    assert [m for m, _ in calls] == [patched[0], patched[3], patched[5]]
+    assert none is None and unfused[0].activation == "none"
 
 
 def test_the_example_plans_are_what_the_layers_report_until_a_call_runs(hopper, monkeypatch):

@@ -1,11 +1,13 @@
 """The kernel families' build units on the GPU (deconv_patch/kernels/extension.py): a process whose
 calls run one family loads the core and that family's unit only, computes the right result
 through it, and a call to a family whose unit it has not loaded is the binding's error, never
-a kernel launch."""
+a kernel launch. On an empty cache, a family compiled per activation builds the unit of the
+call's activation only, and a call fusing another activation is the binding's error too."""
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -52,6 +54,52 @@ def test_a_process_loads_only_the_units_its_calls_use():
                           capture_output=True, text=True, cwd=ROOT, timeout=1200)
     assert done.returncode == 0, done.stderr[-4000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
-    assert result["registered"] == ["direct", "gemm_kxs"]  # (direct: the core's own family)
+    # (direct: the core's own family; -1: units holding every activation)
+    assert result["registered"] == [["direct", -1], ["gemm_kxs", -1]]
     assert f"family code {BY_NAME['grouped'].code} is not loaded" in result["error"]
     assert result["finite"] and result["max_err"] <= 1e-2 * result["scale"], result
+
+
+# A fresh process on an empty cache: gemm_phase (sm_80+, TF32) with a fused ReLU against float64
+# PyTorch, then the binding asked for the same family fusing Tanh, whose unit it has not built.
+ACTIVATION_SCRIPT = """
+import json, time, torch
+import torch.nn.functional as F
+from deconv_patch import ops
+from deconv_patch.epilogue import Epilogue
+from deconv_patch.kernels import BY_NAME, extension, planner
+from deconv_patch.arguments import ConvTransposeArgs
+
+x = torch.randn(2, 32, 9, 7, device="cuda")
+w = torch.randn(32, 16, 4, 4, device="cuda")
+b = torch.randn(16, device="cuda")
+args = ConvTransposeArgs.from_values(stride=2, padding=1)
+start = time.perf_counter()
+y = ops.kernel_call(planner.GEMM_PHASE, x, w, args, Epilogue(activation="relu"))(x, w, b)
+seconds = time.perf_counter() - start
+ref = F.relu(F.conv_transpose2d(x.double(), w.double(), b.double(), 2, 1))
+core = extension.loaded_extension()
+registered = core.registered_families()
+try:
+    core.conv_transpose2d_forward(BY_NAME["gemm_phase"].code, x, w, b, [2, 2], [1, 1], [0, 0],
+                                  [1, 1], 1, False, True, activation=6)
+    error = ""
+except RuntimeError as exc:
+    error = str(exc)
+print(json.dumps({"registered": registered, "error": error, "seconds": seconds,
+                  "max_err": (y.double() - ref).abs().max().item(),
+                  "scale": ref.abs().max().item()}))
+"""
+
+
+def test_an_empty_cache_builds_the_unit_of_the_calls_activation(tmp_path):
+    env = {**os.environ, "DECONV_PATCH_CACHE": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-X", "faulthandler", "-c", ACTIVATION_SCRIPT],
+                          capture_output=True, text=True, cwd=ROOT, timeout=1200, env=env)
+    assert done.returncode == 0, done.stderr[-4000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    code = BY_NAME["gemm_phase"].code
+    assert result["registered"] == [["direct", -1], ["gemm_phase", 1]], result  # 1: ReLU
+    assert f"family code {code} is not loaded for activation 6" in result["error"], result
+    assert result["max_err"] <= 1e-2 * result["scale"], result
+    print(f"core + gemm_phase@relu from an empty cache: {result['seconds']:.0f} s")
