@@ -378,13 +378,14 @@ def example_plan(module: "FastConvTranspose2d", shape: Sequence[int], stride: Se
                  dtype: torch.dtype, device: torch.device, activations: Sequence[str] = ()
                  ) -> Tuple[Optional[planner.Plan], Tuple[str, ...]]:
     """The plan a call of `module` on an input of this geometry gets without autotune, and the
-    build units it would load: for the module's own activation and `activations` (those a
-    fused chain may give its calls). Planned on fake tensors of the geometry (planning reads no
-    tensor data). No plan (and no units) for CPU calls, invalid calls and autotune, which
-    times the call first. Whether a weight fits gemm_out_tile is its binding's answer, and
-    asking would compile its unit on its own first: for such a plan the units of both answers
-    are listed (to compile in one step), and the plan is None."""
-    if device.type != "cuda" or autotune.enabled():
+    build units it would load: for `activations` (a fused chain's, which its calls will run
+    with), else the module's own activation. Planned on fake tensors of the geometry (planning
+    reads no tensor data). No plan and no units for CPU calls and invalid calls. With autotune
+    on, no plan (it times the call first) and its candidates' units, which the timing runs.
+    Whether a weight fits gemm_out_tile is its binding's answer, and asking would compile its
+    unit on its own first: for such a plan the units of both answers are listed (to compile in
+    one step), and the plan is None."""
+    if device.type != "cuda":
         return None, ()
     from torch._subclasses.fake_tensor import FakeTensorMode
 
@@ -396,25 +397,28 @@ def example_plan(module: "FastConvTranspose2d", shape: Sequence[int], stride: Se
     args = module._args(module.output_padding)
     if find_problem(x, w, None, args) is not None:
         return None, ()
-    fused = tuple(dict.fromkeys((module.activation, *activations)))
+    fused = tuple(dict.fromkeys(activations)) or (module.activation,)
     with planner.out_tile_fit_assumed(True):
         chosen = planner.plan(x, w, args)
     plans = [chosen]
     if chosen.variant == planner.GEMM_OUT_TILE:
         with planner.out_tile_fit_assumed(False):
             plans.append(planner.plan(x, w, args))
-    units = tuple(dict.fromkeys(u for p in plans for a in fused
-                                for u in variant_units(p.variant, a)))
-    return (chosen if len(plans) == 1 else None), units
+    timed = autotune.enabled() and len(chosen.candidates) > 1
+    variants = chosen.candidates if timed else [p.variant for p in plans]
+    units = tuple(dict.fromkeys(u for v in variants for a in fused
+                                for u in variant_units(v, a)))
+    return (chosen if len(plans) == 1 and not timed else None), units
 
 
 def prepare_kernels(calls: Iterable[Tuple["FastConvTranspose2d", Tuple]],
                     fused: Optional[Dict[int, str]] = None) -> Tuple[str, ...]:
     """Compiles at once the build units these calls (module, input geometry: shape, stride,
-    dtype, device) will load, before the first of them runs; returns them. `fused`: the
-    activation a fused chain may give a module's calls (by id). With autotune on, none: its
-    first timing compiles its candidates' units at once. Never raises: whatever cannot be
-    planned or built here is met by the calls themselves, as without it."""
+    dtype, device) will load, before the first of them runs (with autotune on, the units its
+    timing runs); returns them. `fused`: the activation a fused chain will give a module's
+    calls (by id; a chain the fused check then declines compiles its unfused units at its first
+    call). Never raises: whatever cannot be planned or built here is met by the calls
+    themselves, as without it."""
     units: Set[str] = set()
     try:
         for module, geometry in calls:

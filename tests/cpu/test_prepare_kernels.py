@@ -48,6 +48,14 @@ def _units(*call) -> tuple:
     return modules.example_plan(*call)[1]
 
 
+def _fake(module: "modules.FastConvTranspose2d", shape: tuple, dtype: torch.dtype) -> tuple:
+    """(input, weight, args) of a call on CUDA, as fake tensors."""
+    with FakeTensorMode():
+        x = torch.empty(shape, dtype=dtype, device=CUDA0)
+        w = torch.empty(module.weight.shape, dtype=dtype, device=CUDA0)
+    return x, w, module._args(module.output_padding)
+
+
 def _fast(module: nn.ConvTranspose2d) -> "modules.FastConvTranspose2d":
     return deconv_patch.FastConvTranspose2d.from_module(module)
 
@@ -80,17 +88,22 @@ def test_each_call_plans_on_its_geometry_without_a_gpu(hopper, monkeypatch):
     assert tuple(phase) == ("gemm_phase_tma@none",)
     assert tuple(cpu) == () and tuple(small) == ()
     with torch.backends.cudnn.flags(enabled=True, allow_tf32=True, benchmark=False):
-        # a chain that may fuse an activation into the calls: that activation's unit too
+        # a chain that will fuse an activation into the calls: that activation's unit
         fused = modules.example_plan(up2, (64, 128, 4, 4), (2048, 16, 4, 1), torch.bfloat16,
                                      CUDA0, activations=("tanh",))[1]
         relu = _fast(nn.ConvTranspose2d(128, 64, 4, 2, 1))
         relu.activation = "relu"
         own = _units(relu, (64, 128, 4, 4), (2048, 16, 4, 1), torch.bfloat16, CUDA0)
-    assert fused == ("gemm_phase_tma@none", "gemm_phase_tma@tanh")
+    assert fused == ("gemm_phase_tma@tanh",)
     assert own == ("gemm_phase_tma@relu",)
-    monkeypatch.setattr(modules.autotune, "enabled", lambda: True)  # it compiles every unit
-    assert tuple(_units(up2, (64, 128, 4, 4), (2048, 16, 4, 1), torch.bfloat16,
-                                      CUDA0)) == ()
+    # autotune: no plan (it times the call first), and the units of what it times
+    monkeypatch.setattr(modules.autotune, "enabled", lambda: True)
+    with torch.backends.cudnn.flags(enabled=True, allow_tf32=True, benchmark=False):
+        timed = modules.example_plan(up2, (64, 128, 4, 4), (2048, 16, 4, 1), torch.bfloat16,
+                                     CUDA0)
+        candidates = planner.plan(*_fake(up2, (64, 128, 4, 4), torch.bfloat16)).candidates
+    assert timed[0] is None and "gemm_phase_tma@none" in timed[1] and len(timed[1]) > 3
+    assert set(timed[1]) == {u for v in candidates for u in modules.variant_units(v, "none")}
 
 
 def test_a_gemm_out_tile_plan_lists_its_units_without_building_them(hopper, monkeypatch):
@@ -137,7 +150,7 @@ def test_the_families_compile_in_one_step(hopper, monkeypatch):
     assert compiled == [["gemm_kxs", "gemm_phase_tma@none"]]
     with torch.backends.cudnn.flags(enabled=True, benchmark=False):  # up2's calls may fuse ReLU
         assert modules.prepare_kernels(calls, {id(up2): "relu"}) == (
-            "gemm_kxs", "gemm_phase_tma@none", "gemm_phase_tma@relu")
+            "gemm_kxs", "gemm_phase_tma@relu")
     with torch.backends.cudnn.flags(enabled=True, benchmark=False):
         assert modules.prepare_kernels(calls[:0]) == ()
     assert len(compiled) == 2  # nothing to compile: not asked
