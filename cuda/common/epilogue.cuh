@@ -59,15 +59,17 @@ __device__ __forceinline__ float apply_epilogue(float acc, ChannelAffine a,
 template <Activation A>
 using ActivationC = std::integral_constant<Activation, A>;
 
-// Calls f(ActivationC<act>{}): such kernels are compiled once per activation, so each element
-// runs its own activation's few instructions. A runtime switch there inlined all nine formulas
-// into every unrolled element, and that code (not the arithmetic) made gemm_phase_tma 2.5x slower
-// with a fused ReLU and 3.8x with Tanh than without (H100, docs/performance/epilogue.md). A
-// launcher picks the kernel on the host: nine stores in one kernel made it the slowest thing to
-// compile (docs/performance/build.md). The host checks the code (a value outside the list runs
-// as kNone).
+// Calls f(ActivationC<act>{}): such kernels instantiate their store once per activation, so each
+// element runs its own activation's few instructions. A runtime switch there inlined all nine
+// formulas into every unrolled element, and that code (not the arithmetic) made gemm_phase_tma
+// 2.5x slower with a fused ReLU and 3.8x with Tanh than without (H100,
+// docs/performance/epilogue.md). The TMA families call it on the host, to pick a kernel compiled
+// for one activation: nine stores in one kernel made them the slowest files to compile
+// (docs/performance/build.md); the others in their kernels. The host checks the code (a value
+// outside the list runs as kNone).
+#pragma nv_exec_check_disable
 template <typename F>
-inline void dispatch_activation(Activation act, F&& f) {
+__host__ __device__ __forceinline__ void dispatch_activation(Activation act, F&& f) {
 #ifdef DECONV_PATCH_UNIT_ACTIVATION
   // A unit built for one activation (common/family_unit.h) has that activation's kernels only;
   // the binding never hands it another (f is not called: the launcher reports no kernel).

@@ -32,7 +32,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
-#include <tuple>
 #include <type_traits>
 #include <utility>
 
@@ -342,8 +341,7 @@ __device__ __forceinline__ void stage_weights(float* __restrict__ sm_w, const T*
   }
 }
 
-// One kernel per fused activation A (common/epilogue.cuh: dispatch_activation).
-template <typename T, int S, int TT, int QH, int QW, int OCT, bool TAP_SUMS, Activation A>
+template <typename T, int S, int TT, int QH, int QW, int OCT, bool TAP_SUMS>
 __global__ void __launch_bounds__(kMaxThreads)
 ffma_tile_kernel(const ConvTranspose2dParams p, const Geometry g) {
   constexpr int WH = QH + TT - 1, WW = QW + TT - 1;  // a thread's input window
@@ -500,7 +498,8 @@ ffma_tile_kernel(const ConvTranspose2dParams p, const Geometry g) {
   const int qb_h = bq_h + ty * QH, qb_w = bq_w + tx * QW;
   const int pad_h = p.ph_h.pad, pad_w = p.ph_w.pad;
   T* out_n = out + n * p.out_stride[0] + ((int64_t)grp * cout_g + oc0) * p.out_stride[1];
-  {
+  dispatch_activation(p.epi.activation, [&](auto act) {
+    constexpr Activation A = decltype(act)::value;
 #pragma unroll
     for (int rho_h = 0; rho_h < S; ++rho_h)
 #pragma unroll
@@ -522,7 +521,7 @@ ffma_tile_kernel(const ConvTranspose2dParams p, const Geometry g) {
             }
           }
       }
-  }
+  });
 }
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -763,16 +762,15 @@ R visit_kind(ScalarKind kind, R none, F&& f) {
   return none;
 }
 
-// Registers per thread of config C's kernel for T and activation A on the current device (-1
-// when unknown), asked of the runtime once per device: the block-shape model's residency needs it
-// (76-192 across the instantiations). The tap-sum kernel is not asked; its count differs by a few
-// registers.
-template <typename T, typename C, typename A>
+// Registers per thread of config C's kernel for T on the current device (-1 when unknown), asked
+// of the runtime once per device: the block-shape model's residency needs it (76-192 across
+// the instantiations). The tap-sum kernel is not asked; its count differs by a few registers.
+template <typename T, typename C>
 int kernel_regs() {
-  return cached_per_device<std::tuple<T, C, A>>(current_device(), [] {
+  return cached_per_device<std::pair<T, C>>(current_device(), [] {
     cudaFuncAttributes attr{};
-    if (cudaFuncGetAttributes(
-            &attr, ffma_tile_kernel<T, C::s, C::t, C::qh, C::qw, C::oct, false, A::value>) !=
+    if (cudaFuncGetAttributes(&attr,
+                              ffma_tile_kernel<T, C::s, C::t, C::qh, C::qw, C::oct, false>) !=
         cudaSuccess) {
       (void)cudaGetLastError();
       return -1;
@@ -785,11 +783,7 @@ int kernel_regs() {
 Geometry geometry_of(const ConvTranspose2dParams& p, ScalarKind kind, int config) {
   const int regs = visit_kind(kind, -1, [&](auto t) {
     return visit_config(config, -1, [&](auto c) {
-      int found = -1;
-      dispatch_activation(p.epi.activation, [&](auto act) {
-        found = kernel_regs<decltype(t), decltype(c), decltype(act)>();
-      });
-      return found;
+      return kernel_regs<decltype(t), decltype(c)>();
     });
   });
   return make_geometry(p, kind, kConfigs[config], regs);
@@ -800,14 +794,8 @@ cudaError_t launch_kernel(const ConvTranspose2dParams& p, const Geometry& g, boo
                           cudaStream_t stream) {
   // Only fp32 has the tap-sum order (16-bit outputs round far above either order's error).
   constexpr bool kFloat = std::is_same<T, float>::value;
-  void (*kernel)(const ConvTranspose2dParams, const Geometry) = nullptr;
-  dispatch_activation(p.epi.activation, [&](auto act) {
-    constexpr Activation A = decltype(act)::value;
-    kernel = kFloat && tap_sums
-                 ? ffma_tile_kernel<T, C::s, C::t, C::qh, C::qw, C::oct, kFloat, A>
-                 : ffma_tile_kernel<T, C::s, C::t, C::qh, C::qw, C::oct, false, A>;
-  });
-  if (kernel == nullptr) return cudaErrorInvalidDeviceFunction;  // (another activation's unit)
+  auto kernel = kFloat && tap_sums ? ffma_tile_kernel<T, C::s, C::t, C::qh, C::qw, C::oct, kFloat>
+                                   : ffma_tile_kernel<T, C::s, C::t, C::qh, C::qw, C::oct, false>;
   if (g.smem > (size_t)kSmemTarget) {
     const cudaError_t err = ensure_dynamic_smem(kernel, (int)g.smem, current_device());
     if (err != cudaSuccess) return err;

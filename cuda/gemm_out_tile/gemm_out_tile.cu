@@ -153,9 +153,8 @@ __device__ __forceinline__ T round_operand(T v) {
 // each k step's three products summed in a fresh partial, small terms first, then added to the
 // accumulator in fp32 (the order docs/performance/fp32-strict.md measured for gemm_phase_tma).
 // (2 blocks per SM: shared memory allows no more on the large layers, and without the bound
-// ptxas kept the small-NT instances at 64 registers with spills.) One kernel per fused
-// activation A (common/epilogue.cuh: dispatch_activation).
-template <typename T, int NT, bool kSplit, Activation A>
+// ptxas kept the small-NT instances at 64 registers with spills.)
+template <typename T, int NT, bool kSplit>
 __global__ void __launch_bounds__(kThreads, 2)
     conv_transpose2d_gemm_out_tile_kernel(const __grid_constant__ OutTileArgs p) {
   static_assert(!kSplit || sizeof(T) == 4, "3xTF32 is an fp32 mode");
@@ -431,7 +430,8 @@ __global__ void __launch_bounds__(kThreads, 2)
   auto run_epilogue = [&](int it, const float (&acc)[2][NT][4]) {
     int pr, mt0, rh, rw;
     item_coords(it, pr, mt0, rh, rw);
-    {
+    dispatch_activation(p.epi.activation, [&](auto act) {
+      constexpr Activation A = decltype(act)::value;
 #pragma unroll
       for (int u = 0; u < 2; ++u)
 #pragma unroll
@@ -449,7 +449,7 @@ __global__ void __launch_bounds__(kThreads, 2)
                 dst[ch_off[nt][e]] = from_float<T>(epilogue_value<A>(
                     acc[u][nt][2 * hr + e], ch_mul[nt][e], ch_add[nt][e], p.epi.negative_slope));
         }
-    }
+    });
   };
   if (p.nblocks > 1) {
     if (warp < items) run_epilogue(warp, kacc);
@@ -829,11 +829,7 @@ bool io_supported(const ConvTranspose2dParams& p) {
 
 template <typename T, int NT, bool kSplit>
 cudaError_t launch_nt(const OutTileArgs& a, dim3 grid, int smem, cudaStream_t stream) {
-  void (*kernel)(const OutTileArgs) = nullptr;
-  dispatch_activation(a.epi.activation, [&](auto act) {
-    kernel = conv_transpose2d_gemm_out_tile_kernel<T, NT, kSplit, decltype(act)::value>;
-  });
-  if (kernel == nullptr) return cudaErrorInvalidDeviceFunction;  // (another activation's unit)
+  auto kernel = conv_transpose2d_gemm_out_tile_kernel<T, NT, kSplit>;
   // The attribute is raised once to the device's limit: this kernel's shared memory differs from
   // call to call, and ensure_dynamic_smem remembers one size per kernel as already set.
   const cudaError_t err = ensure_dynamic_smem(kernel, smem_limit(), current_device());

@@ -185,10 +185,8 @@ constexpr int min_blocks_per_sm() {
 // loads issued before the MMAs of the previous tile and stored to shared memory after them.
 // SPLIT (T = float only): 3xTF32 (fp32 without allow_tf32; B packed at full fp32) instead of one
 // TF32 MMA per product; the other instantiations are untouched by it (with 64x32 warp tiles its
-// per-k-tile accumulator needs relaxed launch bounds: min_blocks_per_sm). One kernel per fused
-// activation kAct (common/epilogue.cuh: dispatch_activation), so every unrolled element runs only
-// its own activation's instructions.
-template <typename T, class Cfg, bool KMAJOR, bool VEC, bool SPLIT, Activation kAct>
+// per-k-tile accumulator needs relaxed launch bounds: min_blocks_per_sm).
+template <typename T, class Cfg, bool KMAJOR, bool VEC, bool SPLIT>
 __global__ void __launch_bounds__(Cfg::kThreads, (min_blocks_per_sm<Cfg, SPLIT>()))
     conv_transpose2d_gemm_phase_kernel(const __grid_constant__ PhaseArgs p) {
   using S = Smem<T, Cfg, KMAJOR>;
@@ -592,7 +590,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, (min_blocks_per_sm<Cfg, SPLIT>(
   // ---- Epilogue 1: fragments -> epilogue -> one rounding -> shared C tile [m][oc]. ----
   T* Cs = reinterpret_cast<T*>(pipe);
   const int ldc = p.out_along_n ? S::C::kLdN : S::C::kLdM;
-  {
+  // One instantiation per activation (common/epilogue.cuh: dispatch_activation), so every unrolled
+  // element runs only its own activation's instructions.
+  auto stage_c = [&](auto act_tag) {
+    constexpr Activation kAct = decltype(act_tag)::value;
 #pragma unroll
     for (int mt = 0; mt < kMT; ++mt) {
 #pragma unroll
@@ -621,7 +622,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, (min_blocks_per_sm<Cfg, SPLIT>(
         }
       }
     }
-  }
+  };
+  dispatch_activation(p.epi.activation, stage_c);
   __syncthreads();
 
   // ---- Epilogue 2: shared C tile -> output, consecutive threads on consecutive addresses. ----
@@ -754,11 +756,7 @@ cudaError_t launch_main(PhaseArgs& a, const ConvTranspose2dParams& p, const Axis
   const int64_t tiles = schedule_phases(a, p, h, w, Cfg::kBM, Cfg::kBN);
   if (tiles == 0) return cudaSuccess;
 
-  void (*kernel)(const PhaseArgs) = nullptr;
-  dispatch_activation(p.epi.activation, [&](auto act_c) {
-    kernel = conv_transpose2d_gemm_phase_kernel<T, Cfg, KMAJOR, VEC, SPLIT, decltype(act_c)::value>;
-  });
-  if (kernel == nullptr) return cudaErrorInvalidDeviceFunction;  // (another activation's unit)
+  auto kernel = conv_transpose2d_gemm_phase_kernel<T, Cfg, KMAJOR, VEC, SPLIT>;
   // Above 48 KiB of dynamic shared memory needs the opt-in (once per device).
   const cudaError_t err = ensure_dynamic_smem(kernel, S::kTotalBytes, current_device());
   if (err != cudaSuccess) return err;

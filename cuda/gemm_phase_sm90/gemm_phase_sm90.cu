@@ -141,10 +141,8 @@ struct Sm90Args {
 };
 
 // ---------------------------------------------------------------------------------------------
-// Main kernel (body only on sm_90a; an empty kernel elsewhere). One kernel per fused activation
-// kAct (common/epilogue.cuh: dispatch_activation), so every unrolled element runs only its own
-// activation's instructions.
-template <typename T, class Cfg, Activation kAct>
+// Main kernel (body only on sm_90a; an empty kernel elsewhere).
+template <typename T, class Cfg>
 __global__ void __launch_bounds__(kThreads, Cfg::kMinBlocks)
     conv_transpose2d_gemm_phase_sm90_kernel(const __grid_constant__ Sm90Args p) {
 #if defined(DECONV_PATCH_SM90A_DEVICE)
@@ -337,7 +335,10 @@ __global__ void __launch_bounds__(kThreads, Cfg::kMinBlocks)
   T* Cs = reinterpret_cast<T*>(pipe);
   const int ldc = p.out_along_n ? Cfg::C::kLdN : Cfg::C::kLdM;
   const int r0 = wg * 64 + ((tid >> 5) & 3) * 16 + (lane >> 2);
-  {
+  // One instantiation per activation (common/epilogue.cuh: dispatch_activation), so every unrolled
+  // element runs only its own activation's instructions.
+  auto stage_c = [&](auto act_tag) {
+    constexpr Activation kAct = decltype(act_tag)::value;
     const float slope = p.epi.negative_slope;
 #pragma unroll
     for (int nc = 0; nc < BN / 8; ++nc) {
@@ -354,7 +355,8 @@ __global__ void __launch_bounds__(kThreads, Cfg::kMinBlocks)
         *reinterpret_cast<typename PairOf<T>::type*>(Cs + (r0 + 8 * h) * ldc + c) = pair;
       }
     }
-  }
+  };
+  dispatch_activation(p.epi.activation, stage_c);
   __syncthreads();
 
   // ---- Epilogue 2: shared C tile -> output, consecutive threads on consecutive addresses. ----
@@ -469,11 +471,7 @@ cudaError_t launch_main(Sm90Args& a, const ConvTranspose2dParams& p, const AxisP
   const int64_t tiles = schedule_phases(a, p, h, w, kBM, Cfg::kBN);
   if (tiles == 0) return cudaSuccess;
 
-  void (*kernel)(const Sm90Args) = nullptr;
-  dispatch_activation(p.epi.activation, [&](auto act_c) {
-    kernel = conv_transpose2d_gemm_phase_sm90_kernel<T, Cfg, decltype(act_c)::value>;
-  });
-  if (kernel == nullptr) return cudaErrorInvalidDeviceFunction;  // (another activation's unit)
+  auto kernel = conv_transpose2d_gemm_phase_sm90_kernel<T, Cfg>;
   const cudaError_t err = ensure_dynamic_smem(kernel, Cfg::kTotalBytes, current_device());
   if (err != cudaSuccess) return err;
   const dim3 grid((unsigned)tiles, (unsigned)p.groups, 1);

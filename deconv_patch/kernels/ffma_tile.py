@@ -56,4 +56,4 @@ def untimed_config(kernel_hw: Sequence[int], args: ConvTransposeArgs,
 
 FAMILY = KernelFamily(
     NAME, 2, "fp32 FFMA over input-aligned tiles for few output channels",
-    configs=CONFIGS, per_activation=True)
+    configs=CONFIGS)

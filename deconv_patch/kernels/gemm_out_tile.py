@@ -77,5 +77,4 @@ def _refusal(dtype: torch.dtype, weight: torch.Tensor, args: ConvTransposeArgs,
 
 FAMILY = KernelFamily(
     NAME, 8, "output-tiled stride-phase GEMM for <= 32 output channels per group",
-    configs=CONFIGS, packed_weight=True, refusal=_refusal,
-    per_activation=True)
+    configs=CONFIGS, packed_weight=True, refusal=_refusal)

@@ -16,5 +16,4 @@ VARIANTS = tuple(c.variant for c in CONFIGS)
 
 FAMILY = KernelFamily(
     NAME, 5, "stride-phase implicit GEMM (mma.sync, sm_80+)",
-    configs=CONFIGS, packed_weight=True, refusal=shallow_sum_refusal,
-    per_activation=True)
+    configs=CONFIGS, packed_weight=True, refusal=shallow_sum_refusal)

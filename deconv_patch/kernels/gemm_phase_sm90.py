@@ -30,5 +30,4 @@ def _refusal(dtype: torch.dtype, weight: torch.Tensor, args: ConvTransposeArgs,
 
 FAMILY = KernelFamily(
     NAME, 6, "stride-phase GEMM on wgmma (sm_90a)",
-    configs=CONFIGS, packed_weight=True, refusal=_refusal,
-    per_activation=True)
+    configs=CONFIGS, packed_weight=True, refusal=_refusal)

@@ -173,14 +173,14 @@ def test_first_use_compiles_what_is_missing_at_once_then_loads_each_unit_once(mo
         extension.load_units(("gemm_kxs",))  # a set loaded before: not even asked again
         assert len(asked) == before and built.count("gemm_kxs") == 2
         # a per-activation family: the unit of the asked activation, built for it alone ...
-        extension.load_units(["gemm_phase_tma@relu", "gemm_phase@tanh"])
-        assert at_once[-1] == ["gemm_phase_tma@relu", "gemm_phase@tanh"]
-        assert registered[-2:] == ["gemm_phase_tma@relu", "gemm_phase@tanh"]
+        extension.load_units(["gemm_phase_tma@relu", "gemm_kxs_sm90@tanh"])
+        assert at_once[-1] == ["gemm_phase_tma@relu", "gemm_kxs_sm90@tanh"]
+        assert registered[-2:] == ["gemm_phase_tma@relu", "gemm_kxs_sm90@tanh"]
         # ... unless its whole unit is built (or registered): that serves every activation
         (tmp_path / "gemm_phase_tma").mkdir()
         (tmp_path / "gemm_phase_tma" / f"{extension.EXTENSION_NAME}_gemm_phase_tma.so"
          ).write_bytes(b"")
-        extension.load_units(["gemm_phase_tma@silu", "gemm_phase@tanh"])
+        extension.load_units(["gemm_phase_tma@silu", "gemm_kxs_sm90@tanh"])
         assert registered[-1] == "gemm_phase_tma" and len(at_once) == 2
         count = len(built)
         extension.load_units(["gemm_phase_tma@gelu"])  # the whole unit is loaded: nothing to do

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from deconv_patch.kernels import BY_NAME
 
@@ -60,7 +61,7 @@ def test_a_process_loads_only_the_units_its_calls_use():
     assert result["finite"] and result["max_err"] <= 1e-2 * result["scale"], result
 
 
-# A fresh process on an empty cache: gemm_phase (sm_80+, TF32) with a fused ReLU against float64
+# A fresh process on an empty cache: gemm_phase_tma (sm_90a, TF32) with a fused ReLU against float64
 # PyTorch, then the binding asked for the same family fusing Tanh, whose unit it has not built.
 ACTIVATION_SCRIPT = """
 import json, time, torch
@@ -70,18 +71,18 @@ from deconv_patch.epilogue import Epilogue
 from deconv_patch.kernels import BY_NAME, extension, planner
 from deconv_patch.arguments import ConvTransposeArgs
 
-x = torch.randn(2, 32, 9, 7, device="cuda")
-w = torch.randn(32, 16, 4, 4, device="cuda")
-b = torch.randn(16, device="cuda")
+x = torch.randn(2, 64, 9, 7, device="cuda")
+w = torch.randn(64, 32, 4, 4, device="cuda")
+b = torch.randn(32, device="cuda")
 args = ConvTransposeArgs.from_values(stride=2, padding=1)
 start = time.perf_counter()
-y = ops.kernel_call(planner.GEMM_PHASE, x, w, args, Epilogue(activation="relu"))(x, w, b)
+y = ops.kernel_call(planner.GEMM_PHASE_TMA, x, w, args, Epilogue(activation="relu"))(x, w, b)
 seconds = time.perf_counter() - start
 ref = F.relu(F.conv_transpose2d(x.double(), w.double(), b.double(), 2, 1))
 core = extension.loaded_extension()
 registered = core.registered_families()
 try:
-    core.conv_transpose2d_forward(BY_NAME["gemm_phase"].code, x, w, b, [2, 2], [1, 1], [0, 0],
+    core.conv_transpose2d_forward(BY_NAME["gemm_phase_tma"].code, x, w, b, [2, 2], [1, 1], [0, 0],
                                   [1, 1], 1, False, True, activation=6)
     error = ""
 except RuntimeError as exc:
@@ -92,14 +93,16 @@ print(json.dumps({"registered": registered, "error": error, "seconds": seconds,
 """
 
 
+@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
+                    reason="gemm_phase_tma runs on Hopper (sm_90a)")
 def test_an_empty_cache_builds_the_unit_of_the_calls_activation(tmp_path):
     env = {**os.environ, "DECONV_PATCH_CACHE": str(tmp_path)}
     done = subprocess.run([sys.executable, "-X", "faulthandler", "-c", ACTIVATION_SCRIPT],
                           capture_output=True, text=True, cwd=ROOT, timeout=1200, env=env)
     assert done.returncode == 0, done.stderr[-4000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
-    code = BY_NAME["gemm_phase"].code
-    assert result["registered"] == [["direct", -1], ["gemm_phase", 1]], result  # 1: ReLU
+    code = BY_NAME["gemm_phase_tma"].code
+    assert result["registered"] == [["direct", -1], ["gemm_phase_tma", 1]], result  # 1: ReLU
     assert f"family code {code} is not loaded for activation 6" in result["error"], result
     assert result["max_err"] <= 1e-2 * result["scale"], result
-    print(f"core + gemm_phase@relu from an empty cache: {result['seconds']:.0f} s")
+    print(f"core + gemm_phase_tma@relu from an empty cache: {result['seconds']:.0f} s")
