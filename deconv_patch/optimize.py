@@ -59,14 +59,6 @@ def _names(model: nn.Module) -> Dict[int, str]:
     return names
 
 
-def _fusable_activations(model: nn.Module, record: Record,
-                         convs: List[Tuple[str, FastConvTranspose2d]]) -> Dict[int, str]:
-    """The activation each chain the record proves would fuse into its conv's calls (by the
-    conv's id): the fused check may still decline it."""
-    plan = plan_chains(record, convs, _names(model))
-    return {id(conv): chain.activation for conv, chain in plan.chains.values()}
-
-
 @contextlib.contextmanager
 def _state_restored(model: nn.Module):
     """No gradients, PyTorch's kernels; buffers (BN statistics) and random state put back."""
@@ -123,15 +115,20 @@ class _Patcher:
         self.handles: List[Any] = []
         self.recorder: Optional[Recorder] = None
 
+    def chains(self, record: Record) -> ChainPlan:
+        """The chains `record` proves (none without fuse)."""
+        return plan_chains(record, self.convs, _names(self.model)) if self.fuse else ChainPlan()
+
     def decide(self, record: Record, args: Tuple[Any, ...], kwargs: Dict[str, Any],
-               check_on_copy: bool = False) -> None:
-        """Fuses what `record` proves, checks it on (args, kwargs), updates the summary.
-        `check_on_copy`: run the check on a copy (the user's own call is still in flight:
-        its autograd graph must not see buffers restored under it)."""
+               check_on_copy: bool = False, plan: Optional[ChainPlan] = None) -> None:
+        """Fuses what `record` proves (`plan`, where chains() has made it already), checks it
+        on (args, kwargs), updates the summary. `check_on_copy`: run the check on a copy (the
+        user's own call is still in flight: its autograd graph must not see buffers restored
+        under it)."""
         names = _names(self.model)
         left = list(self.summary.left) + [row for row in _unrouted_calls(record, names)
                                           if row not in self.summary.left]
-        plan = plan_chains(record, self.convs, names) if self.fuse else ChainPlan()
+        plan = self.chains(record) if plan is None else plan
         notes = [n for n in self.summary.notes if n != FIRST_CALL_NOTE]
         if plan.chains and check_on_copy:
             memo: Dict[int, Any] = {}
@@ -287,13 +284,15 @@ def optimize(
     if args is not None:
         with _state_restored(work):
             record, _ = record_forward(work, args, kwargs)
-        # The families the layers' calls plan compile at once now (for the activations the
-        # chains the record proves would fuse), not one after another as the fused check and
-        # the first calls meet them.
+        # The families the layers' calls plan compile at once now (for the activation each
+        # chain the record proves will fuse; the fused check may still decline it), not one
+        # after another as the fused check and the first calls meet them.
         calls = [(conv, call.input) for _, conv in patch.patched
                  for call in record.conv_calls.get(id(conv), ()) if call.input is not None]
-        prepare_kernels(calls, _fusable_activations(work, record, patch.patched) if fuse else None)
-        patcher.decide(record, args, kwargs)
+        chains = patcher.chains(record)
+        prepare_kernels(calls, {id(conv): chain.activation for conv, chain in
+                                chains.chains.values()} if fuse else None)
+        patcher.decide(record, args, kwargs, plan=chains)
     else:
         fusable = fuse and any(CHAIN_ATTR not in conv.__dict__ for _, conv in patch.patched)
         if fusable and layers:
