@@ -848,6 +848,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       unsigned char* const my_staging = smem + Cfg::kStagingOffset + cw * 2 * kStageChunkBytes;
       // Values exactly as in the other paths: same epilogue expression and rounding; the
       // channel's (mul, add) are those of its first column (all taps share the channel).
+      // (called once; as a plain block instead, nvcc compiles these kernels to other code)
       auto store_rows = [&]() {
 #pragma unroll
         for (int gc = 0; gc < kGroups; ++gc) {
@@ -966,6 +967,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       unsigned char* const my_staging = smem + Cfg::kStagingOffset + cw * 2 * kStageChunkBytes;
       // The values are exactly the register path's: same epilogue expression, same rounding
       // (pack2 / fp32 as is); only the route to global memory differs.
+      // (called once; as a plain block instead, nvcc compiles these kernels to other code)
       auto store_staged = [&]() {
 #pragma unroll
         for (int g = 0; g < BN / kColGroup; ++g) {

@@ -1041,6 +1041,7 @@ __global__ void __launch_bounds__(kPtThreads, 1)
       const int r_row = ct & (R - 1);
       bool r_ok;
       const int64_t r_off = pt_row_offset(p, ph, tl, (kPP ? 0 : 64 * cw) + r_row, r_ok);
+      // (called once; as a plain block instead, nvcc compiles these kernels to other code)
       auto store_staged = [&]() {
 #pragma unroll
         for (int chunk = 0; chunk < BN / kCols; ++chunk) {
