@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# One device call for the build units: what a user's first run compiles (the demo on an empty
-# cache: the core and the families its layers use), then `deconv-patch build` (every other
-# family), then the GPU test suite (pytest-xdist, GPU_WORKERS processes on the one GPU).
+# One device call for the build units: what a user's first run compiles at PyTorch's default
+# settings (benchmarks/first_use.py, an empty cache of its own), the demo on an empty cache (the
+# core and the units its layers and autotune's candidates use), then `deconv-patch build`
+# (every other family), then the GPU test suite (pytest-xdist, GPU_WORKERS processes on the one
+# GPU).
 # Logs in $OUT/logs.tgz; a short summary prints last.
 #   GPU_WORKERS=4 BUDGET=420 bash benchmarks/device_first_use.sh
 # BUDGET: seconds for the whole script; the tests get what the steps before them left.
@@ -12,13 +14,25 @@ L=$OUT/logs
 mkdir -p "$L"
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 export DECONV_PATCH_CACHE=${DECONV_PATCH_CACHE:-/tmp/deconv_patch_first_use_cache}
-rm -rf "$DECONV_PATCH_CACHE"
+rm -rf "$DECONV_PATCH_CACHE" /tmp/deconv_patch_defaults_cache
 step() { echo "== $1 ($(date +%T))"; }
 seconds() { python3 -c "import time; print(f'{time.time() - $1:.0f}')"; }
 
 step env
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$L/env.txt"
 nproc | sed 's/^/cpus /' | tee -a "$L/env.txt"
+
+step "first use at PyTorch's defaults, empty cache"
+t0=$(date +%s.%N)
+DECONV_PATCH_CACHE=/tmp/deconv_patch_defaults_cache timeout 300 python3 benchmarks/first_use.py \
+  > "$L/first_use.log" 2>&1; first_rc=$?
+first_use=$(seconds "$t0")
+tail -6 "$L/first_use.log"
+for log in $(find /tmp/deconv_patch_defaults_cache -name .ninja_log); do
+  unit=$(basename "$(dirname "$log")")
+  awk -v u="$unit" '!/^#/ {printf "%6.1f s  %s  %s\n", ($2-$1)/1000, u, $4}' "$log"
+done | sort -rn > "$L/first_use_compile_times.txt"
+head -5 "$L/first_use_compile_times.txt"
 
 step "demo, empty cache"
 t0=$(date +%s.%N)
@@ -55,6 +69,8 @@ timeout "$left" python3 -m pytest -q -m cuda -p no:cacheprovider "${workers[@]}"
 grep -E "^FAILED|^ERROR" "$L/gpu-tests.log" | head -20
 
 step summary
+echo "first use at the defaults: exit $first_rc, ${first_use}s in all (incl. process start)"
+grep -A20 "optimize s" "$L/first_use.log" | tail -8
 echo "units built by the demo: $units"
 echo "demo exit $demo_rc: ${demo_first}s with an empty cache, ${demo_cached}s cached" \
      "(compile ~ the difference)"

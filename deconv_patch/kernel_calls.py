@@ -164,18 +164,18 @@ def _plan_call(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.T
             # (for this call's activation), not one family at a time as its first candidate
             # runs. A unit that cannot be built drops its candidates from the timing (pick).
             compile_units([u for v in choice.candidates
-                           for u in variant_units(v, epilogue.activation)])
+                           for u in variant_units(v, epilogue.activation, input.dtype)])
         best = autotune.pick(key, choice.candidates,
                              _candidate_runner(input, weight, bias, args, epilogue))
         choice = planner.Plan(best, "autotuned", candidates=choice.candidates)
     return choice
 
 
-def variant_units(variant: str, activation: str) -> Sequence[str]:
-    """The build units a variant's calls fusing `activation` load: its family's (none for
-    PyTorch's path)."""
+def variant_units(variant: str, activation: str, dtype: torch.dtype) -> Sequence[str]:
+    """The build units a variant's calls fusing `activation` on `dtype` load: its family's (none
+    for PyTorch's path)."""
     family = kernels.family_of(variant)
-    return () if family is None else family.units_for(activation)
+    return () if family is None else family.units_for(activation, dtype)
 
 
 def _run_entry(entry: OpPlan, input: torch.Tensor, weight: torch.Tensor,
@@ -300,7 +300,7 @@ def kernel_call(variant: str, input: torch.Tensor, weight: torch.Tensor,
     # C++ (cuda/binding/prepared_call.cpp): everything above fixed, so a call converts three
     # tensors.
     family = kernels.BY_NAME[kernel]
-    return load_units(family.units_for(epilogue.activation)).PreparedCall(
+    return load_units(family.units_for(epilogue.activation, input.dtype)).PreparedCall(
         family.code, config, list(args.stride), list(args.padding), list(args.output_padding),
         list(args.dilation), args.groups, channels_last, allow_tf32, scale, shift, activation,
         slope, repack)

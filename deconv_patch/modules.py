@@ -407,7 +407,7 @@ def example_plan(module: "FastConvTranspose2d", shape: Sequence[int], stride: Se
     timed = autotune.enabled() and len(chosen.candidates) > 1
     variants = chosen.candidates if timed else [p.variant for p in plans]
     units = tuple(dict.fromkeys(u for v in variants for a in fused
-                                for u in variant_units(v, a)))
+                                for u in variant_units(v, a, dtype)))
     return (chosen if len(plans) == 1 and not timed else None), units
 
 

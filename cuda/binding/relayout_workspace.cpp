@@ -13,6 +13,7 @@
 // a fresh allocation (the caller's fallback).
 #include "binding/relayout_workspace.hpp"
 
+#include <ATen/ops/empty.h>
 #include <c10/cuda/CUDAStream.h>
 
 #include <cstdint>

@@ -3,7 +3,8 @@
 #pragma once
 
 #include <cuda_runtime_api.h>
-#include <torch/extension.h>
+
+#include <ATen/core/Tensor.h>
 
 namespace deconv_patch {
 

@@ -3,6 +3,8 @@
 // (common/family_unit.h) on the current stream: the same steps for every family. Argument validation
 // with PyTorch's own error wording happens one layer up (deconv_patch/arguments.py); the checks
 // here are a safety net that keeps a bad call from reaching a kernel.
+#include <tuple>
+
 #include <ATen/autocast_mode.h>
 #include <c10/cuda/CUDAStream.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -110,7 +112,7 @@ UnitCall unit_call(ScalarKind kind, bool allow_tf32, int64_t config) {
 at::Tensor pack_weight(int64_t family_code, const at::Tensor& weight, at::IntArrayRef stride,
                        at::IntArrayRef padding, at::IntArrayRef output_padding,
                        at::IntArrayRef dilation, int64_t groups, bool allow_tf32) {
-  const FamilyUnit& unit = family_unit(family_code, kEveryActivation);
+  const FamilyUnit& unit = family_unit(family_code, kEveryActivation, kEveryKind);
   TORCH_CHECK(weight.is_cuda() && weight.dim() == 4, "deconv_patch: weight must be a 4-D CUDA tensor");
   (void)output_padding;
   const c10::cuda::CUDAGuard guard(weight.device());
@@ -143,7 +145,6 @@ at::Tensor conv_transpose2d_forward(int64_t family_code, const at::Tensor& input
                                     const c10::optional<at::Tensor>& packed, int64_t config) {
   TORCH_CHECK(activation >= 0 && activation <= (int64_t)Activation::kHardswish,
               "deconv_patch: unknown activation code ", activation);
-  const FamilyUnit& unit = family_unit(family_code, activation);
   TORCH_CHECK(input.is_cuda() && weight.is_cuda(), "deconv_patch: input and weight must be CUDA");
   TORCH_CHECK(input.dim() == 4 && weight.dim() == 4, "deconv_patch: expected 4-D input and weight");
   TORCH_CHECK(stride.size() == 2 && padding.size() == 2 && output_padding.size() == 2 &&
@@ -153,10 +154,11 @@ at::Tensor conv_transpose2d_forward(int64_t family_code, const at::Tensor& input
               "deconv_patch: channel/group mismatch");
   TORCH_CHECK(weight.scalar_type() == input.scalar_type(), "deconv_patch: dtype mismatch");
   TORCH_CHECK(weight.device() == input.device(), "deconv_patch: device mismatch");
+  const ScalarKind kind = scalar_kind(input);
+  const FamilyUnit& unit = family_unit(family_code, activation, static_cast<int64_t>(kind));
   const int configs = unit.num_configs();
   TORCH_CHECK(config >= -1 && (configs == 0 || config < configs), "deconv_patch: ", unit.name,
               " has no tile config ", config);
-  const ScalarKind kind = scalar_kind(input);
 
   const c10::cuda::CUDAGuard guard(input.device());
   const int64_t kh = weight.size(2), kw = weight.size(3);
@@ -264,7 +266,7 @@ at::Tensor conv_transpose2d_forward(int64_t family_code, const at::Tensor& input
 bool weight_fits(int64_t family_code, int64_t device_index, const std::string& dtype,
                  at::IntArrayRef weight_sizes, at::IntArrayRef stride, at::IntArrayRef padding,
                  at::IntArrayRef dilation, int64_t groups, bool allow_tf32) {
-  const FamilyUnit& unit = family_unit(family_code, kEveryActivation);
+  const FamilyUnit& unit = family_unit(family_code, kEveryActivation, kEveryKind);
   TORCH_CHECK(weight_sizes.size() == 4, "deconv_patch: weight_fits takes 4 weight sizes");
   ScalarKind kind;
   if (dtype == "float32") kind = ScalarKind::kFloat32;
@@ -289,7 +291,7 @@ at::Tensor autocast_cast(const at::Tensor& t, at::ScalarType dtype) {
 // A family's tile config names, in config order; None for configs its unit leaves unnamed (the
 // registry names them, and the count is checked against it).
 std::vector<c10::optional<std::string>> config_names(int64_t family_code) {
-  const FamilyUnit& unit = family_unit(family_code, kEveryActivation);
+  const FamilyUnit& unit = family_unit(family_code, kEveryActivation, kEveryKind);
   std::vector<c10::optional<std::string>> names;
   for (int i = 0; i < unit.num_configs(); ++i) {
     const char* name = unit.config_name(i);
@@ -312,14 +314,20 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("negative_slope") = 0.01, py::arg("packed") = py::none(),
         py::arg("config") = -1);
   m.def("register_family", [](int64_t family, const std::string& name, uintptr_t table,
-                              int64_t activation) {
-    deconv_patch::register_family_unit(family, name, table, activation);
+                              int64_t activation, int64_t kind) {
+    deconv_patch::register_family_unit(family, name, table, activation, kind);
   }, "Registers a kernel family's table by its address (deconv_patch_unit_<family>() of its "
      "loaded unit, common/family_unit.h) under the registry's code and name, and the activation "
-     "its unit was built for (-1: every one)", py::arg("family"), py::arg("name"),
-     py::arg("table"), py::arg("activation") = deconv_patch::kEveryActivation);
-  m.def("registered_families", &deconv_patch::registered_family_units,
-        "The registered units, by family code: (family name, activation or -1 for every one)");
+     "and element type its unit was built for (-1: every one)", py::arg("family"),
+     py::arg("name"), py::arg("table"), py::arg("activation") = deconv_patch::kEveryActivation,
+     py::arg("kind") = deconv_patch::kEveryKind);
+  m.def("registered_families", [] {
+    std::vector<std::tuple<std::string, int64_t, int64_t>> units;
+    for (const auto& u : deconv_patch::registered_family_units())
+      units.emplace_back(u.family, u.activation, u.kind);
+    return units;
+  }, "The registered units, by family code: (family name, activation, element type; -1 for "
+     "every one)");
   m.def("config_names", &deconv_patch::config_names,
         "A registered family's tile config names, in config order (None: unnamed)",
         py::arg("family"));

@@ -12,11 +12,12 @@
 #include <cuda_runtime_api.h>
 
 #include "common/params.h"
+#include "common/unit_kind.h"
 
 namespace deconv_patch {
 
 // Bumped whenever FamilyUnit or UnitCall changes, so a unit built from other sources is refused.
-constexpr int kFamilyUnitAbi = 3;
+constexpr int kFamilyUnitAbi = 4;
 
 // The fused activation a unit's kernels were compiled for, where its build holds one
 // (-DDECONV_PATCH_UNIT_ACTIVATION=<Activation code>: a first use compiles what its layers fuse,
@@ -29,8 +30,9 @@ constexpr int kUnitActivation = -1;
 
 struct FamilyUnit;
 
-// Another registered family's table by name, or nullptr (what gemm_col2im runs its GEMM with).
-using FindUnit = const FamilyUnit* (*)(const char* name);
+// Another registered family's table by name that runs `kind` without a fused activation, or
+// nullptr (what gemm_col2im runs its GEMM with).
+using FindUnit = const FamilyUnit* (*)(const char* name, ScalarKind kind);
 
 // One call of a family, beyond the convolution's params.
 struct UnitCall {
@@ -53,6 +55,7 @@ struct FamilyUnit {
   const char* name;      // the family's name, as the Python registry spells it
   unsigned table_bytes;  // sizeof(FamilyUnit) as the unit was compiled
   int activation;        // kUnitActivation as the unit was compiled
+  int kind;              // kUnitKind as the unit was compiled (common/unit_kind.h)
   // Tile configs: launch takes config 0..num_configs()-1 (named config_name(i)) or -1.
   int (*num_configs)();
   const char* (*config_name)(int config);
@@ -117,11 +120,12 @@ cudaError_t unit_pack(const ConvTranspose2dParams& p, const UnitCall& c, void* p
 }  // namespace deconv_patch
 
 // Defines a unit's table, deconv_patch_unit_NAME(), from the FamilyUnit members after
-// activation, in their order.
+// kind, in their order.
 #define DECONV_PATCH_DEFINE_UNIT(NAME, ...)                                              \
   extern "C" __attribute__((visibility("default"))) const void* deconv_patch_unit_##NAME() { \
     static constexpr deconv_patch::FamilyUnit unit{deconv_patch::kFamilyUnitAbi, #NAME,      \
                                                    sizeof(deconv_patch::FamilyUnit),         \
-                                                   deconv_patch::kUnitActivation, __VA_ARGS__};  \
+                                                   deconv_patch::kUnitActivation,                \
+                                                   deconv_patch::kUnitKind, __VA_ARGS__};  \
     return &unit;                                                                         \
   }

@@ -38,6 +38,7 @@
 #include "ffma_tile/ffma_tile.h"
 #include "common/params.h"
 #include "common/device_cache.h"
+#include "common/unit_kind.h"
 #include "common/epilogue.cuh"
 #include "common/scalar_convert.cuh"
 #include "common/tensor_core_ptx.cuh"
@@ -751,17 +752,6 @@ R visit_config(int config, R none, F&& f) {
   return none;
 }
 
-// Calls f(T{}) with the element type of `kind`, or returns `none`.
-template <typename R, typename F>
-R visit_kind(ScalarKind kind, R none, F&& f) {
-  switch (kind) {
-    case ScalarKind::kFloat32: return f(float{});
-    case ScalarKind::kFloat16: return f(__half{});
-    case ScalarKind::kBFloat16: return f(__nv_bfloat16{});
-  }
-  return none;
-}
-
 // Registers per thread of config C's kernel for T on the current device (-1 when unknown), asked
 // of the runtime once per device: the block-shape model's residency needs it (76-192 across
 // the instantiations). The tap-sum kernel is not asked; its count differs by a few registers.
@@ -781,7 +771,7 @@ int kernel_regs() {
 
 // The geometry of config `config` for `p` (its kernel's registers looked up).
 Geometry geometry_of(const ConvTranspose2dParams& p, ScalarKind kind, int config) {
-  const int regs = visit_kind(kind, -1, [&](auto t) {
+  const int regs = visit_unit_kind(kind, -1, [&](auto t) {
     return visit_config(config, -1, [&](auto c) {
       return kernel_regs<decltype(t), decltype(c)>();
     });
@@ -830,7 +820,7 @@ cudaError_t launch_conv_transpose2d_ffma_tile(const ConvTranspose2dParams& p, Sc
   const Geometry g = geometry_of(p, kind, c);
   if (!g.ok) return cudaErrorInvalidValue;
   if (g.blocks == 0) return cudaSuccess;
-  return visit_kind(kind, cudaErrorInvalidValue, [&](auto t) {
+  return visit_unit_kind(kind, cudaErrorInvalidValue, [&](auto t) {
     return visit_config(c, cudaErrorInvalidValue, [&](auto tile) {
       return launch_kernel<decltype(t), decltype(tile)>(p, g, tap_sums, stream);
     });

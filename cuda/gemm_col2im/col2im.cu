@@ -18,6 +18,7 @@
 
 #include "common/axis_taps.cuh"
 #include "gemm_col2im/col2im.h"
+#include "common/unit_kind.h"
 #include "common/device_cache.h"
 #include "common/epilogue.cuh"
 #include "common/scalar_convert.cuh"
@@ -268,9 +269,15 @@ cudaError_t launch_col2im(const ConvTranspose2dParams& p, const float* cols, Sca
                           cudaStream_t stream) {
   if (p.groups != 1) return cudaErrorInvalidValue;
   switch (kind) {
+#if DECONV_PATCH_UNIT_HAS_KIND(0)
     case ScalarKind::kFloat32: return launch_typed<float>(p, cols, stream);
+#endif
+#if DECONV_PATCH_UNIT_HAS_KIND(1)
     case ScalarKind::kFloat16: return launch_typed<__half>(p, cols, stream);
+#endif
+#if DECONV_PATCH_UNIT_HAS_KIND(2)
     case ScalarKind::kBFloat16: return launch_typed<__nv_bfloat16>(p, cols, stream);
+#endif
   }
   return cudaErrorInvalidValue;
 }

@@ -19,7 +19,8 @@ struct Gemm {
 
 Gemm gemm_for(const UnitCall& c) {
   const bool three_tf32 = c.kind == ScalarKind::kFloat32 && !c.allow_tf32;
-  Gemm g{c.find_unit ? c.find_unit(three_tf32 ? "gemm_phase_tma" : "gemm_kxs_sm90") : nullptr, c};
+  const char* gemm = three_tf32 ? "gemm_phase_tma" : "gemm_kxs_sm90";
+  Gemm g{c.find_unit ? c.find_unit(gemm, c.kind) : nullptr, c};
   g.call.out_kind = ScalarKind::kFloat32;
   g.call.workspace = nullptr;
   return g;

@@ -36,6 +36,7 @@
 #include <type_traits>
 
 #include "gemm_kxs/gemm_kxs.h"
+#include "common/unit_kind.h"
 #include "common/device_cache.h"
 #include "common/epilogue.cuh"
 #include "common/scalar_convert.cuh"
@@ -936,10 +937,16 @@ cudaError_t launch_conv_transpose2d_gemm_kxs(const ConvTranspose2dParams& p, Sca
   if (!gemm_kxs_supports(p, kind, tap_major_weight != nullptr)) return cudaErrorInvalidValue;
   if (p.batch * p.out_channels * p.out_h * p.out_w == 0) return cudaSuccess;
   switch (kind) {
+#if DECONV_PATCH_UNIT_HAS_KIND(0)
     case ScalarKind::kFloat32: return launch_typed<float>(p, tap_major_weight, !allow_tf32, stream);
+#endif
+#if DECONV_PATCH_UNIT_HAS_KIND(1)
     case ScalarKind::kFloat16: return launch_typed<__half>(p, tap_major_weight, false, stream);
+#endif
+#if DECONV_PATCH_UNIT_HAS_KIND(2)
     case ScalarKind::kBFloat16:
       return launch_typed<__nv_bfloat16>(p, tap_major_weight, false, stream);
+#endif
   }
   return cudaErrorInvalidValue;
 }

@@ -2,6 +2,7 @@
 // the dispatch to the per-element-type GEMM launchers. The kernels, the index math and the
 // pipeline are in gemm_kxs_sm90/gemm_kxs_sm90_kernel.cuh.
 #include "gemm_kxs_sm90/gemm_kxs_sm90_kernel.cuh"
+#include "common/unit_kind.h"
 
 namespace deconv_patch {
 
@@ -47,9 +48,15 @@ cudaError_t launch_conv_transpose2d_gemm_kxs_sm90(const ConvTranspose2dParams& p
   if (p.batch * p.out_channels * p.out_h * p.out_w == 0) return cudaSuccess;
   if (packed == nullptr || !aligned16(packed)) return cudaErrorInvalidValue;
   switch (kind) {
+#if DECONV_PATCH_UNIT_HAS_KIND(1)
     case ScalarKind::kFloat16: return gemm_kxs_sm90_launch_f16(p, kind, packed, config, stream);
+#endif
+#if DECONV_PATCH_UNIT_HAS_KIND(2)
     case ScalarKind::kBFloat16: return gemm_kxs_sm90_launch_bf16(p, kind, packed, config, stream);
+#endif
+#if DECONV_PATCH_UNIT_HAS_KIND(0)
     case ScalarKind::kFloat32: return gemm_kxs_sm90_launch_f32(p, kind, packed, config, stream);
+#endif
   }
   return cudaErrorInvalidValue;
 }
@@ -62,9 +69,15 @@ cudaError_t launch_conv_transpose2d_gemm_kxs_sm90_f32_out(const ConvTranspose2dP
   if (config < -1 || config >= kGemmKxsSm90F32OutConfigs) return cudaErrorInvalidValue;
   if (p.batch * p.out_channels * p.out_h * p.out_w == 0) return cudaSuccess;
   if (packed == nullptr || !aligned16(packed)) return cudaErrorInvalidValue;
+#if DECONV_PATCH_UNIT_HAS_KIND(1)
   if (kind == ScalarKind::kFloat16)
     return gemm_kxs_sm90_launch_f32_out_f16(p, kind, packed, config, stream);
-  return gemm_kxs_sm90_launch_f32_out_bf16(p, kind, packed, config, stream);
+#endif
+#if DECONV_PATCH_UNIT_HAS_KIND(2)
+  if (kind == ScalarKind::kBFloat16)
+    return gemm_kxs_sm90_launch_f32_out_bf16(p, kind, packed, config, stream);
+#endif
+  return cudaErrorInvalidValue;
 }
 
 }  // namespace deconv_patch

@@ -55,6 +55,7 @@
 #include <cstdint>
 
 #include "gemm_phase/gemm_phase.h"
+#include "common/unit_kind.h"
 #include "common/phase_plan.cuh"
 #include "common/device_cache.h"
 #include "common/epilogue.cuh"
@@ -872,12 +873,18 @@ cudaError_t launch_conv_transpose2d_gemm_phase(const ConvTranspose2dParams& p, S
   if (p.batch * p.out_channels * p.out_h * p.out_w == 0) return cudaSuccess;
   if (packed == nullptr && pack_geometry(p).elements > 0) return cudaErrorInvalidValue;
   switch (kind) {
+#if DECONV_PATCH_UNIT_HAS_KIND(0)
     case ScalarKind::kFloat32:
       return allow_tf32 ? launch_typed<float, false>(p, packed, config, stream)
                         : launch_typed<float, true>(p, packed, config, stream);
+#endif
+#if DECONV_PATCH_UNIT_HAS_KIND(1)
     case ScalarKind::kFloat16: return launch_typed<__half, false>(p, packed, config, stream);
+#endif
+#if DECONV_PATCH_UNIT_HAS_KIND(2)
     case ScalarKind::kBFloat16:
       return launch_typed<__nv_bfloat16, false>(p, packed, config, stream);
+#endif
   }
   return cudaErrorInvalidValue;
 }

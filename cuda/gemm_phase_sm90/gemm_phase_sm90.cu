@@ -60,6 +60,7 @@
 #include <cstdint>
 
 #include "gemm_phase_sm90/gemm_phase_sm90.h"
+#include "common/unit_kind.h"
 #include "common/phase_plan.cuh"
 #include "common/device_cache.h"
 #include "common/epilogue.cuh"
@@ -560,8 +561,12 @@ cudaError_t launch_conv_transpose2d_gemm_phase_sm90(const ConvTranspose2dParams&
   if (p.batch * p.out_channels * p.out_h * p.out_w == 0) return cudaSuccess;
   if (packed == nullptr) return cudaErrorInvalidValue;
   switch (kind) {
+#if DECONV_PATCH_UNIT_HAS_KIND(1)
     case ScalarKind::kFloat16: return launch_typed<__half>(p, packed, config, stream);
+#endif
+#if DECONV_PATCH_UNIT_HAS_KIND(2)
     case ScalarKind::kBFloat16: return launch_typed<__nv_bfloat16>(p, packed, config, stream);
+#endif
     default: break;
   }
   return cudaErrorInvalidValue;

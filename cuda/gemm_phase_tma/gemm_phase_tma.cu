@@ -2,6 +2,7 @@
 // and the dispatch to the per-element-type GEMM launchers. The kernels, the index math and the
 // pipeline are in gemm_phase_tma/gemm_phase_tma_kernel.cuh.
 #include "gemm_phase_tma/gemm_phase_tma_kernel.cuh"
+#include "common/unit_kind.h"
 
 namespace deconv_patch {
 namespace {
@@ -86,11 +87,17 @@ cudaError_t launch_conv_transpose2d_gemm_phase_tma(const ConvTranspose2dParams& 
   if (pt_output_empty(p)) return cudaSuccess;
   if (packed == nullptr || !pt_aligned16(packed)) return cudaErrorInvalidValue;
   switch (kind) {
+#if DECONV_PATCH_UNIT_HAS_KIND(1)
     case ScalarKind::kFloat16: return gemm_phase_tma_launch_f16(p, packed, config, stream);
+#endif
+#if DECONV_PATCH_UNIT_HAS_KIND(2)
     case ScalarKind::kBFloat16: return gemm_phase_tma_launch_bf16(p, packed, config, stream);
+#endif
+#if DECONV_PATCH_UNIT_HAS_KIND(0)
     case ScalarKind::kFloat32:
       return allow_tf32 ? gemm_phase_tma_launch_tf32(p, packed, config, stream)
                         : gemm_phase_tma_launch_f32x3(p, packed, config, stream);
+#endif
   }
   return cudaErrorInvalidValue;
 }

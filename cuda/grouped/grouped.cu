@@ -51,6 +51,7 @@
 #include <type_traits>
 
 #include "grouped/grouped.h"
+#include "common/unit_kind.h"
 #include "common/params.h"
 #include "common/device_cache.h"
 #include "common/epilogue.cuh"
@@ -1026,9 +1027,15 @@ cudaError_t launch_conv_transpose2d_grouped(const ConvTranspose2dParams& p, Scal
   if (!pl.ok) return cudaErrorInvalidValue;
   if (pl.blocks == 0) return cudaSuccess;
   switch (kind) {
+#if DECONV_PATCH_UNIT_HAS_KIND(0)
     case ScalarKind::kFloat32: return launch_typed<float>(pl, stream);
+#endif
+#if DECONV_PATCH_UNIT_HAS_KIND(1)
     case ScalarKind::kFloat16: return launch_typed<__half>(pl, stream);
+#endif
+#if DECONV_PATCH_UNIT_HAS_KIND(2)
     case ScalarKind::kBFloat16: return launch_typed<__nv_bfloat16>(pl, stream);
+#endif
   }
   return cudaErrorInvalidValue;
 }

@@ -5,9 +5,10 @@ the prepared calls and the direct kernel every call can fall back to. Each other
 is a build unit of its own (cuda/<family>/, a shared library), compiled the first time a call
 needs it. Every family, the core's included, is registered with the binding by its table's
 address (cuda/common/family_unit.h) under the registry's code, so a model compiles only the
-families its layers use. A family whose kernels are compiled per fused activation also builds
-as one unit per activation ("gemm_phase_tma@relu"): a first use compiles the activations its
-layers fuse, and a family's whole unit, where it is built, serves every activation.
+families its layers use. A family's folder also builds for one element type ("grouped.bf16"),
+and a family whose kernels are compiled per fused activation for one activation too
+("gemm_phase_tma@relu.f32"): a first use compiles the types and activations its layers run,
+and a unit holding more (the family's whole unit), where it is built, serves them.
 `load_extension()` (`deconv-patch build`) builds every family's whole unit.
 
 Builds are cached on disk per torch version, CUDA version, GPU architecture set and source
@@ -25,7 +26,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
+from typing import Dict, Iterable, List, NamedTuple, Optional, Sequence, Set, Tuple
 
 import torch
 
@@ -55,24 +56,57 @@ CORE = "core"
 CORE_FOLDERS = ("binding", "relayout", "direct")
 
 
-# A unit built for one fused activation: "<family>@<activation>".
+# A unit built for one fused activation and/or element type: "<family>[@<activation>][.<kind>]".
 ACTIVATION_MARK = "@"
+KIND_MARK = "."
+# Element types a unit can be built for: name -> code of the CUDA `ScalarKind` enum
+# (cuda/common/params.h, cuda/common/unit_kind.h).
+KINDS: Dict[str, int] = {"f32": 0, "f16": 1, "bf16": 2}
+_KIND_OF_DTYPE = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16"}
+# How a family's per-type source files name their element type (the last such word of the file
+# name: gemm_phase_tma_tf32_c0.cu, gemm_kxs_sm90_f32_out_bf16.cu, whose operands are bf16).
+_FILE_KIND_WORDS = {"f32": "f32", "tf32": "f32", "f32x3": "f32", "f16": "f16", "bf16": "bf16"}
 
 
-def activation_unit(family: str, activation: str) -> str:
-    """The unit of `family`'s kernels for one fused activation (a name of ACTIVATIONS)."""
-    if activation not in ACTIVATIONS:
+class UnitParts(NamedTuple):
+    """What a build unit holds: its family's folder, and the fused activation and element type
+    it was built for (None: every one)."""
+
+    folder: str
+    activation: Optional[str]
+    kind: Optional[str]
+
+
+def dtype_kind(dtype: torch.dtype) -> Optional[str]:
+    """The element-type name (KINDS) of a dtype the kernels run, else None."""
+    return _KIND_OF_DTYPE.get(dtype)
+
+
+def unit_name(family: str, activation: Optional[str] = None, kind: Optional[str] = None) -> str:
+    """The unit of `family`'s kernels for one fused activation (a name of ACTIVATIONS) and/or
+    one element type (a name of KINDS); the whole unit when both are None."""
+    if activation is not None and activation not in ACTIVATIONS:
         raise ValueError(f"deconv_patch: no activation {activation!r} (activations: "
                          f"{', '.join(ACTIVATIONS)})")
-    return f"{family}{ACTIVATION_MARK}{activation}"
+    if kind is not None and kind not in KINDS:
+        raise ValueError(f"deconv_patch: no element type {kind!r} (types: {', '.join(KINDS)})")
+    return (family + (f"{ACTIVATION_MARK}{activation}" if activation else "")
+            + (f"{KIND_MARK}{kind}" if kind else ""))
 
 
-def unit_parts(unit: str) -> Tuple[str, Optional[str]]:
-    """(the unit's folder, its activation or None for a whole unit)."""
-    folder, mark, activation = unit.partition(ACTIVATION_MARK)
-    if mark and activation not in ACTIVATIONS:
-        raise ValueError(f"deconv_patch: no build unit {unit!r} (activation {activation!r})")
-    return folder, (activation if mark else None)
+def unit_parts(unit: str) -> UnitParts:
+    """unit_name's parts of a unit's name."""
+    rest, kind_mark, kind = unit.partition(KIND_MARK)
+    folder, mark, activation = rest.partition(ACTIVATION_MARK)
+    if (mark and activation not in ACTIVATIONS) or (kind_mark and kind not in KINDS):
+        raise ValueError(f"deconv_patch: no build unit {unit!r}")
+    return UnitParts(folder, activation if mark else None, kind if kind_mark else None)
+
+
+def _file_kind(path: Path) -> Optional[str]:
+    """The element type a family's source file holds kernels for (None: every type)."""
+    words = [_FILE_KIND_WORDS[w] for w in path.stem.split("_") if w in _FILE_KIND_WORDS]
+    return words[-1] if words else None
 
 
 def unit_names() -> List[str]:
@@ -85,14 +119,15 @@ def unit_names() -> List[str]:
 
 
 def unit_sources(unit: str) -> List[Path]:
-    """The .cpp and .cu files a unit compiles (CORE, or a family's folder, whole or for one
-    activation)."""
+    """The .cpp and .cu files a unit compiles (CORE, or a family's folder: whole, or of one
+    activation, or without the per-type files of other element types)."""
     root = cuda_source_dir()
-    family, _ = unit_parts(unit)
+    family, _, kind = unit_parts(unit)
     if unit != CORE and family not in unit_names():
         raise ValueError(f"deconv_patch: no build unit {unit!r} (units: {unit_names()})")
     folders = [root / f for f in (CORE_FOLDERS if unit == CORE else (family,))]
-    return [f for d in folders for f in (*sorted(d.glob("*.cpp")), *sorted(d.glob("*.cu")))]
+    return [f for d in folders for f in (*sorted(d.glob("*.cpp")), *sorted(d.glob("*.cu")))
+            if kind is None or _file_kind(f) in (None, kind)]
 
 
 def source_files() -> List[Path]:
@@ -209,17 +244,18 @@ def runtime_libstdcxx() -> List[str]:
 
 
 def _library_name(unit: str) -> str:
-    folder, activation = unit_parts(unit)
+    folder, activation, kind = unit_parts(unit)
     if unit == CORE:
         return EXTENSION_NAME
-    return f"{EXTENSION_NAME}_{folder}" + (f"__{activation}" if activation else "")
+    return "__".join([f"{EXTENSION_NAME}_{folder}", *(p for p in (activation, kind) if p)])
 
 
 def unit_flags(unit: str) -> List[str]:
-    """nvcc flags of one unit beyond the build's: an activation unit's activation."""
-    _, activation = unit_parts(unit)
-    return [] if activation is None else [
-        f"-DDECONV_PATCH_UNIT_ACTIVATION={ACTIVATIONS[activation]}"]
+    """nvcc flags of one unit beyond the build's: the activation and element type it holds."""
+    _, activation, kind = unit_parts(unit)
+    return ([] if activation is None else
+            [f"-DDECONV_PATCH_UNIT_ACTIVATION={ACTIVATIONS[activation]}"]) + (
+        [] if kind is None else [f"-DDECONV_PATCH_UNIT_KIND={KINDS[kind]}"])
 
 
 def build_unit(unit: str, build_root: Path, cuda_flags: Sequence[str], verbose: bool = False
@@ -248,18 +284,20 @@ def register_unit(core: ModuleType, unit: str, library: str) -> None:
     core, under the registry's code for its family and the activation it was built for."""
     from . import BY_NAME  # the registry: the layer above names the families
 
-    family, activation = unit_parts(unit)
+    family, activation, kind = unit_parts(unit)
     getter = getattr(ctypes.CDLL(library), f"deconv_patch_unit_{family}")
     getter.restype = ctypes.c_void_p
     core.register_family(BY_NAME[family].code, family, getter(),
-                         -1 if activation is None else ACTIVATIONS[activation])
+                         -1 if activation is None else ACTIVATIONS[activation],
+                         -1 if kind is None else KINDS[kind])
 
 
 def registered_units(core: ModuleType) -> Set[str]:
     """The units whose tables the core holds."""
-    names = {code: name for name, code in ACTIVATIONS.items()}
-    return {family if code < 0 else activation_unit(family, names[code])
-            for family, code in core.registered_families()}
+    activations = {code: name for name, code in ACTIVATIONS.items()}
+    kinds = {code: name for name, code in KINDS.items()}
+    return {unit_name(family, activations.get(activation), kinds.get(kind))
+            for family, activation, kind in core.registered_families()}
 
 
 def register_core_families(core: ModuleType) -> None:
@@ -414,9 +452,15 @@ def _load_unit_set(units: Tuple[str, ...]) -> ModuleType:
 
 
 def _whole_if_there(unit: str, registered: Set[str]) -> str:
-    folder, activation = unit_parts(unit)
-    if activation is not None and (folder in registered or _is_built(folder, cache_dir())):
-        return folder
+    """A registered or built unit that holds all `unit` holds (the family's whole unit, else
+    its unit of the same activation or element type), else `unit`."""
+    folder, activation, kind = unit_parts(unit)
+    wider = [folder] if activation or kind else []
+    if activation and kind:
+        wider += [unit_name(folder, activation=activation), unit_name(folder, kind=kind)]
+    for candidate in wider:
+        if candidate in registered or _is_built(candidate, cache_dir()):
+            return candidate
     return unit
 
 
@@ -425,7 +469,7 @@ def load_family_any(family: str, units: Sequence[str]) -> ModuleType:
     alike (a weight's packing, whether a weight fits): the loaded one where there is one, else
     `units` (loaded as load_units does)."""
     core = loaded_extension()
-    if core is not None and any(unit_parts(u)[0] == family for u in registered_units(core)):
+    if core is not None and any(unit_parts(u).folder == family for u in registered_units(core)):
         return core
     return load_units(units)
 

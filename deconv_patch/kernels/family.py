@@ -8,7 +8,7 @@ from typing import Callable, Optional, Tuple
 import torch
 
 from ..arguments import ConvTransposeArgs
-from .extension import activation_unit
+from .extension import dtype_kind, unit_name
 
 
 @dataclass(frozen=True)
@@ -44,18 +44,23 @@ class KernelFamily:
     configs: Tuple[Config, ...] = ()
     packed_weight: bool = False  # the bare name's (config -1) weight
     refusal: Refusal = no_refusal
-    # The build units (cuda/<unit>/, deconv_patch/kernels/extension.py) its calls need loaded: by
-    # default its own folder; () for the families the extension's core holds.
+    # () for the families the extension's core holds; else its own folder is its build unit
+    # (cuda/<name>/, deconv_patch/kernels/extension.py), built per element type.
     needs_units: Optional[Tuple[str, ...]] = None
     # Whether its kernels are compiled per fused activation, so that a first use can build the
-    # unit of one activation (extension.activation_unit) instead of its whole folder.
+    # unit of one activation (extension.unit_name) instead of its whole folder.
     per_activation: bool = False
+    # Other families whose kernels its calls run, without a fused activation (gemm_col2im's
+    # GEMM).
+    runs: Tuple["KernelFamily", ...] = ()
 
-    def units_for(self, activation: str) -> Tuple[str, ...]:
-        """The build units a call fusing `activation` loads."""
+    def units_for(self, activation: str, dtype: torch.dtype) -> Tuple[str, ...]:
+        """The build units a call fusing `activation` on `dtype` loads."""
         if self.needs_units is not None:
             return self.needs_units
-        return (activation_unit(self.name, activation) if self.per_activation else self.name,)
+        kind = dtype_kind(dtype)
+        own = unit_name(self.name, activation if self.per_activation else None, kind)
+        return tuple(u for f in self.runs for u in f.units_for("none", dtype)) + (own,)
 
     @property
     def variants(self) -> Tuple[str, ...]:

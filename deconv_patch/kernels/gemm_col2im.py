@@ -11,7 +11,6 @@ import torch
 
 from ..arguments import ConvTransposeArgs
 from . import gemm_kxs_sm90, gemm_phase_tma
-from .extension import activation_unit
 from .family import Config, KernelFamily
 from .precision import fp32_strict, strict_refusal
 
@@ -59,5 +58,4 @@ FAMILY = KernelFamily(
     NAME, 9, "one GEMM over every tap into an fp32 buffer, then col2im (sm_90a)",
     configs=CONFIGS + STRICT_CONFIGS, packed_weight=True, refusal=_refusal,
     # its GEMM runs in those families' units (without a fused activation: col2im applies it)
-    needs_units=(activation_unit(gemm_kxs_sm90.NAME, "none"),
-                 activation_unit(gemm_phase_tma.NAME, "none"), NAME))
+    runs=(gemm_kxs_sm90.FAMILY, gemm_phase_tma.FAMILY))

@@ -77,7 +77,7 @@ class PackedWeightCache:
               allow_tf32: bool) -> torch.Tensor:
         family = kernels.BY_NAME[variant]
         # (every unit of a family packs alike: the call's own is loaded by now)
-        return load_family_any(family.name, family.units_for("none")).pack_weight(
+        return load_family_any(family.name, family.units_for("none", weight.dtype)).pack_weight(
             family.code, weight.detach(), list(args.stride), list(args.padding),
             list(args.output_padding), list(args.dilation), args.groups, allow_tf32)
 

@@ -400,7 +400,7 @@ def _out_tile_fits(weight: torch.Tensor, args: ConvTransposeArgs) -> bool:
         try:
             # Sizes and the dtype's name, not the tensor: planning reads no tensor data. (Every
             # unit of the family answers alike.)
-            units = gemm_out_tile.FAMILY.units_for("none")
+            units = gemm_out_tile.FAMILY.units_for("none", weight.dtype)
             fits = bool(load_family_any(gemm_out_tile.NAME, units).weight_fits(
                 gemm_out_tile.FAMILY.code, index, str(weight.dtype).replace("torch.", ""),
                 list(weight.shape), list(args.stride), list(args.padding), list(args.dilation),

@@ -176,9 +176,11 @@ def test_timing_compiles_the_candidates_units_at_once_before_the_first_candidate
     assert picks[0][0] == 1 and len(picks[0][1]) > 1  # loaded before timing, several candidates
     families = {kernels.family_of(v) for v in picks[0][1]} - {None}
     assert len(families) > 2
-    assert loads == [sorted({u for f in families for u in f.units_for("relu")})]
-    # the per-activation families' ReLU units, not their whole folders
-    assert "gemm_phase_tma@relu" in loads[0] and "gemm_phase_tma" not in loads[0]
+    assert loads == [sorted({u for f in families for u in f.units_for("relu", torch.bfloat16)})]
+    # the per-activation families' ReLU units of bf16, the others' bf16 units, not their whole
+    # folders
+    assert "gemm_phase_tma@relu.bf16" in loads[0] and "gemm_phase_tma" not in loads[0]
+    assert all(unit.endswith(".bf16") for unit in loads[0])
     monkeypatch.setattr(autotune, "known", lambda key, candidates: True)
     kernel_calls._plan_call(x, w, None, args, IDENTITY)
     assert len(loads) == 1 and len(picks) == 2

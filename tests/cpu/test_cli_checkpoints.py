@@ -7,6 +7,7 @@ rewrite fails here. Models are the small examples (fast on CPU).
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 import shutil
@@ -20,7 +21,7 @@ from deconv_patch import summary
 from deconv_patch.checkpoint import load
 from deconv_patch.exit_codes import ExitCode
 from examples import dcgan
-from tests.helpers import run_cli, run_cli_in_process as run
+from tests.helpers import bound_check, run_cli, run_cli_in_process as run
 
 SHAPE = "2,100,1,1"
 DCGAN = ["--model", "examples.dcgan:build_model", "--model-kwargs", '{"small": true}']
@@ -294,6 +295,8 @@ def test_spectral_norm_generator_round_trip(tmp_path):
     assert loaded.deconv_patch_info["summary"]["layers"][0]["name"] == "0"
     x = torch.randn(3, 4, 5, 7)
     with torch.no_grad():
-        torch.testing.assert_close(loaded(x), original(x), rtol=1e-5, atol=1e-6)
-        torch.testing.assert_close(loaded(x), original(x), rtol=1e-5, atol=1e-6)  # fused now
+        reference = copy.deepcopy(original).double()(x.double())
+        # (BatchNorm folded into the weight rounds differently: held to the precision bound)
+        bound_check(reference, original(x), loaded(x), torch.float32, "first call")
+        bound_check(reference, original(x), loaded(x), torch.float32, "fused")
     assert sum(layer.fused != "-" for layer in summary(loaded, quiet=True).layers) == 2

@@ -88,6 +88,47 @@ def test_every_source_is_in_exactly_one_build_unit():
         extension.unit_sources("nope")
 
 
+def test_a_unit_of_one_element_type_compiles_that_types_files_with_its_flags():
+    """A family's unit for one element type leaves out the per-type files of the other types
+    (gemm_phase_tma's fp32 kinds are TF32 and 3xTF32; gemm_kxs_sm90's fp32-output kernels of
+    16-bit operands belong to that operand type) and keeps the files every type shares; its
+    nvcc flags name the type and activation; the names round-trip."""
+    def names(unit):
+        return {f.name for f in extension.unit_sources(unit)}
+
+    whole = names("gemm_phase_tma")
+    f32 = names("gemm_phase_tma@relu.f32")
+    bf16 = names("gemm_phase_tma.bf16")
+    shared = {"gemm_phase_tma.cu", "gemm_phase_tma_unit.cu"}
+    assert shared <= f32 and shared <= bf16 and f32 | bf16 < whole
+    assert {"gemm_phase_tma_tf32_c0.cu", "gemm_phase_tma_f32x3.cu"} <= f32
+    assert not any("bf16" in n or "f16" in n for n in f32)
+    assert all("bf16" in n for n in bf16 - shared)
+    kxs_f16 = names("gemm_kxs_sm90@none.f16")
+    assert {"gemm_kxs_sm90_f32_out_f16_c0.cu", "gemm_kxs_sm90_area_f16_c2.cu"} <= kxs_f16
+    assert not any("bf16" in n or "_f32_c" in n or "area_f32" in n for n in kxs_f16)
+    # a single-file family: the same file, the type chosen by the flag
+    assert names("grouped.bf16") == names("grouped")
+    assert extension.unit_flags("grouped.bf16") == ["-DDECONV_PATCH_UNIT_KIND=2"]
+    assert extension.unit_flags("gemm_phase_tma@tanh.f16") == [
+        "-DDECONV_PATCH_UNIT_ACTIVATION=6", "-DDECONV_PATCH_UNIT_KIND=1"]
+    assert extension.unit_flags("grouped") == []
+    for unit in ("grouped", "grouped.f32", "gemm_phase_tma@relu", "gemm_phase_tma@relu.bf16"):
+        parts = extension.unit_parts(unit)
+        assert extension.unit_name(*parts) == unit
+    assert extension.unit_parts("gemm_phase_tma@relu.bf16") == ("gemm_phase_tma", "relu", "bf16")
+    for bad in ("grouped.f64", "gemm_phase_tma@swish", "grouped@relu.int8"):
+        with pytest.raises(ValueError, match="no build unit"):
+            extension.unit_parts(bad)
+    # the registry asks for the call's type; gemm_col2im for its GEMM's units too
+    from deconv_patch import kernels
+    assert kernels.BY_NAME["grouped"].units_for("relu", torch.float16) == ("grouped.f16",)
+    assert kernels.BY_NAME["gemm_col2im"].units_for("tanh", torch.bfloat16) == (
+        "gemm_kxs_sm90@none.bf16", "gemm_phase_tma@none.bf16", "gemm_col2im.bf16")
+    assert kernels.BY_NAME["gemm_phase_tma"].units_for("relu", torch.float64) == (
+        "gemm_phase_tma@relu",)
+
+
 def test_each_family_defines_its_table_in_its_own_folder():
     """Every registry family has cuda/<family>/<family>_unit.cu, which defines
     deconv_patch_unit_<family>() (common/family_unit.h's macro) with one entry per FamilyUnit
@@ -117,9 +158,12 @@ def test_each_family_defines_its_table_in_its_own_folder():
         assert "switch (family" not in code and "KernelFamily" not in code, name
     for family in kernels.FAMILIES:  # what the registry loads exists
         for activation in ACTIVATIONS:
-            folders = {extension.unit_parts(u)[0] for u in family.units_for(activation)}
-            assert folders <= set(extension.unit_names()), family.name
-    assert kernels.BY_NAME["direct"].units_for("relu") == ()
+            for dtype in (torch.float32, torch.float16, torch.bfloat16):
+                units = family.units_for(activation, dtype)
+                folders = {extension.unit_parts(u).folder for u in units}
+                assert folders <= set(extension.unit_names()), family.name
+                assert all(extension.unit_sources(u) for u in units), family.name
+    assert kernels.BY_NAME["direct"].units_for("relu", torch.float32) == ()
     assert "direct" not in extension.unit_names()
 
 
@@ -132,13 +176,12 @@ def test_first_use_compiles_what_is_missing_at_once_then_loads_each_unit_once(mo
 
     asked = []
 
-    codes = {name: code for name, code in ACTIVATIONS.items()}
-
     class Core:
         def registered_families(self):
             asked.append(1)
-            return [(u.split("@")[0], codes[u.split("@")[1]] if "@" in u else -1)
-                    for u in registered]
+            parts = [extension.unit_parts(u) for u in registered]
+            return [(p.folder, ACTIVATIONS.get(p.activation, -1), extension.KINDS.get(p.kind, -1))
+                    for p in parts]
 
     core = Core()
     state = {"loaded": False}
@@ -185,6 +228,19 @@ def test_first_use_compiles_what_is_missing_at_once_then_loads_each_unit_once(mo
         count = len(built)
         extension.load_units(["gemm_phase_tma@gelu"])  # the whole unit is loaded: nothing to do
         assert len(built) == count and registered.count("gemm_phase_tma") == 1
+        # units of one activation and element type: built alone ...
+        extension.load_units(["gemm_kxs_sm90@relu.bf16", "gemm_out_tile.f16"])
+        assert at_once[-1] == ["gemm_kxs_sm90@relu.bf16", "gemm_out_tile.f16"]
+        assert registered[-2:] == ["gemm_kxs_sm90@relu.bf16", "gemm_out_tile.f16"]
+        # ... unless a unit holding them is there: the whole one, or the activation's or type's
+        (tmp_path / "gemm_kxs_sm90@silu").mkdir()
+        (tmp_path / "gemm_kxs_sm90@silu" / f"{extension.EXTENSION_NAME}_gemm_kxs_sm90__silu.so"
+         ).write_bytes(b"")
+        extension.load_units(["gemm_kxs_sm90@silu.f32", "gemm_phase_tma@relu.f16",
+                              "gemm_out_tile.f16"])
+        assert registered[-1] == "gemm_kxs_sm90@silu"  # built: loaded, not compiled
+        assert registered.count("gemm_phase_tma") == 1 and registered.count("gemm_out_tile.f16") == 1
+        assert len(at_once) == 3 and "gemm_kxs_sm90@silu.f32" not in built
     finally:
         extension._load_unit.cache_clear()
         extension._load_unit_set.cache_clear()

@@ -51,5 +51,6 @@ def test_one_pack_per_weight_version_and_layout(monkeypatch):
     other = torch.randn(4, 3, 2, 2)                             # another weight tensor
     cache.get("gemm_kxs", other, args, True, key)
     assert len(recorder.calls) == 4 and cache.packs == 4
-    # packing loads a unit of the family's own (gemm_kxs: one for every activation)
-    assert set(units) == {("gemm_kxs", ("gemm_kxs",))}
+    # packing loads a unit of the family's own (gemm_kxs: one per element type, every
+    # activation)
+    assert set(units) == {("gemm_kxs", ("gemm_kxs.f32",))}

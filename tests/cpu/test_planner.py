@@ -381,9 +381,9 @@ def test_plan_asks_the_extension_whether_gemm_out_tile_fits(capability, monkeypa
         assert "shared memory cannot hold" in chosen.reason
     code = planner.kernels.BY_NAME[planner.GEMM_OUT_TILE].code
     assert stub.calls == [(code, 0, "bfloat16", [64, 3, 4, 4], [2, 2], [1, 1], [1, 1], 1, False)]
-    # The question loads one unit of that family only (none loaded: its unit without a fused
-    # activation; every unit of a family answers alike).
-    assert units == [(planner.GEMM_OUT_TILE,)]
+    # The question loads one unit of that family only (none loaded: its unit of the layer's
+    # element type; every unit of a family answers alike).
+    assert units == [(f"{planner.GEMM_OUT_TILE}.bf16",)]
     planner.plan(x, w, args)
     assert len(stub.calls) == 1  # cached per geometry
     # fp32 with TF32 (FCN's x8 up-sampling, the TF32 default): asked in TF32 mode, not 3xTF32

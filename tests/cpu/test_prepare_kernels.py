@@ -83,9 +83,10 @@ def test_each_call_plans_on_its_geometry_without_a_gpu(hopper, monkeypatch):
         cpu = _units(up2, (64, 128, 4, 4), (2048, 16, 4, 1), torch.float32,
                                    torch.device("cpu"))
         small = _units(up2, (1, 128, 4, 4), (2048, 16, 4, 1), torch.float32, CUDA0)
-    # (gemm_kxs: one unit for every activation; gemm_phase_tma: the unit of the call's)
-    assert tuple(latent) == ("gemm_kxs",)
-    assert tuple(phase) == ("gemm_phase_tma@none",)
+    # (gemm_kxs: one unit for every activation; gemm_phase_tma: the unit of the call's; both
+    # of the call's element type)
+    assert tuple(latent) == ("gemm_kxs.bf16",)
+    assert tuple(phase) == ("gemm_phase_tma@none.bf16",)
     assert tuple(cpu) == () and tuple(small) == ()
     with torch.backends.cudnn.flags(enabled=True, allow_tf32=True, benchmark=False):
         # a chain that will fuse an activation into the calls: that activation's unit
@@ -94,16 +95,17 @@ def test_each_call_plans_on_its_geometry_without_a_gpu(hopper, monkeypatch):
         relu = _fast(nn.ConvTranspose2d(128, 64, 4, 2, 1))
         relu.activation = "relu"
         own = _units(relu, (64, 128, 4, 4), (2048, 16, 4, 1), torch.bfloat16, CUDA0)
-    assert fused == ("gemm_phase_tma@tanh",)
-    assert own == ("gemm_phase_tma@relu",)
+    assert fused == ("gemm_phase_tma@tanh.bf16",)
+    assert own == ("gemm_phase_tma@relu.bf16",)
     # autotune: no plan (it times the call first), and the units of what it times
     monkeypatch.setattr(modules.autotune, "enabled", lambda: True)
     with torch.backends.cudnn.flags(enabled=True, allow_tf32=True, benchmark=False):
         timed = modules.example_plan(up2, (64, 128, 4, 4), (2048, 16, 4, 1), torch.bfloat16,
                                      CUDA0)
         candidates = planner.plan(*_fake(up2, (64, 128, 4, 4), torch.bfloat16)).candidates
-    assert timed[0] is None and "gemm_phase_tma@none" in timed[1] and len(timed[1]) > 3
-    assert set(timed[1]) == {u for v in candidates for u in modules.variant_units(v, "none")}
+    assert timed[0] is None and "gemm_phase_tma@none.bf16" in timed[1] and len(timed[1]) > 3
+    assert set(timed[1]) == {u for v in candidates
+                             for u in modules.variant_units(v, "none", torch.bfloat16)}
 
 
 def test_a_gemm_out_tile_plan_lists_its_units_without_building_them(hopper, monkeypatch):
@@ -123,9 +125,9 @@ def test_a_gemm_out_tile_plan_lists_its_units_without_building_them(hopper, monk
 
     with torch.backends.cudnn.flags(enabled=True, benchmark=False):
         # a DCGAN generator's last layer: gemm_out_tile, else cuDNN
-        assert units(64, 3, 16) == ("gemm_out_tile",)
+        assert units(64, 3, 16) == ("gemm_out_tile.bf16",)
         # 17 output channels: gemm_out_tile, else gemm_phase_tma
-        assert units(512, 17, 16) == ("gemm_out_tile", "gemm_phase_tma@none")
+        assert units(512, 17, 16) == ("gemm_out_tile.bf16", "gemm_phase_tma@none.bf16")
     assert asked == []
     # a plan made for a call asks the binding, as before
     with FakeTensorMode():
@@ -134,7 +136,7 @@ def test_a_gemm_out_tile_plan_lists_its_units_without_building_them(hopper, monk
     with torch.backends.cudnn.flags(enabled=True, benchmark=False), pytest.raises(
             pytest.fail.Exception):
         planner.plan(x, w, _fast(nn.ConvTranspose2d(64, 3, 4, 2, 1))._args((0, 0)))
-    assert asked == [("gemm_out_tile",)]
+    assert asked == [("gemm_out_tile.bf16",)]
 
 
 def test_the_families_compile_in_one_step(hopper, monkeypatch):
@@ -146,11 +148,11 @@ def test_the_families_compile_in_one_step(hopper, monkeypatch):
              (up2, ((64, 128, 4, 4), (2048, 16, 4, 1), torch.bfloat16, CUDA0)),
              (up2, ((32, 128, 4, 4), (2048, 16, 4, 1), torch.bfloat16, CUDA0))]
     with torch.backends.cudnn.flags(enabled=True, benchmark=False):
-        assert modules.prepare_kernels(calls) == ("gemm_kxs", "gemm_phase_tma@none")
-    assert compiled == [["gemm_kxs", "gemm_phase_tma@none"]]
+        assert modules.prepare_kernels(calls) == ("gemm_kxs.bf16", "gemm_phase_tma@none.bf16")
+    assert compiled == [["gemm_kxs.bf16", "gemm_phase_tma@none.bf16"]]
     with torch.backends.cudnn.flags(enabled=True, benchmark=False):  # up2's calls may fuse ReLU
         assert modules.prepare_kernels(calls, {id(up2): "relu"}) == (
-            "gemm_kxs", "gemm_phase_tma@relu")
+            "gemm_kxs.bf16", "gemm_phase_tma@relu.bf16")
     with torch.backends.cudnn.flags(enabled=True, benchmark=False):
         assert modules.prepare_kernels(calls[:0]) == ()
     assert len(compiled) == 2  # nothing to compile: not asked

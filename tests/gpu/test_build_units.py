@@ -1,8 +1,9 @@
 """The kernel families' build units on the GPU (deconv_patch/kernels/extension.py): a process whose
 calls run one family loads the core and that family's unit only, computes the right result
 through it, and a call to a family whose unit it has not loaded is the binding's error, never
-a kernel launch. On an empty cache, a family compiled per activation builds the unit of the
-call's activation only, and a call fusing another activation is the binding's error too."""
+a kernel launch. On an empty cache, a family builds the unit of the call's element type (and,
+compiled per activation, of its activation) only, and a call of another type or fusing another
+activation is the binding's error too."""
 
 from __future__ import annotations
 
@@ -55,14 +56,18 @@ def test_a_process_loads_only_the_units_its_calls_use():
                           capture_output=True, text=True, cwd=ROOT, timeout=1200)
     assert done.returncode == 0, done.stderr[-4000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
-    # (direct: the core's own family; -1: units holding every activation)
-    assert result["registered"] == [["direct", -1], ["gemm_kxs", -1]]
+    # (direct: the core's own family; -1: units holding every activation / element type; the
+    # shared cache may hold gemm_kxs's whole unit, which then stands in for its fp32 unit)
+    assert result["registered"][0] == ["direct", -1, -1]
+    assert result["registered"][1] in (["gemm_kxs", -1, 0], ["gemm_kxs", -1, -1]), result
+    assert len(result["registered"]) == 2, result
     assert f"family code {BY_NAME['grouped'].code} is not loaded" in result["error"]
     assert result["finite"] and result["max_err"] <= 1e-2 * result["scale"], result
 
 
 # A fresh process on an empty cache: gemm_phase_tma (sm_90a, TF32) with a fused ReLU against float64
-# PyTorch, then the binding asked for the same family fusing Tanh, whose unit it has not built.
+# PyTorch, then the binding asked for the same family fusing Tanh, and fusing ReLU on bf16, whose
+# units it has not built.
 ACTIVATION_SCRIPT = """
 import json, time, torch
 import torch.nn.functional as F
@@ -87,7 +92,15 @@ try:
     error = ""
 except RuntimeError as exc:
     error = str(exc)
-print(json.dumps({"registered": registered, "error": error, "seconds": seconds,
+xb, wb, bb = x.bfloat16(), w.bfloat16(), b.bfloat16()
+try:
+    core.conv_transpose2d_forward(BY_NAME["gemm_phase_tma"].code, xb, wb, bb, [2, 2], [1, 1],
+                                  [0, 0], [1, 1], 1, False, True, activation=1)
+    bf16_error = ""
+except RuntimeError as exc:
+    bf16_error = str(exc)
+print(json.dumps({"registered": registered, "error": error, "bf16_error": bf16_error,
+                  "seconds": seconds,
                   "max_err": (y.double() - ref).abs().max().item(),
                   "scale": ref.abs().max().item()}))
 """
@@ -95,14 +108,18 @@ print(json.dumps({"registered": registered, "error": error, "seconds": seconds,
 
 @pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
                     reason="gemm_phase_tma runs on Hopper (sm_90a)")
-def test_an_empty_cache_builds_the_unit_of_the_calls_activation(tmp_path):
+def test_an_empty_cache_builds_the_unit_of_the_calls_activation_and_type(tmp_path):
     env = {**os.environ, "DECONV_PATCH_CACHE": str(tmp_path)}
     done = subprocess.run([sys.executable, "-X", "faulthandler", "-c", ACTIVATION_SCRIPT],
                           capture_output=True, text=True, cwd=ROOT, timeout=1200, env=env)
     assert done.returncode == 0, done.stderr[-4000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
     code = BY_NAME["gemm_phase_tma"].code
-    assert result["registered"] == [["direct", -1], ["gemm_phase_tma", 1]], result  # 1: ReLU
-    assert f"family code {code} is not loaded for activation 6" in result["error"], result
+    # 1: ReLU, 0: fp32
+    assert result["registered"] == [["direct", -1, -1], ["gemm_phase_tma", 1, 0]], result
+    assert (f"family code {code} is not loaded for activation 6 and element type 0"
+            in result["error"]), result
+    assert (f"family code {code} is not loaded for activation 1 and element type 2"
+            in result["bf16_error"]), result
     assert result["max_err"] <= 1e-2 * result["scale"], result
-    print(f"core + gemm_phase_tma@relu from an empty cache: {result['seconds']:.0f} s")
+    print(f"core + gemm_phase_tma@relu.f32 from an empty cache: {result['seconds']:.0f} s")
