@@ -416,13 +416,14 @@ def prepare_kernels(calls: Iterable[Tuple["FastConvTranspose2d", Tuple]],
     """Compiles at once the build units these calls (module, input geometry: shape, stride,
     dtype, device) will load, before the first of them runs (with autotune on, the units its
     timing runs); returns them. `fused`: the activation a fused chain will give a module's
-    calls (by id; a chain the fused check then declines compiles its unfused units at its first
-    call). Never raises: whatever cannot be planned or built here is met by the calls
-    themselves, as without it."""
+    calls (by id), listed with the module's own: the fused check runs the chain unfused first
+    (fuse_plan.verify_chains). Never raises: whatever cannot be planned or built here is met by
+    the calls themselves, as without it."""
     units: Set[str] = set()
     try:
         for module, geometry in calls:
-            extra = (fused[id(module)],) if fused and id(module) in fused else ()
+            extra = ((module.activation, fused[id(module)]) if fused and id(module) in fused
+                     else ())
             chosen, needed = example_plan(module, *geometry, activations=extra)
             units.update(needed)
             if chosen is not None:  # what `backend` (and so summary()) shows until a call runs

@@ -34,35 +34,52 @@ class Instance:
     params: str   # the launcher's parameters after `p`
     call: str     # the template call it forwards to
     body: str = ""  # or the launcher's whole body
+    # A second function beside the launcher, bool <family>_supports_<name>(p, ...), where the
+    # family asks each config's own file whether it takes a call (its kernel's registers decide)
+    supports_params: str = ""
+    supports_body: str = ""
 
     @property
     def path(self) -> Path:
         return CUDA / self.family / f"{self.family}_{self.name}.cu"
 
     def signature(self) -> str:
-        fn = f"{self.family}_launch_{self.name}"
-        params = textwrap.fill(f"const ConvTranspose2dParams& p, {self.params})", 100,
-                               initial_indent="    ", subsequent_indent="    ",
-                               break_long_words=False)
-        return f"cudaError_t {fn}(\n{params}"
+        return _signature("cudaError_t", f"{self.family}_launch_{self.name}", self.params)
+
+    def signatures(self) -> List[str]:
+        """The launcher's, then the supports function's where there is one."""
+        return [self.signature()] + ([_signature(
+            "bool", f"{self.family}_supports_{self.name}", self.supports_params)]
+            if self.supports_body else [])
 
     def text(self) -> str:
-        body = self.body or f"  return {self.call};\n"
+        bodies = [self.body or f"  return {self.call};\n"] + (
+            [self.supports_body] if self.supports_body else [])
         what = textwrap.fill(self.what, 100, initial_indent="// ", subsequent_indent="// ")
+        functions = "".join(f"{sig} {{\n{body}}}\n\n"
+                            for sig, body in zip(self.signatures(), bodies))
         return (
             f"{HEADER}{what}\n"
             f'#include "{self.family}/{self.family}_kernel.cuh"\n\n'
             "namespace deconv_patch {\n\n"
-            f"{self.signature()} {{\n{body}"
-            "}\n\n"
+            f"{functions}"
             "}  // namespace deconv_patch\n"
         )
+
+
+def _signature(returns: str, fn: str, params: str) -> str:
+    params = textwrap.fill(f"const ConvTranspose2dParams& p, {params})" if params else
+                           "const ConvTranspose2dParams& p)", 100,
+                           initial_indent="    ", subsequent_indent="    ",
+                           break_long_words=False)
+    return f"{returns} {fn}(\n{params}"
 
 
 def instances() -> List[Instance]:
     out: List[Instance] = []
     out += kxs_sm90_instances()
     out += phase_tma_instances()
+    out += ffma_tile_instances()
     return out
 
 
@@ -153,6 +170,39 @@ def phase_tma_instances() -> List[Instance]:
     return out
 
 
+# ffma_tile's configs, in the kernel's order (ffma_tile_kernel.cuh, kConfigs; the registry's
+# FFMA_TILE_CONFIGS).
+FFMA_TILE_CONFIGS = ("s2q2x2o3", "s2q2x2o4", "s2q1x2o4", "s2q1x2o6", "s2q1x2o9", "s2q1x1o3",
+                     "s2q1x1o4", "s3q2x2o1", "s3q1x2o1", "s3q1x1o1")
+
+
+def ffma_tile_instances() -> List[Instance]:
+    """Per element type a picker of the config (launch and supports), and per config one file
+    that compiles that config's kernels and answers whether it takes a call (the block shape
+    depends on its kernel's registers)."""
+    out: List[Instance] = []
+    launch = "bool tap_sums, cudaStream_t stream"
+    for short, ctype in ELEMENTS.items():
+        launches = "".join(
+            f"    case {i}: return ffma_tile_launch_{short}_c{i}(p, tap_sums, stream);\n"
+            for i in range(len(FFMA_TILE_CONFIGS)))
+        supports = "".join(f"    case {i}: return ffma_tile_supports_{short}_c{i}(p);\n"
+                           for i in range(len(FFMA_TILE_CONFIGS)))
+        out.append(Instance(
+            "ffma_tile", short, f"ffma_tile's launcher for {ctype}: picks the config.",
+            f"int config, {launch}", call="",
+            body=f"  switch (config) {{\n{launches}  }}\n  return cudaErrorInvalidValue;\n",
+            supports_params="int config",
+            supports_body=f"  switch (config) {{\n{supports}  }}\n  return false;\n"))
+        for i, config in enumerate(FFMA_TILE_CONFIGS):
+            out.append(Instance(
+                "ffma_tile", f"{short}_c{i}",
+                f"ffma_tile's kernels for {ctype}, config {i} ({config}).", launch,
+                f"config_launch<{ctype}, {i}>(p, tap_sums, stream)",
+                supports_body=f"  return config_supports<{ctype}, {i}>(p);\n"))
+    return out
+
+
 def declarations(family: str) -> str:
     """The header declaring every launcher a family's instance files define."""
     lines = [f"{HEADER}// {family}'s generated launchers (cuda/{family}/{family}_<instance>.cu).\n"
@@ -160,13 +210,13 @@ def declarations(family: str) -> str:
              "namespace deconv_patch {\n\n"]
     for inst in instances():
         if inst.family == family:
-            lines.append(f"{inst.signature()};\n")
+            lines.extend(f"{sig};\n" for sig in inst.signatures())
     lines.append("\n}  // namespace deconv_patch\n")
     return "".join(lines)
 
 
 # Families whose launchers are declared in a generated header (<family>_instances.h).
-DECLARED = ("gemm_kxs_sm90", "gemm_phase_tma")
+DECLARED = ("gemm_kxs_sm90", "gemm_phase_tma", "ffma_tile")
 
 
 def files() -> Dict[Path, str]:

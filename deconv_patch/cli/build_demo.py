@@ -33,4 +33,4 @@ def _cmd_build(args: argparse.Namespace) -> int:
 def _cmd_demo(args: argparse.Namespace) -> int:
     from .demo import run_demo
 
-    return run_demo(batch=args.batch)
+    return run_demo(batch=args.batch, autotune=args.autotune)

@@ -49,14 +49,17 @@ def _trained_batchnorm(model: nn.Module, seed: int) -> None:
                 module.bias.copy_(torch.randn(n, generator=gen) * 0.2)
 
 
-def run_demo(batch: int = 64, seed: int = 0) -> int:
+def run_demo(batch: int = 64, seed: int = 0, autotune: bool = False) -> int:
     """The README's main job, through the public API: optimize() patches the bundled generator
     (each BatchNorm folded into its deconvolution and each activation into its epilogue,
     proved on the example input), validate() compares it with the original (accuracy against float64 and, on
     CUDA, time per layer and end to end) in fp32 and bf16 (bf16 on the CPU too: it runs there,
-    and its accuracy check is as meaningful as on CUDA). On CUDA, cudnn.benchmark is on for
-    the run: it lets cuDNN time its algorithms for the original and deconv_patch's autotune time
-    its kernels, so each side runs its fastest. Prints the reports; returns an exit code."""
+    and its accuracy check is as meaningful as on CUDA). It runs at PyTorch's default settings,
+    as most users do (cudnn.benchmark off: cuDNN's heuristics for the original, deconv_patch's
+    untimed plan, and a first run compiles only the kernels that plan uses). `autotune` turns
+    cudnn.benchmark on for the run: cuDNN times its algorithms for the original and
+    deconv_patch's autotune times its kernels, so each side runs its fastest. Prints the
+    reports; returns an exit code."""
     from ..modules import FastConvTranspose2d
     from ..optimize import optimize
     from ..validation.report import HEADERS, format_table, table_rows
@@ -75,7 +78,9 @@ def run_demo(batch: int = 64, seed: int = 0) -> int:
     dtypes = [torch.float32, torch.bfloat16]
     ok = True
     benchmark = torch.backends.cudnn.benchmark
-    torch.backends.cudnn.benchmark = cuda
+    torch.backends.cudnn.benchmark = cuda and autotune
+    print("settings: " + ("cudnn.benchmark on (autotune)" if cuda and autotune else
+                          "PyTorch's defaults (cudnn.benchmark off)"))
     try:
         for i, dtype in enumerate(dtypes):
             model = copy.deepcopy(original).to(dtype)

@@ -107,5 +107,9 @@ def build_parser() -> argparse.ArgumentParser:
     p_build.set_defaults(func=_cmd_build)
     p_demo = sub.add_parser("demo", help="patch a bundled example model and compare with PyTorch")
     p_demo.add_argument("--batch", type=int, default=64, help="batch size (default 64)")
+    p_demo.add_argument("--autotune", action="store_true",
+                        help="turn cudnn.benchmark on for the run: cuDNN times its algorithms "
+                             "and deconv_patch its kernels (the first run then compiles every "
+                             "candidate's kernels); default: PyTorch's default settings")
     p_demo.set_defaults(func=_cmd_demo)
     return parser

@@ -350,10 +350,14 @@ def unit_build_command(unit: str, build_root: Path, cuda_flags: Sequence[str]) -
 
 def compile_jobs(units: Sequence[str], cpus: int) -> Dict[str, int]:
     """ninja jobs per unit when `units` compile at once: cpus + 2 in all (ninja's own default
-    for one build), shared in proportion to each unit's source files, at least one each."""
+    for one build), shared in proportion to each unit's source files, at least one each. The
+    core takes one job per file (up to cpus + 2) on top: its few files parse torch's headers,
+    the longest compiles of a first use, and would otherwise wait on each other."""
     files = {u: len(unit_sources(u)) for u in units}
+    jobs = {} if CORE not in files else {CORE: min(files.pop(CORE), cpus + 2)}
     total = sum(files.values())
-    return {u: max(1, round((cpus + 2) * n / total)) for u, n in files.items()}
+    jobs.update({u: max(1, round((cpus + 2) * n / total)) for u, n in files.items()})
+    return jobs
 
 
 def _compile_at_once(units: Sequence[str]) -> None:

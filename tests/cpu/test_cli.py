@@ -26,8 +26,22 @@ def test_demo_runs_and_passes():
     # fp32 and bf16 on every machine: bf16 runs on the CPU too, and its accuracy check holds
     assert "\n[float32]\n" in out.stdout and "\n[bfloat16]\n" in out.stdout, out.stdout
     assert out.stdout.count("PASS: ") == 2, out.stdout
+    # PyTorch's default settings unless asked (--autotune: cudnn.benchmark on, on CUDA)
+    assert "settings: PyTorch's defaults (cudnn.benchmark off)" in out.stdout
     if not torch.cuda.is_available():
         assert "CUDA is needed for the speedup" in out.stdout
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU's wording")
+def test_demo_autotune_without_cuda_runs_at_the_defaults(capsys):
+    """--autotune times kernels on CUDA (tests/gpu/test_op.py); without CUDA there is nothing
+    to time: the run says so and leaves cudnn.benchmark as it was."""
+    from deconv_patch.cli import demo
+
+    before = torch.backends.cudnn.benchmark
+    assert demo.run_demo(batch=2, autotune=True) == 0
+    assert "settings: PyTorch's defaults" in capsys.readouterr().out
+    assert torch.backends.cudnn.benchmark is before
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU error path")

@@ -107,6 +107,9 @@ def test_a_unit_of_one_element_type_compiles_that_types_files_with_its_flags():
     kxs_f16 = names("gemm_kxs_sm90@none.f16")
     assert {"gemm_kxs_sm90_f32_out_f16_c0.cu", "gemm_kxs_sm90_area_f16_c2.cu"} <= kxs_f16
     assert not any("bf16" in n or "_f32_c" in n or "area_f32" in n for n in kxs_f16)
+    ffma = names("ffma_tile.f32")
+    assert {"ffma_tile.cu", "ffma_tile_unit.cu", "ffma_tile_f32.cu", "ffma_tile_f32_c9.cu"} <= ffma
+    assert len(ffma) == 3 + 10 and not any("f16" in n for n in ffma)
     # a single-file family: the same file, the type chosen by the flag
     assert names("grouped.bf16") == names("grouped")
     assert extension.unit_flags("grouped.bf16") == ["-DDECONV_PATCH_UNIT_KIND=2"]
@@ -247,14 +250,19 @@ def test_first_use_compiles_what_is_missing_at_once_then_loads_each_unit_once(mo
 
 
 def test_units_compiled_at_once_share_the_cores_by_their_files():
-    units = [extension.CORE, *extension.unit_names()]
-    jobs = extension.compile_jobs(units, 16)
-    files = {u: len(extension.unit_sources(u)) for u in units}
-    assert set(jobs) == set(units) and min(jobs.values()) >= 1
-    assert abs(sum(jobs.values()) - 18) <= len(units)  # ninja's cpus + 2, rounded per unit
+    """The families share cpus + 2 jobs by their files; the core compiles all its files at
+    once beside them (its torch-header files are the longest of a first use)."""
+    families = extension.unit_names()
+    jobs = extension.compile_jobs([extension.CORE, *families], 16)
+    files = {u: len(extension.unit_sources(u)) for u in families}
+    assert set(jobs) == {extension.CORE, *families} and min(jobs.values()) >= 1
+    assert jobs[extension.CORE] == len(extension.unit_sources(extension.CORE))
+    shared = sum(jobs[u] for u in families)
+    assert abs(shared - 18) <= len(families)  # ninja's cpus + 2, rounded per unit
     most = max(files, key=files.get)
-    assert jobs[most] == max(jobs.values())
+    assert jobs[most] == max(jobs[u] for u in families)
     assert extension.compile_jobs(["grouped"], 2) == {"grouped": 4}
+    assert extension.compile_jobs([extension.CORE], 2) == {extension.CORE: 4}
 
 
 def test_every_unit_links_the_cxx_runtime_this_process_runs(monkeypatch, tmp_path):

@@ -4,6 +4,7 @@ and every file the generator writes is one the build compiles."""
 from __future__ import annotations
 
 import importlib.util
+import re
 import sys
 from pathlib import Path
 
@@ -75,6 +76,27 @@ def test_kxs_sm90_compiles_each_tile_config_in_files_of_its_own():
                           picker=short)
     for short in ("f16", "bf16"):
         _check_per_config(gen, "gemm_kxs_sm90", f"f32_out_{short}", templates[2:], 3)
+
+
+def test_ffma_tile_compiles_each_config_of_each_type_in_a_file_of_its_own():
+    """ffma_tile: per element type a picker (launch and supports) and per config a file that
+    instantiates that config's kernels and answers for it; its config names are the kernel's
+    and the registry's, in order."""
+    from deconv_patch.kernels import ffma_tile
+
+    gen = _generator()
+    kernel = (ROOT / "cuda" / "ffma_tile" / "ffma_tile_kernel.cuh").read_text()
+    assert re.findall(r'\{\d, \d, \d, \d, \d, "(\w+)"\}', kernel) == list(gen.FFMA_TILE_CONFIGS)
+    assert tuple(c.variant.split(":")[1] for c in ffma_tile.FAMILY.configs) == \
+        gen.FFMA_TILE_CONFIGS
+    for short in gen.ELEMENTS:
+        _check_per_config(gen, "ffma_tile", short, ("config_launch<",),
+                          len(gen.FFMA_TILE_CONFIGS))
+        folder = ROOT / "cuda" / "ffma_tile"
+        for i in range(len(gen.FFMA_TILE_CONFIGS)):
+            text = (folder / f"ffma_tile_{short}_c{i}.cu").read_text()
+            assert text.count("config_supports<") == 1 and f", {i}>(p)" in text
+        assert f"ffma_tile_supports_{short}_c9(p)" in (folder / f"ffma_tile_{short}.cu").read_text()
 
 
 def _check_per_config(gen, family: str, mode: str, templates: tuple, configs: int,

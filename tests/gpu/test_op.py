@@ -175,7 +175,13 @@ def test_module_on_cuda_reports_kernel_backend_and_matches():
                                    ref(x, output_size=[17, 17]), rtol=1e-4, atol=1e-4)
 
 
-def test_demo_passes_on_cuda():
+def test_demo_passes_on_cuda(capsys):
+    """At PyTorch's defaults, and with --autotune (cudnn.benchmark on for the run only)."""
     from deconv_patch.cli.demo import run_demo
 
+    before = torch.backends.cudnn.benchmark
     assert run_demo(batch=16) == 0
+    assert "settings: PyTorch's defaults (cudnn.benchmark off)" in capsys.readouterr().out
+    assert run_demo(batch=16, autotune=True) == 0
+    assert "settings: cudnn.benchmark on (autotune)" in capsys.readouterr().out
+    assert torch.backends.cudnn.benchmark is before
