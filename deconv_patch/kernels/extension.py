@@ -360,6 +360,13 @@ def compile_jobs(units: Sequence[str], cpus: int) -> Dict[str, int]:
     return jobs
 
 
+# Beside the core, a family unit's build process lowers its CPU priority by this much (its
+# compilers inherit it): the core is a first use's longest path (its torch-header files), and
+# the families' many small files fill the other cores. Set in the build process's environment.
+_NICE_ENV = "DECONV_PATCH_BUILD_NICE"
+_BEHIND_THE_CORE = 5
+
+
 def _compile_at_once(units: Sequence[str]) -> None:
     """Compiles units that have no build yet, all at the same time: one process each (a ninja
     build of its own), with a bar over them. Loading them afterwards finds the builds."""
@@ -368,11 +375,12 @@ def _compile_at_once(units: Sequence[str]) -> None:
     build_root = cache_dir()
     jobs = compile_jobs(units, os.cpu_count() or 1)
     bar = _progress_bar(units, build_root)
+    behind = {_NICE_ENV: str(_BEHIND_THE_CORE)} if CORE in units else {}
     running = {
         unit: subprocess.Popen(
             unit_build_command(unit, build_root, _build_flags()),
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-            env={**os.environ, "MAX_JOBS": str(jobs[unit])})
+            env={**os.environ, "MAX_JOBS": str(jobs[unit]), **({} if unit == CORE else behind)})
         for unit in units}
     failed = []
     try:
@@ -504,5 +512,7 @@ def extension_available() -> bool:
 
 
 if __name__ == "__main__":  # one unit's build, for _compile_at_once: UNIT BUILD_ROOT FLAGS...
+    if os.environ.get(_NICE_ENV) and hasattr(os, "nice"):
+        os.nice(int(os.environ[_NICE_ENV]))
     build_unit(sys.argv[1], Path(sys.argv[2]), sys.argv[3:],
                verbose=bool(os.environ.get("DECONV_PATCH_VERBOSE_BUILD")))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -263,6 +264,40 @@ def test_units_compiled_at_once_share_the_cores_by_their_files():
     assert jobs[most] == max(jobs[u] for u in families)
     assert extension.compile_jobs(["grouped"], 2) == {"grouped": 4}
     assert extension.compile_jobs([extension.CORE], 2) == {extension.CORE: 4}
+
+
+def test_units_compiled_with_the_core_run_behind_it(monkeypatch, tmp_path):
+    """Compiled at once, each unit is a process of its own with its share of ninja jobs; beside
+    the core, the family units' processes run at a lower priority (told by their environment;
+    each lowers its own, which its compilers inherit)."""
+    import subprocess
+
+    started = []
+
+    class Done:
+        returncode = 0
+
+        def __init__(self, command, **kwargs):
+            started.append((command[3], kwargs))
+
+        def communicate(self, timeout=None):
+            return "", None
+
+    monkeypatch.setattr(subprocess, "Popen", Done)
+    monkeypatch.setattr(extension, "cache_dir", lambda capabilities=None: tmp_path)
+    monkeypatch.setattr(extension, "_capabilities", lambda: [(9, 0)])
+    extension._compile_at_once([extension.CORE, "grouped.bf16", "ffma_tile.f32"])
+    kwargs = dict(started)
+    assert set(kwargs) == {extension.CORE, "grouped.bf16", "ffma_tile.f32"}
+    nice = extension._NICE_ENV
+    assert nice not in kwargs[extension.CORE]["env"]
+    assert kwargs["grouped.bf16"]["env"][nice] == kwargs["ffma_tile.f32"]["env"][nice] == "5"
+    assert kwargs["ffma_tile.f32"]["env"]["MAX_JOBS"] == str(
+        extension.compile_jobs([extension.CORE, "grouped.bf16", "ffma_tile.f32"],
+                               os.cpu_count() or 1)["ffma_tile.f32"])
+    started.clear()
+    extension._compile_at_once(["grouped.bf16", "ffma_tile.f32"])  # no core: nothing to yield to
+    assert all(nice not in kw["env"] for _, kw in started)
 
 
 def test_every_unit_links_the_cxx_runtime_this_process_runs(monkeypatch, tmp_path):
