@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call for the build units: what a user's first run compiles at PyTorch's default
-# settings (benchmarks/first_use.py, an empty cache of its own), the demo on an empty cache (the
-# core and the units its layers and autotune's candidates use), then `deconv-patch build`
+# settings (benchmarks/first_use.py, an empty cache of its own), `demo --autotune` on an empty
+# cache (the core and the units its layers and autotune's candidates use), `deconv-patch build`
 # (every other family), then the GPU test suite (pytest-xdist, GPU_WORKERS processes on the one
 # GPU).
 # Logs in $OUT/logs.tgz; a short summary prints last.
@@ -34,16 +34,16 @@ for log in $(find /tmp/deconv_patch_defaults_cache -name .ninja_log); do
 done | sort -rn > "$L/first_use_compile_times.txt"
 head -5 "$L/first_use_compile_times.txt"
 
-step "demo, empty cache"
+step "demo --autotune, empty cache"
 t0=$(date +%s.%N)
-timeout 400 python3 -m deconv_patch.cli demo > "$L/demo_first.log" 2>&1; demo_rc=$?
+timeout 400 python3 -m deconv_patch.cli demo --autotune > "$L/demo_first.log" 2>&1; demo_rc=$?
 demo_first=$(seconds "$t0")
 units=$(ls "$DECONV_PATCH_CACHE"/*/ 2>/dev/null | tr '\n' ' ')
 grep -E "PASS|FAIL|compiling|result" "$L/demo_first.log" | tail -6
 
-step "demo again, cached"
+step "demo --autotune again, cached"
 t0=$(date +%s.%N)
-timeout 200 python3 -m deconv_patch.cli demo > "$L/demo_cached.log" 2>&1
+timeout 200 python3 -m deconv_patch.cli demo --autotune > "$L/demo_cached.log" 2>&1
 demo_cached=$(seconds "$t0")
 
 step "build every family"
