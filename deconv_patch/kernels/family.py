@@ -8,7 +8,7 @@ from typing import Callable, Optional, Tuple
 import torch
 
 from ..arguments import ConvTransposeArgs
-from .extension import dtype_kind, unit_name
+from .build_units import dtype_kind, unit_name
 
 
 @dataclass(frozen=True)
@@ -45,7 +45,7 @@ class KernelFamily:
     packed_weight: bool = False  # the bare name's (config -1) weight
     refusal: Refusal = no_refusal
     # () for the families the extension's core holds; else its own folder is its build unit
-    # (cuda/<name>/, deconv_patch/kernels/extension.py), built per element type.
+    # (cuda/<name>/, deconv_patch/kernels/build_units.py), built per element type.
     needs_units: Optional[Tuple[str, ...]] = None
     # Whether its kernels are compiled per fused activation, so that a first use can build the
     # unit of one activation (extension.unit_name) instead of its whole folder.

@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from deconv_patch.kernels import extension
+from deconv_patch.kernels import build_units, extension
 from deconv_patch.kernels.activations import ACTIVATIONS
 
 
 def test_sources_are_found_and_kernel_files_have_no_torch_headers():
-    files = extension.source_files()
+    files = build_units.source_files()
     # torch-facing C++ (.cpp/.hpp): the binding and the prepared calls; kernels (.cu/.cuh/.h)
     # never include torch, so they compile on their own.
     root = extension.cuda_source_dir()
@@ -178,6 +178,10 @@ def test_first_use_compiles_what_is_missing_at_once_then_loads_each_unit_once(mo
     process has loaded."""
     at_once, built, registered = [], [], []
 
+    def build_there(unit):  # a build on disk, as an earlier process left it
+        (tmp_path / unit).mkdir()
+        (tmp_path / unit / f"{extension._library_name(unit)}.so").write_bytes(b"")
+
     asked = []
 
     class Core:
@@ -206,8 +210,7 @@ def test_first_use_compiles_what_is_missing_at_once_then_loads_each_unit_once(mo
     extension._load_unit.cache_clear()
     extension._load_unit_set.cache_clear()
     try:
-        (tmp_path / "ffma_tile").mkdir()
-        (tmp_path / "ffma_tile" / f"{extension.EXTENSION_NAME}_ffma_tile.so").write_bytes(b"")
+        build_there("ffma_tile")
         assert extension.load_units(["grouped", "ffma_tile", "grouped"]) is core
         assert at_once == [[extension.CORE, "grouped"]]  # ffma_tile had a build
         assert built == ["grouped", "ffma_tile"] and registered == ["grouped", "ffma_tile"]
@@ -224,9 +227,7 @@ def test_first_use_compiles_what_is_missing_at_once_then_loads_each_unit_once(mo
         assert at_once[-1] == ["gemm_phase_tma@relu", "gemm_kxs_sm90@tanh"]
         assert registered[-2:] == ["gemm_phase_tma@relu", "gemm_kxs_sm90@tanh"]
         # ... unless its whole unit is built (or registered): that serves every activation
-        (tmp_path / "gemm_phase_tma").mkdir()
-        (tmp_path / "gemm_phase_tma" / f"{extension.EXTENSION_NAME}_gemm_phase_tma.so"
-         ).write_bytes(b"")
+        build_there("gemm_phase_tma")
         extension.load_units(["gemm_phase_tma@silu", "gemm_kxs_sm90@tanh"])
         assert registered[-1] == "gemm_phase_tma" and len(at_once) == 2
         count = len(built)
@@ -237,9 +238,9 @@ def test_first_use_compiles_what_is_missing_at_once_then_loads_each_unit_once(mo
         assert at_once[-1] == ["gemm_kxs_sm90@relu.bf16", "gemm_out_tile.f16"]
         assert registered[-2:] == ["gemm_kxs_sm90@relu.bf16", "gemm_out_tile.f16"]
         # ... unless a unit holding them is there: the whole one, or the activation's or type's
-        (tmp_path / "gemm_kxs_sm90@silu").mkdir()
-        (tmp_path / "gemm_kxs_sm90@silu" / f"{extension.EXTENSION_NAME}_gemm_kxs_sm90__silu.so"
-         ).write_bytes(b"")
+        build_there("gemm_kxs_sm90@silu")
+        assert extension._library_name("gemm_kxs_sm90@silu") == (
+            f"{extension.EXTENSION_NAME}_gemm_kxs_sm90__silu")
         extension.load_units(["gemm_kxs_sm90@silu.f32", "gemm_phase_tma@relu.f16",
                               "gemm_out_tile.f16"])
         assert registered[-1] == "gemm_kxs_sm90@silu"  # built: loaded, not compiled

@@ -8,7 +8,7 @@ import re
 import sys
 from pathlib import Path
 
-from deconv_patch.kernels import extension
+from deconv_patch.kernels import build_units
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -34,7 +34,7 @@ def test_committed_instances_match_the_generator():
 
 
 def test_generated_files_are_built_and_name_their_launcher():
-    sources = {p.resolve() for p in extension.source_files()}
+    sources = {p.resolve() for p in build_units.source_files()}
     for inst in _generator().instances():
         assert inst.path.resolve() in sources
         launcher = f"{inst.family}_launch_{inst.name}("
