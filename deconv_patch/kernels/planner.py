@@ -20,10 +20,8 @@ Every plan carries a human-readable reason, so a fallback is never silent.
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 from dataclasses import dataclass
-from typing import Dict, Iterator, Optional, Sequence, Tuple
+from typing import Dict, Optional, Sequence, Tuple
 
 import torch
 
@@ -32,6 +30,9 @@ from ..arguments import ConvTransposeArgs, fits_int32
 from . import (call_rules, direct, ffma_tile, gemm_col2im, gemm_kxs, gemm_kxs_sm90,
                gemm_out_tile, gemm_phase, gemm_phase_sm90, gemm_phase_tma, grouped, precision)
 from .device_info import device_capability, device_index, is_sm90
+# (use_variant and out_tile_fit_assumed are the planner's API too: planner.use_variant(...))
+from .plan_context import (assumed_out_tile_fit, forced_variant,  # noqa: F401
+                           out_tile_fit_assumed, use_variant)
 from .precision import fp32_strict, reduction_depth, tensor_core_problem
 from ..layout import cuda_output_channels_last, is_channels_last
 
@@ -77,12 +78,6 @@ _MAX_UNTIMED_TMA_STRIDE_AREA = gemm_phase_tma.MAX_UNTIMED_STRIDE_AREA
 # input's size (gemm_phase_tma.untimed_config).
 PHASE_TMA_UNTIMED = gemm_phase_tma.VARIANTS[3]
 _MAX_OUT_TILE_CHANNELS = gemm_out_tile.MAX_CHANNELS
-# The variant forced by `use_variant` in this context (thread/task-local, not process-global).
-_forced_variant: contextvars.ContextVar[Optional[str]] = contextvars.ContextVar(
-    "deconv_patch_forced_variant", default=None
-)
-
-
 @dataclass(frozen=True)
 class Plan:
     """The implementation chosen for one call and why."""
@@ -97,48 +92,9 @@ class Plan:
         return self.variant != ATEN
 
 
-@contextlib.contextmanager
-def use_variant(variant: str) -> Iterator[None]:
-    """Force `variant` for every deconv_patch CUDA call made inside the block."""
-    if not is_variant(variant):
-        raise ValueError(f"unknown deconv_patch variant {variant!r}; choose from "
-                         f"{NAMED_VARIANTS}")
-    with _set_in_context(_forced_variant, variant):
-        yield
-
-
-@contextlib.contextmanager
-def _set_in_context(var: contextvars.ContextVar, value: object) -> Iterator[None]:
-    """`var` holds `value` inside the block (this thread or task only), then what it held."""
-    token = var.set(value)
-    try:
-        yield
-    finally:
-        var.reset(token)
-
-
 is_variant = kernels.is_variant
 split_variant = kernels.split_variant
 reads_packed_weight = kernels.reads_packed_weight
-
-
-# Set only while the build units of a call are listed ahead of it (modules.example_plan):
-# gemm_out_tile's weight-fit answer taken as given, since asking its binding compiles its unit.
-_assumed_out_tile_fit: contextvars.ContextVar[Optional[bool]] = contextvars.ContextVar(
-    "deconv_patch_assumed_out_tile_fit", default=None
-)
-
-
-@contextlib.contextmanager
-def out_tile_fit_assumed(fits: bool) -> Iterator[None]:
-    """Plans made inside the block take gemm_out_tile's weight fit as `fits`, unasked."""
-    with _set_in_context(_assumed_out_tile_fit, fits):
-        yield
-
-
-def forced_variant() -> Optional[str]:
-    """The variant `use_variant` forces in this context, if any."""
-    return _forced_variant.get()
 
 
 def device_support(device: torch.device, dtype: torch.dtype) -> Optional[str]:
@@ -166,7 +122,7 @@ def plan_layer(device: torch.device, dtype: torch.dtype, kernel_hw: Sequence[int
     phase_listed = PHASE_CONFIGS[0] in chosen.candidates or \
         PHASE_TMA_CONFIGS[0] in chosen.candidates
     if channels is None or min(channels) >= _MIN_PHASE_CHANNELS or not phase_listed or \
-            _forced_variant.get() is not None:
+            forced_variant() is not None:
         return chosen
     why = f"{channels[0]} in / {channels[1]} out channels per group: too few for tensor-core tiles"
     # Few output channels pad the n tile only (3 of 32 columns for DCGAN's 64 > 3 output layer),
@@ -199,7 +155,7 @@ def _plan_layer(device: torch.device, dtype: torch.dtype, kernel_hw: Sequence[in
     reason = device_support(device, dtype)
     if reason is not None:
         return Plan(ATEN, reason, fallback=True)
-    forced = _forced_variant.get()
+    forced = forced_variant()
     if forced is not None:
         return Plan(forced, "forced by deconv_patch.use_variant")
     depth = None if channels is None else reduction_depth(channels[0], kernel_hw, args)
@@ -392,7 +348,7 @@ def _out_tile_fits(weight: torch.Tensor, args: ConvTransposeArgs) -> bool:
     index = device_index(weight.device)
     tf32 = weight.dtype == torch.float32 and not fp32_strict(weight.dtype)
     key = (index, weight.dtype, tf32, tuple(weight.shape), args)
-    fits = _assumed_out_tile_fit.get()
+    fits = assumed_out_tile_fit()
     if fits is None:
         fits = _OUT_TILE_FITS.get(key)
     if fits is None:
@@ -421,7 +377,7 @@ def plan(input: torch.Tensor, weight: torch.Tensor, args: ConvTransposeArgs) -> 
         return Plan(ATEN, "a size or hyperparameter exceeds 32 bits; runs on PyTorch", True)
     channels = (weight.shape[0] // args.groups, weight.shape[1])
     chosen = plan_layer(input.device, input.dtype, weight.shape[-2:], args, channels)
-    if chosen.variant == GEMM_OUT_TILE and _forced_variant.get() is None and \
+    if chosen.variant == GEMM_OUT_TILE and forced_variant() is None and \
             not _out_tile_fits(weight, args):
         # Its smallest tile's shared memory cannot hold the layer's weights at once (e.g. 512 >
         # 17 channels): the plan it replaced. (The kernel then loops over channel blocks, which
@@ -430,7 +386,7 @@ def plan(input: torch.Tensor, weight: torch.Tensor, args: ConvTransposeArgs) -> 
                             out_tile_default=False)
         chosen = Plan(chosen.variant, f"{chosen.reason} (gemm_out_tile: its shared memory "
                       "cannot hold this layer)", chosen.fallback, chosen.candidates)
-    if chosen.variant == GEMM_KXS and _forced_variant.get() is None:
+    if chosen.variant == GEMM_KXS and forced_variant() is None:
         x = input if input.dim() == 4 else input.unsqueeze(0)
         out_hw = args.output_hw(x.shape[-2:], weight.shape[-2:])
         nhwc_out = cuda_output_channels_last(
@@ -497,21 +453,21 @@ def plan(input: torch.Tensor, weight: torch.Tensor, args: ConvTransposeArgs) -> 
                           candidates=chosen.candidates)
     problem = call_rules.untimed_tma_problem(input, weight, args) \
         if split_variant(chosen.variant)[0] == GEMM_PHASE_TMA and \
-        _forced_variant.get() is None else None
+        forced_variant() is None else None
     if problem is not None:
         # Where cuDNN cannot run, the direct kernel, as before the TMA default.
         fallback = DIRECT if DIRECT in chosen.candidates else ATEN
         chosen = Plan(fallback, f"{problem}: {fallback}", candidates=chosen.candidates)
-    if chosen.variant == PHASE_TMA_UNTIMED and _forced_variant.get() is None:
+    if chosen.variant == PHASE_TMA_UNTIMED and forced_variant() is None:
         chosen = Plan(call_rules.untimed_tma_config(input, weight, args), chosen.reason,
                       chosen.fallback, chosen.candidates)
     if (PHASE_CONFIGS[0] in chosen.candidates or OUT_TILE_CONFIGS[0] in chosen.candidates) and \
-            _forced_variant.get() is None:
+            forced_variant() is None:
         if not call_rules.phase_offsets_fit(input, weight, args):  # direct indexes with 64 bits
             return _without_phase(chosen, "a tensor reaches 2^31 elements (gemm_phase and "
                                   "gemm_out_tile index with 32 bits)", out_tile=True)
     col2im = COL2IM_CONFIGS + COL2IM_3XTF32_CONFIGS
-    if any(v in col2im for v in chosen.candidates) and _forced_variant.get() is None and \
+    if any(v in col2im for v in chosen.candidates) and forced_variant() is None and \
             col2im_buffer_bytes(input, weight) > _MAX_COL2IM_BYTES:
         chosen = Plan(chosen.variant, chosen.reason, chosen.fallback,
                       tuple(v for v in chosen.candidates if v not in col2im))

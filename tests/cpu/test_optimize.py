@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from deconv_patch.kernels import planner
+from deconv_patch.kernels import plan_context, planner
 from deconv_patch.modules import FastConvTranspose2d
 from deconv_patch.optimize import optimize
 from deconv_patch.summary import PatchSummary, PatchWarning, summary
@@ -384,7 +384,7 @@ def test_compiled_step_with_gradients_is_one_graph(train, monkeypatch):
     are the original's."""
     model = Decoder().train(train)
     patched = optimize(copy.deepcopy(model), _x())
-    monkeypatch.setattr(planner, "_forced_variant", _NoLookupWhileCompiling())
+    monkeypatch.setattr(plan_context, "_forced_variant", _NoLookupWhileCompiling())
     torch._dynamo.reset()
     compiled = torch.compile(patched, backend="aot_eager", fullgraph=True)
     x = _x()
