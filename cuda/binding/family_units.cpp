@@ -46,8 +46,19 @@ bool covers(int64_t held, int64_t asked, int64_t every) {
   return held == every || asked == every || held == asked;
 }
 
-// The first registered table (whole units first: slot order) covering the activation and kind.
+const FamilyUnit* load(int64_t code, int64_t activation, int64_t kind) {
+  return unit_tables()[code][slot_of(activation, kind)].load(std::memory_order_acquire);
+}
+
+// The first registered table covering the activation and kind, whole units first. A launch
+// (both given) reads its four slots straight away: this runs on every kernel call.
 const FamilyUnit* lookup(int64_t code, int64_t activation, int64_t kind) {
+  if (activation != kEveryActivation && kind != kEveryKind) {
+    for (const int64_t a : {kEveryActivation, activation})
+      for (const int64_t k : {kEveryKind, kind})
+        if (const FamilyUnit* unit = load(code, a, k)) return unit;
+    return nullptr;
+  }
   for (int slot = 0; slot < kSlots; ++slot) {
     if (!covers(activation_of(slot), activation, kEveryActivation) ||
         !covers(kind_of(slot), kind, kEveryKind))
