@@ -48,7 +48,7 @@ class KernelFamily:
     # (cuda/<name>/, deconv_patch/kernels/build_units.py), built per element type.
     needs_units: Optional[Tuple[str, ...]] = None
     # Whether its kernels are compiled per fused activation, so that a first use can build the
-    # unit of one activation (extension.unit_name) instead of its whole folder.
+    # unit of one activation (build_units.unit_name) instead of its whole folder.
     per_activation: bool = False
     # Other families whose kernels its calls run, without a fused activation (gemm_col2im's
     # GEMM).

@@ -6,7 +6,10 @@ units; this runs it where CI has no GPU."""
 
 from __future__ import annotations
 
+import os
+import shutil
 from pathlib import Path
+from typing import Optional
 
 import pytest
 
@@ -73,17 +76,32 @@ RELU, TANH = 1, 6
 F32, F16, BF16 = 0, 1, 2
 
 
+def _cuda_headers() -> Optional[Path]:
+    """The CUDA toolkit's include folder (common/family_unit.h names CUDA types): from
+    $CUDA_HOME / $CUDA_PATH, torch's guess, /usr/local/cuda or where nvcc really lives (a
+    wrapper script on PATH can sit outside the toolkit, as on CI's machine)."""
+    from torch.utils import cpp_extension
+
+    nvcc = shutil.which("nvcc")
+    roots = [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), cpp_extension.CUDA_HOME,
+             "/usr/local/cuda", nvcc and str(Path(os.path.realpath(nvcc)).parents[1])]
+    for root in filter(None, roots):
+        if (Path(root) / "include" / "cuda_runtime_api.h").is_file():
+            return Path(root) / "include"
+    return None
+
+
 @pytest.fixture(scope="module")
 def binding(tmp_path_factory):
     from torch.utils import cpp_extension
 
-    cuda = cpp_extension.CUDA_HOME
-    if cuda is None or not (Path(cuda) / "include" / "cuda_runtime_api.h").is_file():
-        pytest.skip("needs the CUDA toolkit's headers (common/family_unit.h names CUDA types)")
+    headers = _cuda_headers()
+    if headers is None:
+        pytest.skip("needs the CUDA toolkit's headers")
     return cpp_extension.load_inline(
         name="family_units_probe", cpp_sources=[PROBE],
         functions=["make_table", "register_table", "launch_table", "find_table", "registered"],
-        extra_include_paths=[str(cuda_source_dir()), str(Path(cuda) / "include")],
+        extra_include_paths=[str(cuda_source_dir()), str(headers)],
         build_directory=str(tmp_path_factory.mktemp("family_units_probe")))
 
 
