@@ -362,11 +362,14 @@ def _whole_if_there(unit: str, registered: Set[str]) -> str:
     """A registered or built unit that holds all `unit` holds (the family's whole unit, else
     its unit of the same activation or element type), else `unit`."""
     folder, activation, kind = unit_parts(unit)
-    wider = [folder] if activation or kind else []
+    if not (activation or kind):
+        return unit  # a whole unit: nothing holds more
+    wider = [folder]
     if activation and kind:
         wider += [unit_name(folder, activation=activation), unit_name(folder, kind=kind)]
+    build_root = cache_dir()
     for candidate in wider:
-        if candidate in registered or _is_built(candidate, cache_dir()):
+        if candidate in registered or _is_built(candidate, build_root):
             return candidate
     return unit
 
