@@ -14,7 +14,7 @@ L=$OUT/logs
 mkdir -p "$L"
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 export DECONV_PATCH_CACHE=${DECONV_PATCH_CACHE:-/tmp/deconv_patch_first_use_cache}
-rm -rf "$DECONV_PATCH_CACHE" /tmp/deconv_patch_defaults_cache
+rm -rf "$DECONV_PATCH_CACHE" /tmp/deconv_patch_defaults_cache /tmp/deconv_patch_together_cache
 step() { echo "== $1 ($(date +%T))"; }
 seconds() { python3 -c "import time; print(f'{time.time() - $1:.0f}')"; }
 
@@ -33,6 +33,11 @@ for log in $(find /tmp/deconv_patch_defaults_cache -name .ninja_log); do
   awk -v u="$unit" '!/^#/ {printf "%6.1f s  %s  %s\n", ($2-$1)/1000, u, $4}' "$log"
 done | sort -rn > "$L/first_use_compile_times.txt"
 head -5 "$L/first_use_compile_times.txt"
+
+step "both dtypes in one compile step (compile_together, as the demo), empty cache"
+DECONV_PATCH_CACHE=/tmp/deconv_patch_together_cache timeout 300 python3 benchmarks/first_use.py \
+  --together > "$L/first_use_together.log" 2>&1; together_rc=$?
+rm -rf /tmp/deconv_patch_together_cache
 
 step "demo --autotune, empty cache"
 t0=$(date +%s.%N)
@@ -71,6 +76,8 @@ grep -E "^FAILED|^ERROR" "$L/gpu-tests.log" | head -20
 step summary
 echo "first use at the defaults: exit $first_rc, ${first_use}s in all (incl. process start)"
 grep -A20 "optimize s" "$L/first_use.log" | tail -8
+echo "both dtypes in one step: exit $together_rc"
+grep -A20 "optimize s" "$L/first_use_together.log" | grep -v "^ " | tail -5
 echo "units built by the demo: $units"
 echo "demo exit $demo_rc: ${demo_first}s with an empty cache, ${demo_cached}s cached" \
      "(compile ~ the difference)"

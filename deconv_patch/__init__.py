@@ -14,7 +14,7 @@ from ._version import __version__
 from .checkpoint import load
 from .exit_codes import ExitCode
 from .kernels.extension import ExtensionUnavailableError
-from .modules import FastConvTranspose2d
+from .modules import FastConvTranspose2d, compile_together
 from .ops import FallbackWarning, conv_transpose2d, conv_transpose2d_fused
 from .optimize import optimize
 from .kernels.planner import use_variant
@@ -48,6 +48,7 @@ __all__ = [
     "TimingStats",
     "Tolerances",
     "ValidationReport",
+    "compile_together",
     "conv_transpose2d",
     "conv_transpose2d_fused",
     "load",

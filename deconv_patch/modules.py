@@ -20,10 +20,12 @@ ATen's autocast casts them.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import copy
 import warnings
 from dataclasses import dataclass
-from typing import Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple
+from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Set, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -416,9 +418,10 @@ def prepare_kernels(calls: Iterable[Tuple["FastConvTranspose2d", Tuple]],
     """Compiles at once the build units these calls (module, input geometry: shape, stride,
     dtype, device) will load, before the first of them runs (with autotune on, the units its
     timing runs); returns them. `fused`: the activation a fused chain will give a module's
-    calls (by id), listed with the module's own: the fused check runs the chain unfused first
-    (fuse_plan.verify_chains). Never raises: whatever cannot be planned or built here is met by
-    the calls themselves, as without it."""
+    calls (by id), listed with the module's own: a module with forward hooks runs unfused, as
+    validate()'s capture of each layer's call does. Inside compile_together() the units are
+    gathered for its end instead. Never raises: whatever cannot be planned or built here is met
+    by the calls themselves, as without it."""
     units: Set[str] = set()
     try:
         for module, geometry in calls:
@@ -428,7 +431,10 @@ def prepare_kernels(calls: Iterable[Tuple["FastConvTranspose2d", Tuple]],
             units.update(needed)
             if chosen is not None:  # what `backend` (and so summary()) shows until a call runs
                 module.__dict__["_last_plan"] = (geometry[3], geometry[2], chosen)
-        if units:
+        gathered = _gathered_units.get()
+        if gathered is not None:  # compile_together() compiles them at its end
+            gathered.update(units)
+        elif units:
             compile_units(sorted(units))
     except Exception as exc:  # a help for the first call, never a new way to fail
         warnings.warn(f"deconv_patch: could not compile the model's kernels ahead of its "
@@ -436,3 +442,35 @@ def prepare_kernels(calls: Iterable[Tuple["FastConvTranspose2d", Tuple]],
                       RuntimeWarning, stacklevel=2)
         return ()
     return tuple(sorted(units))
+
+
+# The units prepare_kernels listed inside a compile_together() block (None outside one).
+_gathered_units: contextvars.ContextVar[Optional[Set[str]]] = contextvars.ContextVar(
+    "deconv_patch_gathered_units", default=None)
+
+
+@contextlib.contextmanager
+def compile_together() -> Iterator[None]:
+    """Compiles the kernels of every optimize(model, example_inputs) call inside the block in
+    one step at its end, instead of one step per call: for several models, or one model in
+    several dtypes, whose kernels then build side by side on all cores. A patched model run
+    inside the block compiles what its calls meet on their own, as without example inputs.
+
+        with deconv_patch.compile_together():
+            fast = deconv_patch.optimize(model, (x,))
+            fast_bf16 = deconv_patch.optimize(model_bf16, (x.bfloat16(),))
+    """
+    outer = _gathered_units.get()
+    units: Set[str] = set() if outer is None else outer
+    token = _gathered_units.set(units)
+    try:
+        yield
+    finally:
+        _gathered_units.reset(token)
+    if outer is None and units:
+        try:
+            compile_units(sorted(units))
+        except Exception as exc:  # as in prepare_kernels: the first calls compile instead
+            warnings.warn(f"deconv_patch: could not compile the models' kernels at once "
+                          f"({type(exc).__name__}: {exc}); they compile on first use",
+                          RuntimeWarning, stacklevel=3)

@@ -20,14 +20,17 @@
 #include <utility>
 #include <vector>
 
+#include <ATen/Context.h>
 #include <ATen/PythonTorchFunctionTLS.h>
 #include <ATen/autocast_mode.h>
+#include <ATen/core/grad_mode.h>
+#include <ATen/ops/conv_transpose2d.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <c10/core/impl/TorchDispatchModeTLS.h>
 #include <torch/csrc/autograd/python_variable.h>
 #include <torch/csrc/jit/frontend/tracer.h>
-#include <torch/extension.h>
 
+#include "binding/prepared_call.hpp"
 #include "binding/torch_binding.hpp"
 
 namespace deconv_patch {

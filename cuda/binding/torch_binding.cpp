@@ -1,14 +1,15 @@
-// Thin torch binding: checks tensors, allocates the output in the memory format PyTorch would
+// Thin tensor binding: checks tensors, allocates the output in the memory format PyTorch would
 // return, fills ConvTranspose2dParams and runs the call through its family's table
 // (common/family_unit.h) on the current stream: the same steps for every family. Argument validation
 // with PyTorch's own error wording happens one layer up (deconv_patch/arguments.py); the checks
 // here are a safety net that keeps a bad call from reaching a kernel.
 #include <tuple>
 
-#include <ATen/autocast_mode.h>
-#include <c10/cuda/CUDAStream.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
 #include <c10/cuda/CUDAGuard.h>
-#include <torch/extension.h>
+#include <c10/cuda/CUDAStream.h>
+#include <c10/util/Exception.h>
 
 #include "binding/torch_binding.hpp"
 #include "binding/family_units.hpp"
@@ -281,13 +282,6 @@ bool weight_fits(int64_t family_code, int64_t device_index, const std::string& d
   return unit.weight_fits(p, unit_call(kind, allow_tf32, -1));
 }
 
-// `t` as ATen's CUDA autocast hands it to a lower-precision op, through ATen's per-region cast
-// cache: a weight is cast once per autocast region, not once per call (and so stays one tensor,
-// whose packed copy is then reused).
-at::Tensor autocast_cast(const at::Tensor& t, at::ScalarType dtype) {
-  return at::autocast::cached_cast(dtype, t, at::kCUDA);
-}
-
 // A family's tile config names, in config order; None for configs its unit leaves unnamed (the
 // registry names them, and the count is checked against it).
 std::vector<c10::optional<std::string>> config_names(int64_t family_code) {
@@ -301,56 +295,3 @@ std::vector<c10::optional<std::string>> config_names(int64_t family_code) {
 }
 
 }  // namespace deconv_patch
-
-PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.doc() = "deconv_patch CUDA kernels";
-  py::register_exception<deconv_patch::KernelRefused>(m, "KernelRefused", PyExc_RuntimeError);
-  m.def("conv_transpose2d_forward", &deconv_patch::conv_transpose2d_forward,
-        "Transposed convolution with one kernel family", py::arg("family"),
-        py::arg("input"), py::arg("weight"), py::arg("bias"), py::arg("stride"),
-        py::arg("padding"), py::arg("output_padding"), py::arg("dilation"), py::arg("groups"),
-        py::arg("channels_last"), py::arg("allow_tf32"), py::arg("out") = py::none(),
-        py::arg("scale") = py::none(), py::arg("shift") = py::none(), py::arg("activation") = 0,
-        py::arg("negative_slope") = 0.01, py::arg("packed") = py::none(),
-        py::arg("config") = -1);
-  m.def("register_family", [](int64_t family, const std::string& name, uintptr_t table,
-                              int64_t activation, int64_t kind) {
-    deconv_patch::register_family_unit(family, name, table, activation, kind);
-  }, "Registers a kernel family's table by its address (deconv_patch_unit_<family>() of its "
-     "loaded unit, common/family_unit.h) under the registry's code and name, and the activation "
-     "and element type its unit was built for (-1: every one)", py::arg("family"),
-     py::arg("name"), py::arg("table"), py::arg("activation") = deconv_patch::kEveryActivation,
-     py::arg("kind") = deconv_patch::kEveryKind);
-  m.def("registered_families", [] {
-    std::vector<std::tuple<std::string, int64_t, int64_t>> units;
-    for (const auto& u : deconv_patch::registered_family_units())
-      units.emplace_back(u.family, u.activation, u.kind);
-    return units;
-  }, "The registered units, by family code: (family name, activation, element type; -1 for "
-     "every one)");
-  m.def("config_names", &deconv_patch::config_names,
-        "A registered family's tile config names, in config order (None: unnamed)",
-        py::arg("family"));
-  deconv_patch::bind_prepared_call(m);
-  m.def("channels_last_copy", [](const at::Tensor& input) {
-    TORCH_CHECK(input.is_cuda(), "deconv_patch: channels_last_copy takes a CUDA tensor");
-    const c10::cuda::CUDAGuard guard(input.device());
-    return deconv_patch::channels_last_copy(
-        input, c10::cuda::getCurrentCUDAStream().stream());
-  }, "A channels_last copy of a 4-D CUDA tensor, as the kernels' input re-layout makes it",
-        py::arg("input"));
-  m.def("release_relayout_workspaces", &deconv_patch::release_relayout_workspaces,
-        "Frees this thread's cached NCHW -> channels_last re-layout buffers");
-  m.def("autocast_cast", &deconv_patch::autocast_cast,
-        "A tensor cast as CUDA autocast casts it (with autocast's cast cache)", py::arg("tensor"),
-        py::arg("dtype"));
-  m.def("weight_fits", &deconv_patch::weight_fits,
-        "Whether a registered family takes a layer's weight whatever the input (weight sizes, "
-        "dtype name, hyperparameters) on a CUDA device", py::arg("family"),
-        py::arg("device_index"), py::arg("dtype"), py::arg("weight_sizes"), py::arg("stride"),
-        py::arg("padding"), py::arg("dilation"), py::arg("groups"), py::arg("allow_tf32"));
-  m.def("pack_weight", &deconv_patch::pack_weight,
-        "The weight in a family's packed layout", py::arg("family"), py::arg("weight"),
-        py::arg("stride"), py::arg("padding"), py::arg("output_padding"), py::arg("dilation"),
-        py::arg("groups"), py::arg("allow_tf32"));
-}

@@ -1,13 +1,17 @@
-// The torch-facing entry points of the extension, shared by binding/torch_binding.cpp (which
-// defines them and the Python module) and binding/prepared_call.cpp (which calls them without
-// Python in between).
+// The tensor-level entry points of the extension: defined in binding/torch_binding.cpp and
+// binding/autocast_cast.cpp, bound to Python in binding/python_module.cpp, and called by
+// binding/prepared_call.cpp without Python in between. ATen's tensor headers only: torch's
+// full extension header costs a file about 15 s of compile time.
 #pragma once
 
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include <cuda_runtime_api.h>
-#include <torch/extension.h>
+
+#include <ATen/core/Tensor.h>
+#include <c10/util/Optional.h>
 
 namespace deconv_patch {
 
@@ -34,7 +38,20 @@ at::Tensor conv_transpose2d_forward(int64_t family_code, const at::Tensor& input
 // A channels_last copy of 4-D `input` on `stream` (the row-reading kernels' input re-layout).
 at::Tensor channels_last_copy(const at::Tensor& input, cudaStream_t stream);
 
-// Adds PreparedCall and ModuleFastPath (binding/prepared_call.cpp) to the Python module.
-void bind_prepared_call(pybind11::module& m);
+// The weight in family `family_code`'s packed layout.
+at::Tensor pack_weight(int64_t family_code, const at::Tensor& weight, at::IntArrayRef stride,
+                       at::IntArrayRef padding, at::IntArrayRef output_padding,
+                       at::IntArrayRef dilation, int64_t groups, bool allow_tf32);
+
+// Whether family `family_code` takes a layer's weight whatever the input.
+bool weight_fits(int64_t family_code, int64_t device_index, const std::string& dtype,
+                 at::IntArrayRef weight_sizes, at::IntArrayRef stride, at::IntArrayRef padding,
+                 at::IntArrayRef dilation, int64_t groups, bool allow_tf32);
+
+// A family's tile config names, in config order (nullopt: unnamed).
+std::vector<c10::optional<std::string>> config_names(int64_t family_code);
+
+// `t` as ATen's CUDA autocast casts it (binding/autocast_cast.cpp).
+at::Tensor autocast_cast(const at::Tensor& t, at::ScalarType dtype);
 
 }  // namespace deconv_patch

@@ -150,14 +150,55 @@ def test_the_families_compile_in_one_step(hopper, monkeypatch):
     with torch.backends.cudnn.flags(enabled=True, benchmark=False):
         assert modules.prepare_kernels(calls) == ("gemm_kxs.bf16", "gemm_phase_tma@none.bf16")
     assert compiled == [["gemm_kxs.bf16", "gemm_phase_tma@none.bf16"]]
-    # up2's calls may fuse ReLU: its ReLU unit, and its own (the fused check runs it unfused
-    # first), in the same step
+    # up2's calls may fuse ReLU: its ReLU unit, and its own (a hooked call, as validate()'s
+    # capture, runs it unfused), in the same step
     with torch.backends.cudnn.flags(enabled=True, benchmark=False):
         assert modules.prepare_kernels(calls, {id(up2): "relu"}) == (
             "gemm_kxs.bf16", "gemm_phase_tma@none.bf16", "gemm_phase_tma@relu.bf16")
     with torch.backends.cudnn.flags(enabled=True, benchmark=False):
         assert modules.prepare_kernels(calls[:0]) == ()
     assert len(compiled) == 2  # nothing to compile: not asked
+
+
+def test_compile_together_compiles_every_optimize_calls_units_at_its_end(hopper, monkeypatch):
+    compiled = []
+    monkeypatch.setattr(modules, "compile_units", lambda units: compiled.append(list(units)))
+    model = _Generator()
+    up1, up2 = _fast(model.up1), _fast(model.up2)
+
+    def calls(dtype):
+        return [(up1, ((64, 64, 1, 1), (64, 1, 1, 1), dtype, CUDA0)),
+                (up2, ((64, 128, 4, 4), (2048, 16, 4, 1), dtype, CUDA0))]
+
+    with torch.backends.cudnn.flags(enabled=True, benchmark=False):
+        with deconv_patch.compile_together():
+            assert modules.prepare_kernels(calls(torch.float16)) == (
+                "gemm_kxs.f16", "gemm_phase_tma@none.f16")
+            with deconv_patch.compile_together():  # a block inside one: the outer one's end
+                assert modules.prepare_kernels(calls(torch.bfloat16)) == (
+                    "gemm_kxs.bf16", "gemm_phase_tma@none.bf16")
+            assert compiled == []
+        assert compiled == [["gemm_kxs.bf16", "gemm_kxs.f16", "gemm_phase_tma@none.bf16",
+                             "gemm_phase_tma@none.f16"]]
+        # a block left by an exception compiles nothing; the calls compile on first use
+        with pytest.raises(KeyError), deconv_patch.compile_together():
+            modules.prepare_kernels(calls(torch.float16))
+            raise KeyError("user code")
+        assert len(compiled) == 1
+        # nothing gathered: nothing to compile
+        with deconv_patch.compile_together():
+            pass
+        assert len(compiled) == 1
+        # a failed build at the end is a warning, as in prepare_kernels
+        monkeypatch.setattr(modules, "compile_units", lambda units: 1 / 0)
+        with pytest.warns(RuntimeWarning, match="compile on first use"):
+            with deconv_patch.compile_together():
+                modules.prepare_kernels(calls(torch.float16))
+    # outside a block prepare_kernels compiles again
+    monkeypatch.setattr(modules, "compile_units", lambda units: compiled.append(list(units)))
+    with torch.backends.cudnn.flags(enabled=True, benchmark=False):
+        modules.prepare_kernels(calls(torch.float16))
+    assert compiled[-1] == ["gemm_kxs.f16", "gemm_phase_tma@none.f16"]
 
 
 def test_a_failure_to_plan_is_a_warning_never_an_error(hopper, monkeypatch):
