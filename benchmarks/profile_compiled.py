@@ -5,9 +5,10 @@ fast path), so a host-bound model pays the op's dispatch and Python per layer. T
 one example model: event time per forward of eager / patched / compiled / compiled + patched
 (interleaved), the host time per forward (back-to-back, unsynchronised), the op plan cache's
 misses per forward, and the Python functions of 50 compiled + patched forwards by own time
-(cProfile).
+(cProfile), and Dynamo's graphs and graph breaks of the patched model.
 
     python benchmarks/profile_compiled.py [--model dcgan] [--dtype bf16] [--batch 128]
+                                          [--no-benchmark]
 """
 
 from __future__ import annotations
@@ -41,8 +42,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--dtype", default="bf16", choices=sorted(DTYPES))
     p.add_argument("--batch", type=int, default=128)
     p.add_argument("--top", type=int, default=25)
+    p.add_argument("--no-benchmark", action="store_true",
+                   help="cudnn.benchmark off (PyTorch's default) on both sides")
     args = p.parse_args(argv)
-    torch.backends.cudnn.benchmark = True
+    torch.backends.cudnn.benchmark = not args.no_benchmark
     dtype = DTYPES[args.dtype]
     example = {e.name: e for e in EXAMPLES}[args.model]
     torch.manual_seed(0)
@@ -57,7 +60,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         "compiled + patched": lambda: compiled_patched(*inputs),
     }
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}; {args.model} "
-          f"{args.dtype} batch {args.batch}")
+          f"{args.dtype} batch {args.batch}; cudnn.benchmark {torch.backends.cudnn.benchmark}")
+    with torch.no_grad():
+        explained = torch._dynamo.explain(patched)(*inputs)
+    print(f"  patched under Dynamo: {explained.graph_count} graph(s), "
+          f"{explained.graph_break_count} break(s), {explained.op_count} op(s)")
+    for reason in explained.break_reasons[:5]:
+        print(f"    break: {str(reason.reason)[:200]}")
+    torch._dynamo.reset()
     with torch.no_grad():
         for fn in paths.values():  # compile outside the timed regions
             fn()
