@@ -180,8 +180,11 @@ def _accuracy(report: ValidationReport, m: _Models, pairs: Sequence[_LayerPair],
     with _capturing(m.original, names, followers=followers) as cap_o:
         out_o = _call(m.original, m.args, m.kwargs, seed, m.device)
     bar.step("original")
-    with _capturing(m.patched, names, followers=followers) as cap_p:
-        out_p = _call(m.patched, m.args, m.kwargs, seed, m.device)
+    # The capture's hooks switch fused chains off (a hooked conv runs unfused), so the output
+    # compared end to end comes from a second, unhooked run: the model as its user runs it.
+    with _buffers_restored(m.patched), _capturing(m.patched, names, followers=followers) as cap_p:
+        _call(m.patched, m.args, m.kwargs, seed, m.device)
+    out_p = _call(m.patched, m.args, m.kwargs, seed, m.device)
     bar.step("patched")
     out_r = out_t = None
     if m.reference is not None:

@@ -84,6 +84,32 @@ def test_diff_shows_up_in_exactly_the_changed_layer():
     assert str(report).splitlines()[-1].startswith("FAIL")
 
 
+def test_the_output_compared_end_to_end_is_the_fused_models_own(monkeypatch):
+    """validate() captures each layer's call with hooks, which switch fused chains off inside
+    the model's forward; the output it compares end to end comes from a run without them, so a
+    fault in the model's own fused path fails the end-to-end check. The fault here: the fused
+    output is not handed over, so the BatchNorm and ReLU modules after the conv apply
+    themselves a second time (only the model's forward hands over; the per-layer rows run
+    each chain on its own)."""
+    from deconv_patch import optimize
+    from deconv_patch.fused_chain import FusedChain
+
+    torch.manual_seed(3)
+    original = DemoGenerator(latent=16, width=8)
+    randomize_bn(original)
+    original.eval()
+    patched = optimize(original, (_z(),))
+    fused = [n for n, m in patched.named_modules() if "_fused_chain" in m.__dict__]
+    assert fused == LAYERS
+    z = _z(3)  # not the example input
+    assert validate(original, patched, (z,)).passed
+    monkeypatch.setattr(FusedChain, "hand_over", lambda self, output: None)
+    report = validate(original, patched, (z,))
+    assert all(layer.passed for layer in report.layers)
+    assert not report.outputs[0].passed and not report.passed
+    assert report.outputs[0].comparisons[0].max_abs_diff > 1e-3
+
+
 def test_identical_models_zero_diff_all_bits_identical():
     original, _ = _pair()
     swap_conv_transpose2d(original)
