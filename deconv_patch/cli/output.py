@@ -1,7 +1,7 @@
 """What `deconv-patch` writes: checks made before any work, and the one all-or-nothing write.
 
 Outputs are checked before loading or patching (a wrong --report path costs nothing), and OUT,
-its state_dict and the report are written together (deconv_patch.checkpoint.write_files): a
+its state_dict and the report are written together (deconv_patch.atomic_files.write_files): a
 failure, a full disk included, leaves none of them, so a rerun does not meet "OUT exists".
 """
 
@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
-from ..checkpoint import FileWriter, write_files
+from ..atomic_files import FileWriter, write_files
 from ..exit_codes import ExitCode
 
 _REPORT_SUFFIXES = (".html", ".htm", ".json", ".md")

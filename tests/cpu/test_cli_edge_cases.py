@@ -26,7 +26,8 @@ import pytest
 import torch
 from torch import nn
 
-from deconv_patch.checkpoint import STATE_DICT, load, load_checkpoint, write_files
+from deconv_patch.atomic_files import write_files
+from deconv_patch.checkpoint import STATE_DICT, load, load_checkpoint
 from deconv_patch.cli import main
 from deconv_patch.exit_codes import ExitCode
 from tests.helpers import ROOT, run_cli as run
