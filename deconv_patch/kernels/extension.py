@@ -17,6 +17,7 @@ digest, so later processes load them in milliseconds.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import hashlib
@@ -26,11 +27,12 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
+from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
 
 import torch
 
 from .activations import ACTIVATIONS
+from .job_pool import JobPool, ninja_joins_jobserver
 from .build_units import (CORE, KINDS, ExtensionUnavailableError, cuda_source_dir, unit_flags,
                           unit_name, unit_names, unit_parts, unit_sources)
 
@@ -262,20 +264,46 @@ _NICE_ENV = "DECONV_PATCH_BUILD_NICE"
 _BEHIND_THE_CORE = 5
 
 
+def unit_environments(units: Sequence[str], cpus: int,
+                      pool: Optional[JobPool] = None) -> Dict[str, Dict[str, str]]:
+    """What each unit's build process adds to (or, as None, removes from) the environment when
+    `units` compile at once: the core's jobs (compile_jobs); the families' jobs, from `pool`
+    where there is one (a jobserver they share as they go), else their fixed shares; beside the
+    core, the families' lower CPU priority."""
+    jobs = compile_jobs(units, cpus)
+    behind = {_NICE_ENV: str(_BEHIND_THE_CORE)} if CORE in units else {}
+    envs: Dict[str, Dict[str, str]] = {}
+    for unit in units:
+        if unit == CORE:
+            envs[unit] = {"MAX_JOBS": str(jobs[unit])}
+        elif pool is not None:
+            envs[unit] = {"MAKEFLAGS": pool.makeflags, **behind}
+        else:
+            envs[unit] = {"MAX_JOBS": str(jobs[unit]), **behind}
+    return envs
+
+
 def _compile_at_once(units: Sequence[str]) -> None:
     """Compiles units that have no build yet, all at the same time: one process each (a ninja
     build of its own), with a bar over them. Loading them afterwards finds the builds."""
+    families = [u for u in units if u != CORE]
+    cpus = os.cpu_count() or 1
+    shared = len(families) > 1 and ninja_joins_jobserver()
+    with (JobPool(cpus + 2, len(families)) if shared else contextlib.nullcontext()) as pool:
+        _run_builds(units, unit_environments(units, cpus, pool))
+
+
+def _run_builds(units: Sequence[str], envs: Mapping[str, Mapping[str, str]]) -> None:
     import subprocess
 
     build_root = cache_dir()
-    jobs = compile_jobs(units, os.cpu_count() or 1)
     bar = _progress_bar(units, build_root)
-    behind = {_NICE_ENV: str(_BEHIND_THE_CORE)} if CORE in units else {}
+    base = {k: v for k, v in os.environ.items() if k not in ("MAX_JOBS", "MAKEFLAGS")}
     running = {
         unit: subprocess.Popen(
             unit_build_command(unit, build_root, _build_flags()),
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-            env={**os.environ, "MAX_JOBS": str(jobs[unit]), **({} if unit == CORE else behind)})
+            env={**base, **envs[unit]})
         for unit in units}
     failed = []
     try:

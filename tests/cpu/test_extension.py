@@ -273,10 +273,13 @@ def test_units_compiled_at_once_share_the_cores_by_their_files():
     assert extension.compile_jobs([extension.CORE], 2) == {extension.CORE: 4}
 
 
-def test_units_compiled_with_the_core_run_behind_it(monkeypatch, tmp_path):
-    """Compiled at once, each unit is a process of its own with its share of ninja jobs; beside
-    the core, the family units' processes run at a lower priority (told by their environment;
-    each lowers its own, which its compilers inherit)."""
+@pytest.mark.parametrize("jobserver", [True, False])
+def test_units_compiled_with_the_core_run_behind_it(monkeypatch, tmp_path, jobserver):
+    """Compiled at once, each unit is a process of its own. The core gets its jobs (MAX_JOBS);
+    the families share a jobserver where ninja joins one (MAKEFLAGS, no MAX_JOBS: an explicit
+    -j makes ninja leave it), else get fixed shares. Beside the core, the family units'
+    processes run at a lower priority (told by their environment; each lowers its own, which
+    its compilers inherit). A MAX_JOBS or MAKEFLAGS of the caller's reaches no build."""
     import subprocess
 
     started = []
@@ -293,18 +296,34 @@ def test_units_compiled_with_the_core_run_behind_it(monkeypatch, tmp_path):
     monkeypatch.setattr(subprocess, "Popen", Done)
     monkeypatch.setattr(extension, "cache_dir", lambda capabilities=None: tmp_path)
     monkeypatch.setattr(extension, "_capabilities", lambda: [(9, 0)])
-    extension._compile_at_once([extension.CORE, "grouped.bf16", "ffma_tile.f32"])
-    kwargs = dict(started)
-    assert set(kwargs) == {extension.CORE, "grouped.bf16", "ffma_tile.f32"}
+    monkeypatch.setattr(extension, "ninja_joins_jobserver", lambda: jobserver)
+    monkeypatch.setenv("MAX_JOBS", "99")
+    monkeypatch.setenv("MAKEFLAGS", "-j99")
+    units = [extension.CORE, "grouped.bf16", "ffma_tile.f32"]
+    extension._compile_at_once(units)
+    envs = {unit: kwargs["env"] for unit, kwargs in started}
+    assert set(envs) == set(units)
+    jobs = extension.compile_jobs(units, os.cpu_count() or 1)
     nice = extension._NICE_ENV
-    assert nice not in kwargs[extension.CORE]["env"]
-    assert kwargs["grouped.bf16"]["env"][nice] == kwargs["ffma_tile.f32"]["env"][nice] == "5"
-    assert kwargs["ffma_tile.f32"]["env"]["MAX_JOBS"] == str(
-        extension.compile_jobs([extension.CORE, "grouped.bf16", "ffma_tile.f32"],
-                               os.cpu_count() or 1)["ffma_tile.f32"])
+    assert envs[extension.CORE]["MAX_JOBS"] == str(jobs[extension.CORE])
+    assert nice not in envs[extension.CORE] and "MAKEFLAGS" not in envs[extension.CORE]
+    for unit in ("grouped.bf16", "ffma_tile.f32"):
+        assert envs[unit][nice] == "5"
+        if jobserver:
+            assert "MAX_JOBS" not in envs[unit]
+            assert re.fullmatch(rf"-j{(os.cpu_count() or 1) + 2} --jobserver-auth=fifo:\S+",
+                                envs[unit]["MAKEFLAGS"])
+        else:
+            assert envs[unit]["MAX_JOBS"] == str(jobs[unit]) and "MAKEFLAGS" not in envs[unit]
+    if jobserver:  # one pool for all, gone once the builds are
+        fifo = envs["grouped.bf16"]["MAKEFLAGS"].split("fifo:")[1]
+        assert envs["ffma_tile.f32"]["MAKEFLAGS"].endswith(fifo) and not os.path.exists(fifo)
     started.clear()
     extension._compile_at_once(["grouped.bf16", "ffma_tile.f32"])  # no core: nothing to yield to
     assert all(nice not in kw["env"] for _, kw in started)
+    started.clear()
+    extension._compile_at_once([extension.CORE, "grouped.bf16"])  # one family: its own jobs
+    assert [kw["env"].get("MAKEFLAGS") for _, kw in started] == [None, None]
 
 
 def test_every_unit_links_the_cxx_runtime_this_process_runs(monkeypatch, tmp_path):
