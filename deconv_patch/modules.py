@@ -376,13 +376,23 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
                                 (self.in_channels // self.groups, self.out_channels // self.groups))
 
 
+def _call_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype a CUDA call on an input of `dtype` runs in: under CUDA autocast, autocast's
+    (the op's autocast rule casts float32 and 16-bit inputs, as ATen's convolutions do), else
+    the input's."""
+    if dtype in (torch.float32, torch.float16, torch.bfloat16) and \
+            torch.is_autocast_enabled("cuda"):
+        return torch.get_autocast_dtype("cuda")
+    return dtype
+
+
 def example_plan(module: "FastConvTranspose2d", shape: Sequence[int], stride: Sequence[int],
                  dtype: torch.dtype, device: torch.device, activations: Sequence[str] = ()
                  ) -> Tuple[Optional[planner.Plan], Tuple[str, ...]]:
     """The plan a call of `module` on an input of this geometry gets without autotune, and the
     build units it would load: for `activations` (a fused chain's, which its calls will run
-    with), else the module's own activation. Planned on fake tensors of the geometry (planning
-    reads no tensor data). No plan and no units for CPU calls and invalid calls. With autotune
+    with), else the module's own activation, in the dtype the call runs in (autocast's, inside
+    CUDA autocast). Planned on fake tensors of the geometry (planning reads no tensor data). No plan and no units for CPU calls and invalid calls. With autotune
     on, no plan (it times the call first) and its candidates' units, which the timing runs.
     Whether a weight fits gemm_out_tile is its binding's answer, and asking would compile its
     unit on its own first: for such a plan the units of both answers are listed (to compile in
@@ -391,6 +401,7 @@ def example_plan(module: "FastConvTranspose2d", shape: Sequence[int], stride: Se
         return None, ()
     from torch._subclasses.fake_tensor import FakeTensorMode
 
+    dtype = _call_dtype(dtype)
     stored = module._stored_weight()
     with FakeTensorMode():
         x = torch.empty_strided(tuple(shape), tuple(stride), dtype=dtype, device=device)

@@ -160,6 +160,23 @@ def test_the_families_compile_in_one_step(hopper, monkeypatch):
     assert len(compiled) == 2  # nothing to compile: not asked
 
 
+def test_under_cuda_autocast_the_units_are_autocasts_dtype(hopper, monkeypatch):
+    """Inside CUDA autocast the op casts a float32 call to autocast's dtype (as ATen's
+    convolutions do), so optimize()'s example calls, recorded in float32, list the units of
+    that dtype; a float64 call is not cast. (CUDA autocast cannot be entered without CUDA: its
+    two queries are stubbed.)"""
+    up2 = _fast(_Generator().up2)
+    call = (up2, (64, 128, 16, 16), (32768, 256, 16, 1))
+    with torch.backends.cudnn.flags(enabled=True, benchmark=False):
+        assert _units(*call, torch.float32, CUDA0) == ("gemm_phase_tma@none.f32",)
+        monkeypatch.setattr(torch, "is_autocast_enabled",
+                            lambda device_type=None: device_type == "cuda")
+        monkeypatch.setattr(torch, "get_autocast_dtype", lambda device_type: torch.bfloat16)
+        assert _units(*call, torch.float32, CUDA0) == ("gemm_phase_tma@none.bf16",)
+        assert _units(*call, torch.float16, CUDA0) == ("gemm_phase_tma@none.bf16",)
+        assert _units(*call, torch.float64, CUDA0) == ()
+
+
 def test_compile_together_compiles_every_optimize_calls_units_at_its_end(hopper, monkeypatch):
     compiled = []
     monkeypatch.setattr(modules, "compile_units", lambda units: compiled.append(list(units)))

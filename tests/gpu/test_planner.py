@@ -149,3 +149,24 @@ def test_untimed_defaults_run_through_the_module(layer, mode, family, channels_l
     for out in outs:
         assert out.shape == expected.shape and out.stride() == expected.stride()
         assert max_error(out, ref) <= allowed_error(torch_err, ref, dtype), chosen
+
+
+def test_an_example_call_under_autocast_lists_the_units_of_autocasts_dtype():
+    """optimize() records its example calls before the op's autocast rule casts them: inside
+    CUDA autocast a float32 call is planned, and its units listed, in autocast's dtype."""
+    from deconv_patch import FastConvTranspose2d
+    from deconv_patch.modules import example_plan
+
+    if torch.cuda.get_device_capability() < (9, 0):
+        pytest.skip("the untimed rule gives this layer gemm_phase_tma on Hopper only")
+    layer = FastConvTranspose2d.from_module(torch.nn.ConvTranspose2d(128, 64, 4, 2, 1).cuda())
+    geometry = ((64, 128, 16, 16), (32768, 256, 16, 1), torch.float32, torch.device("cuda"))
+    with torch.backends.cudnn.flags(enabled=True, benchmark=False):
+        plain = example_plan(layer, *geometry)[1]
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            cast = example_plan(layer, *geometry)[1]
+        with torch.autocast("cuda", dtype=torch.float16):
+            half = example_plan(layer, *geometry)[1]
+    assert plain and all(u.endswith(".f32") for u in plain), plain
+    assert cast and all(u.endswith(".bf16") for u in cast), cast
+    assert half and all(u.endswith(".f16") for u in half), half
