@@ -205,6 +205,12 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
                 2, self.dilation,  # type: ignore[arg-type]
             )
         fused = activation != "none"
+        if not compiling and not input.is_cuda:
+            # Off CUDA every plan is PyTorch's convolution: run it without planning, so that
+            # the call costs what nn.ConvTranspose2d's does.
+            y = F.conv_transpose2d(input, weight, bias, self.stride, self.padding,
+                                   output_padding, self.groups, self.dilation)
+            return activate(y, activation, negative_slope) if fused else y
         entry: Optional[_Entry] = None
         if input.is_cuda and not compiling and torch.is_autocast_enabled("cuda"):
             # What ATen's autocast does to conv_transpose2d's arguments (our kernel path below

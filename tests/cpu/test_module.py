@@ -130,8 +130,7 @@ def test_plan_cache_with_prepared_calls_is_not_pickled_or_copied():
 
     fast = FastConvTranspose2d(4, 6, 3, stride=2)
     x = torch.randn(1, 4, 5, 5)
-    with torch.no_grad():  # (a call autograd records runs PyTorch without planning)
-        fast(x)
+    fast.plan_for(x)  # (calls off CUDA run PyTorch without planning)
     cache = fast.__dict__["_plan_cache"]
     key = next(iter(cache))
     cache[key] = _Entry(planner.Plan(planner.ATEN, "test"), call=lambda *a: None)  # a closure
@@ -226,3 +225,29 @@ def test_patched_parametrized_layer_copies_without_its_process_caches():
         assert torch.equal(clone.eval()(x), model.eval()(x))
     parametrize.remove_parametrizations(clone[0], "weight")
     assert type(clone[0]) is FastConvTranspose2d
+
+
+def test_a_call_off_cuda_runs_pytorch_without_planning(monkeypatch):
+    """Off CUDA every plan is PyTorch's convolution, so a call runs it straight away (as cheap
+    as nn.ConvTranspose2d's): bit for bit nn.ConvTranspose2d's result, with or without
+    gradients, output_size=, and a fused activation applied after it."""
+    torch.manual_seed(0)
+    ref = nn.ConvTranspose2d(4, 6, 3, stride=2, padding=1)
+    fast = FastConvTranspose2d.from_module(ref)
+    relu = FastConvTranspose2d.from_module(ref, activation="relu")
+
+    def no_planning(*args, **kwargs):
+        raise AssertionError("planned a call off CUDA")
+
+    monkeypatch.setattr(FastConvTranspose2d, "_entry_for", no_planning)
+    x = torch.randn(2, 4, 5, 5)
+    with torch.no_grad():
+        assert torch.equal(fast(x), ref(x))
+        assert torch.equal(fast(x, output_size=[10, 10]), ref(x, output_size=[10, 10]))
+        assert torch.equal(relu(x), torch.relu(ref(x)))
+    y = fast(x.requires_grad_())
+    y.square().sum().backward()
+    grad = x.grad.clone()
+    x.grad = None
+    ref(x).square().sum().backward()
+    assert torch.equal(grad, x.grad)
