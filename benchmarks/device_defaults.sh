@@ -6,15 +6,8 @@
 # eager (benchmarks/train.py --layers none --no-compile, TRAIN models). Each step runs while
 # the BUDGET (seconds for the whole script) allows. Logs in $OUT/logs.tgz; the rows print last.
 #   EAGER=dcgan,unet COMPILED=dcgan TRAIN=fsrcnn BUDGET=560 bash benchmarks/device_defaults.sh
-set -u
-start=$(date +%s)
-OUT=${OUT:-/tmp/deconv_patch_out}
-L=$OUT/logs
-mkdir -p "$L"
-export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
-export DECONV_PATCH_CACHE=${DECONV_PATCH_CACHE:-/tmp/deconv_patch_defaults_cache}
+CACHE_NAME=defaults_check_cache source "$(dirname "$0")/device_env.sh"
 BUDGET=${BUDGET:-560}
-step() { echo "== $1 ($(date +%T))"; }
 left() { echo $(( start + BUDGET - $(date +%s) )); }
 
 step env

@@ -7,15 +7,8 @@
 # Logs in $OUT/logs.tgz; a short summary prints last.
 #   GPU_WORKERS=4 BUDGET=420 bash benchmarks/device_first_use.sh
 # BUDGET: seconds for the whole script; the tests get what the steps before them left.
-set -u
-start=$(date +%s)
-OUT=${OUT:-/tmp/deconv_patch_out}
-L=$OUT/logs
-mkdir -p "$L"
-export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
-export DECONV_PATCH_CACHE=${DECONV_PATCH_CACHE:-/tmp/deconv_patch_first_use_cache}
+CACHE_NAME=first_use_cache source "$(dirname "$0")/device_env.sh"
 rm -rf "$DECONV_PATCH_CACHE" /tmp/deconv_patch_defaults_cache /tmp/deconv_patch_together_cache
-step() { echo "== $1 ($(date +%T))"; }
 seconds() { python3 -c "import time; print(f'{time.time() - $1:.0f}')"; }
 
 step env

@@ -5,13 +5,8 @@
 # Logs in $OUT; a short summary prints last.
 #   EXTRA_TESTS="tests/gpu/grouped/test_grouped_precision.py" MODELS=dcgan,unet,pix2pix \
 #   FORCED="grouped|fp32,bf16|nchw,nhwc|depthwise.up,grouped 128" bash benchmarks/device_model_checks.sh
-set -u
-OUT=${OUT:-/tmp/deconv_patch_out}
-L=$OUT/logs
-mkdir -p "$L"
-export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 export DECONV_PATCH_CACHE=${DECONV_PATCH_CACHE:-$PWD/.build_cache}
-step() { echo "== $1 ($(date +%T))"; }
+source "$(dirname "$0")/device_env.sh"
 
 step env
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$L/env.txt"

@@ -7,14 +7,8 @@
 # candidate, cudnn.benchmark off) last.
 #   BEFORE=.ab_base/before MODELS=dcgan,unet WITH_BENCHMARK=1 TESTS=tests/gpu \
 #     bash benchmarks/device_train.sh
-set -u
-OUT=${OUT:-/tmp/deconv_patch_out}
-L=$OUT/logs
-mkdir -p "$L"
-export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
-export DECONV_PATCH_CACHE=${DECONV_PATCH_CACHE:-/tmp/deconv_patch_train_cache}
+CACHE_NAME=train_cache source "$(dirname "$0")/device_env.sh"
 MODELS=${MODELS:-dcgan,unet}
-step() { echo "== $1 ($(date +%T))"; }
 
 step "build every unit"
 python3 -c "from deconv_patch.kernels.extension import load_units, unit_names; load_units(unit_names())" \
