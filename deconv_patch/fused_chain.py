@@ -13,7 +13,9 @@ gradients, adding a hook or calling the conv from other code gives the unfused c
   code object and instruction: dataflow.call_site), so another line, branch or caller of the
   same conv runs it unfused;
 * the BatchNorm is in eval mode with running statistics;
-* no forward hooks on the conv, no hooks on the BatchNorm or activation, no global module hooks;
+* no forward hooks on the conv, no hooks on the BatchNorm or activation, no global module hooks
+  (but those a `hooks_seen_through` block names: validate()'s captures of what the model
+  computes as its user runs it);
 * no tensor involved needs a gradient (with grad mode on);
 * not while torch.compile traces (the compiled graph keeps PyTorch's modules, which Inductor
   fuses itself).
@@ -21,9 +23,11 @@ gradients, adding a hook or calling the conv from other code gives the unfused c
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import warnings
 import weakref
-from typing import Any, Optional, Tuple
+from typing import Any, FrozenSet, Iterable, Iterator, Mapping, Optional, Tuple
 
 import torch
 from torch import nn
@@ -48,6 +52,37 @@ def site_key(site: Optional[CallSite]) -> Optional[SiteKey]:
 def _hooked(module: nn.Module) -> bool:
     return bool(module._forward_hooks or module._forward_pre_hooks or module._backward_hooks
                 or module._backward_pre_hooks)
+
+
+# The ids of the hooks (their handles' ids) a fused chain looks through in this context.
+_seen_through: contextvars.ContextVar[FrozenSet[int]] = contextvars.ContextVar(
+    "deconv_patch_hooks_seen_through", default=frozenset())
+
+
+@contextlib.contextmanager
+def hooks_seen_through(handles: Iterable[Any]) -> Iterator[None]:
+    """Inside the block, the hooks of these handles (torch.utils.hooks.RemovableHandle) do not
+    switch fused chains off: hooks that record what the model computes as it runs (a fused
+    conv's output is then the chain's output, which its BatchNorm and activation pass on)."""
+    token = _seen_through.set(_seen_through.get() | {h.id for h in handles})
+    try:
+        yield
+    finally:
+        _seen_through.reset(token)
+
+
+def _opaque(hooks: Mapping[int, Any]) -> bool:
+    """Whether any of `hooks` (a module's hook dict, by handle id) is not seen through."""
+    if not hooks:
+        return False
+    seen = _seen_through.get()
+    return any(key not in seen for key in hooks)
+
+
+def _hooked_opaquely(module: nn.Module) -> bool:
+    """_hooked, leaving out the hooks seen through in this context."""
+    return bool(_opaque(module._forward_hooks) or _opaque(module._forward_pre_hooks)
+                or module._backward_hooks or module._backward_pre_hooks)
 
 
 def _member(module: nn.Module, name: str) -> Any:
@@ -154,11 +189,13 @@ class FusedChain:
                 return None
             self._site = site  # a copy or an unpickled chain meets its code object
         bn, act = self.bn, self.act
-        if conv._forward_hooks or _global_hooks() or (act is not None and _hooked(act)):
+        hooks = conv._forward_hooks
+        if (hooks and _opaque(hooks)) or _global_hooks() or (
+                act is not None and _hooked_opaquely(act)):
             return None
         if bn is None:
             return weight, bias
-        if bn.training or _hooked(bn) or not input.is_floating_point():
+        if bn.training or _hooked_opaquely(bn) or not input.is_floating_point():
             return None
         buffers = bn._buffers
         mean, var = buffers.get("running_mean"), buffers.get("running_var")

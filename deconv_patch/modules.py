@@ -435,15 +435,14 @@ def prepare_kernels(calls: Iterable[Tuple["FastConvTranspose2d", Tuple]],
     """Compiles at once the build units these calls (module, input geometry: shape, stride,
     dtype, device) will load, before the first of them runs (with autotune on, the units its
     timing runs); returns them. `fused`: the activation a fused chain will give a module's
-    calls (by id), listed with the module's own: a module with forward hooks runs unfused, as
-    validate()'s capture of each layer's call does. Inside compile_together() the units are
-    gathered for its end instead. Never raises: whatever cannot be planned or built here is met
+    calls (by id), listed instead of the module's own (validate() runs such a layer fused
+    too; a chain the fused check declines compiles its unfused units on its first call).
+    Inside compile_together() the units are gathered for its end instead. Never raises: whatever cannot be planned or built here is met
     by the calls themselves, as without it."""
     units: Set[str] = set()
     try:
         for module, geometry in calls:
-            extra = ((module.activation, fused[id(module)]) if fused and id(module) in fused
-                     else ())
+            extra = (fused[id(module)],) if fused and id(module) in fused else ()
             chosen, needed = example_plan(module, *geometry, activations=extra)
             units.update(needed)
             if chosen is not None:  # what `backend` (and so summary()) shows until a call runs

@@ -180,11 +180,9 @@ def _accuracy(report: ValidationReport, m: _Models, pairs: Sequence[_LayerPair],
     with _capturing(m.original, names, followers=followers) as cap_o:
         out_o = _call(m.original, m.args, m.kwargs, seed, m.device)
     bar.step("original")
-    # The capture's hooks switch fused chains off (a hooked conv runs unfused), so the output
-    # compared end to end comes from a second, unhooked run: the model as its user runs it.
-    with _buffers_restored(m.patched), _capturing(m.patched, names, followers=followers) as cap_p:
-        _call(m.patched, m.args, m.kwargs, seed, m.device)
-    out_p = _call(m.patched, m.args, m.kwargs, seed, m.device)
+    # (fused chains look through the capture's hooks: this is the model as its user runs it)
+    with _capturing(m.patched, names, followers=followers) as cap_p:
+        out_p = _call(m.patched, m.args, m.kwargs, seed, m.device)
     bar.step("patched")
     out_r = out_t = None
     if m.reference is not None:
@@ -210,8 +208,8 @@ def _accuracy(report: ValidationReport, m: _Models, pairs: Sequence[_LayerPair],
         chain = _follow_fusion(pair.name, removed_caps) if removed_caps else []
         if pair.name in chains and capture is not None and pair.original is not None and \
                 set(chains[pair.name]) <= set(chain) and _chain_runs_fused(pair.patched):
-            # the layer as the model runs it here: its fused chain in one call (hooks, like
-            # these captures, switch fusion off inside the model's own forward)
+            # the layer as the model runs it here: its fused chain in one call (re-run alone on
+            # the captured input; in the model's forward its output is the chain's last one)
             chain = [n for n in chain if n in chains[pair.name] or n in removed]
             pair = _LayerPair(pair.name, pair.original, _FusedLayer(pair.patched))
             if patched_capture is not None:

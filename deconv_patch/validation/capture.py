@@ -12,6 +12,7 @@ from typing import Any, Callable, Dict, Iterator, Sequence, Tuple
 import torch
 from torch import nn
 
+from ..fused_chain import hooks_seen_through
 from .values import Args, Kwargs, _clone
 
 
@@ -73,7 +74,11 @@ def _capturing(model: nn.Module, names: Sequence[str], followers: Sequence[str] 
                     module = modules[name]
                     handles.append(module.register_forward_pre_hook(pre_hook, with_kwargs=True))
                     handles.append(module.register_forward_hook(hook, with_kwargs=True))
-        yield store
+        # Fused chains look through these hooks: the forward computes as its user runs it (a
+        # fused conv's captured output is then its chain's output, which the chain's BatchNorm
+        # and activation pass on and are captured with).
+        with hooks_seen_through(handles):
+            yield store
     finally:
         live.clear()
         for handle in handles:

@@ -58,6 +58,18 @@ def _z(batch: int = 4) -> torch.Tensor:
     return torch.randn(batch, 16, 1, 1)
 
 
+def _fused_pair(seed: int):
+    """The demo generator with random BatchNorm statistics and its optimize()d copy (each
+    conv -> BatchNorm -> activation chain fused, proved on a fresh example input)."""
+    from deconv_patch import optimize
+
+    torch.manual_seed(seed)
+    original = DemoGenerator(latent=16, width=8)
+    randomize_bn(original)
+    original.eval()
+    return original, optimize(original, (_z(),))
+
+
 def test_diff_shows_up_in_exactly_the_changed_layer():
     original, patched = _pair()
     _replace(patched, "net.6", Skewed)
@@ -91,14 +103,9 @@ def test_the_output_compared_end_to_end_is_the_fused_models_own(monkeypatch):
     output is not handed over, so the BatchNorm and ReLU modules after the conv apply
     themselves a second time (only the model's forward hands over; the per-layer rows run
     each chain on its own)."""
-    from deconv_patch import optimize
     from deconv_patch.fused_chain import FusedChain
 
-    torch.manual_seed(3)
-    original = DemoGenerator(latent=16, width=8)
-    randomize_bn(original)
-    original.eval()
-    patched = optimize(original, (_z(),))
+    original, patched = _fused_pair(3)
     fused = [n for n, m in patched.named_modules() if "_fused_chain" in m.__dict__]
     assert fused == LAYERS
     z = _z(3)  # not the example input
@@ -108,6 +115,48 @@ def test_the_output_compared_end_to_end_is_the_fused_models_own(monkeypatch):
     assert all(layer.passed for layer in report.layers)
     assert not report.outputs[0].passed and not report.passed
     assert report.outputs[0].comparisons[0].max_abs_diff > 1e-3
+
+
+def test_validate_runs_every_fused_layer_fused(monkeypatch):
+    """Fused chains look through validate()'s capture hooks: each patched layer runs its chain
+    fused in the model's forward and in its own row, so validate() needs no unfused kernel of
+    a fused layer (nor compiles one); the captured layer outputs are the chains' outputs."""
+    original, patched = _fused_pair(4)
+    slots = []
+    real = FastConvTranspose2d._conv
+
+    def recording(self, input, weight, bias, output_size, activation, negative_slope, slot):
+        slots.append((activation, slot))
+        return real(self, input, weight, bias, output_size, activation, negative_slope, slot)
+
+    monkeypatch.setattr(FastConvTranspose2d, "_conv", recording)
+    report = validate(original, patched, _z(3), random_inputs=1)
+    assert report.passed, report.failures
+    assert slots and all(slot == "_fast_path_fused" and activation != "none"
+                         for activation, slot in slots), slots
+    for layer in report.layers:
+        assert layer.fused_with and layer.calls == 1
+        assert layer.in_model_max_abs_diff is not None and layer.in_model_max_abs_diff < 1e-4
+
+
+def test_a_users_hook_still_sees_its_convs_own_output_during_validate():
+    """Only validate()'s own hooks are looked through: a user's forward hook on a fused conv
+    keeps it unfused in validate()'s run too, and sees the conv's own output (before its
+    BatchNorm), as in the user's runs."""
+    original, patched = _fused_pair(5)
+    seen = []
+    handle = patched.get_submodule("net.0").register_forward_hook(
+        lambda module, args, output: seen.append((args[0].clone(), output.clone())))
+    try:
+        report = validate(original, patched, _z(3))
+    finally:
+        handle.remove()
+    assert report.passed, report.failures
+    assert seen
+    conv = original.get_submodule("net.0")
+    with torch.no_grad():
+        for x, y in seen:
+            torch.testing.assert_close(y, conv(x), rtol=1e-5, atol=1e-6)
 
 
 def test_identical_models_zero_diff_all_bits_identical():
