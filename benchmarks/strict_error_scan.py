@@ -12,7 +12,6 @@ planner.MIN_3XTF32_DEPTH was chosen.
 from __future__ import annotations
 
 import argparse
-import collections
 import dataclasses
 import sys
 from pathlib import Path

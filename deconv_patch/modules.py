@@ -398,11 +398,12 @@ def example_plan(module: "FastConvTranspose2d", shape: Sequence[int], stride: Se
     """The plan a call of `module` on an input of this geometry gets without autotune, and the
     build units it would load: for `activations` (a fused chain's, which its calls will run
     with), else the module's own activation, in the dtype the call runs in (autocast's, inside
-    CUDA autocast). Planned on fake tensors of the geometry (planning reads no tensor data). No plan and no units for CPU calls and invalid calls. With autotune
-    on, no plan (it times the call first) and its candidates' units, which the timing runs.
-    Whether a weight fits gemm_out_tile is its binding's answer, and asking would compile its
-    unit on its own first: for such a plan the units of both answers are listed (to compile in
-    one step), and the plan is None."""
+    CUDA autocast). Planned on fake tensors of the geometry (planning reads no tensor data).
+    No plan and no units for CPU calls and invalid calls. With autotune on, no plan (it times
+    the call first) and its candidates' units, which the timing runs. Whether a weight fits
+    gemm_out_tile is its binding's answer, and asking would compile its unit on its own first:
+    for such a plan the units of both answers are listed (to compile in one step), and the
+    plan is None."""
     if device.type != "cuda":
         return None, ()
     from torch._subclasses.fake_tensor import FakeTensorMode
@@ -437,8 +438,8 @@ def prepare_kernels(calls: Iterable[Tuple["FastConvTranspose2d", Tuple]],
     timing runs); returns them. `fused`: the activation a fused chain will give a module's
     calls (by id), listed instead of the module's own (validate() runs such a layer fused
     too; a chain the fused check declines compiles its unfused units on its first call).
-    Inside compile_together() the units are gathered for its end instead. Never raises: whatever cannot be planned or built here is met
-    by the calls themselves, as without it."""
+    Inside compile_together() the units are gathered for its end instead. Never raises:
+    whatever cannot be planned or built here is met by the calls themselves, as without it."""
     units: Set[str] = set()
     try:
         for module, geometry in calls:

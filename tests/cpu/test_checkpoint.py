@@ -12,8 +12,8 @@ import torch
 from deconv_patch.kernels.autotune import AutotuneCache
 from deconv_patch.atomic_files import atomic_write
 from deconv_patch.checkpoint import (
-    EXPORT, PATCHED, PICKLE, STATE_DICT, TORCHSCRIPT, CheckpointError, detect_format, find_state_dict, load, load_checkpoint, load_state_dict_into,
-    patched_payload, save_patched,
+    EXPORT, PATCHED, PICKLE, TORCHSCRIPT, CheckpointError, detect_format, find_state_dict, load,
+    load_checkpoint, load_state_dict_into, patched_payload, save_patched,
 )
 from deconv_patch.exit_codes import ExitCode
 from deconv_patch.export_patch import find_layers, patch_program

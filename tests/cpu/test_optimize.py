@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from deconv_patch.kernels import plan_context, planner
+from deconv_patch.kernels import plan_context
 from deconv_patch.modules import FastConvTranspose2d
 from deconv_patch.optimize import optimize
 from deconv_patch.summary import PatchSummary, PatchWarning, summary
