@@ -266,10 +266,10 @@ _BEHIND_THE_CORE = 5
 
 def unit_environments(units: Sequence[str], cpus: int,
                       pool: Optional[JobPool] = None) -> Dict[str, Dict[str, str]]:
-    """What each unit's build process adds to (or, as None, removes from) the environment when
-    `units` compile at once: the core's jobs (compile_jobs); the families' jobs, from `pool`
-    where there is one (a jobserver they share as they go), else their fixed shares; beside the
-    core, the families' lower CPU priority."""
+    """What each unit's build process sets in its environment (over the caller's, less its
+    MAX_JOBS and MAKEFLAGS) when `units` compile at once: the core's jobs (compile_jobs); the
+    families' jobs, from `pool` where there is one (a jobserver they share as they go), else
+    their fixed shares; beside the core, the families' lower CPU priority."""
     jobs = compile_jobs(units, cpus)
     behind = {_NICE_ENV: str(_BEHIND_THE_CORE)} if CORE in units else {}
     envs: Dict[str, Dict[str, str]] = {}
