@@ -22,7 +22,8 @@ from .kernels import planner
 from .dataflow import Record
 from .derived import original_class, restore_class, set_class
 from .epilogue import activation_of_module
-from .fused_chain import ActivationGate, BatchNormGate, EscapeCheck, FusedChain, PENDING
+from .fused_chain import (ActivationGate, BatchNormGate, EscapeCheck, FusedChain, PENDING,
+                          _hooked)
 from .modules import FastConvTranspose2d
 
 CHAIN_ATTR = "_fused_chain"
@@ -43,18 +44,13 @@ class ChainPlan:
     declined: List[Tuple[str, str]] = field(default_factory=list)
 
 
-def _hooks(module: nn.Module) -> bool:
-    return bool(module._forward_hooks or module._forward_pre_hooks or module._backward_hooks
-                or module._backward_pre_hooks)
-
-
 def _is_batchnorm2d(module: nn.Module) -> bool:
     cls = original_class(module)
     return issubclass(cls, nn.BatchNorm2d) and cls.forward is nn.BatchNorm2d.forward
 
 
 def _follower_problem(module: nn.Module, record: Record, is_bn: bool) -> Optional[str]:
-    if _hooks(module):
+    if _hooked(module):
         return f"{type(module).__name__} has hooks, which would see the fused tensor"
     if is_bn and record.times_called(module) != 1:
         return f"the BatchNorm2d is called {record.times_called(module)} times"
