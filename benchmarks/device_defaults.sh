@@ -8,7 +8,6 @@
 #   EAGER=dcgan,unet COMPILED=dcgan TRAIN=fsrcnn BUDGET=560 bash benchmarks/device_defaults.sh
 CACHE_NAME=defaults_check_cache source "$(dirname "$0")/device_env.sh"
 BUDGET=${BUDGET:-560}
-left() { echo $(( start + BUDGET - $(date +%s) )); }
 
 step env
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$L/env.txt"

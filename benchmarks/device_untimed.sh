@@ -8,15 +8,8 @@
 # the same, so it shares the build), then the layer table with autotune in the time left. Each step gets what BUDGET (seconds) leaves.
 # Logs and JSON in $OUT/logs.tgz; tables print last.
 #   BEFORE=.ab_base/before MODELS=dcgan,pix2pix,unet BUDGET=560 bash benchmarks/device_untimed.sh
-set -u
-OUT=${OUT:-/tmp/deconv_patch_out}
-L=$OUT/logs
-mkdir -p "$L"
-export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
-export DECONV_PATCH_CACHE=${DECONV_PATCH_CACHE:-/tmp/deconv_patch_untimed_cache}
-start=$(date +%s)
-budget=${BUDGET:-560}
-left() { echo $(( budget - ($(date +%s) - start) )); }
+CACHE_NAME=untimed_cache source "$(dirname "$0")/device_env.sh"
+BUDGET=${BUDGET:-560}
 # cap MAX RESERVE: MAX seconds, or what is left once RESERVE seconds are kept for later steps.
 cap() {
   local l=$(( $(left) - $2 ))
