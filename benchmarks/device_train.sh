@@ -3,6 +3,7 @@
 # (benchmarks/train.py), the GPU suite, and the same benchmark on a BEFORE tree when one is given
 # (another checkout of the package, e.g. the commit before a change; it shares the build when its
 # cuda/ is the same). Logs and JSON in $OUT/logs.tgz; tables print last.
+# TRAIN_ARGS: more arguments for train.py (e.g. --no-compile).
 # With CANDIDATES_S=<seconds>, also benchmarks/candidates.py (the untimed rule against every
 # candidate, cudnn.benchmark off) last.
 #   BEFORE=.ab_base/before MODELS=dcgan,unet WITH_BENCHMARK=1 TESTS=tests/gpu \
@@ -16,7 +17,7 @@ python3 -c "from deconv_patch.kernels.extension import load_units, unit_names; l
 
 step "train.py"
 timeout "${TRAIN_S:-240}" python3 benchmarks/train.py --models "$MODELS" --layers "${LAYERS:-quick}" \
-  --out "$L/train.json" > "$L/train.txt" 2> "$L/train.err"; echo "exit $?"
+  ${TRAIN_ARGS:-} --out "$L/train.json" > "$L/train.txt" 2> "$L/train.err"; echo "exit $?"
 
 if [ -n "${WITH_BENCHMARK:-}" ]; then
   step "train.py --benchmark"

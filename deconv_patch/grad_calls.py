@@ -1,13 +1,13 @@
-"""Calls that autograd records (a training step's forward): PyTorch runs them.
+"""Calls that autograd records (a training step's forward).
 
-A deconv_patch call's backward is ATen's convolution_backward, the same as nn.ConvTranspose2d's.
-In a training step a forward kernel of ours then pays off only where its forward saving outweighs
-what it adds to the step: the dispatcher's round trip and a Python autograd node (tens of
-microseconds per layer, more than a small layer's whole forward) and, for kernels that read a
-packed weight, a re-pack after every optimizer step; and timing each call's step with autotune
-did not predict the step inside a model (docs/performance/training.md). So until backward kernels
-of ours exist, a recorded call runs PyTorch's own convolution, exactly nn.ConvTranspose2d's call;
-a variant forced by planner.use_variant runs regardless (tests and benchmarks force them).
+Every deconv_patch call's backward is ATen's convolution_backward, the same as
+nn.ConvTranspose2d's. A patched layer's recorded call runs its plan's forward kernel as a C++
+autograd node with that backward (cuda/binding/recorded_call.cpp), so the step pays no Python
+autograd node (tens of microseconds per layer, more than a small layer's forward). Recorded calls
+that would need more than the convolution's backward, a layer's own fused activation, run
+PyTorch's convolution (then the activation), and so do routed `F.conv_transpose2d` calls, whose
+op records a Python node; a variant forced by planner.use_variant runs regardless (tests and
+benchmarks force them). See docs/performance/training.md.
 """
 
 from __future__ import annotations
@@ -28,6 +28,6 @@ def records_grad(input: torch.Tensor, weight: torch.Tensor,
 
 def runs_on_pytorch(input: torch.Tensor, weight: torch.Tensor,
                     bias: Optional[torch.Tensor]) -> bool:
-    """Whether this call runs PyTorch's convolution because autograd records it (and no variant
-    is forced)."""
+    """Whether a routed functional call runs PyTorch's convolution because autograd records it
+    (and no variant is forced)."""
     return records_grad(input, weight, bias) and planner.forced_variant() is None

@@ -194,15 +194,17 @@ def _run_entry(entry: OpPlan, input: torch.Tensor, weight: torch.Tensor,
 
 
 def first_run(entry, call: Callable[..., torch.Tensor], input: torch.Tensor,
-              weight: torch.Tensor, bias: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
+              weight: torch.Tensor, bias: Optional[torch.Tensor],
+              recorded: bool = False) -> Optional[torch.Tensor]:
     """The first run of a cached entry's (OpPlan's, or the module's) freshly prepared kernel
-    call: on success the entry keeps the call; when the kernel refuses, the entry's plan turns
+    call (`recorded`: as autograd records it, grad_calls): on success the entry keeps the call;
+    when the kernel refuses, the entry's plan turns
     to PyTorch and this returns None (the caller then runs PyTorch). A kernel's binding checks
     limits the planner does not model (the grouped kernel's shared memory per tile, for one)
     and raises its KernelRefused. Any other error, or a refusal of a variant forced by
     use_variant, propagates."""
     try:
-        out = call(input, weight, bias)
+        out = call.recorded(input, weight, bias) if recorded else call(input, weight, bias)
     except RuntimeError as e:
         if not _is_refusal(e) or planner.forced_variant() is not None:
             raise

@@ -140,10 +140,10 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
             return self._conv(input, weight, bias, output_size, self.activation,
                               self.negative_slope, "_fast_path")
         recorded = grad_calls.records_grad(input, weight, bias)
-        if recorded and planner.forced_variant() is None:
-            # A call autograd records: PyTorch's own convolution, straight away (grad_calls), so
-            # a training step pays nothing more than nn.ConvTranspose2d's call. A fused chain
-            # never folds a recorded call.
+        if recorded and self.activation != "none" and planner.forced_variant() is None:
+            # A call autograd records, with an activation of the module's own: PyTorch's
+            # convolution and activation, straight away (grad_calls). Other recorded calls run
+            # their plan, recorded with ATen's backward; a fused chain never folds them.
             return self._pytorch(input, weight, bias, output_size)
         chain = self.__dict__.get("_fused_chain")
         if chain is not None:
@@ -229,15 +229,18 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
             entry = self._entry_for(input, output_padding, weight, bias, activation,
                                     negative_slope)
             use_op = entry.plan.uses_kernel or entry.tune
-            if use_op and not entry.tune and _plain_cuda_tensor(input) and not recorded:
+            if use_op and not entry.tune and _plain_cuda_tensor(input) and not (
+                    recorded and fused):
+                # (a recorded call is a node whose backward is ATen's: grad_calls)
                 if entry.call is not None:
-                    out = entry.call(input, weight, bias)
+                    out = entry.call.recorded(input, weight, bias) if recorded else \
+                        entry.call(input, weight, bias)
                 else:
                     out = first_run(entry, kernel_call(entry.plan.variant, input, weight,
                                                        self._args(output_padding),
                                                        Epilogue(activation=activation,
                                                                 negative_slope=negative_slope)),
-                                    input, weight, bias)
+                                    input, weight, bias, recorded)
                 if out is not None:
                     self._arm_fast_path(entry, input, weight, bias, output_size, fast_slot)
                     return out

@@ -7,12 +7,14 @@
 //                   epilogue fixed (deconv_patch/ops.py kernel_call makes them). It keeps the
 //                   packed weight it last used and asks Python's cache (`repack`, shared by all
 //                   geometries of a weight) for a fresh one when the weight tensor, its storage or
-//                   its version counter changes.
+//                   its version counter changes. A call autograd records runs it as a node
+//                   whose backward is ATen's (binding/recorded_call.cpp).
 //   ModuleFastPath  a FastConvTranspose2d's last call geometry. An identical call (same sizes,
 //                   strides, dtypes, devices, cuDNN flags) made where the module's Python path
 //                   would take the same branch (no dispatch or torch-function mode, no functorch
-//                   transform, no tracer, no autocast; for our kernels also no autograd) runs the
-//                   planned PyTorch convolution or the PreparedCall directly. Anything else returns
+//                   transform, no tracer; autocast as armed, its casts made as ATen's) runs the
+//                   planned PyTorch convolution or the PreparedCall directly (a recorded one
+//                   where autograd records the call). Anything else returns
 //                   None and the module's Python path (which plans and re-arms it) runs.
 #include <memory>
 #include <optional>
@@ -31,6 +33,7 @@
 #include <torch/csrc/jit/frontend/tracer.h>
 
 #include "binding/prepared_call.hpp"
+#include "binding/recorded_call.hpp"
 #include "binding/torch_binding.hpp"
 
 namespace deconv_patch {
@@ -48,7 +51,9 @@ class PreparedCall {
                int64_t activation, double negative_slope, py::object repack)
       : family_(family), config_(config), stride_(std::move(stride)),
         padding_(std::move(padding)), output_padding_(std::move(output_padding)),
-        dilation_(std::move(dilation)), groups_(groups), channels_last_(channels_last),
+        dilation_(std::move(dilation)), groups_(groups),
+        hyper_{stride_, padding_, output_padding_, dilation_, groups_},
+        channels_last_(channels_last),
         allow_tf32_(allow_tf32), scale_(std::move(scale)), shift_(std::move(shift)),
         activation_(activation), negative_slope_(negative_slope), repack_(std::move(repack)) {}
 
@@ -56,11 +61,36 @@ class PreparedCall {
   at::Tensor operator()(const at::Tensor& input, const at::Tensor& weight,
                         const c10::optional<at::Tensor>& bias,
                         const c10::optional<at::Tensor>& out) {
+    return run(input, weight, bias, out, /*recorded=*/false);
+  }
+
+  // The same call recorded by autograd (a training step's forward); only for a call without an
+  // epilogue, whose backward is the convolution's alone.
+  at::Tensor recorded(const at::Tensor& input, const at::Tensor& weight,
+                      const c10::optional<at::Tensor>& bias) {
+    TORCH_CHECK(plain_epilogue(), "deconv_patch: a PreparedCall with a fused epilogue has no "
+                "recorded form");
+    const ConvForward forward = [this](const at::Tensor& x, const at::Tensor& w,
+                                       const c10::optional<at::Tensor>& b) {
+      return run(x, w, b, c10::nullopt, /*recorded=*/true);
+    };
+    return recorded_conv_transpose2d(forward, input, weight, bias, hyper_);
+  }
+
+  // No scale, shift or activation: the output is the convolution's.
+  bool plain_epilogue() const {
+    return activation_ == 0 && !scale_.has_value() && !shift_.has_value();
+  }
+
+ private:
+  at::Tensor run(const at::Tensor& input, const at::Tensor& weight,
+                 const c10::optional<at::Tensor>& bias, const c10::optional<at::Tensor>& out,
+                 bool recorded) {
     const bool unbatched = input.dim() == 3;
     c10::optional<at::Tensor> out4 = out;
     if (unbatched && out.has_value() && out->defined()) out4 = out->unsqueeze(0);
     c10::optional<at::Tensor> packed;
-    if (!repack_.is_none()) packed = packed_for(weight);
+    if (!repack_.is_none()) packed = packed_for(weight, recorded);
     at::Tensor y = conv_transpose2d_forward(
         family_, unbatched ? input.unsqueeze(0) : input, weight, bias, stride_, padding_,
         output_padding_, dilation_, groups_, channels_last_, allow_tf32_, out4, scale_, shift_,
@@ -68,19 +98,23 @@ class PreparedCall {
     return unbatched ? y.squeeze(0) : y;
   }
 
- private:
   // The packed copy of `weight`, re-asked from Python when the weight tensor, its storage or its
   // version differs from the last call's. The weak reference keeps the last weight's TensorImpl
   // allocation alive, so a different tensor can never reuse its address. Inference tensors have
   // no version counter: their packed copy is asked for on every call (Python repacks them).
-  const at::Tensor& packed_for(const at::Tensor& weight) {
+  // A recorded call (training) packs here, not through Python's cache: its weight changes every
+  // step (an optimizer step, or autocast's new cast), so no shared copy would be reused, and the
+  // trip through Python cost more than a small layer's forward.
+  const at::Tensor& packed_for(const at::Tensor& weight, bool recorded) {
     const bool inference = weight.is_inference();
     if (packed_.defined() && !inference && last_weight_.has_value() &&
         last_weight_->_unsafe_get_target() == weight.unsafeGetTensorImpl() &&
         weight._version() == last_version_ && weight.data_ptr() == last_data_) {
       return packed_;
     }
-    packed_ = repack_(weight).cast<at::Tensor>();
+    packed_ = recorded ? pack_weight(family_, weight.detach(), stride_, padding_,
+                                     output_padding_, dilation_, groups_, allow_tf32_)
+                       : repack_(weight).cast<at::Tensor>();
     last_weight_.emplace(weight.getIntrusivePtr());
     last_version_ = inference ? 0 : weight._version();
     last_data_ = weight.data_ptr();
@@ -91,6 +125,7 @@ class PreparedCall {
   const int64_t config_;
   const Ints stride_, padding_, output_padding_, dilation_;
   const int64_t groups_;
+  const ConvTransposeHyper hyper_;
   const bool channels_last_, allow_tf32_;
   const c10::optional<at::Tensor> scale_, shift_;
   const int64_t activation_;
@@ -139,7 +174,11 @@ class ModuleFastPath {
         output_padding_(std::move(output_padding)), dilation_(std::move(dilation)),
         groups_(groups), cudnn_enabled_(at::globalContext().userEnabledCuDNN()),
         allow_tf32_(at::globalContext().allowTF32CuDNN()),
-        benchmark_(at::globalContext().benchmarkCuDNN()) {}
+        benchmark_(at::globalContext().benchmarkCuDNN()),
+        autocast_(at::autocast::is_autocast_enabled(at::kCUDA)),
+        autocast_dtype_(at::autocast::get_autocast_dtype(at::kCUDA)) {}
+
+  // Armed under CUDA autocast, `input`, `weight` and `bias` are the tensors after its casts.
 
   // The output, or None when this call is not the armed geometry and context.
   py::object operator()(py::handle input, py::handle weight, py::handle bias) const {
@@ -149,12 +188,17 @@ class ModuleFastPath {
         bias.is_none() == bias_.has_value()) {
       return py::none();
     }
-    const at::Tensor& x = THPVariable_Unpack(input.ptr());
-    const at::Tensor& w = THPVariable_Unpack(weight.ptr());
+    if (!context_unchanged()) return py::none();
+    at::Tensor x = THPVariable_Unpack(input.ptr());
+    at::Tensor w = THPVariable_Unpack(weight.ptr());
     c10::optional<at::Tensor> b;
     if (!bias.is_none()) b = THPVariable_Unpack(bias.ptr());
-    if (!input_.matches(x) || !weight_.matches(w) || (b.has_value() && !bias_->matches(*b)) ||
-        !context_unchanged()) {
+    if (autocast_) {  // what ATen's autocast hands conv_transpose2d (the module's Python does too)
+      x = autocast_cast(x, autocast_dtype_);
+      w = autocast_cast(w, autocast_dtype_);
+      if (b.has_value()) b = autocast_cast(*b, autocast_dtype_);
+    }
+    if (!input_.matches(x) || !weight_.matches(w) || (b.has_value() && !bias_->matches(*b))) {
       return py::none();
     }
     if (is_wrapped(x) || is_wrapped(w) || (b.has_value() && is_wrapped(*b))) return py::none();
@@ -164,9 +208,11 @@ class ModuleFastPath {
     } else {
       if (at::GradMode::is_enabled() &&
           (x.requires_grad() || w.requires_grad() || (b.has_value() && b->requires_grad()))) {
-        return py::none();  // autograd: the registered op records the backward
+        if (!call_->plain_epilogue()) return py::none();
+        y = call_->recorded(x, w, b);
+      } else {
+        y = (*call_)(x, w, b, c10::nullopt);
       }
-      y = (*call_)(x, w, b, c10::nullopt);
     }
     return py::reinterpret_steal<py::object>(THPVariable_Wrap(std::move(y)));
   }
@@ -176,7 +222,9 @@ class ModuleFastPath {
   bool context_unchanged() const {
     const at::Context& ctx = at::globalContext();
     return ctx.userEnabledCuDNN() == cudnn_enabled_ && ctx.allowTF32CuDNN() == allow_tf32_ &&
-           ctx.benchmarkCuDNN() == benchmark_ && !at::autocast::is_autocast_enabled(at::kCUDA) &&
+           ctx.benchmarkCuDNN() == benchmark_ &&
+           at::autocast::is_autocast_enabled(at::kCUDA) == autocast_ &&
+           (!autocast_ || at::autocast::get_autocast_dtype(at::kCUDA) == autocast_dtype_) &&
            c10::impl::TorchDispatchModeTLS::stack_len() == 0 &&
            at::impl::PythonTorchFunctionTLS::stack_len() == 0 &&
            !c10::impl::tls_is_dispatch_key_included(
@@ -190,6 +238,8 @@ class ModuleFastPath {
   const Ints stride_, padding_, output_padding_, dilation_;
   const int64_t groups_;
   const bool cudnn_enabled_, allow_tf32_, benchmark_;
+  const bool autocast_;
+  const at::ScalarType autocast_dtype_;
 };
 
 }  // namespace
@@ -205,7 +255,11 @@ void bind_prepared_call(py::module& m) {
            py::arg("channels_last"), py::arg("allow_tf32"), py::arg("scale"), py::arg("shift"),
            py::arg("activation"), py::arg("negative_slope"), py::arg("repack"))
       .def("__call__", &PreparedCall::operator(), py::arg("input"), py::arg("weight"),
-           py::arg("bias") = py::none(), py::arg("out") = py::none());
+           py::arg("bias") = py::none(), py::arg("out") = py::none())
+      .def("recorded", &PreparedCall::recorded, py::arg("input"), py::arg("weight"),
+           py::arg("bias") = py::none(),
+           "The call as autograd records it: ATen's convolution backward")
+      .def_property_readonly("plain_epilogue", &PreparedCall::plain_epilogue);
   py::class_<ModuleFastPath>(m, "ModuleFastPath",
                              "A FastConvTranspose2d's last call geometry, run without Python")
       .def(py::init<const py::object&, const at::Tensor&, const at::Tensor&,

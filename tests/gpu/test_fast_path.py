@@ -101,14 +101,16 @@ def test_backend_flag_changes_are_seen():
         _close(m(x), _expected(m, x))
 
 
-def test_recorded_calls_bypass_the_armed_fast_path():
+def test_recorded_calls_run_on_the_armed_fast_path():
     m = _layer()
     x = _input()
     with torch.no_grad():
         m(x)  # armed, no grad
+    armed = m.__dict__["_fast_path"]
     xg = x.clone().requires_grad_()
-    y = m(xg)
-    assert y.grad_fn is not None
+    y = m(xg)  # answered in C++, as a node with ATen's backward
+    assert m.__dict__["_fast_path"] is armed and "ConvTransposeFunction" in y.grad_fn.name()
+    _close(y.detach(), _expected(m, x))
     y.float().square().sum().backward()
     xr = x.clone().requires_grad_()
     _expected(m, xr).float().square().sum().backward()
@@ -153,6 +155,42 @@ def test_dispatch_modes_autocast_and_compile_see_the_call():
             want = _expected(m, x)
         assert got.dtype == want.dtype == torch.bfloat16
         _close(got, want)
+
+
+def _python_path_forbidden(m: FastConvTranspose2d) -> None:
+    def refuse(*args, **kwargs):
+        raise AssertionError("the call went back through the module's Python planning")
+    m.__dict__["_entry_for"] = refuse  # (an instance attribute shadows the method)
+
+
+@pytest.mark.parametrize("recorded", [False, True])
+def test_autocast_calls_are_answered_in_cpp_with_atens_casts(recorded):
+    m = _layer(dtype=torch.float32)
+    ref = copy.deepcopy(m)
+    x = _input(dtype=torch.float32)
+    with torch.backends.cudnn.flags(enabled=True, benchmark=False, deterministic=True), \
+            torch.autocast("cuda", dtype=torch.bfloat16):
+        with torch.no_grad():
+            m(x)  # armed under autocast, on the cast tensors
+        _python_path_forbidden(m)
+        for _ in range(2):
+            x2 = _input(dtype=torch.float32).requires_grad_(recorded)
+            got = m(x2)
+            want = F.conv_transpose2d(x2, ref.weight, ref.bias, 2)
+            assert got.dtype == want.dtype == torch.bfloat16
+            _close(got.detach(), want.detach())
+            if recorded:
+                assert "ConvTransposeFunction" in got.grad_fn.name()
+                g = torch.randn_like(got)
+                grads = torch.autograd.grad(got, [x2, m.weight, m.bias], g)
+                wants = torch.autograd.grad(want, [x2, ref.weight, ref.bias], g)
+                for a, b in zip(grads, wants):  # ATen's backward on the same cast tensors
+                    assert a.dtype == b.dtype and torch.equal(a, b)
+    with torch.no_grad():  # autocast off: not the armed context, back through Python
+        del m.__dict__["_entry_for"]
+        y = m(x)
+        assert y.dtype == torch.float32
+        _close(y, _expected(m, x))
 
 
 def test_forced_variant_is_not_bypassed():

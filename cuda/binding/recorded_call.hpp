@@ -1,0 +1,30 @@
+// A forward kernel of ours recorded by autograd as a transposed convolution (recorded_call.cpp).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+#include <c10/util/Optional.h>
+
+namespace deconv_patch {
+
+using ConvForward = std::function<at::Tensor(const at::Tensor& input, const at::Tensor& weight,
+                                             const c10::optional<at::Tensor>& bias)>;
+
+struct ConvTransposeHyper {
+  std::vector<int64_t> stride, padding, output_padding, dilation;
+  int64_t groups = 1;
+};
+
+// forward(input, weight, bias), recorded as conv_transpose2d(input, weight, bias, hyper): its
+// backward is ATen's convolution_backward, the one nn.ConvTranspose2d's call records, so the
+// gradients are PyTorch's for this output. `forward` runs with autograd off; a 3-D input is one
+// unbatched sample.
+at::Tensor recorded_conv_transpose2d(const ConvForward& forward, const at::Tensor& input,
+                                     const at::Tensor& weight,
+                                     const c10::optional<at::Tensor>& bias,
+                                     const ConvTransposeHyper& hyper);
+
+}  // namespace deconv_patch
