@@ -10,7 +10,8 @@ rounds (CUDA events, median). Ratio = original time / patched time. cudnn.benchm
 PyTorch's default (off) unless --benchmark. Prints a table last; --out writes JSON.
 
     python benchmarks/train.py [--models dcgan,unet] [--modes tf32,bf16] [--layers quick|all|none]
-                               [--benchmark] [--no-compile] [--out train.json]
+                               [--benchmark] [--no-compile] [--kernels-in-training]
+                               [--out train.json]
 """
 
 from __future__ import annotations
@@ -116,7 +117,8 @@ def bench_model(example: Example, mode: str, args: argparse.Namespace) -> List[R
     try:
         original = example.build(small=False).cuda().train()
         inputs = example.inputs(batch, "cuda", torch.float32)
-        patched = optimize(copy.deepcopy(original), inputs, progress=False)
+        patched = optimize(copy.deepcopy(original), inputs, progress=False,
+                           kernels_in_training=args.kernels_in_training)
         with torch.no_grad(), _autocast(mode):
             target = torch.randn_like(_first_tensor(original(*inputs)).float())
         eager.original_ms, eager.patched_ms = _paired(
@@ -161,6 +163,7 @@ def bench_layer(layer: Layer, mode: str, args: argparse.Namespace) -> List[Row]:
     conv, x = layer.module_and_input(torch.float32, channels_last=False)
     conv.train()
     patched = FastConvTranspose2d.from_module(copy.deepcopy(conv))
+    patched.kernels_in_training = args.kernels_in_training
     x.requires_grad_(True)
     with torch.no_grad(), _autocast(mode):
         grad = torch.randn_like(conv(x).float())
@@ -228,6 +231,9 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     parser.add_argument("--reps", type=int, default=20)
     parser.add_argument("--rounds", type=int, default=4, help="alternating timing rounds")
     parser.add_argument("--no-compile", action="store_true", help="skip the compiled steps")
+    parser.add_argument("--kernels-in-training", action="store_true",
+                        help="optimize(kernels_in_training=True): recorded calls run our "
+                             "forward kernels (default: PyTorch's convolution, as optimize())")
     parser.add_argument("--out", type=Path, default=None, help="write the rows as JSON here")
     return parser.parse_args(argv)
 
@@ -259,12 +265,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 rows += _progress(bench_layer(layer, mode, args))
     env = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__,
            "cuda": torch.version.cuda, "cudnn_benchmark": args.benchmark,
+           "kernels_in_training": args.kernels_in_training,
            "warmup": args.warmup, "reps": args.reps, "rounds": args.rounds}
     if args.out is not None:
         args.out.write_text(json.dumps({"environment": env,
                                         "rows": [r.to_dict() for r in rows]}, indent=2))
     print(f"{env['gpu']}, torch {env['torch']}, CUDA {env['cuda']}, cudnn.benchmark "
-          f"{args.benchmark}; ratio = original / patched; median of {args.rounds} alternating "
+          f"{args.benchmark}, kernels_in_training {args.kernels_in_training}; ratio = original "
+          f"/ patched; median of {args.rounds} alternating "
           f"rounds x {args.reps} reps")
     print(format_table(rows))
     return 0

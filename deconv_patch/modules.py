@@ -78,6 +78,10 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
     # from before activation fusion still load.
     activation: str = "none"
     negative_slope: float = DEFAULT_NEGATIVE_SLOPE
+    # Calls that autograd records run the plan's kernel (True) or PyTorch's convolution (False,
+    # the default: a kernel in the forward alone did not make every training step faster;
+    # grad_calls and docs/performance/training.md). optimize(kernels_in_training=...) sets it.
+    kernels_in_training: bool = False
     # Per-process caches: never copied or pickled (the copy re-plans on its first call).
     TRANSIENT_STATE = ("_plan_cache", "_last_plan", "_fast_path", "_fast_path_fused")
 
@@ -140,10 +144,13 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
             return self._conv(input, weight, bias, output_size, self.activation,
                               self.negative_slope, "_fast_path")
         recorded = grad_calls.records_grad(input, weight, bias)
-        if recorded and self.activation != "none" and planner.forced_variant() is None:
-            # A call autograd records, with an activation of the module's own: PyTorch's
-            # convolution and activation, straight away (grad_calls). Other recorded calls run
-            # their plan, recorded with ATen's backward; a fused chain never folds them.
+        if recorded and (self.activation != "none" or not self.kernels_in_training) and \
+                planner.forced_variant() is None:
+            # A call autograd records: PyTorch's own convolution (and activation), straight
+            # away, so a training step pays nothing more than nn.ConvTranspose2d's call
+            # (grad_calls). With kernels_in_training, a call without an activation of the
+            # module's own runs its plan, recorded with ATen's backward. A fused chain never
+            # folds a recorded call.
             return self._pytorch(input, weight, bias, output_size)
         chain = self.__dict__.get("_fused_chain")
         if chain is not None:
@@ -278,7 +285,7 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
         self.__dict__[fast_slot] = ext.ModuleFastPath(
             entry.call if entry.plan.uses_kernel else None, input, weight, bias,
             list(self.stride), list(self.padding), list(self.output_padding),
-            list(self.dilation), self.groups)
+            list(self.dilation), self.groups, self.kernels_in_training)
 
     def __setattr__(self, name: str, value: object) -> None:
         # Any attribute change (hyperparameters, activation, parameters, device moves) disarms

@@ -33,7 +33,7 @@ from .fuse_plan import CHAIN_ATTR, ChainPlan, attach_chains, detach_chains, plan
 from .modules import FastConvTranspose2d, prepare_kernels
 from .patching import copy_model, patch_modules
 from .summary import (
-    FUSION_NOTE, PATH_NONE, PATH_PATCHED, TRAINING_NOTE, LayerPatch, PatchSummary, PatchWarning,
+    FUSION_NOTE, PATH_NONE, PATH_PATCHED, TRAINING_KERNELS_NOTE, TRAINING_NOTE, LayerPatch, PatchSummary, PatchWarning,
     attach, get_summary, layer_from_module, with_notes,
 )
 
@@ -215,6 +215,7 @@ def optimize(
     progress: Optional[bool] = None,
     validate_kwargs: Optional[Dict[str, Any]] = None,
     example_kwargs: Optional[Dict[str, Any]] = None,
+    kernels_in_training: bool = False,
 ) -> nn.Module:
     """Returns `model` with every transposed convolution running on deconv_patch.
 
@@ -233,6 +234,9 @@ def optimize(
             `deconv_patch.validation.validate`; the report lands in the summary.
         progress: show a tqdm bar (None: only when more than 20 layers).
         validate_kwargs: extra keyword arguments for `validate`.
+        kernels_in_training: calls that autograd records (training steps) run the forward
+            kernels too, with PyTorch's backward. Off by default: it did not make every
+            measured training step faster (docs/performance/training.md).
 
     Idempotent: optimizing an optimized model changes nothing more. See
     `deconv_patch.summary(result)` for what was done, and what was not and why.
@@ -251,6 +255,9 @@ def optimize(
 
     with _progress(work, progress):
         patch = patch_modules(work, filter_fn)
+    for _, conv in patch.patched:
+        if conv.kernels_in_training != kernels_in_training:
+            conv.kernels_in_training = kernels_in_training
     routed: List[str] = []
     skipped = list(patch.filtered)
     for name, module in work.named_modules():
@@ -270,7 +277,7 @@ def optimize(
     notes: List[str] = []
     if layers:
         notes.append(FUSION_NOTE if fuse else "fuse=False: nothing fused")
-        notes.append(TRAINING_NOTE)
+        notes.append(TRAINING_KERNELS_NOTE if kernels_in_training else TRAINING_NOTE)
     summary = PatchSummary(
         path=PATH_PATCHED if layers else PATH_NONE,
         reason=("patched the model's own modules in place" if layers else

@@ -32,6 +32,11 @@ TRAINING_NOTE = (
     "torch.inference_mode()) run the convolution nn.ConvTranspose2d runs; deconv_patch's "
     "kernels run the calls without gradients."
 )
+# The same, for optimize(kernels_in_training=True).
+TRAINING_KERNELS_NOTE = (
+    "kernels_in_training: calls that autograd records run deconv_patch's forward kernels with "
+    "PyTorch's backward, except layers with a fused activation (PyTorch's convolution)."
+)
 
 
 class PatchWarning(UserWarning):
@@ -218,6 +223,6 @@ def with_notes(summary: PatchSummary, *notes: str) -> PatchSummary:
 
 __all__ = [
     "FUSION_NOTE", "LayerPatch", "PATH_NONE", "PATH_PATCHED", "PatchSummary", "PatchWarning",
-    "TRAINING_NOTE", "attach",
+    "TRAINING_KERNELS_NOTE", "TRAINING_NOTE", "attach",
     "format_table", "get_summary", "layer_from_module", "refreshed", "summary", "with_notes",
 ]

@@ -13,9 +13,10 @@
 //                   strides, dtypes, devices, cuDNN flags) made where the module's Python path
 //                   would take the same branch (no dispatch or torch-function mode, no functorch
 //                   transform, no tracer; autocast as armed, its casts made as ATen's) runs the
-//                   planned PyTorch convolution or the PreparedCall directly (a recorded one
-//                   where autograd records the call). Anything else returns
-//                   None and the module's Python path (which plans and re-arms it) runs.
+//                   planned PyTorch convolution or the PreparedCall directly (recorded, where
+//                   autograd records the call and the module runs kernels in training).
+//                   Anything else returns None and the module's Python path (which plans and
+//                   re-arms it) runs.
 #include <memory>
 #include <optional>
 #include <string>
@@ -165,14 +166,14 @@ class ModuleFastPath {
  public:
   ModuleFastPath(const py::object& call, const at::Tensor& input, const at::Tensor& weight,
                  const c10::optional<at::Tensor>& bias, Ints stride, Ints padding,
-                 Ints output_padding, Ints dilation, int64_t groups)
+                 Ints output_padding, Ints dilation, int64_t groups, bool record)
       : call_(call.is_none() ? nullptr : call.cast<std::shared_ptr<PreparedCall>>()),
         input_(input), weight_(weight),
         bias_(bias.has_value() && bias->defined() ? std::optional<TensorShape>(*bias)
                                                   : std::nullopt),
         stride_(std::move(stride)), padding_(std::move(padding)),
         output_padding_(std::move(output_padding)), dilation_(std::move(dilation)),
-        groups_(groups), cudnn_enabled_(at::globalContext().userEnabledCuDNN()),
+        groups_(groups), record_(record), cudnn_enabled_(at::globalContext().userEnabledCuDNN()),
         allow_tf32_(at::globalContext().allowTF32CuDNN()),
         benchmark_(at::globalContext().benchmarkCuDNN()),
         autocast_(at::autocast::is_autocast_enabled(at::kCUDA)),
@@ -208,7 +209,7 @@ class ModuleFastPath {
     } else {
       if (at::GradMode::is_enabled() &&
           (x.requires_grad() || w.requires_grad() || (b.has_value() && b->requires_grad()))) {
-        if (!call_->plain_epilogue()) return py::none();
+        if (!record_ || !call_->plain_epilogue()) return py::none();
         y = call_->recorded(x, w, b);
       } else {
         y = (*call_)(x, w, b, c10::nullopt);
@@ -237,6 +238,7 @@ class ModuleFastPath {
   const std::optional<TensorShape> bias_;
   const Ints stride_, padding_, output_padding_, dilation_;
   const int64_t groups_;
+  const bool record_;  // calls autograd records run the kernel (the module's kernels_in_training)
   const bool cudnn_enabled_, allow_tf32_, benchmark_;
   const bool autocast_;
   const at::ScalarType autocast_dtype_;
@@ -263,10 +265,10 @@ void bind_prepared_call(py::module& m) {
   py::class_<ModuleFastPath>(m, "ModuleFastPath",
                              "A FastConvTranspose2d's last call geometry, run without Python")
       .def(py::init<const py::object&, const at::Tensor&, const at::Tensor&,
-                    const c10::optional<at::Tensor>&, Ints, Ints, Ints, Ints, int64_t>(),
+                    const c10::optional<at::Tensor>&, Ints, Ints, Ints, Ints, int64_t, bool>(),
            py::arg("call"), py::arg("input"), py::arg("weight"), py::arg("bias"),
            py::arg("stride"), py::arg("padding"), py::arg("output_padding"),
-           py::arg("dilation"), py::arg("groups"))
+           py::arg("dilation"), py::arg("groups"), py::arg("record") = false)
       .def("__call__", &ModuleFastPath::operator(), py::arg("input"), py::arg("weight"),
            py::arg("bias"));
 }

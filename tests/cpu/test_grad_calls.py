@@ -93,3 +93,35 @@ def test_summary_says_training_runs_pytorch():
         warnings.simplefilter("ignore")  # (nothing to patch: optimize warns)
         none = deconv_patch.summary(deconv_patch.optimize(nn.Linear(2, 2)), quiet=True)
     assert TRAINING_NOTE not in none.notes
+
+
+def test_kernels_in_training_is_set_on_every_layer_and_said_in_the_summary():
+    from torch import nn
+
+    import deconv_patch
+    from deconv_patch import FastConvTranspose2d
+    from deconv_patch.summary import TRAINING_KERNELS_NOTE, TRAINING_NOTE
+
+    torch.manual_seed(3)
+    model = nn.Sequential(nn.ConvTranspose2d(4, 6, 2, 2), nn.ReLU(),
+                          nn.ConvTranspose2d(6, 3, 3, 2, 1, output_padding=1))
+    patched = deconv_patch.optimize(model, kernels_in_training=True)
+    layers = [m for m in patched.modules() if isinstance(m, FastConvTranspose2d)]
+    assert len(layers) == 2 and all(m.kernels_in_training for m in layers)
+    info = deconv_patch.summary(patched, quiet=True)
+    assert TRAINING_KERNELS_NOTE in info.notes and TRAINING_NOTE not in info.notes
+    # off CUDA a recorded call is still nn.ConvTranspose2d's computation, gradients included
+    x = torch.randn(2, 4, 5, 5, requires_grad=True)
+    x_ref = x.detach().clone().requires_grad_()
+    y, want = patched(x), model(x_ref)
+    assert torch.equal(y, want)
+    grad = torch.randn_like(y)
+    y.backward(grad)
+    want.backward(grad)
+    assert torch.equal(x.grad, x_ref.grad)
+    for a, b in zip(patched.parameters(), model.parameters()):
+        assert torch.equal(a.grad, b.grad)
+    again = deconv_patch.optimize(patched, inplace=True)  # the default turns it off again
+    assert not any(m.kernels_in_training for m in again.modules()
+                   if isinstance(m, FastConvTranspose2d))
+    assert TRAINING_NOTE in deconv_patch.summary(again, quiet=True).notes

@@ -1,7 +1,8 @@
 """torch.use_deterministic_algorithms(True): a patched model keeps its kernels and its results
 repeat bit for bit. The forward kernels reduce in a fixed order (no atomics), so deterministic
-mode needs no other plan; a training step's recorded calls run the same kernels, with ATen's
-backward, and its gradients repeat bit for bit and agree with the original model's."""
+mode needs no other plan. A training step's recorded calls run PyTorch's convolution, so its
+gradients are the original model's, bit for bit; with kernels_in_training they run the same
+kernels, with ATen's backward, and repeat bit for bit."""
 
 from __future__ import annotations
 
@@ -88,6 +89,21 @@ def test_eval_keeps_the_kernels_and_repeats_bit_for_bit(deterministic, dtype):
     torch.testing.assert_close(first.float(), want.float(), rtol=tol, atol=tol)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_training_step_gives_the_originals_gradients_bit_for_bit(deterministic, dtype):
+    original = _model(dtype).train()
+    patched = deconv_patch.optimize(copy.deepcopy(original))
+    z = torch.randn(8, 32, 1, 1, device="cuda", dtype=dtype)
+    target = torch.randn(8, 3, 32, 32, device="cuda", dtype=dtype)
+    grads = []
+    for model in (original, patched, patched):
+        grads.append(_grads(model, z, target))
+    for got in grads[1:]:
+        assert len(got) == len(grads[0])
+        for a, b in zip(grads[0], got):
+            assert torch.equal(a, b)
+
+
 def _grads(model: nn.Module, z: torch.Tensor, target: torch.Tensor) -> list:
     model.zero_grad(set_to_none=True)
     nn.functional.mse_loss(model(z).double(), target.double()).backward()
@@ -95,16 +111,18 @@ def _grads(model: nn.Module, z: torch.Tensor, target: torch.Tensor) -> list:
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_a_training_step_keeps_the_kernels_and_repeats_bit_for_bit(deterministic, dtype):
+def test_kernels_in_training_repeat_bit_for_bit(deterministic, dtype):
+    """fp32 strict (no TF32: TF32's forward error, amplified by training-mode BatchNorm, is not
+    PyTorch's when cuDNN runs a small layer in full fp32) and bf16."""
     original = _model(dtype).train()
-    patched = deconv_patch.optimize(copy.deepcopy(original))
+    patched = deconv_patch.optimize(copy.deepcopy(original), kernels_in_training=True)
     exact = copy.deepcopy(original).double()
     z = torch.randn(8, 32, 1, 1, device="cuda", dtype=dtype)
     target = torch.randn(8, 3, 32, 32, device="cuda", dtype=dtype)
     nodes = []
     for layer in _layers(patched):
         layer.register_forward_hook(lambda m, i, o: nodes.append(o.grad_fn.name()))
-    with torch.backends.cudnn.flags(enabled=True, benchmark=False):
+    with torch.backends.cudnn.flags(enabled=True, benchmark=False, allow_tf32=False):
         want = _grads(original, z, target)
         first = _grads(patched, z, target)
         second = _grads(patched, z.clone(), target)

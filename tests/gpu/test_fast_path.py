@@ -101,8 +101,24 @@ def test_backend_flag_changes_are_seen():
         _close(m(x), _expected(m, x))
 
 
+def test_recorded_calls_bypass_the_armed_fast_path_by_default():
+    m = _layer()
+    x = _input()
+    with torch.no_grad():
+        m(x)  # armed, no grad
+    xg = x.clone().requires_grad_()
+    y = m(xg)  # PyTorch's convolution records its backward (grad_calls)
+    assert "ConvTransposeFunction" not in y.grad_fn.name()
+    assert torch.equal(y.detach(), _expected(m, x))
+    y.float().square().sum().backward()
+    xr = x.clone().requires_grad_()
+    _expected(m, xr).float().square().sum().backward()
+    torch.testing.assert_close(xg.grad.float(), xr.grad.float(), rtol=5e-2, atol=5e-2)
+
+
 def test_recorded_calls_run_on_the_armed_fast_path():
     m = _layer()
+    m.kernels_in_training = True
     x = _input()
     with torch.no_grad():
         m(x)  # armed, no grad
@@ -167,6 +183,7 @@ def _python_path_forbidden(m: FastConvTranspose2d) -> None:
 def test_autocast_calls_are_answered_in_cpp_with_atens_casts(recorded):
     m = _layer(dtype=torch.float32)
     ref = copy.deepcopy(m)
+    m.kernels_in_training = True
     x = _input(dtype=torch.float32)
     with torch.backends.cudnn.flags(enabled=True, benchmark=False, deterministic=True), \
             torch.autocast("cuda", dtype=torch.bfloat16):

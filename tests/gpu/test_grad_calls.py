@@ -1,8 +1,9 @@
-"""Calls autograd records (deconv_patch/grad_calls.py): a patched layer runs its plan's kernel as
-a node whose backward is ATen's convolution_backward, autotune on or off, for whichever of input,
-weight and bias need gradients, across optimizer steps and double backward; a layer's own
-activation and routed functional calls run PyTorch's; training graphs under torch.compile keep
-aten convolutions. Every check compares outputs and gradients with nn.ConvTranspose2d's or ATen's
+"""Calls autograd records (deconv_patch/grad_calls.py): PyTorch's convolution runs them by
+default; with kernels_in_training a patched layer runs its plan's kernel as a node whose backward
+is ATen's convolution_backward, autotune on or off, for whichever of input, weight and bias need
+gradients, across optimizer steps and double backward, while a layer's own activation and routed
+functional calls still run PyTorch's; training graphs under torch.compile keep aten
+convolutions. Every check compares outputs and gradients with nn.ConvTranspose2d's or ATen's
 backward on fresh random data."""
 
 from __future__ import annotations
@@ -22,12 +23,13 @@ from deconv_patch.kernels.autotune import AutotuneCache
 pytestmark = pytest.mark.cuda
 
 
-def _pair(dtype=torch.bfloat16):
+def _pair(dtype=torch.bfloat16, kernels_in_training=True):
     """A layer whose untimed plan is a kernel of ours (k == stride, channels_last input), as
     nn.ConvTranspose2d and as patched, sharing nothing."""
     torch.manual_seed(0)
     ref = nn.ConvTranspose2d(64, 64, 2, 2, device="cuda", dtype=dtype).train()
     fast = deconv_patch.FastConvTranspose2d.from_module(copy.deepcopy(ref))
+    fast.kernels_in_training = kernels_in_training
     x = torch.randn(4, 64, 32, 32, device="cuda", dtype=dtype).contiguous(
         memory_format=torch.channels_last)
     return ref, fast, x
@@ -63,6 +65,24 @@ def _aten_grads(x, weight, bias, grad, args):
 
 # (not named `benchmark`: pytest-benchmark's fixture has that name)
 @pytest.mark.parametrize("cudnn_benchmark", [False, True])
+def test_recorded_calls_run_pytorch_by_default(cudnn_benchmark, tmp_path, monkeypatch):
+    monkeypatch.setattr(autotune, "_CACHE", AutotuneCache(tmp_path / "a.json"))
+    ref, fast, x = _pair(kernels_in_training=False)
+    with torch.backends.cudnn.flags(enabled=True, benchmark=False):
+        assert fast.plan_for(x).uses_kernel  # what an inference call of this layer runs
+    with torch.backends.cudnn.flags(enabled=True, benchmark=cudnn_benchmark,
+                                    deterministic=True):
+        _poison_kernels(monkeypatch)
+        grad = torch.randn(4, 64, 64, 64, device="cuda", dtype=x.dtype)
+        for _ in range(2):  # the second call reads the cached step answer
+            got_y, got = _step(fast, x, grad)
+            want_y, want = _step(ref, x, grad)
+            assert torch.equal(got_y, want_y) and got_y.stride() == want_y.stride()
+            for g, w in zip(got, want):
+                assert torch.equal(g, w)
+
+
+@pytest.mark.parametrize("cudnn_benchmark", [False, True])
 def test_recorded_calls_run_the_plan_with_atens_backward(cudnn_benchmark, tmp_path,
                                                           monkeypatch):
     monkeypatch.setattr(autotune, "_CACHE", AutotuneCache(tmp_path / "a.json"))
@@ -92,6 +112,7 @@ def test_recorded_calls_give_atens_gradients_for_what_requires_them(case):
     torch.manual_seed(2)
     fast = deconv_patch.FastConvTranspose2d.from_module(nn.ConvTranspose2d(
         64, 32, 4, 2, 1, bias=case != "no_bias", device="cuda", dtype=dtype))
+    fast.kernels_in_training = True
     # (fp32: a layer above the untimed rule's TF32 size floor, so a kernel of ours runs it)
     x = torch.randn(*((8, 64, 64, 64) if dtype == torch.float32 else (2, 64, 24, 24)),
                     device="cuda", dtype=dtype)
@@ -194,7 +215,8 @@ def test_routed_functional_calls_run_pytorch_when_recorded(monkeypatch):
     torch.manual_seed(1)
     model = Up()
     x = torch.randn(2, 64, 16, 16, device="cuda")
-    patched = deconv_patch.optimize(copy.deepcopy(model), (x,), progress=False)
+    patched = deconv_patch.optimize(copy.deepcopy(model), (x,), progress=False,
+                                    kernels_in_training=True)
 
     def refuse(*args, **kwargs):
         raise AssertionError("the op ran a recorded call")
