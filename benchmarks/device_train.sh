@@ -3,7 +3,9 @@
 # (benchmarks/train.py), the GPU suite, and the same benchmark on a BEFORE tree when one is given
 # (another checkout of the package, e.g. the commit before a change; it shares the build when its
 # cuda/ is the same). Logs and JSON in $OUT/logs.tgz; tables print last.
-# TRAIN_ARGS: more arguments for train.py (e.g. --no-compile).
+# TRAIN_ARGS: more arguments for train.py (e.g. "--no-compile --kernels-in-training").
+# PROFILE=dcgan:tf32,pix2pix:bf16 also runs benchmarks/profile_train.py for those models and
+# modes after train.py (its tables print last).
 # With CANDIDATES_S=<seconds>, also benchmarks/candidates.py (the untimed rule against every
 # candidate, cudnn.benchmark off) last.
 #   BEFORE=.ab_base/before MODELS=dcgan,unet WITH_BENCHMARK=1 TESTS=tests/gpu \
@@ -25,6 +27,14 @@ if [ -n "${WITH_BENCHMARK:-}" ]; then
     --benchmark --no-compile --out "$L/train_benchmark.json" > "$L/train_benchmark.txt" \
     2> "$L/train_benchmark.err"; echo "exit $?"
 fi
+
+profiles=${PROFILE:-}
+for spec in ${profiles//,/ }; do
+  step "profile_train.py ${spec}"
+  timeout "${PROFILE_S:-90}" python3 benchmarks/profile_train.py --model "${spec%%:*}" \
+    --mode "${spec##*:}" > "$L/profile_${spec/:/_}.txt" 2> "$L/profile_${spec/:/_}.err"
+  echo "exit $?"
+done
 
 step "GPU tests"
 workers=()
@@ -59,4 +69,7 @@ else echo "(cut short: the rows measured)"; grep '^\[' "$L/train.err"; fi
 if [ -n "${CANDIDATES_S:-}" ]; then
   echo "-- candidates:"; grep -E "^(==|tf32|fp32|bf16|fp16) " "$L/candidates.txt"; tail -3 "$L/candidates.err"
 fi
+for spec in ${profiles//,/ }; do
+  echo "-- profile ${spec}:"; cat "$L/profile_${spec/:/_}.txt"; tail -3 "$L/profile_${spec/:/_}.err"
+done
 tar -czf "$OUT/logs.tgz" -C "$OUT" logs && rm -rf "$L"

@@ -1,0 +1,149 @@
+"""Where a training step's time goes: the original model, optimize()'s default (recorded calls on
+PyTorch's convolution) and `kernels_in_training=True`, side by side for one example model.
+
+Per side: event time per step (the three interleaved), host time per step (from an idle GPU,
+no synchronisation inside the step, so it is the time to enqueue the step), the GPU kernels' time
+per step (torch.profiler), each conv layer's output layout and plan, and last the kernels whose
+time per step differs most between the original and kernels_in_training. `benchmarks/train.py`
+measures the same steps; this says why they differ.
+
+    python benchmarks/profile_train.py [--model dcgan] [--mode tf32|bf16] [--batch N]
+                                       [--steps 10] [--top 15] [--benchmark]
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import statistics
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Callable, Dict, List, Optional, Sequence
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: `examples`
+
+from benchmarks.train import _autocast, _first_tensor, _train_step  # noqa: E402
+from deconv_patch import FastConvTranspose2d  # noqa: E402
+from deconv_patch.optimize import optimize  # noqa: E402
+from deconv_patch.timing import time_interleaved  # noqa: E402
+from examples.registry import EXAMPLES  # noqa: E402
+
+
+LAUNCHES = "(kernels per step)"
+
+
+def host_ms_per_step(step: Callable[[], None], steps: int) -> float:
+    """Median wall ms to enqueue one step, each started on an idle GPU."""
+    times = []
+    for _ in range(steps):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        step()
+        times.append((time.perf_counter() - t0) * 1e3)
+    torch.cuda.synchronize()
+    return statistics.median(times)
+
+
+def kernel_us_per_step(step: Callable[[], None], steps: int) -> Dict[str, float]:
+    """GPU microseconds per step of each kernel name (torch.profiler's device events; the key
+    LAUNCHES holds the number of kernels per step)."""
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            step()
+        torch.cuda.synchronize()
+    per_name: Dict[str, float] = defaultdict(float)
+    for event in prof.events():
+        if event.device_type == torch.autograd.DeviceType.CUDA:
+            per_name[event.name] += event.time_range.elapsed_us() / steps
+            per_name[LAUNCHES] += 1 / steps
+    return dict(per_name)
+
+
+def layer_rows(model: torch.nn.Module, inputs: Sequence[object], mode: str) -> List[str]:
+    """Each transposed convolution's output layout and dtype in one training-mode forward, and
+    for patched layers the plan and the autograd node that recorded the call."""
+    rows: List[str] = []
+
+    def hook(module: torch.nn.Module, args: object, out: torch.Tensor) -> None:
+        fmt = ("NHWC" if out.dim() == 4 and out.is_contiguous(memory_format=torch.channels_last)
+               and not out.is_contiguous() else "NCHW")
+        node = type(out.grad_fn).__name__ if out.grad_fn is not None else "-"
+        if out.grad_fn is not None and hasattr(out.grad_fn, "name"):
+            node = out.grad_fn.name()
+        plan = module.backend if isinstance(module, FastConvTranspose2d) else "-"
+        rows.append(f"  {module.in_channels}>{module.out_channels} {tuple(out.shape[-2:])} "
+                    f"{fmt} {str(out.dtype).replace('torch.', '')}  plan {plan}  node {node}")
+
+    handles = [m.register_forward_hook(hook) for m in model.modules()
+               if isinstance(m, torch.nn.ConvTranspose2d)]
+    try:
+        with _autocast(mode):
+            _first_tensor(model(*inputs))
+    finally:
+        for h in handles:
+            h.remove()
+    return rows
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", default="dcgan")
+    p.add_argument("--mode", default="tf32", choices=("tf32", "bf16"))
+    p.add_argument("--batch", type=int, default=None,
+                   help="default: half the model's inference benchmark batch, as train.py")
+    p.add_argument("--steps", type=int, default=10)
+    p.add_argument("--reps", type=int, default=30)
+    p.add_argument("--top", type=int, default=15)
+    p.add_argument("--benchmark", action="store_true", help="cudnn.benchmark on")
+    args = p.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("profile_train.py needs a CUDA GPU", file=sys.stderr)
+        return 2
+    torch.backends.cudnn.benchmark = args.benchmark
+    example = {e.name: e for e in EXAMPLES}[args.model]
+    batch = args.batch or max(1, example.bench_batch // 2)
+    torch.manual_seed(0)
+    original = example.build(small=False).cuda().train()
+    inputs = example.inputs(batch, "cuda", torch.float32)
+    sides = {
+        "original": original,
+        "default": optimize(copy.deepcopy(original), inputs, progress=False),
+        "kernels_in_training": optimize(copy.deepcopy(original), inputs, progress=False,
+                                        kernels_in_training=True),
+    }
+    with torch.no_grad():
+        target = torch.randn_like(_first_tensor(original(*inputs)).float())
+    steps = {name: _train_step(model, inputs, target, args.mode) for name, model in sides.items()}
+    events = time_interleaved(list(steps.values()), warmup=5, reps=args.reps)
+    event_ms = {name: statistics.median(t) for name, t in zip(steps, events)}
+    host_ms = {name: host_ms_per_step(step, args.steps) for name, step in steps.items()}
+    kernels = {name: kernel_us_per_step(step, args.steps) for name, step in steps.items()}
+
+    print(f"{torch.cuda.get_device_name(0)}, torch {torch.__version__}, {args.model} "
+          f"b{batch}, {args.mode}, cudnn.benchmark {args.benchmark}")
+    for name, model in sides.items():
+        print(f"{name}: output of each transposed convolution")
+        print("\n".join(layer_rows(model, inputs, args.mode)))
+    ours, theirs = kernels["kernels_in_training"], kernels["original"]
+    deltas = sorted((set(ours) | set(theirs)) - {LAUNCHES},
+                    key=lambda k: -abs(ours.get(k, 0.0) - theirs.get(k, 0.0)))
+    print("\nkernels whose us per step differ most (original -> kernels_in_training):")
+    for key in deltas[:args.top]:
+        print(f"  {theirs.get(key, 0.0):9.1f} -> {ours.get(key, 0.0):9.1f}  {key[:110]}")
+    print(f"\n{'side':<22} {'event ms':>9} {'host ms':>8} {'GPU kernels ms':>15} "
+          f"{'kernels':>8}")
+    for name in sides:
+        gpu_us = sum(v for k, v in kernels[name].items() if k != LAUNCHES)
+        print(f"{name:<22} {event_ms[name]:9.3f} {host_ms[name]:8.3f} {gpu_us / 1e3:15.3f} "
+              f"{kernels[name].get(LAUNCHES, 0.0):8.0f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
