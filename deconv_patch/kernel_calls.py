@@ -198,11 +198,10 @@ def first_run(entry, call: Callable[..., torch.Tensor], input: torch.Tensor,
               recorded: bool = False) -> Optional[torch.Tensor]:
     """The first run of a cached entry's (OpPlan's, or the module's) freshly prepared kernel
     call (`recorded`: as autograd records it, grad_calls): on success the entry keeps the call;
-    when the kernel refuses, the entry's plan turns
-    to PyTorch and this returns None (the caller then runs PyTorch). A kernel's binding checks
-    limits the planner does not model (the grouped kernel's shared memory per tile, for one)
-    and raises its KernelRefused. Any other error, or a refusal of a variant forced by
-    use_variant, propagates."""
+    when the kernel refuses, the entry's plan turns to PyTorch and this returns None (the caller
+    then runs PyTorch). A kernel's binding checks limits the planner does not model (the grouped
+    kernel's shared memory per tile, for one) and raises its KernelRefused. Any other error, or
+    a refusal of a variant forced by use_variant, propagates."""
     try:
         out = call.recorded(input, weight, bias) if recorded else call(input, weight, bias)
     except RuntimeError as e:

@@ -164,6 +164,7 @@ bool is_wrapped(const at::Tensor& t) {
 
 class ModuleFastPath {
  public:
+  // Armed under CUDA autocast, `input`, `weight` and `bias` are the tensors after its casts.
   ModuleFastPath(const py::object& call, const at::Tensor& input, const at::Tensor& weight,
                  const c10::optional<at::Tensor>& bias, Ints stride, Ints padding,
                  Ints output_padding, Ints dilation, int64_t groups, bool record)
@@ -178,8 +179,6 @@ class ModuleFastPath {
         benchmark_(at::globalContext().benchmarkCuDNN()),
         autocast_(at::autocast::is_autocast_enabled(at::kCUDA)),
         autocast_dtype_(at::autocast::get_autocast_dtype(at::kCUDA)) {}
-
-  // Armed under CUDA autocast, `input`, `weight` and `bias` are the tensors after its casts.
 
   // The output, or None when this call is not the armed geometry and context.
   py::object operator()(py::handle input, py::handle weight, py::handle bias) const {
