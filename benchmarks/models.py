@@ -18,6 +18,7 @@ cudnn.benchmark is on (cuDNN and deconv_patch's autotune time their choices) unl
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import statistics
 import sys
@@ -107,9 +108,10 @@ def bench(example: Example, dtype_name: str, batch: int, args: argparse.Namespac
             row.path, row.layers, row.folded = info.path, info.num_patched, info.num_fused
             with torch.no_grad():
                 row.max_abs_diff = max_abs_difference(patched(*inputs), model(*inputs))
+                # (partials, not lambdas: the names are deleted at the end)
                 row.eager_ms, row.patched_ms = _paired_medians(
-                    lambda: model(*inputs), lambda: patched(*inputs), args.rounds, args.warmup,
-                    args.reps)
+                    functools.partial(model, *inputs), functools.partial(patched, *inputs),
+                    args.rounds, args.warmup, args.reps)
         except Exception as exc:  # e.g. a detection op without a bf16 kernel
             row.notes.append(f"eager: {_one_line(exc)}")
             return row
