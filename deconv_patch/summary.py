@@ -35,7 +35,8 @@ TRAINING_NOTE = (
 # The same, for optimize(kernels_in_training=True).
 TRAINING_KERNELS_NOTE = (
     "kernels_in_training: calls that autograd records run deconv_patch's forward kernels with "
-    "PyTorch's backward, except layers with a fused activation (PyTorch's convolution)."
+    "PyTorch's backward, except in layers with a fused activation and routed "
+    "F.conv_transpose2d calls (PyTorch's convolution)."
 )
 
 
