@@ -102,31 +102,20 @@ def test_backend_flag_changes_are_seen():
         _close(m(x), _expected(m, x))
 
 
-def test_recorded_calls_bypass_the_armed_fast_path_by_default():
+@pytest.mark.parametrize("kernels_in_training", [False, True])
+def test_recorded_calls_and_the_armed_fast_path(kernels_in_training):
     m = _layer()
-    x = _input()
-    with torch.no_grad():
-        m(x)  # armed, no grad
-    xg = x.clone().requires_grad_()
-    y = m(xg)  # PyTorch's convolution records its backward (grad_calls)
-    assert "ConvTransposeFunction" not in y.grad_fn.name()
-    _close(y.detach(), _expected(m, x))
-    y.float().square().sum().backward()
-    xr = x.clone().requires_grad_()
-    _expected(m, xr).float().square().sum().backward()
-    torch.testing.assert_close(xg.grad.float(), xr.grad.float(), rtol=5e-2, atol=5e-2)
-
-
-def test_recorded_calls_run_on_the_armed_fast_path():
-    m = _layer()
-    m.kernels_in_training = True
+    m.kernels_in_training = kernels_in_training
     x = _input()
     with torch.no_grad():
         m(x)  # armed, no grad
     armed = m.__dict__["_fast_path"]
     xg = x.clone().requires_grad_()
-    y = m(xg)  # answered in C++, as a node with ATen's backward
-    assert m.__dict__["_fast_path"] is armed and "ConvTransposeFunction" in y.grad_fn.name()
+    # by default PyTorch's convolution records its backward (grad_calls); with
+    # kernels_in_training the armed path answers in C++, as a node with ATen's backward
+    y = m(xg)
+    assert m.__dict__["_fast_path"] is armed
+    assert ("ConvTransposeFunction" in y.grad_fn.name()) == kernels_in_training
     _close(y.detach(), _expected(m, x))
     y.float().square().sum().backward()
     xr = x.clone().requires_grad_()
