@@ -50,10 +50,9 @@ class PreparedCall {
                Ints dilation, int64_t groups, bool channels_last, bool allow_tf32,
                c10::optional<at::Tensor> scale, c10::optional<at::Tensor> shift,
                int64_t activation, double negative_slope, py::object repack)
-      : family_(family), config_(config), stride_(std::move(stride)),
-        padding_(std::move(padding)), output_padding_(std::move(output_padding)),
-        dilation_(std::move(dilation)), groups_(groups),
-        hyper_{stride_, padding_, output_padding_, dilation_, groups_},
+      : family_(family), config_(config),
+        hyper_{std::move(stride), std::move(padding), std::move(output_padding),
+               std::move(dilation), groups},
         channels_last_(channels_last),
         allow_tf32_(allow_tf32), scale_(std::move(scale)), shift_(std::move(shift)),
         activation_(activation), negative_slope_(negative_slope), repack_(std::move(repack)) {}
@@ -93,9 +92,9 @@ class PreparedCall {
     c10::optional<at::Tensor> packed;
     if (!repack_.is_none()) packed = packed_for(weight, recorded);
     at::Tensor y = conv_transpose2d_forward(
-        family_, unbatched ? input.unsqueeze(0) : input, weight, bias, stride_, padding_,
-        output_padding_, dilation_, groups_, channels_last_, allow_tf32_, out4, scale_, shift_,
-        activation_, negative_slope_, packed, config_);
+        family_, unbatched ? input.unsqueeze(0) : input, weight, bias, hyper_.stride,
+        hyper_.padding, hyper_.output_padding, hyper_.dilation, hyper_.groups, channels_last_,
+        allow_tf32_, out4, scale_, shift_, activation_, negative_slope_, packed, config_);
     return unbatched ? y.squeeze(0) : y;
   }
 
@@ -113,8 +112,9 @@ class PreparedCall {
         weight._version() == last_version_ && weight.data_ptr() == last_data_) {
       return packed_;
     }
-    packed_ = recorded ? pack_weight(family_, weight.detach(), stride_, padding_,
-                                     output_padding_, dilation_, groups_, allow_tf32_)
+    packed_ = recorded ? pack_weight(family_, weight.detach(), hyper_.stride, hyper_.padding,
+                                     hyper_.output_padding, hyper_.dilation, hyper_.groups,
+                                     allow_tf32_)
                        : repack_(weight).cast<at::Tensor>();
     last_weight_.emplace(weight.getIntrusivePtr());
     last_version_ = inference ? 0 : weight._version();
@@ -124,9 +124,7 @@ class PreparedCall {
 
   const int64_t family_;  // the registry's code (binding/family_units.hpp)
   const int64_t config_;
-  const Ints stride_, padding_, output_padding_, dilation_;
-  const int64_t groups_;
-  const ConvTransposeHyper hyper_;
+  const ConvTransposeHyper hyper_;  // stride, padding, output_padding, dilation, groups
   const bool channels_last_, allow_tf32_;
   const c10::optional<at::Tensor> scale_, shift_;
   const int64_t activation_;
