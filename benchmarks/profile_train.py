@@ -73,9 +73,7 @@ def layer_rows(model: torch.nn.Module, inputs: Sequence[object], mode: str) -> L
     def hook(module: torch.nn.Module, args: object, out: torch.Tensor) -> None:
         fmt = ("NHWC" if out.dim() == 4 and out.is_contiguous(memory_format=torch.channels_last)
                and not out.is_contiguous() else "NCHW")
-        node = type(out.grad_fn).__name__ if out.grad_fn is not None else "-"
-        if out.grad_fn is not None and hasattr(out.grad_fn, "name"):
-            node = out.grad_fn.name()
+        node = out.grad_fn.name() if out.grad_fn is not None else "-"
         plan = module.backend if isinstance(module, FastConvTranspose2d) else "-"
         rows.append(f"  {module.in_channels}>{module.out_channels} {tuple(out.shape[-2:])} "
                     f"{fmt} {str(out.dtype).replace('torch.', '')}  plan {plan}  node {node}")

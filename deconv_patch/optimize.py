@@ -33,8 +33,8 @@ from .fuse_plan import CHAIN_ATTR, ChainPlan, attach_chains, detach_chains, plan
 from .modules import FastConvTranspose2d, prepare_kernels
 from .patching import copy_model, patch_modules
 from .summary import (
-    FUSION_NOTE, PATH_NONE, PATH_PATCHED, TRAINING_KERNELS_NOTE, TRAINING_NOTE, LayerPatch, PatchSummary, PatchWarning,
-    attach, get_summary, layer_from_module, with_notes,
+    FUSION_NOTE, PATH_NONE, PATH_PATCHED, TRAINING_KERNELS_NOTE, TRAINING_NOTE, LayerPatch,
+    PatchSummary, PatchWarning, attach, get_summary, layer_from_module, with_notes,
 )
 
 PROGRESS_THRESHOLD = 20  # show a tqdm bar when more layers than this are patched
