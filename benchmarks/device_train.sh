@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# One device call for training: build every unit at once, the training benchmark
-# (benchmarks/train.py), the GPU suite, and the same benchmark on a BEFORE tree when one is given
-# (another checkout of the package, e.g. the commit before a change; it shares the build when its
-# cuda/ is the same). Logs and JSON in $OUT/logs.tgz; tables print last.
+# One device call for training: build every unit at once, the GPU suite (first, so a failure shows
+# whatever the timings do), the training benchmark (benchmarks/train.py), and the same benchmark on
+# a BEFORE tree when one is given (another checkout of the package, e.g. the commit before a
+# change; it shares the build when its cuda/ is the same). Logs and JSON in $OUT/logs.tgz; tables
+# print last.
 # TRAIN_ARGS: more arguments for train.py (e.g. "--no-compile --kernels-in-training").
 # PROFILE=dcgan:tf32,pix2pix:bf16 also runs benchmarks/profile_train.py for those models and
 # modes after train.py (its tables print last).
@@ -16,6 +17,13 @@ MODELS=${MODELS:-dcgan,unet}
 step "build every unit"
 python3 -c "from deconv_patch.kernels.extension import load_units, unit_names; load_units(unit_names())" \
   > "$L/build.log" 2>&1 || tail -20 "$L/build.log"
+
+step "GPU tests"
+workers=()
+python3 -c "import xdist" 2>/dev/null && workers=(-n "${GPU_WORKERS:-4}")
+timeout "${TESTS_S:-150}" python3 -m pytest -q -m cuda -p no:cacheprovider "${workers[@]}" \
+  ${TESTS:-tests/gpu} > "$L/gpu-tests.log" 2>&1; test_rc=$?
+grep -E "^FAILED|^ERROR" "$L/gpu-tests.log" | head -20
 
 step "train.py"
 timeout "${TRAIN_S:-240}" python3 benchmarks/train.py --models "$MODELS" --layers "${LAYERS:-quick}" \
@@ -35,13 +43,6 @@ for spec in ${profiles//,/ }; do
     --mode "${spec##*:}" > "$L/profile_${spec/:/_}.txt" 2> "$L/profile_${spec/:/_}.err"
   echo "exit $?"
 done
-
-step "GPU tests"
-workers=()
-python3 -c "import xdist" 2>/dev/null && workers=(-n "${GPU_WORKERS:-4}")
-timeout "${TESTS_S:-150}" python3 -m pytest -q -m cuda -p no:cacheprovider "${workers[@]}" \
-  ${TESTS:-tests/gpu} > "$L/gpu-tests.log" 2>&1; test_rc=$?
-grep -E "^FAILED|^ERROR" "$L/gpu-tests.log" | head -20
 
 if [ -n "${BEFORE:-}" ]; then
   step "train.py on $BEFORE"
