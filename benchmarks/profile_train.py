@@ -3,9 +3,11 @@ PyTorch's convolution) and `kernels_in_training=True`, side by side for one exam
 
 Per side: event time per step (the three interleaved), host time per step (from an idle GPU,
 no synchronisation inside the step, so it is the time to enqueue the step), the GPU kernels' time
-per step (torch.profiler), each conv layer's output layout and plan, and last the kernels whose
-time per step differs most between the original and kernels_in_training. `benchmarks/train.py`
-measures the same steps; this says why they differ.
+per step (torch.profiler), each conv layer's output layout and plan, the kernels whose time per
+step differs most between the original and kernels_in_training, and each transposed
+convolution's forward + backward alone (on the input it gets in the step) against the step's GPU
+time: the part of the step a faster layer can shorten. `benchmarks/train.py` measures the same
+steps; this says why they differ.
 
     python benchmarks/profile_train.py [--model dcgan] [--mode tf32|bf16] [--batch N]
                                        [--steps 10] [--top 15] [--benchmark]
@@ -27,10 +29,10 @@ from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: `examples`
 
-from benchmarks.train import _autocast, _first_tensor, _train_step  # noqa: E402
+from benchmarks.train import _autocast, _first_tensor, _layer_pass, _train_step  # noqa: E402
 from deconv_patch import FastConvTranspose2d  # noqa: E402
 from deconv_patch.optimize import optimize  # noqa: E402
-from deconv_patch.timing import time_interleaved  # noqa: E402
+from deconv_patch.timing import time_cuda, time_interleaved  # noqa: E402
 from examples.registry import EXAMPLES  # noqa: E402
 
 
@@ -89,6 +91,45 @@ def layer_rows(model: torch.nn.Module, inputs: Sequence[object], mode: str) -> L
     return rows
 
 
+def layer_inputs(model: torch.nn.Module, inputs: Sequence[object],
+                 mode: str) -> Dict[str, torch.Tensor]:
+    """Each transposed convolution's input in one training-mode forward, by qualified name."""
+    seen: Dict[str, torch.Tensor] = {}
+
+    def keep(name: str) -> Callable[..., None]:
+        def hook(module: torch.nn.Module, args: Sequence[torch.Tensor], out: object) -> None:
+            seen.setdefault(name, args[0].detach().clone())
+        return hook
+
+    handles = [m.register_forward_hook(keep(name)) for name, m in model.named_modules()
+               if isinstance(m, torch.nn.ConvTranspose2d)]
+    try:
+        with torch.no_grad(), _autocast(mode):
+            model(*inputs)
+    finally:
+        for h in handles:
+            h.remove()
+    return seen
+
+
+def layer_ms(sides: Dict[str, torch.nn.Module], inputs: Sequence[object], mode: str,
+             reps: int) -> Dict[str, Dict[str, float]]:
+    """Per side, each transposed convolution's forward + backward alone (gradients of its input
+    and parameters, a fresh random output gradient), median ms by CUDA events."""
+    first = next(iter(sides.values()))
+    xs = layer_inputs(first, inputs, mode)
+    times: Dict[str, Dict[str, float]] = {side: {} for side in sides}
+    for name, x in xs.items():
+        x = x.requires_grad_(True)
+        with torch.no_grad(), _autocast(mode):
+            grad = torch.randn_like(dict(first.named_modules())[name](x).float())
+        for side, model in sides.items():
+            module = dict(model.named_modules())[name]
+            times[side][name] = time_cuda(_layer_pass(module, x, grad, mode, "all"), warmup=5,
+                                          reps=reps).median_ms
+    return times
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", default="dcgan")
@@ -140,6 +181,21 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         gpu_us = sum(v for k, v in kernels[name].items() if k != LAUNCHES)
         print(f"{name:<22} {event_ms[name]:9.3f} {host_ms[name]:8.3f} {gpu_us / 1e3:15.3f} "
               f"{kernels[name].get(LAUNCHES, 0.0):8.0f}")
+    alone = layer_ms(sides, inputs, args.mode, args.reps)
+    gpu_original = sum(v for k, v in kernels["original"].items() if k != LAUNCHES) / 1e3
+    print("\ntransposed convolutions alone, forward + backward (ms):")
+    print(f"  {'layer':<28}" + "".join(f"{side:>22}" for side in sides))
+    for name in alone["original"]:
+        print(f"  {name:<28}" + "".join(f"{alone[side][name]:22.3f}" for side in sides))
+    total = {side: sum(t.values()) for side, t in alone.items()}
+    print(f"  {'all':<28}" + "".join(f"{total[side]:22.3f}" for side in sides))
+    share = total["original"] / gpu_original if gpu_original else float("nan")
+    ours = gpu_original - total["original"] + total["kernels_in_training"]
+    bound = "host" if host_ms["original"] > gpu_original else "GPU"
+    print(f"share of the original step's GPU time: {100 * share:.0f}%; a GPU-bound step with "
+          f"these layers at no cost would run {1 / max(1e-9, 1 - share):.2f}x, with "
+          f"kernels_in_training's layers {gpu_original / max(1e-9, ours):.2f}x; this step is "
+          f"{bound}-bound (host {host_ms['original']:.3f} ms, GPU kernels {gpu_original:.3f} ms)")
     return 0
 
 

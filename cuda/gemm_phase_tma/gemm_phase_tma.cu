@@ -25,13 +25,142 @@ __global__ void __launch_bounds__(256)
   }
 }
 
+// Weights whose (output channel, kh, kw) elements are contiguous, in that order or as
+// (kh, kw, output channel) (a channels_last weight): the parameter, autocast's cast. The
+// per-element kernels above read a packed row's input channels a whole weight row apart, one
+// 32-byte sector per element, which made a training step's repack cost more than its GEMM. Here
+// a block moves a 32 x 32 tile of (weight row = group and input channel) x (inner element):
+// read along the weight's rows, written along the packed rows' channels, through shared memory.
+struct PtTilePackArgs {
+  PtPackArgs a;
+  int64_t rows;    // groups * cin_g
+  int64_t inner;   // cout_g * KH * KW
+  int kw, khkw;
+  bool oc_inner;   // the output channel is the fastest inner index (channels_last)
+  int pad_h, pad_w, dil_h, dil_w, stride_h;
+};
+
+__device__ __forceinline__ int pt_phase_of(int k, int dil, int pad, int stride) {
+  const int64_t t = ((int64_t)k * dil - pad) % stride;
+  return (int)(t < 0 ? t + stride : t);
+}
+
+template <typename T, bool SPLIT>
+__global__ void __launch_bounds__(256)
+    gemm_phase_tma_pack_weight_tile_kernel(const __grid_constant__ PtTilePackArgs t) {
+  const PtPackArgs& a = t.a;
+  __shared__ T tile[32][33];
+  const T* __restrict__ w = static_cast<const T*>(a.w);
+  const int64_t r0 = (int64_t)blockIdx.y * 32, j0 = (int64_t)blockIdx.x * 32;
+  for (int i = threadIdx.y; i < 32; i += 8) {
+    const int64_t r = r0 + i, j = j0 + threadIdx.x;
+    if (r < t.rows && j < t.inner) tile[i][threadIdx.x] = w[r * a.ws[0] + j];
+  }
+  __syncthreads();
+  const int64_t r = r0 + threadIdx.x;
+  if (r >= t.rows) return;
+  const int g = (int)(r / a.cin_g), c = (int)(r - (int64_t)g * a.cin_g);
+  for (int i = threadIdx.y; i < 32; i += 8) {
+    const int64_t j = j0 + i;
+    if (j >= t.inner) break;
+    int oc, kk;
+    if (t.oc_inner) {
+      kk = (int)(j / a.cout_g);
+      oc = (int)(j - (int64_t)kk * a.cout_g);
+    } else {
+      oc = (int)(j / t.khkw);
+      kk = (int)(j - (int64_t)oc * t.khkw);
+    }
+    const int kh = kk / t.kw, kw = kk - kh * t.kw;
+    const int rh = pt_phase_of(kh, t.dil_h, t.pad_h, t.stride_h);
+    const int rw = pt_phase_of(kw, t.dil_w, t.pad_w, a.sw);
+    const int tap = (kh - a.kh0_h[rh]) / a.step_h * a.taps_w[rw] + (kw - a.kh0_w[rw]) / a.step_w;
+    const int64_t dest =
+        (((int64_t)g * a.phases + rh * a.sw + rw) * a.cout_pad + pt_logical_col(oc)) * a.kmax +
+        (int64_t)tap * a.cin_pad + c;
+    const T v = tile[threadIdx.x][i];
+    if constexpr (SPLIT) {
+      uint32_t hi, lo;
+      pt_split_tf32_bits(pt_float_bits(v), hi, lo);
+      static_cast<uint32_t*>(a.packed)[dest] = hi;
+      static_cast<uint32_t*>(a.packed)[a.total + dest] = lo;
+    } else if constexpr (std::is_same<T, float>::value) {
+      static_cast<float*>(a.packed)[dest] = __uint_as_float(round_tf32_bits(__float_as_uint(v)));
+    } else {
+      static_cast<T*>(a.packed)[dest] = v;
+    }
+  }
+}
+
+// The tiled pack's arguments, or false where it does not apply (the weight's inner elements
+// are not contiguous, or more weight rows than a grid's y extent holds).
+bool pt_tile_pack_args(const ConvTranspose2dParams& p, const PtPackArgs& a, PtTilePackArgs& t) {
+  const int64_t kh = p.ph_h.kernel, kw = p.ph_w.kernel, cout_g = p.out_per_group;
+  const int64_t* s = p.w_stride;
+  const bool plain = s[3] == 1 && s[2] == kw && s[1] == kh * kw;
+  const bool oc_inner = s[1] == 1 && s[3] == cout_g && s[2] == kw * cout_g;
+  t.a = a;
+  t.rows = p.groups * p.in_per_group;
+  t.inner = cout_g * kh * kw;
+  if (!(plain || oc_inner) || (t.rows + 31) / 32 > 65535) return false;
+  t.kw = (int)kw;
+  t.khkw = (int)(kh * kw);
+  t.oc_inner = oc_inner && !plain;  // (1 x 1 kernels: both orders are the same)
+  t.pad_h = p.ph_h.pad;
+  t.pad_w = p.ph_w.pad;
+  t.dil_h = p.ph_h.dil;
+  t.dil_w = p.ph_w.dil;
+  t.stride_h = p.ph_h.stride;
+  return true;
+}
+
+// Whether some packed element copies no weight element (channel or column padding, a phase
+// with fewer taps than the longest): the tiled pack then zeroes the buffer first.
+bool pt_pack_has_padding(const PtPackArgs& a) {
+  if (a.cin_pad != a.cin_g || a.cout_pad != a.cout_g) return true;
+  const int phases_h = a.phases / a.sw;
+  for (int rh = 0; rh < phases_h; ++rh)
+    for (int rw = 0; rw < a.sw; ++rw)
+      if ((int64_t)a.taps_h[rh] * a.taps_w[rw] * a.cin_pad != a.kmax) return true;
+  return false;
+}
+
+// The tiled pack (SPLIT: fp32 strict's two blocks), or the per-element kernel's launch
+// (`fallback`) where it does not apply.
+template <typename T, bool SPLIT, typename Fallback>
+cudaError_t pt_pack(const ConvTranspose2dParams& p, ScalarKind kind, void* packed,
+                    cudaStream_t stream, Fallback fallback) {
+  const PtPackArgs a = pt_pack_args(p, kind, packed);
+  if (a.total == 0) return cudaSuccess;
+  PtTilePackArgs t;
+  if (!pt_tile_pack_args(p, a, t)) return fallback(a);
+  if (pt_pack_has_padding(a)) {
+    const cudaError_t err = cudaMemsetAsync(
+        packed, 0, (size_t)((SPLIT ? 2 : 1) * a.total * (int64_t)sizeof(T)), stream);
+    if (err != cudaSuccess) return err;
+  }
+  const dim3 grid((unsigned)((t.inner + 31) / 32), (unsigned)((t.rows + 31) / 32));
+  gemm_phase_tma_pack_weight_tile_kernel<T, SPLIT><<<grid, dim3(32, 8), 0, stream>>>(t);
+  return cudaGetLastError();
+}
+
 // fp32 strict: both blocks (hi, lo) in one pass.
 cudaError_t pt_launch_pack_split(const ConvTranspose2dParams& p, void* packed,
                                  cudaStream_t stream) {
-  const PtPackArgs a = pt_pack_args(p, ScalarKind::kFloat32, packed);
-  if (a.total == 0) return cudaSuccess;
-  gemm_phase_tma_pack_weight_split_kernel<<<pack_grid(a.total), 256, 0, stream>>>(a);
-  return cudaGetLastError();
+  return pt_pack<float, true>(p, ScalarKind::kFloat32, packed, stream, [&](const PtPackArgs& a) {
+    gemm_phase_tma_pack_weight_split_kernel<<<pack_grid(a.total), 256, 0, stream>>>(a);
+    return cudaGetLastError();
+  });
+}
+
+// Other element types and fp32 with TF32.
+template <typename T>
+cudaError_t pt_launch_pack_any(const ConvTranspose2dParams& p, ScalarKind kind, void* packed,
+                               cudaStream_t stream) {
+  return pt_pack<T, false>(p, kind, packed, stream, [&](const PtPackArgs& a) {
+    gemm_phase_tma_pack_weight_kernel<T><<<pack_grid(a.total), 256, 0, stream>>>(a);
+    return cudaGetLastError();
+  });
 }
 
 }  // namespace
@@ -71,9 +200,9 @@ cudaError_t launch_gemm_phase_tma_pack_weight(const ConvTranspose2dParams& p, Sc
   if (packed == nullptr || p.weight == nullptr) return cudaErrorInvalidValue;
   if (split) return pt_launch_pack_split(p, packed, stream);
   switch (kind) {
-    case ScalarKind::kFloat16: return pt_launch_pack<__half>(p, kind, packed, stream);
-    case ScalarKind::kBFloat16: return pt_launch_pack<__nv_bfloat16>(p, kind, packed, stream);
-    case ScalarKind::kFloat32: return pt_launch_pack<float>(p, kind, packed, stream);
+    case ScalarKind::kFloat16: return pt_launch_pack_any<__half>(p, kind, packed, stream);
+    case ScalarKind::kBFloat16: return pt_launch_pack_any<__nv_bfloat16>(p, kind, packed, stream);
+    case ScalarKind::kFloat32: return pt_launch_pack_any<float>(p, kind, packed, stream);
   }
   return cudaErrorInvalidValue;
 }

@@ -1104,8 +1104,9 @@ __global__ void __launch_bounds__(kPtThreads, 1)
 }
 
 // ---------------------------------------------------------------------------------------------
-// Weight packing: one thread per packed element, k fastest (coalesced writes), any weight
-// strides (layout at the top; fp32 rounded to TF32). Plain CUDA: runs on any architecture.
+// Weight packing for any weight strides: one thread per packed element, k fastest (coalesced
+// writes; layout at the top; fp32 rounded to TF32). Weights with contiguous inner elements take
+// the tiled pack in gemm_phase_tma.cu instead. Plain CUDA: runs on any architecture.
 struct PtPackArgs {
   const void* w;
   void* packed;
@@ -1641,15 +1642,6 @@ cudaError_t pt_launch_config(const ConvTranspose2dParams& p, ScalarKind kind, co
   const PtBox box = pt_pick_box(p.batch, h, w, pt_store_mode(p, kind) == kPtStoreStaged);
   return pt_launch_cfg<T, typename PtConfigAt<SPLIT, I>::type>(p, kind, packed, h, w, box, device,
                                                                 sms, stream);
-}
-
-template <typename T>
-cudaError_t pt_launch_pack(const ConvTranspose2dParams& p, ScalarKind kind, void* packed,
-                           cudaStream_t stream) {
-  const PtPackArgs a = pt_pack_args(p, kind, packed);
-  if (a.total == 0) return cudaSuccess;
-  gemm_phase_tma_pack_weight_kernel<T><<<pack_grid(a.total), 256, 0, stream>>>(a);
-  return cudaGetLastError();
 }
 
 }  // namespace
