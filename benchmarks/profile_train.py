@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: `
 from benchmarks.train import _autocast, _first_tensor, _layer_pass, _train_step  # noqa: E402
 from deconv_patch import FastConvTranspose2d  # noqa: E402
 from deconv_patch.optimize import optimize  # noqa: E402
-from deconv_patch.timing import time_cuda, time_interleaved  # noqa: E402
+from deconv_patch.timing import time_interleaved  # noqa: E402
 from examples.registry import EXAMPLES  # noqa: E402
 
 
@@ -112,10 +112,16 @@ def layer_inputs(model: torch.nn.Module, inputs: Sequence[object],
     return seen
 
 
-def layer_ms(sides: Dict[str, torch.nn.Module], inputs: Sequence[object], mode: str,
-             reps: int) -> Dict[str, Dict[str, float]]:
+def gpu_ms(kernels: Dict[str, float]) -> float:
+    """Milliseconds of GPU kernel time in kernel_us_per_step's result."""
+    return sum(v for k, v in kernels.items() if k != LAUNCHES) / 1e3
+
+
+def layer_gpu_ms(sides: Dict[str, torch.nn.Module], inputs: Sequence[object], mode: str,
+                 steps: int) -> Dict[str, Dict[str, float]]:
     """Per side, each transposed convolution's forward + backward alone (gradients of its input
-    and parameters, a fresh random output gradient), median ms by CUDA events."""
+    and parameters, a fresh random output gradient): its GPU kernels' ms (torch.profiler; a
+    layer alone is host-bound, so its event time would say little of its share of a step)."""
     first = next(iter(sides.values()))
     xs = layer_inputs(first, inputs, mode)
     times: Dict[str, Dict[str, float]] = {side: {} for side in sides}
@@ -124,9 +130,10 @@ def layer_ms(sides: Dict[str, torch.nn.Module], inputs: Sequence[object], mode: 
         with torch.no_grad(), _autocast(mode):
             grad = torch.randn_like(dict(first.named_modules())[name](x).float())
         for side, model in sides.items():
-            module = dict(model.named_modules())[name]
-            times[side][name] = time_cuda(_layer_pass(module, x, grad, mode, "all"), warmup=5,
-                                          reps=reps).median_ms
+            run = _layer_pass(dict(model.named_modules())[name], x, grad, mode, "all")
+            for _ in range(3):  # plans, packed weights, cuDNN's choices
+                run()
+            times[side][name] = gpu_ms(kernel_us_per_step(run, steps))
     return times
 
 
@@ -178,17 +185,18 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     print(f"\n{'side':<22} {'event ms':>9} {'host ms':>8} {'GPU kernels ms':>15} "
           f"{'kernels':>8}")
     for name in sides:
-        gpu_us = sum(v for k, v in kernels[name].items() if k != LAUNCHES)
-        print(f"{name:<22} {event_ms[name]:9.3f} {host_ms[name]:8.3f} {gpu_us / 1e3:15.3f} "
+        print(f"{name:<22} {event_ms[name]:9.3f} {host_ms[name]:8.3f} "
+              f"{gpu_ms(kernels[name]):15.3f} "
               f"{kernels[name].get(LAUNCHES, 0.0):8.0f}")
-    alone = layer_ms(sides, inputs, args.mode, args.reps)
-    gpu_original = sum(v for k, v in kernels["original"].items() if k != LAUNCHES) / 1e3
-    print("\ntransposed convolutions alone, forward + backward (ms):")
-    print(f"  {'layer':<28}" + "".join(f"{side:>22}" for side in sides))
+    alone = layer_gpu_ms(sides, inputs, args.mode, args.steps)
+    gpu_original = gpu_ms(kernels["original"])
+    print("\ntransposed convolutions alone, forward + backward (GPU kernel ms):")
+    width = max(len(name) for name in ["layer", *alone["original"]])
+    print(f"  {'layer':<{width}}" + "".join(f"{side:>22}" for side in sides))
     for name in alone["original"]:
-        print(f"  {name:<28}" + "".join(f"{alone[side][name]:22.3f}" for side in sides))
+        print(f"  {name:<{width}}" + "".join(f"{alone[side][name]:22.3f}" for side in sides))
     total = {side: sum(t.values()) for side, t in alone.items()}
-    print(f"  {'all':<28}" + "".join(f"{total[side]:22.3f}" for side in sides))
+    print(f"  {'all':<{width}}" + "".join(f"{total[side]:22.3f}" for side in sides))
     share = total["original"] / gpu_original if gpu_original else float("nan")
     ours = gpu_original - total["original"] + total["kernels_in_training"]
     bound = "host" if host_ms["original"] > gpu_original else "GPU"

@@ -28,15 +28,17 @@ __global__ void __launch_bounds__(256)
 // Weights whose (output channel, kh, kw) elements are contiguous, in that order or as
 // (kh, kw, output channel) (a channels_last weight): the parameter, autocast's cast. The
 // per-element kernels above read a packed row's input channels a whole weight row apart, one
-// 32-byte sector per element, which made a training step's repack cost more than its GEMM. Here
-// a block moves a 32 x 32 tile of (weight row = group and input channel) x (inner element):
-// read along the weight's rows, written along the packed rows' channels, through shared memory.
+// 32-byte sector per element, and spend more on 64-bit index divisions than on memory. Here a
+// block moves a 32 x 32 tile of (weight row = group and input channel) x (inner element): read
+// along the weight's rows, written along the packed rows' channels, through shared memory; one
+// warp works out where each inner element's packed line starts, once per tile.
 struct PtTilePackArgs {
   PtPackArgs a;
-  int64_t rows;    // groups * cin_g
-  int64_t inner;   // cout_g * KH * KW
+  int rows;              // groups * cin_g
+  int inner;             // cout_g * KH * KW
+  int64_t group_stride;  // packed elements per group: phases * cout_pad * kmax
   int kw, khkw;
-  bool oc_inner;   // the output channel is the fastest inner index (channels_last)
+  bool oc_inner;         // the output channel is the fastest inner index (channels_last)
   int pad_h, pad_w, dil_h, dil_w, stride_h;
 };
 
@@ -50,34 +52,37 @@ __global__ void __launch_bounds__(256)
     gemm_phase_tma_pack_weight_tile_kernel(const __grid_constant__ PtTilePackArgs t) {
   const PtPackArgs& a = t.a;
   __shared__ T tile[32][33];
+  __shared__ int64_t line[32];  // packed offset of each inner element's line (group 0, channel 0)
   const T* __restrict__ w = static_cast<const T*>(a.w);
-  const int64_t r0 = (int64_t)blockIdx.y * 32, j0 = (int64_t)blockIdx.x * 32;
-  for (int i = threadIdx.y; i < 32; i += 8) {
-    const int64_t r = r0 + i, j = j0 + threadIdx.x;
-    if (r < t.rows && j < t.inner) tile[i][threadIdx.x] = w[r * a.ws[0] + j];
-  }
-  __syncthreads();
-  const int64_t r = r0 + threadIdx.x;
-  if (r >= t.rows) return;
-  const int g = (int)(r / a.cin_g), c = (int)(r - (int64_t)g * a.cin_g);
-  for (int i = threadIdx.y; i < 32; i += 8) {
-    const int64_t j = j0 + i;
-    if (j >= t.inner) break;
+  const int r0 = blockIdx.y * 32, j0 = blockIdx.x * 32;
+  const int n = min(32, t.inner - j0);
+  if (threadIdx.y == 0 && (int)threadIdx.x < n) {
+    const int j = j0 + threadIdx.x;
     int oc, kk;
     if (t.oc_inner) {
-      kk = (int)(j / a.cout_g);
-      oc = (int)(j - (int64_t)kk * a.cout_g);
+      kk = j / a.cout_g;
+      oc = j - kk * a.cout_g;
     } else {
-      oc = (int)(j / t.khkw);
-      kk = (int)(j - (int64_t)oc * t.khkw);
+      oc = j / t.khkw;
+      kk = j - oc * t.khkw;
     }
     const int kh = kk / t.kw, kw = kk - kh * t.kw;
     const int rh = pt_phase_of(kh, t.dil_h, t.pad_h, t.stride_h);
     const int rw = pt_phase_of(kw, t.dil_w, t.pad_w, a.sw);
     const int tap = (kh - a.kh0_h[rh]) / a.step_h * a.taps_w[rw] + (kw - a.kh0_w[rw]) / a.step_w;
-    const int64_t dest =
-        (((int64_t)g * a.phases + rh * a.sw + rw) * a.cout_pad + pt_logical_col(oc)) * a.kmax +
-        (int64_t)tap * a.cin_pad + c;
+    line[threadIdx.x] = ((int64_t)(rh * a.sw + rw) * a.cout_pad + pt_logical_col(oc)) * a.kmax +
+                        (int64_t)tap * a.cin_pad;
+  }
+  for (int i = threadIdx.y; i < 32; i += 8)
+    if (r0 + i < t.rows && (int)threadIdx.x < n)
+      tile[i][threadIdx.x] = w[(int64_t)(r0 + i) * a.ws[0] + j0 + threadIdx.x];
+  __syncthreads();
+  const int r = r0 + threadIdx.x;
+  if (r >= t.rows) return;
+  const int g = r / a.cin_g;
+  const int64_t row = (int64_t)g * t.group_stride + (r - g * a.cin_g);
+  for (int i = threadIdx.y; i < n; i += 8) {
+    const int64_t dest = line[i] + row;
     const T v = tile[threadIdx.x][i];
     if constexpr (SPLIT) {
       uint32_t hi, lo;
@@ -99,10 +104,13 @@ bool pt_tile_pack_args(const ConvTranspose2dParams& p, const PtPackArgs& a, PtTi
   const int64_t* s = p.w_stride;
   const bool plain = s[3] == 1 && s[2] == kw && s[1] == kh * kw;
   const bool oc_inner = s[1] == 1 && s[3] == cout_g && s[2] == kw * cout_g;
+  const int64_t rows = p.groups * p.in_per_group, inner = cout_g * kh * kw;
+  if (!(plain || oc_inner) || (rows + 31) / 32 > 65535 || inner >= kPtInt32Limit - 32)
+    return false;
   t.a = a;
-  t.rows = p.groups * p.in_per_group;
-  t.inner = cout_g * kh * kw;
-  if (!(plain || oc_inner) || (t.rows + 31) / 32 > 65535) return false;
+  t.rows = (int)rows;  // < kPtSizeLimit (pt_weight_side_ok)
+  t.inner = (int)inner;
+  t.group_stride = (int64_t)a.phases * a.cout_pad * a.kmax;
   t.kw = (int)kw;
   t.khkw = (int)(kh * kw);
   t.oc_inner = oc_inner && !plain;  // (1 x 1 kernels: both orders are the same)
