@@ -226,6 +226,11 @@ class FusedChain:
                 + (bn.eps,)  # type: ignore[union-attr]
         except RuntimeError:  # inference tensors have no version counter: fold every call
             key = None
+        if key is not None and sources[0].is_cuda and torch.cuda.is_current_stream_capturing():
+            # A CUDA graph being captured: the fold goes into the graph, so each replay folds
+            # the parameters as they are then (in-place updates between replays bump no counter
+            # a graph could check), and its output, filled only by replays, is not cached.
+            key = None
         cached = self._folded_sources
         if key is not None and key == self._folded_key and cached is not None and \
                 all([a is b for a, b in zip(sources, cached)]):

@@ -7,8 +7,9 @@
 //                   epilogue fixed (deconv_patch/ops.py kernel_call makes them). It keeps the
 //                   packed weight it last used and asks Python's cache (`repack`, shared by all
 //                   geometries of a weight) for a fresh one when the weight tensor, its storage or
-//                   its version counter changes. A call autograd records runs it as a node
-//                   whose backward is ATen's (binding/recorded_call.cpp).
+//                   its version counter changes, and packs inside a CUDA graph being captured.
+//                   A call autograd records runs it as a node whose backward is ATen's
+//                   (binding/recorded_call.cpp).
 //   ModuleFastPath  a FastConvTranspose2d's last call geometry. An identical call (same sizes,
 //                   strides, dtypes, devices, cuDNN flags) made where the module's Python path
 //                   would take the same branch (no dispatch or torch-function mode, no functorch
@@ -30,6 +31,7 @@
 #include <ATen/ops/conv_transpose2d.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <c10/core/impl/TorchDispatchModeTLS.h>
+#include <c10/cuda/CUDAStream.h>
 #include <torch/csrc/autograd/python_variable.h>
 #include <torch/csrc/jit/frontend/tracer.h>
 
@@ -43,6 +45,41 @@ namespace {
 
 using Ints = std::vector<int64_t>;
 using WeakImpl = c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>;
+
+// The CUDA graph capture sequence the weight's device's current stream is in: its id and the
+// stream, or {0, stream} when it is capturing nothing.
+struct Capture {
+  unsigned long long id = 0;
+  cudaStream_t stream = nullptr;
+  bool operator==(const Capture& o) const { return id == o.id && stream == o.stream; }
+};
+Capture current_capture(const at::Tensor& weight) {
+  Capture c;
+  c.stream = c10::cuda::getCurrentCUDAStream(weight.get_device()).stream();
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  if (cudaStreamGetCaptureInfo(c.stream, &status, &c.id) != cudaSuccess ||
+      status == cudaStreamCaptureStatusNone)
+    c.id = 0;
+  return c;
+}
+
+// A weight as a packed copy was made from: the tensor (a weak reference keeps its TensorImpl
+// allocation alive, so a different tensor can never reuse its address), its version and data.
+// Inference tensors have no version counter: no copy of theirs is ever reused.
+struct WeightSeen {
+  std::optional<WeakImpl> impl;
+  int64_t version = 0;
+  const void* data = nullptr;
+};
+WeightSeen seen(const at::Tensor& weight) {
+  if (weight.is_inference()) return {};
+  return {WeakImpl(weight.getIntrusivePtr()), weight._version(), weight.data_ptr()};
+}
+bool same_weight(const at::Tensor& weight, const WeightSeen& s) {
+  return s.impl.has_value() && !weight.is_inference() &&
+         s.impl->_unsafe_get_target() == weight.unsafeGetTensorImpl() &&
+         weight._version() == s.version && weight.data_ptr() == s.data;
+}
 
 class PreparedCall {
  public:
@@ -99,26 +136,38 @@ class PreparedCall {
   }
 
   // The packed copy of `weight`, re-asked from Python when the weight tensor, its storage or its
-  // version differs from the last call's. The weak reference keeps the last weight's TensorImpl
-  // allocation alive, so a different tensor can never reuse its address. Inference tensors have
-  // no version counter: their packed copy is asked for on every call (Python repacks them).
+  // version differs from the last call's (WeightSeen; an inference tensor's every call).
   // A recorded call (training) packs here, not through Python's cache: its weight changes every
   // step (an optimizer step, or autocast's new cast), so no shared copy would be reused, and the
   // trip through Python cost more than a small layer's forward.
-  const at::Tensor& packed_for(const at::Tensor& weight, bool recorded) {
-    const bool inference = weight.is_inference();
-    if (packed_.defined() && !inference && last_weight_.has_value() &&
-        last_weight_->_unsafe_get_target() == weight.unsafeGetTensorImpl() &&
-        weight._version() == last_version_ && weight.data_ptr() == last_data_) {
-      return packed_;
+  // While a CUDA graph is being captured the pack goes into the graph, once per capture
+  // sequence, stream and weight version: every replay packs the weight as it is at that replay
+  // (an in-place update between replays - load_state_dict, an EMA or optimizer step - bumps no
+  // counter a graph could check). That buffer, filled only by replays, never serves an eager
+  // call; the first call after the capture lets it go.
+  at::Tensor packed_for(const at::Tensor& weight, bool recorded) {
+    const Capture capture = current_capture(weight);
+    if (capture.id != 0) {
+      if (!(graph_packed_.defined() && graph_capture_ == capture &&
+            same_weight(weight, graph_seen_))) {
+        graph_packed_ = pack_weight(family_, weight.detach(), hyper_.stride, hyper_.padding,
+                                    hyper_.output_padding, hyper_.dilation, hyper_.groups,
+                                    allow_tf32_);
+        graph_capture_ = capture;
+        graph_seen_ = seen(weight);
+      }
+      return graph_packed_;
     }
+    if (graph_packed_.defined()) {
+      graph_packed_.reset();
+      graph_seen_ = WeightSeen{};
+    }
+    if (packed_.defined() && same_weight(weight, seen_)) return packed_;
     packed_ = recorded ? pack_weight(family_, weight.detach(), hyper_.stride, hyper_.padding,
                                      hyper_.output_padding, hyper_.dilation, hyper_.groups,
                                      allow_tf32_)
                        : repack_(weight).cast<at::Tensor>();
-    last_weight_.emplace(weight.getIntrusivePtr());
-    last_version_ = inference ? 0 : weight._version();
-    last_data_ = weight.data_ptr();
+    seen_ = seen(weight);
     return packed_;
   }
 
@@ -131,9 +180,10 @@ class PreparedCall {
   const double negative_slope_;
   const py::object repack_;  // None: the variant reads the weight as it is
   at::Tensor packed_;
-  std::optional<WeakImpl> last_weight_;
-  uint32_t last_version_ = 0;
-  const void* last_data_ = nullptr;
+  WeightSeen seen_;
+  at::Tensor graph_packed_;  // packed inside the capture graph_capture_
+  Capture graph_capture_;
+  WeightSeen graph_seen_;
 };
 
 // Sizes, strides, dtype and device of a tensor, compared on every fast-path call.

@@ -4,7 +4,9 @@ Packing reads the whole weight, so it happens once per weight and hyperparameter
 the packed copy is cached against the weight tensor and its version counter, which PyTorch bumps
 on every in-place change (optimizer steps, `load_state_dict`, `copy_`), so a changed weight is
 re-packed on its next use and a stale copy is never read. Inference tensors (made under
-torch.inference_mode) have no version counter, so theirs are packed afresh on every call.
+torch.inference_mode) have no version counter, so theirs are packed afresh on every call. A call
+made while a CUDA graph is captured does not ask here: it packs inside the graph, so that every
+replay reads the weight as it is then (cuda/binding/prepared_call.cpp).
 """
 
 from __future__ import annotations
