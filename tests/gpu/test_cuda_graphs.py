@@ -17,6 +17,7 @@ import torch.nn.functional as F
 
 from deconv_patch import FastConvTranspose2d, optimize, summary
 from deconv_patch.kernels import planner
+from deconv_patch.timing import capture_graph
 
 pytestmark = pytest.mark.cuda
 
@@ -27,19 +28,12 @@ def _no_autotune():
         yield
 
 
-def _captured(fn: Callable[[], torch.Tensor]) -> Tuple[torch.cuda.CUDAGraph, torch.Tensor]:
+def _captured(fn: Callable[[], object]) -> Tuple[Callable[[], None], object]:
     """`fn` warmed up on a side stream (plans, the armed fast path, packed weights), then
-    captured; the graph and its static output."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out = fn()
-    return graph, out
+    captured: the replay and the captured call's static output."""
+    outs = []
+    replay, _graph = capture_graph(lambda: outs.append(fn()))
+    return replay, outs[-1]
 
 
 def _close(got: torch.Tensor, want: torch.Tensor, what: str) -> None:
@@ -59,7 +53,7 @@ def test_layer_replays_follow_in_place_weight_updates():
         memory_format=torch.channels_last)
     assert planner.reads_packed_weight(m.plan_for(x).variant)  # the case a stale pack breaks
     with torch.no_grad():
-        graph, out = _captured(lambda: m(x))
+        replay, out = _captured(lambda: m(x))
         updates = {
             "input only": lambda: None,
             "weight.add_": lambda: m.weight.add_(torch.randn_like(m.weight)),
@@ -70,7 +64,7 @@ def test_layer_replays_follow_in_place_weight_updates():
         for what, update in updates.items():
             x.copy_(torch.randn_like(x))
             update()
-            graph.replay()
+            replay()
             want = F.conv_transpose2d(x, m.weight, m.bias, 2)
             _close(out, want, what)
             _close(m(x), want, f"{what}: the eager call after the replay")
@@ -87,7 +81,7 @@ def test_fused_chain_replays_follow_conv_and_batchnorm_updates():
     assert summary(patched, quiet=True).num_fused == 1
     assert planner.reads_packed_weight(patched[0].plan_for(x).variant)
     with torch.no_grad():
-        graph, out = _captured(lambda: patched(x))
+        replay, out = _captured(lambda: patched(x))
         bn = patched[1]
         updates = {
             "input only": lambda: None,
@@ -100,7 +94,7 @@ def test_fused_chain_replays_follow_conv_and_batchnorm_updates():
         for what, update in updates.items():
             x.copy_(torch.randn_like(x))
             update()
-            graph.replay()
+            replay()
             eager = patched(x)  # refolds and repacks by version counters
             assert torch.equal(out, eager), what  # the same kernels on the same values
             model.load_state_dict(patched.state_dict())
@@ -118,11 +112,11 @@ def test_a_weight_changed_inside_the_captured_region_is_packed_again():
     assert planner.reads_packed_weight(m.plan_for(x).variant)
     delta = torch.randn_like(m.weight)
     with torch.no_grad():
-        graph, (before, after) = _captured(lambda: (m(x), m.weight.add_(delta), m(x))[::2])
+        replay, (before, after) = _captured(lambda: (m(x), m.weight.add_(delta), m(x))[::2])
         for round in range(3):
             x.copy_(torch.randn_like(x))
             weight = m.weight.clone()
-            graph.replay()  # each replay adds delta once, between its two calls
+            replay()  # each replay adds delta once, between its two calls
             assert not torch.equal(m.weight, weight)
             _close(before, F.conv_transpose2d(x, weight, m.bias, 2), f"{round} before")
             _close(after, F.conv_transpose2d(x, m.weight, m.bias, 2), f"{round} after")
