@@ -3,14 +3,15 @@
 Per example model (examples/registry.py, dense-output ones) and mode (tf32: fp32 with TF32
 allowed; bf16: bf16 autocast over fp32 weights), one training step (forward, MSE loss against a
 fixed random target, backward, SGD step), original vs `deconv_patch.optimize(model)` in train
-mode, eager and under torch.compile; per layer of benchmarks/layers.py's suite, forward +
+mode, eager and under torch.compile (with --graphs also captured whole in a CUDA graph and
+replayed: the step without its host cost); per layer of benchmarks/layers.py's suite, forward +
 backward and each of grad_input and grad_weight alone, nn.ConvTranspose2d vs the layer as
 optimize() installs it. Every pair is timed in the same process, the two sides alternated over
 rounds (CUDA events, median). Ratio = original time / patched time. cudnn.benchmark is
 PyTorch's default (off) unless --benchmark. Prints a table last; --out writes JSON.
 
     python benchmarks/train.py [--models dcgan,unet] [--modes tf32,bf16] [--layers quick|all|none]
-                               [--benchmark] [--no-compile] [--kernels-in-training]
+                               [--benchmark] [--no-compile] [--graphs] [--kernels-in-training]
                                [--out train.json]
 """
 
@@ -36,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: `
 from benchmarks.layers import QUICK, SUITE, Layer  # noqa: E402
 from deconv_patch import FastConvTranspose2d  # noqa: E402
 from deconv_patch.optimize import optimize  # noqa: E402
-from deconv_patch.timing import time_cuda  # noqa: E402
+from deconv_patch.timing import capture_graph, time_cuda  # noqa: E402
 from examples.registry import EXAMPLES, Example  # noqa: E402
 
 MODES = ("tf32", "bf16")
@@ -49,7 +50,7 @@ class Row:
     kind: str  # "model" or "layer"
     name: str
     mode: str
-    what: str  # "step", "compiled step", "fwd+bwd", "grad_input", "grad_weight"
+    what: str  # "step", "compiled step", "graphed step", "fwd+bwd", "grad_input", "grad_weight"
     original_ms: Optional[float] = None
     patched_ms: Optional[float] = None
     notes: List[str] = field(default_factory=list)
@@ -74,9 +75,11 @@ def _paired(fn_a: Callable[[], Any], fn_b: Callable[[], Any], rounds: int, warmu
     return statistics.median(a), statistics.median(b)
 
 
-def _autocast(mode: str):
+def _autocast(mode: str, cache: bool = True):
+    """bf16 autocast for mode "bf16"; cache=False inside CUDA graph capture (autocast's cast
+    cache would keep casts made by the capture)."""
     if mode == "bf16":
-        return torch.autocast("cuda", dtype=torch.bfloat16)
+        return torch.autocast("cuda", dtype=torch.bfloat16, cache_enabled=cache)
     return contextlib.nullcontext()
 
 
@@ -88,13 +91,13 @@ def _first_tensor(out: Any) -> torch.Tensor:
 
 
 def _train_step(model: torch.nn.Module, inputs: Sequence[Any], target: torch.Tensor,
-                mode: str) -> Callable[[], None]:
+                mode: str, autocast_cache: bool = True) -> Callable[[], None]:
     """One SGD step of `model` (its own optimizer, gradients set to None each step)."""
     opt = torch.optim.SGD(model.parameters(), lr=1e-6)
 
     def step() -> None:
         opt.zero_grad(set_to_none=True)
-        with _autocast(mode):
+        with _autocast(mode, autocast_cache):
             out = _first_tensor(model(*inputs))
         F.mse_loss(out.float(), target).backward()
         opt.step()
@@ -108,7 +111,8 @@ def _one_line(exc: BaseException) -> str:
 
 
 def bench_model(example: Example, mode: str, args: argparse.Namespace) -> List[Row]:
-    """The training step of one example, eager and compiled; failures become notes."""
+    """The training step of one example, eager, graphed (--graphs) and compiled; failures become
+    notes."""
     batch = args.batch or max(1, example.bench_batch // 2)
     name = f"{example.name} b{batch}"
     eager = Row("model", name, mode, "step")
@@ -127,6 +131,16 @@ def bench_model(example: Example, mode: str, args: argparse.Namespace) -> List[R
     except Exception as exc:
         eager.notes.append(_one_line(exc))
         return rows
+    if args.graphs:
+        graphed = Row("model", name, mode, "graphed step")
+        rows.append(graphed)
+        try:  # PyTorch's whole-network capture: warm-up on a side stream, then one step captured
+            a, _ = capture_graph(_train_step(original, inputs, target, mode, autocast_cache=False))
+            b, _ = capture_graph(_train_step(patched, inputs, target, mode, autocast_cache=False))
+            graphed.original_ms, graphed.patched_ms = _paired(a, b, args.rounds, args.warmup,
+                                                              args.reps)
+        except Exception as exc:
+            graphed.notes.append(_one_line(exc))
     if not args.no_compile:
         compiled = Row("model", name, mode, "compiled step")
         rows.append(compiled)
@@ -231,6 +245,8 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     parser.add_argument("--reps", type=int, default=20)
     parser.add_argument("--rounds", type=int, default=4, help="alternating timing rounds")
     parser.add_argument("--no-compile", action="store_true", help="skip the compiled steps")
+    parser.add_argument("--graphs", action="store_true",
+                        help="also each model's step captured whole in a CUDA graph, replayed")
     parser.add_argument("--kernels-in-training", action="store_true",
                         help="optimize(kernels_in_training=True): recorded calls run our "
                              "forward kernels (default: PyTorch's convolution, as optimize())")
