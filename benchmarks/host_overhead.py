@@ -8,13 +8,18 @@ shorter than the host's per-call work measures the host. This separates the two,
                     work at all), CUDA events,
 for PyTorch (F.conv_transpose2d and nn.ConvTranspose2d) and FastConvTranspose2d with each of
 its variants forced, plus the pieces of our call path (plan-cache lookup, prepared call).
+--training measures a training call instead (the forward autograd records, alone and with the
+backward of the input and parameters) for nn.ConvTranspose2d, FastConvTranspose2d's default
+(PyTorch's convolution) and its kernels_in_training path (our forward kernel in a C++ node).
 
     python benchmarks/host_overhead.py [--only dcgan.g2,simplebl.d2] [--modes bf16,tf32]
+                                       [--training]
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import math
 import sys
 import time
@@ -149,6 +154,36 @@ def measure(layer: Layer, mode: str, layout: str, variants: List[str], trace: bo
             print_trace(fns["Fast (planner)"])
 
 
+def measure_training(layer: Layer, mode: str, layout: str) -> None:
+    """Host, GPU and event time of a recorded forward and of forward + backward (gradients of
+    the input, weight and bias against a fixed random output gradient), per training path."""
+    dtype, tf32 = MODES[mode]
+    torch.backends.cudnn.allow_tf32 = tf32
+    fmt = torch.channels_last if layout == "nhwc" else torch.contiguous_format
+    x = torch.randn(layer.batch, layer.cin, *layer.hw, device="cuda", dtype=dtype
+                    ).contiguous(memory_format=fmt).requires_grad_(True)
+    reference = torch.nn.ConvTranspose2d(
+        layer.cin, layer.cout, layer.kernel, layer.stride, layer.padding,  # type: ignore[arg-type]
+        layer.output_padding, layer.groups, layer.bias, layer.dilation,  # type: ignore[arg-type]
+        device="cuda", dtype=dtype)
+    default = deconv_patch.FastConvTranspose2d.from_module(copy.deepcopy(reference))
+    ours = deconv_patch.FastConvTranspose2d.from_module(copy.deepcopy(reference))
+    ours.kernels_in_training = True
+    grad = torch.randn_like(reference(x))
+    print(f"\n{layer.name} {mode} {layout} training  (plan: {ours.plan_for(x).variant})")
+    print(f"  {'path':46s} {'host us':>8s} {'gpu us':>8s} {'event us':>9s}")
+    for name, m in (("nn.ConvTranspose2d", reference), ("Fast, default", default),
+                    ("Fast, kernels_in_training", ours)):
+        leaves = [x, *m.parameters()]
+        calls = {"forward": lambda m=m: m(x),
+                 "forward + backward": lambda m=m, leaves=leaves: torch.autograd.grad(
+                     m(x), leaves, grad)}
+        for what, fn in calls.items():
+            g = gpu_us(fn)
+            print(f"  {name + ', ' + what:46s} {host_us(fn):8.1f} "
+                  f"{'-' if g is None else f'{g:8.1f}':>8s} {event_us(fn):9.1f}", flush=True)
+
+
 def print_trace(fn: Callable[[], object], calls: int = 50) -> None:
     """The host side of `calls` calls under torch.profiler: the ATen ops and CUDA runtime /
     driver calls one call makes, by self CPU time per call (what the host time above is made
@@ -177,8 +212,10 @@ def main(argv: Optional[List[str]] = None) -> int:
                    "gemm_kxs_sm90,direct,gemm_kxs")
     p.add_argument("--trace", action="store_true",
                    help="also print the host calls of one planner call (torch.profiler)")
+    p.add_argument("--training", action="store_true",
+                   help="a training call per path instead (recorded forward, + backward)")
     args = p.parse_args(argv)
-    torch.backends.cudnn.benchmark = True
+    torch.backends.cudnn.benchmark = not args.training  # training: PyTorch's default, as train.py
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}")
     wanted = args.only.split(",")
     for layer in SUITE:
@@ -186,6 +223,9 @@ def main(argv: Optional[List[str]] = None) -> int:
             continue
         for mode in args.modes.split(","):
             for layout in args.formats.split(","):
+                if args.training:
+                    measure_training(layer, mode, layout)
+                    continue
                 variants = [v for v in args.variants.split(",")
                             if not (v.startswith("gemm_phase_sm90") and mode == "tf32")]
                 measure(layer, mode, layout, variants, args.trace)
