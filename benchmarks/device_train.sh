@@ -7,6 +7,8 @@
 # TRAIN_ARGS: more arguments for train.py (e.g. "--no-compile --kernels-in-training").
 # PROFILE=dcgan:tf32,pix2pix:bf16 also runs benchmarks/profile_train.py for those models and
 # modes after train.py (its tables print last).
+# HOST_LAYERS=dcgan.g3,pix2pix.u6 also runs benchmarks/host_overhead.py --training for those
+# layers (HOST_FORMATS, default nchw) after the profiles.
 # With CANDIDATES_S=<seconds>, also benchmarks/candidates.py (the untimed rule against every
 # candidate, cudnn.benchmark off) last.
 #   BEFORE=.ab_base/before MODELS=dcgan,unet WITH_BENCHMARK=1 TESTS=tests/gpu \
@@ -44,6 +46,12 @@ for spec in ${profiles//,/ }; do
   echo "exit $?"
 done
 
+if [ -n "${HOST_LAYERS:-}" ]; then
+  step "host_overhead.py --training"
+  timeout "${HOST_S:-90}" python3 benchmarks/host_overhead.py --training --only "$HOST_LAYERS" \
+    --formats "${HOST_FORMATS:-nchw}" > "$L/host_training.txt" 2>&1; echo "exit $?"
+fi
+
 if [ -n "${BEFORE:-}" ]; then
   step "train.py on $BEFORE"
   (cd "$BEFORE" && PYTHONPATH=$PWD timeout "${BEFORE_S:-120}" python3 benchmarks/train.py \
@@ -70,6 +78,7 @@ else echo "(cut short: the rows measured)"; grep '^\[' "$L/train.err"; fi
 if [ -n "${CANDIDATES_S:-}" ]; then
   echo "-- candidates:"; grep -E "^(==|tf32|fp32|bf16|fp16) " "$L/candidates.txt"; tail -3 "$L/candidates.err"
 fi
+if [ -n "${HOST_LAYERS:-}" ]; then echo "-- host_overhead.py --training:"; cat "$L/host_training.txt"; fi
 for spec in ${profiles//,/ }; do
   echo "-- profile ${spec}:"; cat "$L/profile_${spec/:/_}.txt"; tail -3 "$L/profile_${spec/:/_}.err"
 done
