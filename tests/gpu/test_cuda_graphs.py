@@ -113,10 +113,10 @@ def test_a_weight_changed_inside_the_captured_region_is_packed_again():
     delta = torch.randn_like(m.weight)
     with torch.no_grad():
         replay, (before, after) = _captured(lambda: (m(x), m.weight.add_(delta), m(x))[::2])
-        for round in range(3):
+        for i in range(3):
             x.copy_(torch.randn_like(x))
             weight = m.weight.clone()
             replay()  # each replay adds delta once, between its two calls
             assert not torch.equal(m.weight, weight)
-            _close(before, F.conv_transpose2d(x, weight, m.bias, 2), f"{round} before")
-            _close(after, F.conv_transpose2d(x, m.weight, m.bias, 2), f"{round} after")
+            _close(before, F.conv_transpose2d(x, weight, m.bias, 2), f"replay {i}: before")
+            _close(after, F.conv_transpose2d(x, m.weight, m.bias, 2), f"replay {i}: after")
