@@ -42,11 +42,6 @@ struct PtTilePackArgs {
   int pad_h, pad_w, dil_h, dil_w, stride_h;
 };
 
-__device__ __forceinline__ int pt_phase_of(int k, int dil, int pad, int stride) {
-  const int64_t t = ((int64_t)k * dil - pad) % stride;
-  return (int)(t < 0 ? t + stride : t);
-}
-
 template <typename T, bool SPLIT>
 __global__ void __launch_bounds__(256)
     gemm_phase_tma_pack_weight_tile_kernel(const __grid_constant__ PtTilePackArgs t) {
@@ -67,8 +62,8 @@ __global__ void __launch_bounds__(256)
       kk = j - oc * t.khkw;
     }
     const int kh = kk / t.kw, kw = kk - kh * t.kw;
-    const int rh = pt_phase_of(kh, t.dil_h, t.pad_h, t.stride_h);
-    const int rw = pt_phase_of(kw, t.dil_w, t.pad_w, a.sw);
+    const int rh = phase_of(kh, t.dil_h, t.pad_h, t.stride_h);
+    const int rw = phase_of(kw, t.dil_w, t.pad_w, a.sw);
     const int tap = (kh - a.kh0_h[rh]) / a.step_h * a.taps_w[rw] + (kw - a.kh0_w[rw]) / a.step_w;
     line[threadIdx.x] = ((int64_t)(rh * a.sw + rw) * a.cout_pad + pt_logical_col(oc)) * a.kmax +
                         (int64_t)tap * a.cin_pad;
