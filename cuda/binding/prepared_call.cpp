@@ -150,9 +150,7 @@ class PreparedCall {
     if (capture.id != 0) {
       if (!(graph_packed_.defined() && graph_capture_ == capture &&
             same_weight(weight, graph_seen_))) {
-        graph_packed_ = pack_weight(family_, weight.detach(), hyper_.stride, hyper_.padding,
-                                    hyper_.output_padding, hyper_.dilation, hyper_.groups,
-                                    allow_tf32_);
+        graph_packed_ = pack(weight);
         graph_capture_ = capture;
         graph_seen_ = seen(weight);
       }
@@ -163,12 +161,15 @@ class PreparedCall {
       graph_seen_ = WeightSeen{};
     }
     if (packed_.defined() && same_weight(weight, seen_)) return packed_;
-    packed_ = recorded ? pack_weight(family_, weight.detach(), hyper_.stride, hyper_.padding,
-                                     hyper_.output_padding, hyper_.dilation, hyper_.groups,
-                                     allow_tf32_)
-                       : repack_(weight).cast<at::Tensor>();
+    packed_ = recorded ? pack(weight) : repack_(weight).cast<at::Tensor>();
     seen_ = seen(weight);
     return packed_;
+  }
+
+  // `weight` packed here, in C++, past Python's shared cache.
+  at::Tensor pack(const at::Tensor& weight) const {
+    return pack_weight(family_, weight.detach(), hyper_.stride, hyper_.padding,
+                       hyper_.output_padding, hyper_.dilation, hyper_.groups, allow_tf32_);
   }
 
   const int64_t family_;  // the registry's code (binding/family_units.hpp)
