@@ -1,13 +1,15 @@
 """Calls that autograd records (a training step's forward).
 
 Every deconv_patch call's backward is ATen's convolution_backward, the same as
-nn.ConvTranspose2d's. A patched layer's recorded call runs its plan's forward kernel as a C++
-autograd node with that backward (cuda/binding/recorded_call.cpp), so the step pays no Python
-autograd node (tens of microseconds per layer, more than a small layer's forward). Recorded calls
-that would need more than the convolution's backward, a layer's own fused activation, run
-PyTorch's convolution (then the activation), and so do routed `F.conv_transpose2d` calls, whose
-op records a Python node; a variant forced by planner.use_variant runs regardless (tests and
-benchmarks force them). See docs/performance/training.md.
+nn.ConvTranspose2d's. By default a patched layer's recorded call runs PyTorch's own convolution,
+exactly nn.ConvTranspose2d's call. With `kernels_in_training` (optimize's argument, the module's
+attribute) it runs its plan's forward kernel as a C++ autograd node with that backward
+(cuda/binding/recorded_call.cpp), so the step pays no Python autograd node (tens of microseconds
+per layer, more than a small layer's forward). Recorded calls that would need more than the
+convolution's backward, a layer's own fused activation, run PyTorch's convolution (then the
+activation) either way, and so do routed `F.conv_transpose2d` calls, whose op records a Python
+node; a variant forced by planner.use_variant runs regardless (tests and benchmarks force them).
+See docs/performance/training.md.
 """
 
 from __future__ import annotations
