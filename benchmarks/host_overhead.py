@@ -24,7 +24,7 @@ import math
 import sys
 import time
 from pathlib import Path
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -79,8 +79,10 @@ def event_us(fn: Callable[[], object], reps: int = 200) -> float:
     return times[len(times) // 2]
 
 
-def measure(layer: Layer, mode: str, layout: str, variants: List[str], trace: bool = False
-            ) -> None:
+def layer_and_input(layer: Layer, mode: str, layout: str
+                    ) -> Tuple[torch.Tensor, torch.nn.ConvTranspose2d]:
+    """A random input in `layout` and the layer as nn.ConvTranspose2d, in `mode`'s dtype (and
+    cuDNN's TF32 flag set for it)."""
     dtype, tf32 = MODES[mode]
     torch.backends.cudnn.allow_tf32 = tf32
     fmt = torch.channels_last if layout == "nhwc" else torch.contiguous_format
@@ -90,6 +92,13 @@ def measure(layer: Layer, mode: str, layout: str, variants: List[str], trace: bo
         layer.cin, layer.cout, layer.kernel, layer.stride, layer.padding,  # type: ignore[arg-type]
         layer.output_padding, layer.groups, layer.bias, layer.dilation,  # type: ignore[arg-type]
         device="cuda", dtype=dtype)
+    return x, reference
+
+
+def measure(layer: Layer, mode: str, layout: str, variants: List[str], trace: bool = False
+            ) -> None:
+    dtype, tf32 = MODES[mode]
+    x, reference = layer_and_input(layer, mode, layout)
     fast = deconv_patch.FastConvTranspose2d.from_module(reference)
     w, b, a = reference.weight, reference.bias, layer.args
     fns: Dict[str, Callable[[], object]] = {
@@ -157,15 +166,8 @@ def measure(layer: Layer, mode: str, layout: str, variants: List[str], trace: bo
 def measure_training(layer: Layer, mode: str, layout: str) -> None:
     """Host, GPU and event time of a recorded forward and of forward + backward (gradients of
     the input, weight and bias against a fixed random output gradient), per training path."""
-    dtype, tf32 = MODES[mode]
-    torch.backends.cudnn.allow_tf32 = tf32
-    fmt = torch.channels_last if layout == "nhwc" else torch.contiguous_format
-    x = torch.randn(layer.batch, layer.cin, *layer.hw, device="cuda", dtype=dtype
-                    ).contiguous(memory_format=fmt).requires_grad_(True)
-    reference = torch.nn.ConvTranspose2d(
-        layer.cin, layer.cout, layer.kernel, layer.stride, layer.padding,  # type: ignore[arg-type]
-        layer.output_padding, layer.groups, layer.bias, layer.dilation,  # type: ignore[arg-type]
-        device="cuda", dtype=dtype)
+    x, reference = layer_and_input(layer, mode, layout)
+    x.requires_grad_(True)
     default = deconv_patch.FastConvTranspose2d.from_module(copy.deepcopy(reference))
     ours = deconv_patch.FastConvTranspose2d.from_module(copy.deepcopy(reference))
     ours.kernels_in_training = True

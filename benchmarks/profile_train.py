@@ -16,13 +16,14 @@ steps; this says why they differ.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import statistics
 import sys
 import time
 from collections import defaultdict
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, Iterator, List, Optional, Sequence
 
 import torch
 from torch.profiler import ProfilerActivity, profile
@@ -67,6 +68,20 @@ def kernel_us_per_step(step: Callable[[], None], steps: int) -> Dict[str, float]
     return dict(per_name)
 
 
+@contextlib.contextmanager
+def _conv_hooks(model: torch.nn.Module, hook_for: Callable[[str], Callable[..., None]]
+                ) -> Iterator[None]:
+    """hook_for(name) as a forward hook on each transposed convolution of `model` (by qualified
+    name) inside the block."""
+    handles = [m.register_forward_hook(hook_for(name)) for name, m in model.named_modules()
+               if isinstance(m, torch.nn.ConvTranspose2d)]
+    try:
+        yield
+    finally:
+        for h in handles:
+            h.remove()
+
+
 def layer_rows(model: torch.nn.Module, inputs: Sequence[object], mode: str) -> List[str]:
     """Each transposed convolution's output layout and dtype in one training-mode forward, and
     for patched layers the plan and the autograd node that recorded the call."""
@@ -80,14 +95,9 @@ def layer_rows(model: torch.nn.Module, inputs: Sequence[object], mode: str) -> L
         rows.append(f"  {module.in_channels}>{module.out_channels} {tuple(out.shape[-2:])} "
                     f"{fmt} {str(out.dtype).replace('torch.', '')}  plan {plan}  node {node}")
 
-    handles = [m.register_forward_hook(hook) for m in model.modules()
-               if isinstance(m, torch.nn.ConvTranspose2d)]
-    try:
+    with _conv_hooks(model, lambda name: hook):
         with _autocast(mode):
             _first_tensor(model(*inputs))
-    finally:
-        for h in handles:
-            h.remove()
     return rows
 
 
@@ -101,14 +111,8 @@ def layer_inputs(model: torch.nn.Module, inputs: Sequence[object],
             seen.setdefault(name, args[0].detach().clone())
         return hook
 
-    handles = [m.register_forward_hook(keep(name)) for name, m in model.named_modules()
-               if isinstance(m, torch.nn.ConvTranspose2d)]
-    try:
-        with torch.no_grad(), _autocast(mode):
-            model(*inputs)
-    finally:
-        for h in handles:
-            h.remove()
+    with _conv_hooks(model, keep), torch.no_grad(), _autocast(mode):
+        model(*inputs)
     return seen
 
 
@@ -122,15 +126,16 @@ def layer_gpu_ms(sides: Dict[str, torch.nn.Module], inputs: Sequence[object], mo
     """Per side, each transposed convolution's forward + backward alone (gradients of its input
     and parameters, a fresh random output gradient): its GPU kernels' ms (torch.profiler; a
     layer alone is host-bound, so its event time would say little of its share of a step)."""
-    first = next(iter(sides.values()))
-    xs = layer_inputs(first, inputs, mode)
+    modules = {side: dict(model.named_modules()) for side, model in sides.items()}
+    first = next(iter(sides))
+    xs = layer_inputs(sides[first], inputs, mode)
     times: Dict[str, Dict[str, float]] = {side: {} for side in sides}
     for name, x in xs.items():
         x = x.requires_grad_(True)
         with torch.no_grad(), _autocast(mode):
-            grad = torch.randn_like(dict(first.named_modules())[name](x).float())
-        for side, model in sides.items():
-            run = _layer_pass(dict(model.named_modules())[name], x, grad, mode, "all")
+            grad = torch.randn_like(modules[first][name](x).float())
+        for side in sides:
+            run = _layer_pass(modules[side][name], x, grad, mode, "all")
             for _ in range(3):  # plans, packed weights, cuDNN's choices
                 run()
             times[side][name] = gpu_ms(kernel_us_per_step(run, steps))
