@@ -57,6 +57,38 @@ def allowed_error(torch_err: float, ref: torch.Tensor, dtype: torch.dtype) -> fl
     return 2.0 * torch_err + torch.finfo(dtype).eps * scale
 
 
+# ---- packed weights ------------------------------------------------------------------------------
+
+
+def _poisoned_pack(variant: str, weight: torch.Tensor, case: Case,
+                   allow_tf32: bool) -> torch.Tensor:
+    """pack_weight's buffer for `weight` in `variant`'s layout, made where the allocator has just
+    held a buffer of the same size filled with 0xFF (so a packed element left unwritten shows)."""
+    from deconv_patch.kernels.extension import load_extension
+    ext = load_extension()
+    a = case.args
+    call = (planner.kernels.BY_NAME[variant].code, weight, a.stride, a.padding,
+            a.output_padding, a.dilation, a.groups, allow_tf32)
+    torch.full((ext.pack_weight(*call).numel(),), 255, dtype=torch.uint8, device="cuda")
+    return ext.pack_weight(*call)
+
+
+def check_tiled_pack(variant: str, case: Case, fp32_strict: bool) -> None:
+    """The tiled pack (cuda/common/tiled_pack.cuh: a weight whose inner elements are
+    contiguous, plain or channels_last) writes byte for byte the buffer the family's per-element
+    pack writes for a strided view of the same values: zero padding and TF32 rounding included,
+    and for a family with an fp32 strict packing (`fp32_strict`) its two blocks."""
+    shape = (case.in_channels, case.out_channels // case.args.groups, *case.kernel)
+    wide = torch.randn(*shape[:3], shape[3] + 1, device="cuda").to(case.dtype)
+    strided = wide[..., :shape[3]]  # inner elements not contiguous: the per-element pack
+    for allow_tf32 in ((True, False) if case.dtype == torch.float32 and fp32_strict else (True,)):
+        reference = _poisoned_pack(variant, strided, case, allow_tf32)
+        for layout in (torch.contiguous_format, torch.channels_last):
+            packed = _poisoned_pack(variant, strided.contiguous(memory_format=layout), case,
+                                    allow_tf32)
+            assert torch.equal(packed, reference), (variant, str(case), layout, allow_tf32)
+
+
 # ---- one variant forced on the GPU -------------------------------------------------------------
 
 def check_variant(variant: str, seed: int, make_case=random_case) -> None:

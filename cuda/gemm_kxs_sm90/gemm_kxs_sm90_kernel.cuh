@@ -178,6 +178,7 @@
 #include "common/device_cache.h"
 #include "common/tensor_map_encoder.h"
 #include "common/epilogue.cuh"
+#include "common/tiled_pack.cuh"
 #include "common/scalar_convert.cuh"
 #include "common/hopper_ptx.cuh"
 #include "common/tensor_core_ptx.cuh"
@@ -337,6 +338,13 @@ __host__ __device__ __forceinline__ int kxs_lane_col(int q, int k, bool f32) {
 // + e is lane q's value k = 2i + e.
 __host__ __device__ __forceinline__ int kxs_logical_col(int pos, bool f32) {
   return (pos & ~31) | kxs_lane_col((pos >> 1) & 3, (((pos >> 3) & 3) << 1) | (pos & 1), f32);
+}
+// Physical packed row of logical column j: kxs_logical_col's inverse.
+__host__ __device__ __forceinline__ int kxs_physical_col(int j, bool f32) {
+  const int l = j & 31;
+  const int q = f32 ? (l >> 2) & 3 : l >> 3;
+  const int i = f32 ? (((l >> 4) & 1) << 1) | ((l >> 1) & 1) : (l >> 1) & 3;
+  return (j & ~31) | (i << 3) | (q << 1) | (l & 1);
 }
 // Accumulator register (of one m64 accumulator) that holds lane q's value k of 32-column group
 // g in row half h: physical column 32g + 8(k/2) + 2q + k%2, i.e. c = 4g + k/2, e = k%2.
@@ -1140,10 +1148,10 @@ __global__ void __launch_bounds__(kThreads, 1)
 }
 
 // ---------------------------------------------------------------------------------------------
-// Weight packing: one thread per packed element, k fastest (coalesced writes), any weight
-// strides: packed[pos*Cin + k] = weight[k, co, kh, kw] for j = kxs_logical_col(pos) < NC
-// (j = (kh*KW + kw)*Cout + co), else 0; fp32 rounded to TF32 (round_tf32_bits). Plain CUDA: runs
-// on any architecture.
+// Weight packing: packed[pos*Cin + k] = weight[k, co, kh, kw] for j = kxs_logical_col(pos) < NC
+// (j = (kh*KW + kw)*Cout + co), else 0; fp32 rounded to TF32 (round_tf32_bits). A weight with
+// contiguous inner elements takes the tiled pack (KxsTileLayout); any other, one thread per
+// packed element, k fastest (coalesced writes). Plain CUDA: runs on any architecture.
 struct KxsPackArgs {
   const void* w;
   void* packed;
@@ -1165,6 +1173,26 @@ __host__ __device__ __forceinline__ int64_t kxs_pack_source(const KxsPackArgs& a
   const int kw = tap - kh * a.kw;
   return k * a.ws[0] + co * a.ws[1] + kh * a.ws[2] + kw * a.ws[3];
 }
+
+// The tiled pack's layout (common/tiled_pack.cuh): inner element (oc, kh, kw) is logical
+// column j = (kh*KW + kw)*Cout + oc, whose line is packed row kxs_physical_col(j); weight row k
+// is k within it.
+struct KxsTileLayout {
+  int cin, cout, kw;
+  bool f32;
+  __host__ __device__ int64_t line(int oc, int kh, int kw_) const {
+    return (int64_t)kxs_physical_col((kh * kw + kw_) * cout + oc, f32) * cin;
+  }
+  __host__ __device__ int64_t row(int r) const { return r; }
+  template <typename T>
+  __device__ void store(void* packed, int64_t at, T v) const {
+    if constexpr (std::is_same<T, float>::value) {
+      static_cast<float*>(packed)[at] = __uint_as_float(round_tf32_bits(__float_as_uint(v)));
+    } else {
+      static_cast<T*>(packed)[at] = v;
+    }
+  }
+};
 
 template <typename T>
 __global__ void __launch_bounds__(256)
@@ -1539,9 +1567,17 @@ cudaError_t kxs_launch_f32_out_config(const ConvTranspose2dParams& p, ScalarKind
   return launch_cfg<T, KxsF32OutConfig<KxsBaseCfg<I>>, false, false, 0>(p, kind, packed, stream);
 }
 
+// The tiled pack where it reads the weight (common/tiled_pack.cuh), else one thread per
+// packed element.
 template <typename T>
 cudaError_t launch_pack(const ConvTranspose2dParams& p, void* packed, cudaStream_t stream) {
   const KxsPackArgs a = make_pack_args(p, packed, std::is_same<T, float>::value);
+  TiledPackShape s;
+  if (tiled_pack_shape(p, s)) {
+    const size_t zero_bytes = a.nc < packed_rows(p) ? (size_t)(a.total * (int64_t)sizeof(T)) : 0;
+    return launch_tiled_pack<T>(s, KxsTileLayout{a.cin, a.cout, a.kw, a.f32}, packed,
+                                zero_bytes, stream);
+  }
   const int64_t blocks = (a.total + 255) / 256;
   const unsigned grid = (unsigned)(blocks < 65536 ? blocks : 65536);
   gemm_kxs_sm90_pack_weight_kernel<T><<<grid, 256, 0, stream>>>(a);

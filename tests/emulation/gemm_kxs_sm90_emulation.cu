@@ -8,7 +8,8 @@
 //     rules written out here) and arguments (make_kxs_args, col_tiles: n tiles, tiles);
 //   * each tile's B stage: which packed rows the TMA boxes put into which shared-memory rows
 //     (tap-major: one box; kh-row: kxs_row_b0; kernel-area: kxs_area_co0 / kxs_area_b0), zero
-//     fill past the packed rows; the packed weight itself (kxs_pack_source);
+//     fill past the packed rows; the packed weight itself (kxs_pack_source), and the tiled pack's
+//     index math (KxsTileLayout, tiled_pack_check.h) for a contiguous and a channels_last weight;
 //   * the accumulators as a float64 GEMM of the tile's A rows with those B rows, read through
 //     the wgmma fragment layout (register -> row, physical column) by kxs_acc_index;
 //   * the epilogue table (t_off, t_mul, t_add per tile column, as the kernel fills it; mul / add
@@ -40,6 +41,7 @@
 // status is 1 when any check failed.
 #include "gemm_kxs_sm90/gemm_kxs_sm90_kernel.cuh"
 #include "gemm_kxs_sm90/gemm_kxs_sm90.cu"  // the API: gemm_kxs_sm90_num_configs
+#include "tiled_pack_check.h"
 
 #include <chrono>
 #include <cmath>
@@ -199,6 +201,20 @@ static void build(CaseData& d, const Case& c, uint32_t seed) {
   for (int64_t idx = 0; idx < d.prow * c.cin; ++idx) {
     const int64_t src = kxs_pack_source(pa, idx);
     bp[idx] = src >= 0 ? d.wt[src] : 0.0;
+  }
+  // The tiled pack (KxsTileLayout), for a contiguous and a channels_last weight of this shape;
+  // its row order is kxs_logical_col's inverse.
+  for (int j = 0; j < 96; ++j)
+    CHECK(kxs_logical_col(kxs_physical_col(j, c.es == 4), c.es == 4) == j, "physical col %d", j);
+  for (const bool channels_last : {false, true}) {
+    ConvTranspose2dParams q = p;
+    set_weight_strides(q, channels_last);
+    const KxsPackArgs qa = make_pack_args(q, nullptr, c.es == 4);
+    const std::string problem = tiled_pack_problem(
+        q, qa.total, KxsTileLayout{qa.cin, qa.cout, qa.kw, qa.f32},
+        [&qa](int64_t idx) { return kxs_pack_source(qa, idx); }, qa.nc < packed_rows(q));
+    CHECK(problem.empty(), "tiled pack, %s weight: %s", channels_last ? "channels_last" : "plain",
+          problem.c_str());
   }
   d.gemm.assign((size_t)d.M * d.prow, 0.0);
   std::vector<double> arow(c.cin);

@@ -7,6 +7,8 @@
 // functions on the CPU, emulating what the hardware does in between:
 //   * weight packing (pt_pack_source), its size (gemm_phase_tma_packed_weight_bytes); fp32 strict:
 //     the hi/lo blocks (pt_split_tf32_bits) against an independent float split of every weight;
+//     the tiled pack's index math (PtTileLayout, tiled_pack_check.h) for a contiguous and a
+//     channels_last weight;
 //   * box choice (pt_pick_box vs pt_best_box), launch arguments (pt_fill_args) and schedule
 //     (pt_schedule, pt_next_pos): segments, empty tiles, sibling adjacency, every tile once;
 //   * every role's walk over its CTA's tiles: the producer's (pt_find_segment, pt_decode_tile,
@@ -40,6 +42,7 @@
 // runs it.
 #include "gemm_phase_tma/gemm_phase_tma_kernel.cuh"
 #include "gemm_phase_tma/gemm_phase_tma.cu"  // the API: gemm_phase_tma_packed_weight_bytes
+#include "tiled_pack_check.h"
 
 #include <algorithm>
 #include <atomic>
@@ -959,6 +962,17 @@ void run_case(const Case& cs) {
       uses[src]++;
     }
     for (int v : uses) CHECK(v == 1, "weight packed %d times", v);
+  }
+  // The tiled pack (PtTileLayout), for a contiguous and a channels_last weight of this shape.
+  for (const bool channels_last : {false, true}) {
+    ConvTranspose2dParams q = p;
+    set_weight_strides(q, channels_last);
+    const PtPackArgs qa = pt_pack_args(q, cs.kind, nullptr);
+    const std::string problem = tiled_pack_problem(
+        q, qa.total, pt_tile_layout(q, qa, cs.strict),
+        [&qa](int64_t idx) { return pt_pack_source(qa, idx); }, pt_pack_has_padding(qa));
+    CHECK(problem.empty(), "tiled pack, %s weight: %s", channels_last ? "channels_last" : "plain",
+          problem.c_str());
   }
   // Strict: the two packed blocks exactly as the device pack kernel writes them, each element
   // checked against an independent float split of its weight.

@@ -19,7 +19,7 @@ from deconv_patch.epilogue import ACTIVATIONS
 from deconv_patch.ops import run_variant
 from tests.cases import Case, random_kxs_case
 from tests.helpers import (check_epilogue, check_full_layer, check_tf32_rounds_to_nearest_away,
-                           check_variant)
+                           check_tiled_pack, check_variant)
 
 pytestmark = pytest.mark.cuda
 VARIANTS = (planner.GEMM_KXS_SM90, *planner.KXS_SM90_CONFIGS)
@@ -57,6 +57,12 @@ def _case(seed: int) -> Case:
 def test_gemm_kxs_sm90_sweep(variant, seed):
     _needs_sm90()
     check_variant(variant, seed + 91_000, _case)
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_gemm_kxs_sm90_tiled_pack_is_the_per_element_pack(seed):
+    _needs_sm90()
+    check_tiled_pack(planner.GEMM_KXS_SM90, _case(seed), fp32_strict=False)
 
 
 @pytest.mark.parametrize("variant", VARIANTS)

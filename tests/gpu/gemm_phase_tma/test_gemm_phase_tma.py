@@ -21,7 +21,7 @@ from deconv_patch.epilogue import ACTIVATIONS
 from deconv_patch.ops import run_variant
 from tests.cases import Case, random_phase_case
 from tests.helpers import (check_epilogue, check_full_layer, check_tf32_rounds_to_nearest_away,
-                           check_variant)
+                           check_tiled_pack, check_variant)
 
 pytestmark = pytest.mark.cuda
 VARIANTS = (planner.GEMM_PHASE_TMA, *planner.PHASE_TMA_CONFIGS)
@@ -100,34 +100,10 @@ def test_gemm_phase_tma_configs_match_the_extension():
     assert [f"{planner.GEMM_PHASE_TMA}:{n}" for n in names] == list(planner.PHASE_TMA_CONFIGS)
 
 
-def _pack(weight: torch.Tensor, case: Case, allow_tf32: bool) -> torch.Tensor:
-    """pack_weight's buffer for `weight`, made where the allocator has just held a buffer of
-    the same size filled with 0xFF (so a packed element left unwritten shows)."""
-    from deconv_patch.kernels.extension import load_extension
-    ext = load_extension()
-    a = case.args
-    call = (planner.kernels.BY_NAME[planner.GEMM_PHASE_TMA].code, weight, a.stride, a.padding,
-            a.output_padding, a.dilation, a.groups, allow_tf32)
-    torch.full((ext.pack_weight(*call).numel(),), 255, dtype=torch.uint8, device="cuda")
-    return ext.pack_weight(*call)
-
-
 @pytest.mark.parametrize("seed", range(60))
 def test_gemm_phase_tma_tiled_pack_is_the_per_element_pack(seed):
-    """The tiled pack (a weight whose inner elements are contiguous: plain or channels_last)
-    writes byte for byte the buffer the per-element pack writes for a strided view of the same
-    values, zero padding, TF32 rounding and fp32 strict's two blocks included."""
     _needs_sm90()
-    case = _case(seed)
-    g = case.args.groups
-    shape = (case.in_channels, case.out_channels // g, *case.kernel)
-    wide = torch.randn(*shape[:3], shape[3] + 1, device="cuda").to(case.dtype)
-    strided = wide[..., :shape[3]]  # inner elements not contiguous: the per-element pack
-    for allow_tf32 in ((True, False) if case.dtype == torch.float32 else (True,)):
-        reference = _pack(strided, case, allow_tf32)
-        for layout in (torch.contiguous_format, torch.channels_last):
-            packed = _pack(strided.contiguous(memory_format=layout), case, allow_tf32)
-            assert torch.equal(packed, reference), (str(case), layout, allow_tf32)
+    check_tiled_pack(planner.GEMM_PHASE_TMA, _case(seed), fp32_strict=True)
 
 
 # The benchmark's layers that are not kernel == stride (batch, cin, cout, hw, kernel, stride,
