@@ -84,7 +84,7 @@ inline AxisPlan plan_axis(const AxisPhase& a, int64_t out_size) {
 }
 
 // Phase of kernel index k along one axis: (k*dil - pad) mod stride (the weight packers).
-__device__ __forceinline__ int phase_of(int k, int dil, int pad, int stride) {
+__host__ __device__ __forceinline__ int phase_of(int k, int dil, int pad, int stride) {
   const int t = (k * dil - pad) % stride;
   return t < 0 ? t + stride : t;
 }

@@ -38,10 +38,6 @@ struct PtTileLayout {
   int pad_h, pad_w, dil_h, dil_w, stride_h;
   bool split;
 
-  __host__ __device__ static int phase_of(int k, int dil, int pad, int stride) {
-    const int64_t t = ((int64_t)k * dil - pad) % stride;
-    return (int)(t < 0 ? t + stride : t);
-  }
   __host__ __device__ int64_t line(int oc, int kh, int kw) const {
     const int rh = phase_of(kh, dil_h, pad_h, stride_h), rw = phase_of(kw, dil_w, pad_w, a.sw);
     const int tap = (kh - a.kh0_h[rh]) / a.step_h * a.taps_w[rw] + (kw - a.kh0_w[rw]) / a.step_w;
