@@ -37,8 +37,13 @@ def _captured(fn: Callable[[], object]) -> Tuple[Callable[[], None], object]:
 
 
 def _close(got: torch.Tensor, want: torch.Tensor, what: str) -> None:
-    tol = 2e-2 if want.dtype != torch.float32 else 2e-3
-    torch.testing.assert_close(got.float(), want.float(), rtol=tol, atol=tol, msg=what)
+    """Every element within 1% of the output's largest magnitude (16-bit or TF32): cuDNN and our
+    kernels round the product and the bias differently, by an ulp of the larger term, which an
+    elementwise tolerance fails where a large bias cancels the product; a stale pack or fold is
+    off by the whole update."""
+    err = (got.float() - want.float()).abs().max().item()
+    scale = want.float().abs().max().item()
+    assert err <= 1e-2 * scale, f"{what}: max error {err:.3g} against max |output| {scale:.3g}"
 
 
 def _fresh_state(module: nn.Module) -> dict:
@@ -65,9 +70,8 @@ def test_layer_replays_follow_in_place_weight_updates():
             x.copy_(torch.randn_like(x))
             update()
             replay()
-            want = F.conv_transpose2d(x, m.weight, m.bias, 2)
-            _close(out, want, what)
-            _close(m(x), want, f"{what}: the eager call after the replay")
+            _close(out, F.conv_transpose2d(x, m.weight, m.bias, 2), what)
+            assert torch.equal(out, m(x)), f"{what}: the eager call after the replay"
 
 
 def test_fused_chain_replays_follow_conv_and_batchnorm_updates():
@@ -98,8 +102,7 @@ def test_fused_chain_replays_follow_conv_and_batchnorm_updates():
             eager = patched(x)  # refolds and repacks by version counters
             assert torch.equal(out, eager), what  # the same kernels on the same values
             model.load_state_dict(patched.state_dict())
-            want = model(x)
-            assert (eager - want).abs().max() <= 1e-2 * want.abs().max(), what
+            _close(eager, model(x), what)
 
 
 def test_a_weight_changed_inside_the_captured_region_is_packed_again():
