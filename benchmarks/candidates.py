@@ -89,7 +89,7 @@ def bench(layer: Layer, mode: str, layout: str, reps: int, l2_bytes: int) -> Row
             row.ms[name] = ms
         for name in names:
             try:
-                row.gpu_ms[name] = graph_ms(fns[name], inputs, reps)
+                row.gpu_ms[name] = graph_ms(fns[name], inputs, reps=reps)
             except RuntimeError as exc:  # reported, not fatal: the event time stands
                 row.refused.append(f"{name}: CUDA graph timing failed: "
                                    f"{str(exc).splitlines()[0][:120] if str(exc) else ''}")

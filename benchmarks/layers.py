@@ -191,12 +191,14 @@ def paired_median_ms(fns, inputs: List[torch.Tensor], warmup: int, reps: int) ->
     return [statistics.median(times) for times in time_interleaved(calls, warmup, reps)]
 
 
-def graph_ms(fn, inputs: List[torch.Tensor], reps: int = 15) -> float:
-    """GPU time per call, host launch work excluded: one call per input (rotating, as above)
+def graph_ms(fn, inputs: List[torch.Tensor], calls: int = 8, reps: int = 15) -> float:
+    """GPU time per call, host launch work excluded: `calls` calls (inputs rotating, as above)
     captured into a CUDA graph, the graph replayed `reps` times, median / calls. Inside a model
     the GPU runs ahead of the host, so this is what a layer costs there; the event time above
-    also holds the host's per-call work wherever that exceeds the kernel (small layers)."""
-    batch = inputs[:8]
+    also holds the host's per-call work wherever that exceeds the kernel (small layers). A
+    captured layer that reads a packed weight packs once per replay: calls=1 is a model graphed
+    with one forward per replay, each layer paying its whole pack."""
+    batch = [inputs[i % len(inputs)] for i in range(calls)]
     replay, _graph = capture_graph(lambda: [fn(x) for x in batch])
     return time_cuda(replay, 3, reps).median_ms / len(batch)
 
@@ -262,7 +264,7 @@ def layer_tensors(layer: Layer, mode: str, layout: str, l2_bytes: int
 
 
 def bench_layer(layer: Layer, mode: str, layout: str, ceil: Ceilings, reps: int,
-                l2_bytes: int, variant: Optional[str] = None) -> Row:
+                l2_bytes: int, variant: Optional[str] = None, graph_calls: int = 8) -> Row:
     dtype = MODES[mode][0]
     elem = torch.tensor([], dtype=dtype).element_size()
     inputs, w, b = layer_tensors(layer, mode, layout, l2_bytes)
@@ -302,7 +304,7 @@ def bench_layer(layer: Layer, mode: str, layout: str, ceil: Ceilings, reps: int,
         cudnn_ms, ours_ms = paired_median_ms([ref_fn, ours_fn], inputs, 5, reps)
         chosen = module.plan_for(inputs[0]).variant
         try:
-            cudnn_gpu, ours_gpu = graph_ms(ref_fn, inputs), graph_ms(ours_fn, inputs)
+            cudnn_gpu, ours_gpu = (graph_ms(fn, inputs, graph_calls) for fn in (ref_fn, ours_fn))
         except RuntimeError as exc:  # reported, not fatal: the event times above stand
             print(f"{layer.name} {mode} {layout}: CUDA graph timing failed: {exc}".splitlines()[0])
             cudnn_gpu = ours_gpu = float("nan")
@@ -333,6 +335,9 @@ def main(argv: Optional[List[str]] = None) -> int:
                         help="comma-separated layer name prefixes (e.g. unet,maskrcnn)")
     parser.add_argument("--suite", default="suite", choices=sorted(SUITES),
                         help="the layer suite, or layers the planner's rules were not read from")
+    parser.add_argument("--graph-calls", type=int, default=8,
+                        help="calls per captured graph in the GPU-time columns (1: each call "
+                             "pays its weight pack, as in a model graphed per forward)")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("benchmarks/layers.py needs a CUDA GPU; none is visible.", file=sys.stderr)
@@ -360,7 +365,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         for layout in formats:
             for layer in layers:
                 try:
-                    r = bench_layer(layer, mode, layout, ceil, args.reps, l2, args.variant)
+                    r = bench_layer(layer, mode, layout, ceil, args.reps, l2, args.variant,
+                                    args.graph_calls)
                 except RuntimeError as exc:  # a forced variant that does not cover this layer
                     if not args.variant:
                         raise
