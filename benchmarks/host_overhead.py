@@ -107,6 +107,12 @@ def measure(layer: Layer, mode: str, layout: str, variants: List[str], trace: bo
         "nn.ConvTranspose2d": lambda: reference(x),
         "empty_like(out)": None,  # filled below
         "Fast (planner)": lambda: fast(x),
+        # The op as a compiled graph calls it, and aten's (the op's C++ kernel, or its Python
+        # kernel with DECONV_PATCH_OP_KERNEL=python).
+        "torch.ops.deconv_patch": lambda: torch.ops.deconv_patch.conv_transpose2d(
+            x, w, b, a.stride, a.padding, a.output_padding, a.groups, a.dilation),
+        "torch.ops.aten.conv_transpose2d": lambda: torch.ops.aten.conv_transpose2d.input(
+            x, w, b, a.stride, a.padding, a.output_padding, a.groups, a.dilation),
     }
     out = reference(x)
     fns["empty_like(out)"] = lambda: torch.empty_like(out)

@@ -5,10 +5,12 @@ fast path), so a host-bound model pays the op's dispatch and Python per layer. T
 one example model: event time per forward of eager / patched / compiled / compiled + patched
 (interleaved), the host time per forward (back-to-back, unsynchronised), the op plan cache's
 misses per forward, and the Python functions of 50 compiled + patched forwards by own time
-(cProfile), and Dynamo's graphs and graph breaks of the patched model.
+(cProfile), and Dynamo's graphs and graph breaks of the patched model. --kernels also prints
+each compiled side's GPU kernels per forward (torch.profiler, by total time): where a GPU-bound
+compiled model's time goes, and what the patched graph runs that the original's does not.
 
     python benchmarks/profile_compiled.py [--model dcgan] [--dtype bf16] [--batch 128]
-                                          [--no-benchmark]
+                                          [--no-benchmark] [--kernels]
 """
 
 from __future__ import annotations
@@ -36,6 +38,23 @@ from deconv_patch.timing import time_interleaved  # noqa: E402
 from examples.registry import EXAMPLES  # noqa: E402
 
 
+def print_kernels(name: str, fn: Callable[[], object], top: int, forwards: int = 10) -> None:
+    """`fn`'s GPU kernels per forward over `forwards` forwards, by total GPU time."""
+    from torch.profiler import ProfilerActivity, profile
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(forwards):
+            fn()
+        torch.cuda.synchronize()
+    rows = [e for e in prof.key_averages() if e.device_time_total > 0]
+    rows.sort(key=lambda e: -e.device_time_total)
+    total = sum(e.device_time_total for e in rows) / forwards
+    print(f"\n  GPU kernels of {name}, per forward ({total / 1e3:.3f} ms in all): us, calls, name")
+    for e in rows[:top]:
+        print(f"    {e.device_time_total / forwards:9.1f}  x{e.count / forwards:<5.1f} "
+              f"{e.key[:100]}")
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", default="dcgan")
@@ -44,6 +63,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--top", type=int, default=25)
     p.add_argument("--no-benchmark", action="store_true",
                    help="cudnn.benchmark off (PyTorch's default) on both sides")
+    p.add_argument("--kernels", action="store_true",
+                   help="each compiled side's GPU kernels per forward")
     args = p.parse_args(argv)
     torch.backends.cudnn.benchmark = not args.no_benchmark
     dtype = DTYPES[args.dtype]
@@ -75,6 +96,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"  {'path':20s} {'event ms':>9s} {'host ms':>8s}")
         for (name, fn), ts in zip(paths.items(), times):
             print(f"  {name:20s} {statistics.median(ts):9.3f} {host_us(fn) / 1e3:8.3f}")
+        if args.kernels:
+            for name in ("compiled", "compiled + patched"):
+                print_kernels(name, paths[name], args.top)
         misses = ops.op_plans().misses
         for _ in range(20):
             compiled_patched(*inputs)

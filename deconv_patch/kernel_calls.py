@@ -1,10 +1,13 @@
 """Kernel calls behind the op: the per-call plan cache (one entry per call geometry), the first
-run of a prepared kernel call and what a refusal does, and the prepared C++ call itself
-(`kernel_call`), which FastConvTranspose2d also uses directly."""
+run of a prepared kernel call and what a refusal does, the prepared C++ call itself
+(`kernel_call`), which FastConvTranspose2d also uses directly, and the op's C++ CUDA kernel's
+link to them (`install_op_kernel`, `op_kernel_miss`)."""
 
 from __future__ import annotations
 
 import contextlib
+import functools
+import os
 import warnings
 from dataclasses import dataclass
 from typing import Callable, Dict, Optional, Sequence
@@ -13,7 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from . import kernels
-from .kernels import autotune, planner
+from .kernels import autotune, plan_context, planner
 from .arguments import ConvTransposeArgs, find_problem
 from .epilogue import IDENTITY, Epilogue
 from .kernels.extension import ExtensionUnavailableError, load_units, loaded_extension
@@ -104,8 +107,12 @@ class OpPlanCache:
         return entry
 
     def clear(self) -> None:
+        """Forgets every plan, the op's C++ kernel's included."""
         self.entries.clear()
         self.misses = 0
+        ext = loaded_extension()
+        if ext is not None:
+            ext.clear_op_kernel_cache()
 
 
 _OP_PLANS = OpPlanCache()
@@ -223,6 +230,59 @@ def _cuda(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor
     # (never cached for key None: its call is prepared for this call only)
     entry = _OP_PLANS.lookup(key, input, weight, bias, lambda: args, epilogue)
     return _run_entry(entry, input, weight, bias, epilogue)
+
+
+def planned_op_call(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
+                    stride: Sequence[int], padding: Sequence[int], output_padding: Sequence[int],
+                    groups: int, dilation: Sequence[int]):
+    """The op's CUDA call planned (or its plan looked up) and run: (output, key, entry)."""
+    key = op_call_key(input, weight, bias, (stride, padding, output_padding, groups, dilation),
+                      IDENTITY)
+    entry = _OP_PLANS.lookup(key, input, weight, bias, lambda: ConvTransposeArgs.from_values(
+        stride, padding, output_padding, groups, dilation), IDENTITY)
+    return _run_entry(entry, input, weight, bias, IDENTITY), key, entry
+
+
+# What the op's C++ kernel may keep for a call geometry (cuda/binding/op_kernel.cpp).
+KEEP_NOTHING, KEEP_ATEN, KEEP_CALL = 0, 1, 2
+
+
+def op_kernel_miss(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
+                   stride: Sequence[int], padding: Sequence[int],
+                   output_padding: Sequence[int], groups: int, dilation: Sequence[int]):
+    """A call the op's C++ kernel has no plan for, run here: (output, keep, prepared call).
+    It may keep PyTorch's convolution (KEEP_ATEN) or the prepared call (KEEP_CALL) for the
+    call's geometry only where this process's plan cache holds the entry under the call's key
+    (not a plan made during a CUDA graph capture, whose autotune could not time, nor one for a
+    forced variant) and the plan warns nothing per call (a fallback warns on every call)."""
+    out, key, entry = planned_op_call(input, weight, bias, stride, padding, output_padding,
+                                      groups, dilation)
+    ext = loaded_extension()
+    if (key is None or _OP_PLANS.entries.get(key) is not entry or entry.plan.fallback
+            or planner.forced_variant() is not None or ext is None):
+        return out, KEEP_NOTHING, None
+    if entry.plan.variant == planner.ATEN:
+        return out, KEEP_ATEN, None
+    if isinstance(entry.call, ext.PreparedCall):
+        return out, KEEP_CALL, entry.call
+    return out, KEEP_NOTHING, None
+
+
+# DECONV_PATCH_OP_KERNEL=python keeps the op's Python CUDA kernel (comparisons, diagnosis).
+OP_KERNEL_ENV = "DECONV_PATCH_OP_KERNEL"
+
+
+def install_op_kernel() -> None:
+    """Once this process has loaded the core: the op's CUDA key goes to its C++ kernel, which
+    runs the geometries op_kernel_miss let it keep without entering Python."""
+    ext = loaded_extension()
+    if ext is not None and os.environ.get(OP_KERNEL_ENV, "cpp") != "python":
+        _install_op_kernel(ext)
+
+
+@functools.lru_cache(maxsize=None)
+def _install_op_kernel(ext) -> None:
+    ext.install_op_kernel(op_kernel_miss, plan_context.forced_variant_var())
 
 
 def _candidate_runner(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],

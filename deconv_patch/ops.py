@@ -23,7 +23,7 @@ from typing import Optional, Sequence, Tuple
 import torch
 
 from .arguments import ConvTransposeArgs
-from .epilogue import DEFAULT_NEGATIVE_SLOPE, IDENTITY, Epilogue, check_activation
+from .epilogue import DEFAULT_NEGATIVE_SLOPE, Epilogue, check_activation
 from .kernels.extension import loaded_extension
 from .layout import cuda_output_channels_last, empty_batch_output
 
@@ -45,7 +45,8 @@ FUSED_SCHEMA = SCHEMA.replace(
 # (modules.py, autotune, tests, benchmarks) have always found them.
 from .kernel_calls import (  # noqa: E402,F401
     FallbackWarning, KernelRefusal, OpPlan, OpPlanCache, _aten, _aten_with, _candidate_runner,
-    _cuda, _OP_PLANS, _run_entry, first_run, kernel_call, op_call_key, op_plans, run_variant)
+    _cuda, _OP_PLANS, _run_entry, first_run, install_op_kernel, kernel_call, op_call_key,
+    op_plans, planned_op_call, run_variant)
 
 torch.library.define(QUALNAME, SCHEMA)
 torch.library.define(FUSED_QUALNAME, FUSED_SCHEMA)
@@ -91,11 +92,13 @@ def _conv_transpose2d_cuda(
     groups: int = 1,
     dilation: Sequence[int] = (1, 1),
 ) -> torch.Tensor:
-    key = op_call_key(input, weight, bias, (stride, padding, output_padding, groups, dilation),
-                      IDENTITY)
-    entry = _OP_PLANS.lookup(key, input, weight, bias, lambda: ConvTransposeArgs.from_values(
-        stride, padding, output_padding, groups, dilation), IDENTITY)
-    return _run_entry(entry, input, weight, bias, IDENTITY)
+    """The op's first CUDA calls: once they have loaded the core, its C++ kernel
+    (cuda/binding/op_kernel.cpp) takes the CUDA key over this one and comes back to Python
+    only for calls it has no plan for (kernel_calls.op_kernel_miss)."""
+    out = planned_op_call(input, weight, bias, stride, padding, output_padding, groups,
+                          dilation)[0]
+    install_op_kernel()
+    return out
 
 
 torch.library.register_kernel(QUALNAME, "cuda", _conv_transpose2d_cuda)

@@ -294,6 +294,14 @@ class ModuleFastPath {
 
 }  // namespace
 
+ConvForward prepared_call_forward(const py::handle& call) {
+  std::shared_ptr<PreparedCall> prepared = call.cast<std::shared_ptr<PreparedCall>>();
+  return [prepared](const at::Tensor& input, const at::Tensor& weight,
+                    const c10::optional<at::Tensor>& bias) {
+    return (*prepared)(input, weight, bias, c10::nullopt);
+  };
+}
+
 void bind_prepared_call(py::module& m) {
   py::class_<PreparedCall, std::shared_ptr<PreparedCall>>(
       m, "PreparedCall", "One kernel family and config prepared for calls of one geometry")

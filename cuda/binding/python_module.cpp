@@ -12,6 +12,7 @@
 #include <torch/csrc/utils/pybind.h>
 
 #include "binding/family_units.hpp"
+#include "binding/op_kernel.hpp"
 #include "binding/prepared_call.hpp"
 #include "binding/relayout_workspace.hpp"
 #include "binding/torch_binding.hpp"
@@ -46,6 +47,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "A registered family's tile config names, in config order (None: unnamed)",
         py::arg("family"));
   deconv_patch::bind_prepared_call(m);
+  deconv_patch::bind_op_kernel(m);
   m.def("channels_last_copy", [](const at::Tensor& input) {
     TORCH_CHECK(input.is_cuda(), "deconv_patch: channels_last_copy takes a CUDA tensor");
     const c10::cuda::CUDAGuard guard(input.device());

@@ -44,6 +44,11 @@ def forced_variant() -> Optional[str]:
     return _forced_variant.get()
 
 
+def forced_variant_var() -> contextvars.ContextVar[Optional[str]]:
+    """The context variable use_variant sets (the op's C++ kernel reads it on every call)."""
+    return _forced_variant
+
+
 @contextlib.contextmanager
 def out_tile_fit_assumed(fits: bool) -> Iterator[None]:
     """Plans made inside the block take gemm_out_tile's weight fit as `fits`, unasked."""
