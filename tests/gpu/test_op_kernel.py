@@ -33,7 +33,9 @@ GEOMETRIES = [
 
 @pytest.fixture(autouse=True)
 def _defaults():
-    # (cuDNN deterministic: a plan on PyTorch's path repeats its output bit for bit too)
+    # The core loaded (a call planned on PyTorch's path would not load it, and the C++ kernel
+    # comes with it); cuDNN deterministic, so that such a plan repeats its output bit for bit.
+    load_units(())
     with torch.backends.cudnn.flags(enabled=True, benchmark=False, deterministic=True,
                                     allow_tf32=True):
         yield
@@ -75,7 +77,6 @@ def _op_kernel_cpp() -> bool:
 def test_kept_plans_give_the_python_kernels_output(index):
     geometry = GEOMETRIES[index]
     hyper = _hyper(geometry)
-    load_units(())  # the core: the first call below installs the C++ kernel if none has
     ops.op_plans().clear()
     x, w, b = _tensors(geometry, 10 + index)
     first = OP(x, w, b, *hyper)  # planned in Python
