@@ -47,7 +47,9 @@ struct CallKeyHash {
 
 struct Entry {
   bool aten = false;
-  ConvForward call;  // the prepared kernel call, where !aten
+  // The prepared kernel call, where !aten; shared, so that a call in progress keeps it even if
+  // the cache starts over meanwhile (a re-pack runs Python, which may call the op again).
+  std::shared_ptr<const ConvForward> call;
 };
 
 // The process's kernel state: the Python side's entry points and the kept plans. Allocated
@@ -126,11 +128,11 @@ at::Tensor conv_transpose2d_cuda(const at::Tensor& input, const at::Tensor& weig
   if (keyed && !forced) {
     const auto found = state->entries.find(key);
     if (found != state->entries.end()) {
-      const Entry& e = found->second;
+      const Entry e = found->second;
       if (e.aten)
         return at::conv_transpose2d(input, weight, bias, stride, padding, output_padding, groups,
                                     dilation);
-      return e.call(input, weight, bias);
+      return (*e.call)(input, weight, bias);
     }
   }
   py::tuple answer = state->miss(input, weight, bias, stride.vec(), padding.vec(),
@@ -141,7 +143,8 @@ at::Tensor conv_transpose2d_cuda(const at::Tensor& input, const at::Tensor& weig
     if (state->entries.size() >= kCacheLimit) state->entries.clear();
     Entry e;
     e.aten = keep == kKeepAten;
-    if (keep == kKeepCall) e.call = prepared_call_forward(answer[2]);
+    if (keep == kKeepCall)
+      e.call = std::make_shared<const ConvForward>(prepared_call_forward(answer[2]));
     state->entries.emplace(key, std::move(e));
   }
   return out;
