@@ -10,7 +10,8 @@ import functools
 import os
 import warnings
 from dataclasses import dataclass
-from typing import Callable, Dict, Optional, Sequence
+from types import ModuleType
+from typing import Callable, Dict, Optional, Sequence, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -234,7 +235,8 @@ def _cuda(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor
 
 def planned_op_call(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
                     stride: Sequence[int], padding: Sequence[int], output_padding: Sequence[int],
-                    groups: int, dilation: Sequence[int]):
+                    groups: int, dilation: Sequence[int]
+                    ) -> Tuple[torch.Tensor, Optional[tuple], OpPlan]:
     """The op's CUDA call planned (or its plan looked up) and run: (output, key, entry)."""
     key = op_call_key(input, weight, bias, (stride, padding, output_padding, groups, dilation),
                       IDENTITY)
@@ -249,7 +251,8 @@ KEEP_NOTHING, KEEP_ATEN, KEEP_CALL = 0, 1, 2
 
 def op_kernel_miss(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
                    stride: Sequence[int], padding: Sequence[int],
-                   output_padding: Sequence[int], groups: int, dilation: Sequence[int]):
+                   output_padding: Sequence[int], groups: int, dilation: Sequence[int]
+                   ) -> Tuple[torch.Tensor, int, Optional[object]]:
     """A call the op's C++ kernel has no plan for, run here: (output, keep, prepared call).
     It may keep PyTorch's convolution (KEEP_ATEN) or the prepared call (KEEP_CALL) for the
     call's geometry only where this process's plan cache holds the entry under the call's key
@@ -281,7 +284,7 @@ def install_op_kernel() -> None:
 
 
 @functools.lru_cache(maxsize=None)
-def _install_op_kernel(ext) -> None:
+def _install_op_kernel(ext: ModuleType) -> None:
     ext.install_op_kernel(op_kernel_miss, plan_context.forced_variant_var())
 
 

@@ -5,7 +5,9 @@ Same argument order, defaults and semantics as `torch.nn.functional.conv_transpo
 op adds `scale, shift, activation, negative_slope`:
     activation((conv_transpose2d(input, weight, bias, ...) * scale + shift)),
 with the epilogue applied to the fp32 accumulator before one rounding (deconv_patch/epilogue.py).
-  * CUDA: the planner picks one of our kernels (or ATen, with a warning saying why);
+  * CUDA: the planner picks one of our kernels (or ATen, with a warning saying why), once per
+    call geometry; once the core is loaded, a C++ kernel (cuda/binding/op_kernel.cpp) runs the
+    planned geometries without Python;
   * every other device / dtype: ATen (CompositeExplicitAutograd kernel);
   * Meta / fake tensors: ATen's own shape and stride rules, so torch.compile and torch.export
     see exactly what eager produces;
