@@ -31,7 +31,7 @@ import torch.nn.functional as F
 import deconv_patch
 from deconv_patch.kernels import planner
 from deconv_patch.arguments import ConvTransposeArgs
-from deconv_patch.timing import capture_graph, time_cuda, time_interleaved
+from deconv_patch.timing import capture_graph, median_interleaved, time_cuda
 
 
 @dataclass(frozen=True)
@@ -188,7 +188,7 @@ def paired_median_ms(fns, inputs: List[torch.Tensor], warmup: int, reps: int) ->
     clock and background drift hit both sides alike; inputs rotate as in median_ms."""
     turns = [itertools.count() for _ in fns]
     calls = [lambda fn=fn, t=t: fn(inputs[next(t) % len(inputs)]) for fn, t in zip(fns, turns)]
-    return [statistics.median(times) for times in time_interleaved(calls, warmup, reps)]
+    return median_interleaved(calls, warmup, reps)
 
 
 def graph_ms(fn, inputs: List[torch.Tensor], calls: int = 8, reps: int = 15) -> float:

@@ -20,12 +20,11 @@ from __future__ import annotations
 import argparse
 import functools
 import json
-import statistics
 import sys
 import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 import torch
 
@@ -33,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: `
 
 from deconv_patch.optimize import optimize  # noqa: E402
 from deconv_patch.summary import summary  # noqa: E402
-from deconv_patch.timing import time_interleaved  # noqa: E402
+from deconv_patch.timing import median_interleaved  # noqa: E402
 from examples._common import max_abs_difference  # noqa: E402
 from examples.registry import EXAMPLES, Example  # noqa: E402
 
@@ -76,15 +75,6 @@ def _ratio(a: Optional[float], b: Optional[float]) -> Optional[float]:
     return a / b if a is not None and b is not None and b > 0 else None
 
 
-def _paired_medians(fn_a: Callable[[], Any], fn_b: Callable[[], Any], rounds: int, warmup: int,
-                    reps: int) -> Sequence[float]:
-    """Median ms per forward of a and of b over rounds * reps forwards each, a and b taking
-    turns forward by forward (time_interleaved): GPU clock drift over a run moved blocks of
-    forwards timed one side after the other by up to 6% (a GPU-bound compiled U-Net)."""
-    a_times, b_times = time_interleaved([fn_a, fn_b], warmup, rounds * reps)
-    return statistics.median(a_times), statistics.median(b_times)
-
-
 def _one_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0][:160] if text else ''}"
@@ -107,9 +97,9 @@ def bench(example: Example, dtype_name: str, batch: int, args: argparse.Namespac
             with torch.no_grad():
                 row.max_abs_diff = max_abs_difference(patched(*inputs), model(*inputs))
                 # (partials, not lambdas: the names are deleted at the end)
-                row.eager_ms, row.patched_ms = _paired_medians(
-                    functools.partial(model, *inputs), functools.partial(patched, *inputs),
-                    args.rounds, args.warmup, args.reps)
+                row.eager_ms, row.patched_ms = median_interleaved(
+                    [functools.partial(model, *inputs), functools.partial(patched, *inputs)],
+                    args.warmup, args.rounds * args.reps)
         except Exception as exc:  # e.g. a detection op without a bf16 kernel
             row.notes.append(f"eager: {_one_line(exc)}")
             return row
@@ -126,9 +116,9 @@ def bench(example: Example, dtype_name: str, batch: int, args: argparse.Namespac
                 with torch.no_grad():
                     compiled(*inputs)  # compile outside the timed region
                     compiled_patched(*inputs)
-                    row.compiled_ms, row.compiled_patched_ms = _paired_medians(
-                        lambda: compiled(*inputs), lambda: compiled_patched(*inputs),
-                        args.rounds, args.warmup, args.reps)
+                    row.compiled_ms, row.compiled_patched_ms = median_interleaved(
+                        [lambda: compiled(*inputs), lambda: compiled_patched(*inputs)],
+                        args.warmup, args.rounds * args.reps)
             except Exception as exc:
                 row.notes.append(f"compile: {_one_line(exc)}")
     row.fallback_warnings = sum(1 for w in caught if "deconv_patch" in str(w.message))
@@ -173,7 +163,8 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
                         help="override every model's realistic batch size")
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--reps", type=int, default=30)
-    parser.add_argument("--rounds", type=int, default=3, help="timed forwards per side = rounds x reps")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="timed forwards per side = rounds x reps")
     parser.add_argument("--no-compile", action="store_true", help="skip torch.compile columns")
     parser.add_argument("--compile-all", action="store_true",
                         help="also torch.compile the detection model (slow)")

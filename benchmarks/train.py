@@ -22,7 +22,6 @@ import contextlib
 import copy
 import json
 import math
-import statistics
 import sys
 import warnings
 from dataclasses import asdict, dataclass, field
@@ -37,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: `
 from benchmarks.layers import QUICK, SUITE, Layer  # noqa: E402
 from deconv_patch import FastConvTranspose2d  # noqa: E402
 from deconv_patch.optimize import optimize  # noqa: E402
-from deconv_patch.timing import capture_graph, time_interleaved  # noqa: E402
+from deconv_patch.timing import capture_graph, median_interleaved  # noqa: E402
 from examples.registry import EXAMPLES, Example  # noqa: E402
 
 MODES = ("tf32", "bf16")
@@ -67,11 +66,10 @@ class Row:
 
 def _paired(fn_a: Callable[[], Any], fn_b: Callable[[], Any], rounds: int, warmup: int,
             reps: int) -> Tuple[float, float]:
-    """Median ms per call of a and of b over rounds * reps calls each, the two taking turns call
-    by call (time_interleaved): blocks of calls timed one side after the other moved with the
-    GPU clock and the host (identical steps measured 0.95-1.09x)."""
-    a, b = time_interleaved([fn_a, fn_b], warmup, rounds * reps)
-    return statistics.median(a), statistics.median(b)
+    """Median ms per call of a and of b over rounds * reps calls each, taking turns call by call
+    (identical steps timed in blocks measured 0.95-1.09x)."""
+    a, b = median_interleaved([fn_a, fn_b], warmup, rounds * reps)
+    return a, b
 
 
 def _autocast(mode: str, cache: bool = True):

@@ -39,6 +39,13 @@ def time_interleaved(fns: Sequence[Callable[[], Any]], warmup: int, reps: int
     return [[s.elapsed_time(e) for s, e in per_fn] for per_fn in events]
 
 
+def median_interleaved(fns: Sequence[Callable[[], Any]], warmup: int, reps: int
+                       ) -> List[float]:
+    """Median ms per call of each fn, timed as time_interleaved times them (blocks of calls
+    timed one fn after the other move with the GPU clock and the host)."""
+    return [statistics.median(times) for times in time_interleaved(fns, warmup, reps)]
+
+
 def time_cuda(fn: Callable[[], object], warmup: int = 10, reps: int = 50) -> Timing:
     """Times `fn` on the current CUDA stream, one event pair per call."""
     times = time_interleaved([fn], warmup, reps)[0]
