@@ -1,7 +1,7 @@
 // The op's CUDA kernel in C++. torch.ops.deconv_patch.conv_transpose2d's Python kernel plans a
 // call geometry once (deconv_patch/kernel_calls.py) and then only looks the plan up, but the
-// dispatcher's trip into Python and the lookup cost several times an aten convolution's host
-// time per call: every call of a compiled graph or an exported program paid it. Once the core
+// dispatcher's trip into Python and the lookup made the op cost more host time per call than an
+// aten convolution: every call of a compiled graph or an exported program paid it. Once the core
 // is loaded, this kernel takes the op's CUDA key (registered over the Python kernel, which stays
 // registered beneath it) and keeps, per call geometry, what the Python side said it may: PyTorch's
 // convolution or the prepared kernel call. A call it has no entry for, or made inside a
@@ -150,8 +150,8 @@ at::Tensor conv_transpose2d_cuda(const at::Tensor& input, const at::Tensor& weig
   return out;
 }
 
-// A handler that drops warnings: registering over the Python kernel is meant, and the
-// dispatcher's warning about an overridden kernel would only alarm users.
+// A handler that drops warnings: registering over the Python kernel is meant, and a torch
+// version that warns about an overridden kernel would only alarm users.
 struct QuietWarnings : c10::WarningHandler {
   void process(const c10::Warning&) override {}
 };
