@@ -83,7 +83,8 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
     # grad_calls and docs/performance/training.md). optimize(kernels_in_training=...) sets it.
     kernels_in_training: bool = False
     # Per-process caches: never copied or pickled (the copy re-plans on its first call).
-    TRANSIENT_STATE = ("_plan_cache", "_last_plan", "_fast_path", "_fast_path_fused")
+    TRANSIENT_STATE = ("_plan_cache", "_last_plan", "_kernel_planned", "_fast_path",
+                       "_fast_path_fused")
 
     @classmethod
     def from_module(cls, module: nn.ConvTranspose2d, activation: str = "none",
@@ -225,13 +226,15 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
             input, weight, bias = autocast_args(input, weight, bias)
         recorded = grad_calls.records_grad(input, weight, bias)
         if compiling:
-            # Graph time: layers no kernel of ours covers stay aten convolutions, which Inductor
-            # schedules itself, and so do training graphs (grad_calls; Inductor then compiles
-            # forward and backward as it does for nn.ConvTranspose2d); the rest become our op
-            # (which still plans per call).
-            use_op = not recorded and planner.may_use_kernel(
-                input.device, input.dtype, self.kernel_size, self._args(output_padding),
-                (self.in_channels // self.groups, self.out_channels // self.groups))
+            # Graph time: a layer whose eager calls were planned on a kernel of ours, or that
+            # the untimed rule may give one, becomes our op (which still plans per call); the
+            # rest stay aten convolutions, which Inductor schedules itself, and so do training
+            # graphs (grad_calls; Inductor then compiles forward and backward as it does for
+            # nn.ConvTranspose2d).
+            use_op = not recorded and (
+                self._kernel_planned_eagerly(input) or planner.may_use_kernel(
+                    input.device, input.dtype, self.kernel_size, self._args(output_padding),
+                    (self.in_channels // self.groups, self.out_channels // self.groups)))
         else:
             entry = self._entry_for(input, output_padding, weight, bias, activation,
                                     negative_slope)
@@ -344,7 +347,24 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
         found = cache[key] = _Entry(chosen)
         if forced is None:
             self.__dict__["_last_plan"] = (input.device, input.dtype, chosen)
+            if chosen.uses_kernel:
+                planned = self.__dict__.get("_kernel_planned", frozenset())
+                self.__dict__["_kernel_planned"] = planned | {_device_dtype(input.device,
+                                                                            input.dtype)}
         return found
+
+    def _kernel_planned_eagerly(self, input: torch.Tensor) -> bool:
+        """Whether an eager call of this module on input's device, in the dtype this call runs
+        in, was planned on a kernel of ours (untimed or autotuned: the stride-phase layers the
+        graph-time rule leaves to aten among them). Read at torch.compile's graph time; the
+        record only grows, so a compiled graph recompiles at most once per device and dtype.
+        Not under torch.export, whose programs keep the graph-time rule so that they do not
+        depend on what the exporting process ran."""
+        if torch.compiler.is_exporting():
+            return False
+        planned = self.__dict__.get("_kernel_planned")
+        return planned is not None and \
+            _device_dtype(input.device, _call_dtype(input.dtype)) in planned
 
     def __getstate__(self) -> dict:
         # The plan cache holds prepared kernel calls (closures): a cache, never pickled or
@@ -390,6 +410,11 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
                                  self.dilation, self.groups)  # type: ignore[arg-type]
         return planner.describe(stored.device, stored.dtype, self.kernel_size, args,
                                 (self.in_channels // self.groups, self.out_channels // self.groups))
+
+
+def _device_dtype(device: torch.device, dtype: torch.dtype) -> Tuple[str, str]:
+    """A device and dtype as strings: a record torch.compile guards on as a plain constant."""
+    return str(device), str(dtype)
 
 
 def _call_dtype(dtype: torch.dtype) -> torch.dtype:

@@ -1,0 +1,102 @@
+"""torch.compile gives our op the layers whose eager calls were planned on a kernel of ours
+(FastConvTranspose2d._kernel_planned_eagerly), on top of the graph-time rule; torch.export keeps
+the rule alone. On the CPU no call is planned on a kernel, so the record is written here as an
+eager CUDA call writes it (tests/gpu/test_compile_follows_eager.py makes it by a call); what is
+checked is the graph Dynamo captures and that the compiled output stays PyTorch's."""
+
+from __future__ import annotations
+
+from typing import List
+
+import pytest
+import torch
+import torch.nn as nn
+
+from deconv_patch import FastConvTranspose2d
+from deconv_patch.modules import _device_dtype
+
+OP = torch.ops.deconv_patch.conv_transpose2d
+
+
+def _layer() -> FastConvTranspose2d:
+    torch.manual_seed(0)
+    return FastConvTranspose2d.from_module(nn.ConvTranspose2d(8, 4, 4, 2, 1)).eval()
+
+
+def _ops_in_compiled_graph(module: nn.Module, x: torch.Tensor) -> List[object]:
+    """The call targets of the graph Dynamo captures for module(x), after checking that the
+    compiled output is the eager one."""
+    graphs: List[torch.fx.GraphModule] = []
+
+    def backend(gm: torch.fx.GraphModule, _inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    torch._dynamo.reset()
+    compiled = torch.compile(module, backend=backend, fullgraph=True)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), module(x), rtol=1e-5, atol=1e-6)
+    assert len(graphs) == 1
+    return [n.target for n in graphs[0].graph.nodes if n.op == "call_function"]
+
+
+def _is_our_op(target: object) -> bool:
+    return target in (OP, OP.default)
+
+
+def test_a_layer_planned_on_a_kernel_eagerly_becomes_the_op():
+    layer = _layer()
+    x = torch.randn(2, 8, 5, 5)
+    assert not any(_is_our_op(t) for t in _ops_in_compiled_graph(layer, x))  # the rule: aten
+    layer.__dict__["_kernel_planned"] = frozenset({_device_dtype(x.device, x.dtype)})
+    assert any(_is_our_op(t) for t in _ops_in_compiled_graph(layer, x))
+
+
+def test_the_record_is_per_device_and_dtype():
+    layer = _layer()
+    x = torch.randn(2, 8, 5, 5)
+    layer.__dict__["_kernel_planned"] = frozenset({_device_dtype(x.device, torch.bfloat16)})
+    assert not any(_is_our_op(t) for t in _ops_in_compiled_graph(layer, x))
+
+
+def test_export_keeps_the_graph_time_rule():
+    layer = _layer()
+    x = torch.randn(2, 8, 5, 5)
+    layer.__dict__["_kernel_planned"] = frozenset({_device_dtype(x.device, x.dtype)})
+    with torch.no_grad():  # (with gradients on, the call is recorded: aten either way)
+        program = torch.export.export(layer, (x,))
+    targets = [n.target for n in program.graph.nodes if n.op == "call_function"]
+    assert not any(_is_our_op(t) for t in targets)
+    torch.testing.assert_close(program.module()(x), layer(x), rtol=1e-5, atol=1e-6)
+
+
+def test_the_record_is_not_copied():
+    import copy
+    import pickle
+    layer = _layer()
+    layer.__dict__["_kernel_planned"] = frozenset({("cuda:0", "torch.float32")})
+    for clone in (copy.deepcopy(layer), pickle.loads(pickle.dumps(layer))):
+        assert "_kernel_planned" not in clone.__dict__
+
+
+@pytest.mark.parametrize("recorded", [False, True])
+def test_a_training_graph_keeps_aten_convolutions(recorded):
+    layer = _layer().train(recorded)
+    x = torch.randn(2, 8, 5, 5)
+    layer.__dict__["_kernel_planned"] = frozenset({_device_dtype(x.device, x.dtype)})
+    graphs: List[torch.fx.GraphModule] = []
+
+    def backend(gm, _inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    torch._dynamo.reset()
+    compiled = torch.compile(layer, backend=backend, fullgraph=True)
+    if recorded:
+        out = compiled(x)  # parameters require gradients: autograd records the call
+    else:
+        with torch.no_grad():
+            out = compiled(x)
+    torch.testing.assert_close(out, layer(x), rtol=1e-5, atol=1e-6)
+    targets = [n.target for n in graphs[0].graph.nodes if n.op == "call_function"]
+    assert any(_is_our_op(t) for t in targets) is not recorded

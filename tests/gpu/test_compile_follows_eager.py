@@ -1,0 +1,56 @@
+"""On CUDA: an eager call planned on a kernel of ours records it, and torch.compile then makes
+the layer our op, a stride-phase layer the graph-time rule alone leaves to aten included; the
+compiled output is checked against float64 on fresh inputs."""
+
+from __future__ import annotations
+
+from typing import List
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from deconv_patch import FastConvTranspose2d
+from deconv_patch.kernels import planner
+from tests.helpers import allowed_error, max_error
+
+pytestmark = pytest.mark.cuda
+OP = torch.ops.deconv_patch.conv_transpose2d
+
+
+def _graph_targets(module: nn.Module, x: torch.Tensor) -> List[object]:
+    graphs: List[torch.fx.GraphModule] = []
+
+    def backend(gm: torch.fx.GraphModule, _inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    torch._dynamo.reset()
+    with torch.no_grad():
+        torch.compile(module, backend=backend, fullgraph=True)(x)
+    return [n.target for n in graphs[0].graph.nodes if n.op == "call_function"]
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_a_stride_phase_layer_planned_on_our_kernel_compiles_to_the_op(dtype):
+    with torch.backends.cudnn.flags(enabled=True, benchmark=False, allow_tf32=True):
+        layer = FastConvTranspose2d.from_module(
+            nn.ConvTranspose2d(256, 128, 4, 2, 1, device="cuda", dtype=dtype)).eval()
+        x = torch.randn(16, 256, 8, 8, device="cuda", dtype=dtype)
+        args = layer._args(layer.output_padding)
+        assert not planner.may_use_kernel(x.device, dtype, layer.kernel_size, args,
+                                          (256, 128))  # the graph-time rule: aten
+        assert not any(t in (OP, OP.default) for t in _graph_targets(layer, x))
+        with torch.no_grad():
+            layer(x)  # the eager plan
+        if not layer.plan_for(x).uses_kernel:
+            pytest.skip(f"the eager plan here is {layer.plan_for(x).variant}")
+        assert any(t in (OP, OP.default) for t in _graph_targets(layer, x))
+        fresh = torch.randn_like(x)
+        with torch.no_grad():
+            got = torch.compile(layer, fullgraph=True)(fresh)
+        ref = F.conv_transpose2d(fresh.double(), layer.weight.double(), layer.bias.double(),
+                                 2, 1)
+        pytorch = F.conv_transpose2d(fresh, layer.weight, layer.bias, 2, 1)
+        assert max_error(got, ref) <= allowed_error(max_error(pytorch, ref), ref, dtype)
