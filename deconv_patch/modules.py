@@ -360,7 +360,7 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
         record only grows, so a compiled graph recompiles at most once per device and dtype.
         Not under torch.export, whose programs keep the graph-time rule so that they do not
         depend on what the exporting process ran."""
-        if torch.compiler.is_exporting():
+        if _exporting():
             return False
         planned = self.__dict__.get("_kernel_planned")
         return planned is not None and \
@@ -410,6 +410,14 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
                                  self.dilation, self.groups)  # type: ignore[arg-type]
         return planner.describe(stored.device, stored.dtype, self.kernel_size, args,
                                 (self.in_channels // self.groups, self.out_channels // self.groups))
+
+
+def _exporting() -> bool:
+    """Whether torch.export is tracing. Read from the flag torch.export sets, not through
+    torch.compiler.is_exporting(): torch 2.11's Dynamo folds that call to True under every
+    torch.compile."""
+    flag = getattr(torch.compiler, "_is_exporting_flag", None)
+    return torch.compiler.is_exporting() if flag is None else bool(flag)
 
 
 def _device_dtype(device: torch.device, dtype: torch.dtype) -> Tuple[str, str]:
