@@ -7,6 +7,12 @@
 // convolution or the prepared kernel call. A call it has no entry for, or made inside a
 // use_variant block, goes to the Python side (`miss`), which plans, runs and answers
 // (output, what to keep, prepared call).
+//
+// The op's autograd kernel for CUDA is C++ too: torch.library's Python autograd wrapper ran on
+// every call, under no_grad as well (tens of microseconds a call: a compiled graph's op cost
+// more host time than its kernel). This one goes straight below autograd where no gradient is
+// recorded, and records one as the module's training calls do (binding/recorded_call.cpp:
+// ATen's convolution_backward) where it is.
 #include <array>
 #include <cstdint>
 #include <memory>
@@ -14,12 +20,16 @@
 #include <utility>
 
 #include <ATen/Context.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/grad_mode.h>
 #include <ATen/ops/conv_transpose2d.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
 #include <c10/util/Exception.h>
 #include <torch/library.h>
 
 #include "binding/op_kernel.hpp"
 #include "binding/prepared_call.hpp"
+#include "binding/recorded_call.hpp"
 
 namespace deconv_patch {
 namespace py = pybind11;
@@ -55,11 +65,16 @@ struct Entry {
 // The process's kernel state: the Python side's entry points and the kept plans. Allocated
 // once and never freed: it holds Python objects, which must not be released after the
 // interpreter has finalized.
+using OpSignature = at::Tensor(const at::Tensor&, const at::Tensor&,
+                               const c10::optional<at::Tensor>&, c10::IntArrayRef,
+                               c10::IntArrayRef, c10::IntArrayRef, int64_t, c10::IntArrayRef);
+
 struct OpKernelState {
+  c10::TypedOperatorHandle<OpSignature> op;  // the op, for calls below autograd
   py::object miss;            // (input, weight, bias, hyperparameters...) -> (out, keep, call)
   py::object forced_variant;  // plan_context's ContextVar of use_variant
   std::unordered_map<CallKey, Entry, CallKeyHash> entries;
-  std::unique_ptr<torch::Library> library;
+  std::unique_ptr<torch::Library> library, autograd_library;
 };
 OpKernelState* state = nullptr;  // guarded by the GIL
 
@@ -150,6 +165,34 @@ at::Tensor conv_transpose2d_cuda(const at::Tensor& input, const at::Tensor& weig
   return out;
 }
 
+bool records_grad(const at::Tensor& input, const at::Tensor& weight,
+                  const c10::optional<at::Tensor>& bias) {
+  return at::GradMode::is_enabled() &&
+         (input.requires_grad() || weight.requires_grad() ||
+          (bias.has_value() && bias->defined() && bias->requires_grad()));
+}
+
+at::Tensor conv_transpose2d_autograd_cuda(const at::Tensor& input, const at::Tensor& weight,
+                                          const c10::optional<at::Tensor>& bias,
+                                          c10::IntArrayRef stride, c10::IntArrayRef padding,
+                                          c10::IntArrayRef output_padding, int64_t groups,
+                                          c10::IntArrayRef dilation) {
+  const c10::TypedOperatorHandle<OpSignature> op = state->op;
+  if (!records_grad(input, weight, bias)) {
+    at::AutoDispatchBelowADInplaceOrView below;
+    return op.call(input, weight, bias, stride, padding, output_padding, groups, dilation);
+  }
+  const ConvTransposeHyper hyper{stride.vec(), padding.vec(), output_padding.vec(),
+                                 dilation.vec(), groups};
+  const ConvForward forward = [&](const at::Tensor& x, const at::Tensor& w,
+                                  const c10::optional<at::Tensor>& b) {
+    at::AutoDispatchBelowADInplaceOrView below;
+    return op.call(x, w, b, hyper.stride, hyper.padding, hyper.output_padding, hyper.groups,
+                   hyper.dilation);
+  };
+  return recorded_conv_transpose2d(forward, input, weight, bias, hyper);
+}
+
 // A handler that drops warnings: registering over the Python kernel is meant, and a torch
 // version that warns about an overridden kernel would only alarm users.
 struct QuietWarnings : c10::WarningHandler {
@@ -159,7 +202,10 @@ struct QuietWarnings : c10::WarningHandler {
 // Registers the kernel (once per process): true when this call registered it.
 bool install_op_kernel(py::object miss, py::object forced_variant) {
   if (state != nullptr) return false;
-  state = new OpKernelState();
+  state = new OpKernelState{
+      c10::Dispatcher::singleton()
+          .findSchemaOrThrow("deconv_patch::conv_transpose2d", "")
+          .typed<OpSignature>()};
   state->miss = std::move(miss);
   state->forced_variant = std::move(forced_variant);
   QuietWarnings quiet;
@@ -167,6 +213,9 @@ bool install_op_kernel(py::object miss, py::object forced_variant) {
   state->library = std::make_unique<torch::Library>(
       torch::Library::IMPL, "deconv_patch", c10::DispatchKey::CUDA, __FILE__, __LINE__);
   state->library->impl("conv_transpose2d", TORCH_FN(conv_transpose2d_cuda));
+  state->autograd_library = std::make_unique<torch::Library>(
+      torch::Library::IMPL, "deconv_patch", c10::DispatchKey::AutogradCUDA, __FILE__, __LINE__);
+  state->autograd_library->impl("conv_transpose2d", TORCH_FN(conv_transpose2d_autograd_cuda));
   return true;
 }
 
@@ -174,7 +223,8 @@ bool install_op_kernel(py::object miss, py::object forced_variant) {
 
 void bind_op_kernel(py::module& m) {
   m.def("install_op_kernel", &install_op_kernel,
-        "Registers the op's C++ CUDA kernel over its Python one (once per process; True when "
+        "Registers the op's C++ CUDA and AutogradCUDA kernels over its Python ones (once per "
+        "process; True when "
         "this call did). miss(input, weight, bias, stride, padding, output_padding, groups, "
         "dilation) -> (output, keep, prepared call) runs a call the kernel has no plan for; "
         "forced_variant is use_variant's ContextVar",

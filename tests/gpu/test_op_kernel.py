@@ -149,3 +149,34 @@ def test_clearing_the_plan_cache_clears_the_kept_plans():
     out = OP(x, w, b, *hyper)  # back through Python, which plans again
     assert ops.op_plans().misses == misses + 1
     _check_float64(out, x, w, b, hyper)
+
+
+def _autograd_cpp() -> bool:
+    """Whether the op's AutogradCUDA key is the C++ kernel (installed with the CUDA one)."""
+    lines = torch._C._dispatch_dump("deconv_patch::conv_transpose2d").splitlines()
+    return any(line.startswith("AutogradCUDA: ") and "op_kernel.cpp" in line for line in lines)
+
+
+@pytest.mark.parametrize("index", [0, 1, 3])
+def test_the_cpp_autograd_kernel_gives_atens_gradients(index):
+    geometry = GEOMETRIES[index]
+    s, p, op, g, d = _hyper(geometry)
+    x, w, b = _tensors(geometry, seed=11 + index)
+    OP(x, w, b, s, p, op, g, d)  # installs the C++ kernels
+    assert _autograd_cpp()
+    leaves = [t.detach().requires_grad_() for t in (x, w, b)]
+    out = OP(*leaves, s, p, op, g, d)
+    assert "ConvTransposeFunction" in out.grad_fn.name()  # the C++ node, not a Python one
+    dy = torch.randn_like(out)
+    got = torch.autograd.grad(out, leaves, dy)
+    ref_leaves = [t.detach().double().requires_grad_() for t in (x, w, b)]
+    ref = torch.autograd.grad(F.conv_transpose2d(*ref_leaves, s, p, op, g, d), ref_leaves,
+                              dy.double())
+    torch_leaves = [t.detach().requires_grad_() for t in (x, w, b)]
+    pytorch = torch.autograd.grad(F.conv_transpose2d(*torch_leaves, s, p, op, g, d),
+                                  torch_leaves, dy)
+    for ours, theirs, exact in zip(got, pytorch, ref):
+        assert ours.shape == exact.shape
+        assert max_error(ours, exact) <= allowed_error(max_error(theirs, exact), exact, x.dtype)
+    with torch.no_grad():
+        assert OP(*leaves, s, p, op, g, d).grad_fn is None
