@@ -20,10 +20,10 @@
 #include <utility>
 
 #include <ATen/Context.h>
+#include <ATen/core/LegacyTypeDispatch.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/grad_mode.h>
 #include <ATen/ops/conv_transpose2d.h>
-#include <c10/core/impl/LocalDispatchKeySet.h>
 #include <c10/util/Exception.h>
 #include <torch/library.h>
 
@@ -62,13 +62,13 @@ struct Entry {
   std::shared_ptr<const ConvForward> call;
 };
 
-// The process's kernel state: the Python side's entry points and the kept plans. Allocated
-// once and never freed: it holds Python objects, which must not be released after the
-// interpreter has finalized.
 using OpSignature = at::Tensor(const at::Tensor&, const at::Tensor&,
                                const c10::optional<at::Tensor>&, c10::IntArrayRef,
                                c10::IntArrayRef, c10::IntArrayRef, int64_t, c10::IntArrayRef);
 
+// The process's kernel state: the Python side's entry points and the kept plans. Allocated
+// once and never freed: it holds Python objects, which must not be released after the
+// interpreter has finalized.
 struct OpKernelState {
   c10::TypedOperatorHandle<OpSignature> op;  // the op, for calls below autograd
   py::object miss;            // (input, weight, bias, hyperparameters...) -> (out, keep, call)
@@ -199,7 +199,7 @@ struct QuietWarnings : c10::WarningHandler {
   void process(const c10::Warning&) override {}
 };
 
-// Registers the kernel (once per process): true when this call registered it.
+// Registers the kernels (once per process): true when this call registered them.
 bool install_op_kernel(py::object miss, py::object forced_variant) {
   if (state != nullptr) return false;
   state = new OpKernelState{
@@ -224,8 +224,7 @@ bool install_op_kernel(py::object miss, py::object forced_variant) {
 void bind_op_kernel(py::module& m) {
   m.def("install_op_kernel", &install_op_kernel,
         "Registers the op's C++ CUDA and AutogradCUDA kernels over its Python ones (once per "
-        "process; True when "
-        "this call did). miss(input, weight, bias, stride, padding, output_padding, groups, "
+        "process; True when this call did). miss(input, weight, bias, stride, padding, output_padding, groups, "
         "dilation) -> (output, keep, prepared call) runs a call the kernel has no plan for; "
         "forced_variant is use_variant's ContextVar",
         py::arg("miss"), py::arg("forced_variant"));
