@@ -23,7 +23,7 @@ from .dataflow import Record
 from .derived import original_class, restore_class, set_class
 from .epilogue import activation_of_module
 from .fused_chain import (ActivationGate, BatchNormGate, EscapeCheck, FusedChain, PENDING,
-                          _hooked)
+                          has_hooks)
 from .modules import FastConvTranspose2d
 
 CHAIN_ATTR = "_fused_chain"
@@ -50,7 +50,7 @@ def _is_batchnorm2d(module: nn.Module) -> bool:
 
 
 def _follower_problem(module: nn.Module, record: Record, is_bn: bool) -> Optional[str]:
-    if _hooked(module):
+    if has_hooks(module):
         return f"{type(module).__name__} has hooks, which would see the fused tensor"
     if is_bn and record.times_called(module) != 1:
         return f"the BatchNorm2d is called {record.times_called(module)} times"

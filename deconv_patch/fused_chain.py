@@ -49,7 +49,8 @@ def site_key(site: Optional[CallSite]) -> Optional[SiteKey]:
             offset)
 
 
-def _hooked(module: nn.Module) -> bool:
+def has_hooks(module: nn.Module) -> bool:
+    """Whether a module has forward, backward or pre hooks of its own (global hooks aside)."""
     return bool(module._forward_hooks or module._forward_pre_hooks or module._backward_hooks
                 or module._backward_pre_hooks)
 
@@ -80,7 +81,7 @@ def _opaque(hooks: Mapping[int, Any]) -> bool:
 
 
 def _hooked_opaquely(module: nn.Module) -> bool:
-    """_hooked, leaving out the hooks seen through in this context (on every fused call: the
+    """has_hooks, leaving out the hooks seen through in this context (on every fused call: the
     usual module without hooks is two dict tests)."""
     forward, pre = module._forward_hooks, module._forward_pre_hooks
     return bool(((forward or pre) and (_opaque(forward) or _opaque(pre)))
@@ -125,7 +126,7 @@ class _PassThroughGate(nn.Module):
         # Cheapest test first: the tensor handed over is this call's only argument.
         pending = self.__dict__.get(PENDING)
         if pending is not None and len(args) == 1 and not kwargs and \
-                pending[0]() is args[0] and not (_hooked(self) or _global_hooks()) and \
+                pending[0]() is args[0] and not (has_hooks(self) or _global_hooks()) and \
                 _pass_through(self, args[0]):
             return args[0]
         return super().__call__(*args, **kwargs)
