@@ -348,15 +348,22 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
         if forced is None:
             self.__dict__["_last_plan"] = (input.device, input.dtype, chosen)
             if chosen.uses_kernel:
-                planned = self.__dict__.get("_kernel_planned", frozenset())
-                self.__dict__["_kernel_planned"] = planned | {_device_dtype(input.device,
-                                                                            input.dtype)}
+                self._record_kernel_plan(input.device, input.dtype)
         return found
+
+    def _record_kernel_plan(self, device: torch.device, dtype: torch.dtype) -> None:
+        """Notes that a call on `device` running in `dtype` was planned on a kernel of ours
+        (what _kernel_planned_eagerly reads). A new record only when it grows: torch.compile
+        guards on it."""
+        planned = self.__dict__.get("_kernel_planned", frozenset())
+        key = _device_dtype(device, dtype)
+        if key not in planned:
+            self.__dict__["_kernel_planned"] = planned | {key}
 
     def _kernel_planned_eagerly(self, input: torch.Tensor) -> bool:
         """Whether an eager call of this module on input's device, in the dtype this call runs
         in, was planned on a kernel of ours (untimed or autotuned: the stride-phase layers the
-        graph-time rule leaves to aten among them). Read at torch.compile's graph time; the
+        graph-time rule leaves to aten among them), or optimize()'s example inputs were. Read at torch.compile's graph time; the
         record only grows, so a compiled graph recompiles at most once per device and dtype.
         Not under torch.export, whose programs keep the graph-time rule so that they do not
         depend on what the exporting process ran."""
@@ -491,6 +498,9 @@ def prepare_kernels(calls: Iterable[Tuple["FastConvTranspose2d", Tuple]],
             units.update(needed)
             if chosen is not None:  # what `backend` (and so summary()) shows until a call runs
                 module.__dict__["_last_plan"] = (geometry[3], geometry[2], chosen)
+                if chosen.uses_kernel and planner.forced_variant() is None:
+                    # (so that torch.compile(optimize(model, example_inputs)) follows it too)
+                    module._record_kernel_plan(geometry[3], _call_dtype(geometry[2]))
         gathered = _gathered_units.get()
         if gathered is not None:  # compile_together() compiles them at its end
             gathered.update(units)

@@ -100,3 +100,31 @@ def test_a_training_graph_keeps_aten_convolutions(recorded):
     torch.testing.assert_close(out, layer(x), rtol=1e-5, atol=1e-6)
     targets = [n.target for n in graphs[0].graph.nodes if n.op == "call_function"]
     assert any(_is_our_op(t) for t in targets) is not recorded
+
+
+def test_optimize_with_example_inputs_records_a_kernel_plan(monkeypatch):
+    """optimize(model, example_inputs) plans the layers' calls before any runs (so that their
+    kernels compile together); a kernel plan there is recorded as an eager call's is, so that
+    torch.compile(optimize(model, example_inputs)) follows it. On the CPU no call is planned on
+    a kernel, so the example plan is stubbed to one."""
+    import deconv_patch
+    from deconv_patch import modules
+    from deconv_patch.kernels import planner
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.ConvTranspose2d(8, 4, 4, 2, 1), nn.Tanh()).eval()
+    x = torch.randn(2, 8, 5, 5)
+    plain = deconv_patch.optimize(model, x, progress=False)
+    assert "_kernel_planned" not in plain[0].__dict__
+    assert not any(_is_our_op(t) for t in _ops_in_compiled_graph(plain, torch.randn_like(x)))
+
+    def example_plan(module, *geometry, activations=()):
+        return planner.Plan(planner.GEMM_PHASE_TMA, "stub"), ()
+
+    monkeypatch.setattr(modules, "example_plan", example_plan)
+    patched = deconv_patch.optimize(model, x, progress=False)
+    assert patched[0].__dict__["_kernel_planned"] == {_device_dtype(x.device, x.dtype)}
+    assert any(_is_our_op(t) for t in _ops_in_compiled_graph(patched, torch.randn_like(x)))
+    with planner.use_variant(planner.ATEN):  # a forced variant's plan is no eager plan
+        forced = deconv_patch.optimize(model, x, progress=False)
+    assert "_kernel_planned" not in forced[0].__dict__
