@@ -128,3 +128,30 @@ def test_optimize_with_example_inputs_records_a_kernel_plan(monkeypatch):
     with planner.use_variant(planner.ATEN):  # a forced variant's plan is no eager plan
         forced = deconv_patch.optimize(model, x, progress=False)
     assert "_kernel_planned" not in forced[0].__dict__
+
+
+def test_a_repeated_record_recompiles_nothing():
+    """Eager calls of new geometries on a recorded device and dtype leave the record as it is
+    (the same object), so a compiled graph does not recompile; a new dtype grows it once."""
+    layer = _layer()
+    x = torch.randn(2, 8, 5, 5)
+    layer._record_kernel_plan(x.device, x.dtype)
+    record = layer.__dict__["_kernel_planned"]
+    compiles: List[int] = []
+
+    def backend(gm, _inputs):
+        compiles.append(1)
+        return gm.forward
+
+    torch._dynamo.reset()
+    compiled = torch.compile(layer, backend=backend)
+    with torch.no_grad():
+        compiled(x)
+        layer._record_kernel_plan(x.device, x.dtype)  # another geometry's eager plan
+        assert layer.__dict__["_kernel_planned"] is record
+        compiled(torch.randn_like(x))
+        assert len(compiles) == 1
+        layer._record_kernel_plan(x.device, torch.bfloat16)
+        for _ in range(3):
+            compiled(torch.randn_like(x))
+    assert len(compiles) <= 2
