@@ -22,7 +22,6 @@
 #include <ATen/Context.h>
 #include <ATen/core/LegacyTypeDispatch.h>
 #include <ATen/core/dispatch/Dispatcher.h>
-#include <ATen/core/grad_mode.h>
 #include <ATen/ops/conv_transpose2d.h>
 #include <c10/util/Exception.h>
 #include <torch/library.h>
@@ -165,13 +164,6 @@ at::Tensor conv_transpose2d_cuda(const at::Tensor& input, const at::Tensor& weig
   return out;
 }
 
-bool records_grad(const at::Tensor& input, const at::Tensor& weight,
-                  const c10::optional<at::Tensor>& bias) {
-  return at::GradMode::is_enabled() &&
-         (input.requires_grad() || weight.requires_grad() ||
-          (bias.has_value() && bias->defined() && bias->requires_grad()));
-}
-
 at::Tensor conv_transpose2d_autograd_cuda(const at::Tensor& input, const at::Tensor& weight,
                                           const c10::optional<at::Tensor>& bias,
                                           c10::IntArrayRef stride, c10::IntArrayRef padding,
@@ -224,8 +216,9 @@ bool install_op_kernel(py::object miss, py::object forced_variant) {
 void bind_op_kernel(py::module& m) {
   m.def("install_op_kernel", &install_op_kernel,
         "Registers the op's C++ CUDA and AutogradCUDA kernels over its Python ones (once per "
-        "process; True when this call did). miss(input, weight, bias, stride, padding, output_padding, groups, "
-        "dilation) -> (output, keep, prepared call) runs a call the kernel has no plan for; "
+        "process; True when this call did). miss(input, weight, bias, stride, padding, "
+        "output_padding, groups, dilation) -> (output, keep, prepared call) runs a call the "
+        "kernel has no plan for; "
         "forced_variant is use_variant's ContextVar",
         py::arg("miss"), py::arg("forced_variant"));
   m.def("clear_op_kernel_cache", [] {

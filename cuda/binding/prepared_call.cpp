@@ -27,7 +27,6 @@
 #include <ATen/Context.h>
 #include <ATen/PythonTorchFunctionTLS.h>
 #include <ATen/autocast_mode.h>
-#include <ATen/core/grad_mode.h>
 #include <ATen/ops/conv_transpose2d.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <c10/core/impl/TorchDispatchModeTLS.h>
@@ -255,8 +254,7 @@ class ModuleFastPath {
     if (call_ == nullptr) {
       y = at::conv_transpose2d(x, w, b, stride_, padding_, output_padding_, groups_, dilation_);
     } else {
-      if (at::GradMode::is_enabled() &&
-          (x.requires_grad() || w.requires_grad() || (b.has_value() && b->requires_grad()))) {
+      if (records_grad(x, w, b)) {
         if (!record_ || !call_->plain_epilogue()) return py::none();
         y = call_->recorded(x, w, b);
       } else {

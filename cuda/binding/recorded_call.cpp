@@ -1,6 +1,7 @@
 // A training step's forward on a kernel of ours, with the backward nn.ConvTranspose2d records.
 // The node is a C++ autograd Function, so a recorded call adds no Python to the step (a Python
 // autograd node cost tens of microseconds per layer, more than a small layer's forward).
+#include <ATen/core/grad_mode.h>
 #include <ATen/ops/convolution_backward.h>
 #include <torch/csrc/autograd/custom_function.h>
 
@@ -59,6 +60,13 @@ struct ConvTransposeFunction : public torch::autograd::Function<ConvTransposeFun
 };
 
 }  // namespace
+
+bool records_grad(const at::Tensor& input, const at::Tensor& weight,
+                  const c10::optional<at::Tensor>& bias) {
+  return at::GradMode::is_enabled() &&
+         (input.requires_grad() || weight.requires_grad() ||
+          (bias.has_value() && bias->defined() && bias->requires_grad()));
+}
 
 at::Tensor recorded_conv_transpose2d(const ConvForward& forward, const at::Tensor& input,
                                      const at::Tensor& weight,
