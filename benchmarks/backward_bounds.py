@@ -158,11 +158,11 @@ def main(argv: Optional[List[str]] = None) -> int:
                 ok = [r for r in sel if math.isfinite(r.us[c])]
                 parts.append(f"{c} {geomean([r.us[c] / r.floor_us for r in ok]):.1f}x "
                              f"{statistics.median(100 * r.floor_us / r.us[c] for r in ok):.0f}%")
-            kxs = [r for r in sel if "dgrad mm" in r.us and math.isfinite(r.us["dgrad mm"])]
-            if kxs:
-                parts.append("k==s mm/aten: dgrad "
-                             f"{geomean([r.us['dgrad'] / r.us['dgrad mm'] for r in kxs]):.2f}x "
-                             f"wgrad {geomean([r.us['wgrad'] / r.us['wgrad mm'] for r in kxs]):.2f}x")
+            for grad in ("dgrad", "wgrad"):  # the cuBLAS compositions (k == s layers)
+                mm = [r for r in sel if math.isfinite(r.us.get(f"{grad} mm", math.nan))]
+                if mm:
+                    ratio = geomean([r.us[grad] / r.us[f"{grad} mm"] for r in mm])
+                    parts.append(f"{grad} aten/mm {ratio:.2f}x")
             print(f"{mode:4s} {layout:4s} " + " | ".join(parts))
     return 0
 
