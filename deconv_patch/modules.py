@@ -363,8 +363,9 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
     def _kernel_planned_eagerly(self, input: torch.Tensor) -> bool:
         """Whether an eager call of this module on input's device, in the dtype this call runs
         in, was planned on a kernel of ours (untimed or autotuned: the stride-phase layers the
-        graph-time rule leaves to aten among them), or optimize()'s example inputs were. Read at torch.compile's graph time; the
-        record only grows, so a compiled graph recompiles at most once per device and dtype.
+        graph-time rule leaves to aten among them), or optimize()'s example inputs were. Read
+        at torch.compile's graph time; the record only grows, so a compiled graph recompiles at
+        most once per device and dtype.
         Not under torch.export, whose programs keep the graph-time rule so that they do not
         depend on what the exporting process ran."""
         if _exporting():
