@@ -77,12 +77,17 @@ def bench(layer: Layer, mode: str, layout: str, ceil: Ceilings, l2: int) -> Row:
     pairs = [(x, grads[i % len(grads)]) for i, x in enumerate(inputs)]
     bias_sizes = [layer.cout] if b is not None else None
 
-    def backward(mask: List[bool]) -> Callable[[object], object]:
+    def backward(mask: List[bool], via_cl: bool = False) -> Callable[[object], object]:
         def run(pair):
             x, gy = pair
-            return torch.ops.aten.convolution_backward(
+            if via_cl:  # cuDNN's channels_last kernels: ATen re-lays out grad_output to match
+                x = x.contiguous(memory_format=torch.channels_last)
+            grads = torch.ops.aten.convolution_backward(
                 gy, x, w, bias_sizes, list(a.stride), list(a.padding), list(a.dilation), True,
                 list(a.output_padding), a.groups, mask)
+            if via_cl:  # back to the layouts of the NCHW input and the weight
+                return [g.contiguous() if g is not None else None for g in grads]
+            return grads
         return run
 
     columns: Dict[str, Callable[[object], object]] = {
@@ -92,7 +97,12 @@ def bench(layer: Layer, mode: str, layout: str, ceil: Ceilings, l2: int) -> Row:
             list(a.dilation)),
         "dgrad": backward([True, False, False]),
         "wgrad": backward([False, True, b is not None]),
+        "bwd": backward([True, True, b is not None]),
     }
+    if layout == "nchw":
+        columns["dgrad cl"] = backward([True, False, False], via_cl=True)
+        columns["wgrad cl"] = backward([False, True, b is not None], via_cl=True)
+        columns["bwd cl"] = backward([True, True, b is not None], via_cl=True)
     if _kxs(layer):
         (kh, kw), co = layer.kernel, layer.cout
         # W as [Cin, kh*kw*Cout], its columns in _rows_of's order.
@@ -112,7 +122,8 @@ def bench(layer: Layer, mode: str, layout: str, ceil: Ceilings, l2: int) -> Row:
     return Row(layer.name, mode, layout, 1e3 * floor_ms, us)
 
 
-COLUMNS = ["fwd", "fwd ours", "dgrad", "dgrad mm", "wgrad", "wgrad mm"]
+COLUMNS = ["fwd", "fwd ours", "dgrad", "dgrad mm", "dgrad cl", "wgrad", "wgrad mm", "wgrad cl",
+           "bwd", "bwd cl"]
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -163,6 +174,12 @@ def main(argv: Optional[List[str]] = None) -> int:
                 if mm:
                     ratio = geomean([r.us[grad] / r.us[f"{grad} mm"] for r in mm])
                     parts.append(f"{grad} aten/mm {ratio:.2f}x")
+            for grad in ("dgrad", "wgrad", "bwd"):  # NCHW through cuDNN's channels_last kernels
+                cl = [r for r in sel if math.isfinite(r.us.get(f"{grad} cl", math.nan))]
+                if cl:
+                    ratios = [r.us[grad] / r.us[f"{grad} cl"] for r in cl]
+                    parts.append(f"{grad} nchw/cl {geomean(ratios):.2f}x "
+                                 f"(min {min(ratios):.2f}, max {max(ratios):.2f})")
             print(f"{mode:4s} {layout:4s} " + " | ".join(parts))
     return 0
 
