@@ -9,7 +9,7 @@ in fp32 (TF32 allowed, PyTorch's default for convolutions) and bf16:
 Prints a table last; `--out results.json` also writes every row as JSON. Needs a CUDA GPU.
 
     python benchmarks/models.py [--models dcgan,unet] [--dtypes fp32,bf16] [--no-compile]
-                                [--no-benchmark]
+                                [--no-benchmark] [--compile-mode reduce-overhead]
 
 cudnn.benchmark is on (cuDNN and deconv_patch's autotune time their choices) unless
 --no-benchmark, PyTorch's default: cuDNN's heuristic against the planner's untimed rule.
@@ -111,8 +111,8 @@ def bench(example: Example, dtype_name: str, batch: int, args: argparse.Namespac
         else:
             try:
                 torch._dynamo.reset()
-                compiled = torch.compile(model)
-                compiled_patched = torch.compile(patched)
+                compiled = torch.compile(model, mode=args.compile_mode)
+                compiled_patched = torch.compile(patched, mode=args.compile_mode)
                 with torch.no_grad():
                     compiled(*inputs)  # compile outside the timed region
                     compiled_patched(*inputs)
@@ -166,6 +166,8 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     parser.add_argument("--rounds", type=int, default=3,
                         help="timed forwards per side = rounds x reps")
     parser.add_argument("--no-compile", action="store_true", help="skip torch.compile columns")
+    parser.add_argument("--compile-mode", default="default",
+                        help="torch.compile's mode for both sides (e.g. reduce-overhead)")
     parser.add_argument("--compile-all", action="store_true",
                         help="also torch.compile the detection model (slow)")
     parser.add_argument("--no-benchmark", action="store_true",

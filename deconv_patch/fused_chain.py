@@ -34,6 +34,7 @@ from torch import nn
 
 from .dataflow import CallSite, call_site
 from .fusion import bn_scale_shift, fold_scale_shift
+from .kernels.kept_buffers import may_keep_buffers
 from .summary import PatchWarning
 
 PENDING = "_deconv_patch_pending"  # module __dict__ key: (weakref to the handed-over output, next)
@@ -227,10 +228,11 @@ class FusedChain:
                 + (bn.eps,)  # type: ignore[union-attr]
         except RuntimeError:  # inference tensors have no version counter: fold every call
             key = None
-        if key is not None and sources[0].is_cuda and torch.cuda.is_current_stream_capturing():
+        if key is not None and not may_keep_buffers(sources[0].device):
             # A CUDA graph being captured: the fold goes into the graph, so each replay folds
             # the parameters as they are then (in-place updates between replays bump no counter
-            # a graph could check), and its output, filled only by replays, is not cached.
+            # a graph could check), and its output, filled only by replays, is not cached; nor
+            # one made in a graph's warm-up, from the graph's pool (kernels/kept_buffers.py).
             key = None
         cached = self._folded_sources
         if key is not None and key == self._folded_key and cached is not None and \

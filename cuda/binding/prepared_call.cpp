@@ -7,7 +7,8 @@
 //                   epilogue fixed (deconv_patch/ops.py kernel_call makes them). It keeps the
 //                   packed weight it last used and asks Python's cache (`repack`, shared by all
 //                   geometries of a weight) for a fresh one when the weight tensor, its storage or
-//                   its version counter changes, and packs inside a CUDA graph being captured.
+//                   its version counter changes; inside a CUDA graph being captured or warmed up
+//                   it packs per call.
 //                   A call autograd records runs it as a node whose backward is ATen's
 //                   (binding/recorded_call.cpp).
 //   ModuleFastPath  a FastConvTranspose2d's last call geometry. An identical call (same sizes,
@@ -34,6 +35,7 @@
 #include <torch/csrc/autograd/python_variable.h>
 #include <torch/csrc/jit/frontend/tracer.h>
 
+#include "binding/kept_buffers.hpp"
 #include "binding/prepared_call.hpp"
 #include "binding/recorded_call.hpp"
 #include "binding/torch_binding.hpp"
@@ -44,23 +46,6 @@ namespace {
 
 using Ints = std::vector<int64_t>;
 using WeakImpl = c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>;
-
-// The CUDA graph capture sequence the weight's device's current stream is in: its id and the
-// stream, or {0, stream} when it is capturing nothing.
-struct Capture {
-  unsigned long long id = 0;
-  cudaStream_t stream = nullptr;
-  bool operator==(const Capture& o) const { return id == o.id && stream == o.stream; }
-};
-Capture current_capture(const at::Tensor& weight) {
-  Capture c;
-  c.stream = c10::cuda::getCurrentCUDAStream(weight.get_device()).stream();
-  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-  if (cudaStreamGetCaptureInfo(c.stream, &status, &c.id) != cudaSuccess ||
-      status == cudaStreamCaptureStatusNone)
-    c.id = 0;
-  return c;
-}
 
 // A weight as a packed copy was made from: the tensor (a weak reference keeps its TensorImpl
 // allocation alive, so a different tensor can never reuse its address), its version and data.
@@ -139,27 +124,16 @@ class PreparedCall {
   // A recorded call (training) packs here, not through Python's cache: its weight changes every
   // step (an optimizer step, or autocast's new cast), so no shared copy would be reused, and the
   // trip through Python cost more than a small layer's forward.
-  // While a CUDA graph is being captured the pack goes into the graph, once per capture
-  // sequence, stream and weight version: every replay packs the weight as it is at that replay
-  // (an in-place update between replays - load_state_dict, an EMA or optimizer step - bumps no
-  // counter a graph could check). That buffer, filled only by replays, never serves an eager
-  // call; the first call after the capture lets it go.
+  // While a CUDA graph is being captured the pack goes into the graph, call by call: every replay
+  // packs the weight as it is at that replay (an in-place update between replays -
+  // load_state_dict, an EMA or optimizer step - bumps no counter a graph could check), and the
+  // buffer is the call's alone. Where a buffer may not be kept (binding/kept_buffers.hpp: a
+  // graph's warm-up) a changed weight is packed for the call alone too.
   at::Tensor packed_for(const at::Tensor& weight, bool recorded) {
-    const Capture capture = current_capture(weight);
-    if (capture.id != 0) {
-      if (!(graph_packed_.defined() && graph_capture_ == capture &&
-            same_weight(weight, graph_seen_))) {
-        graph_packed_ = pack(weight);
-        graph_capture_ = capture;
-        graph_seen_ = seen(weight);
-      }
-      return graph_packed_;
-    }
-    if (graph_packed_.defined()) {
-      graph_packed_.reset();
-      graph_seen_ = WeightSeen{};
-    }
+    const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(weight.get_device()).stream();
+    if (stream_capturing(stream)) return pack(weight);
     if (packed_.defined() && same_weight(weight, seen_)) return packed_;
+    if (!may_keep_buffers(stream)) return pack(weight);
     packed_ = recorded ? pack(weight) : repack_(weight).cast<at::Tensor>();
     seen_ = seen(weight);
     return packed_;
@@ -181,9 +155,6 @@ class PreparedCall {
   const py::object repack_;  // None: the variant reads the weight as it is
   at::Tensor packed_;
   WeightSeen seen_;
-  at::Tensor graph_packed_;  // packed inside the capture graph_capture_
-  Capture graph_capture_;
-  WeightSeen graph_seen_;
 };
 
 // Sizes, strides, dtype and device of a tensor, compared on every fast-path call.

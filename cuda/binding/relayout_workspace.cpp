@@ -9,9 +9,11 @@
 // order, so the next call's re-layout on that stream starts after the previous call's GEMM has
 // read the buffer; two threads sharing a stream hold different buffers, so their interleaved
 // launches never overwrite each other's input. Under CUDA-graph capture the buffer would be baked
-// into the graph and could be overwritten by a later eager call before a replay, so capture gets
+// into the graph and could be overwritten by a later eager call before a replay, and in a graph's
+// warm-up it would come from the graph's pool (binding/kept_buffers.hpp), so there the call gets
 // a fresh allocation (the caller's fallback).
 #include "binding/relayout_workspace.hpp"
+#include "binding/kept_buffers.hpp"
 
 #include <ATen/ops/empty.h>
 #include <c10/cuda/CUDAStream.h>
@@ -34,16 +36,10 @@ std::map<WorkspaceKey, at::Tensor>& thread_workspaces() {
   return *buffers;
 }
 
-bool stream_capturing(cudaStream_t stream) {
-  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-  return cudaStreamIsCapturing(stream, &status) != cudaSuccess ||
-         status != cudaStreamCaptureStatusNone;
-}
-
 }  // namespace
 
 const void* relayout_into_workspace(const at::Tensor& input, cudaStream_t stream) {
-  if (!relayout_kernel_takes(input) || stream_capturing(stream)) return nullptr;
+  if (!relayout_kernel_takes(input) || !may_keep_buffers(stream)) return nullptr;
   const int64_t bytes = input.numel() * input.element_size();
   at::Tensor& buffer =
       thread_workspaces()[{input.get_device(), reinterpret_cast<std::uintptr_t>(stream)}];

@@ -19,7 +19,7 @@ inline bool relayout_kernel_takes(const at::Tensor& input) {
 // buffer for (device, stream), grown as needed, and returns the buffer: `input`'s sizes in
 // channels_last order, strides (C*H*W, 1, W*C, C). Returns nullptr, launching nothing, where the
 // caller must make its own copy: other layouts or element sizes, a stream under CUDA-graph
-// capture, or a re-layout the kernel cannot launch.
+// capture or warm-up (binding/kept_buffers.hpp), or a re-layout the kernel cannot launch.
 const void* relayout_into_workspace(const at::Tensor& input, cudaStream_t stream);
 
 // Frees this thread's buffers (back to PyTorch's caching allocator).

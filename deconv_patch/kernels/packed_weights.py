@@ -6,7 +6,8 @@ on every in-place change (optimizer steps, `load_state_dict`, `copy_`), so a cha
 re-packed on its next use and a stale copy is never read. Inference tensors (made under
 torch.inference_mode) have no version counter, so theirs are packed afresh on every call. A call
 made while a CUDA graph is captured does not ask here: it packs inside the graph, so that every
-replay reads the weight as it is then (cuda/binding/prepared_call.cpp).
+replay reads the weight as it is then (cuda/binding/prepared_call.cpp). Nothing is kept while a
+CUDA graph is captured or warmed up (kept_buffers.py).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import torch
 from .. import kernels
 from ..arguments import ConvTransposeArgs
 from .extension import load_family_any
+from .kept_buffers import may_keep_buffers
 
 _MAX_ENTRIES = 1024
 
@@ -55,8 +57,9 @@ class PackedWeightCache:
         on every call (ops.kernel_call)."""
         if layout_key is None:
             layout_key = LayoutKey(variant, args, allow_tf32)
-        if weight.is_inference():
-            # No version counter to notice in-place changes by: packed afresh on every call.
+        if weight.is_inference() or not may_keep_buffers(weight.device):
+            # No version counter to notice in-place changes by, or a CUDA graph's capture or
+            # warm-up (kept_buffers): packed afresh for this call.
             self.packs += 1
             return self._pack(variant, weight, args, allow_tf32)
         key = (id(weight), weight.data_ptr(), weight.dtype, weight.shape, weight.stride(),

@@ -91,15 +91,19 @@ def test_example_inputs_make_compiled_graphs_follow_their_plans(dtype):
     assert max_error(got, ref) <= allowed_error(max_error(pytorch, ref), ref, dtype)
 
 
-def test_reduce_overhead_replays_follow_in_place_weight_updates():
-    """mode="reduce-overhead" (CUDA graphs): each replay computes with the weights as they are
-    then (a captured call packs its weight inside the graph), checked against float64."""
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("layout", [torch.contiguous_format, torch.channels_last])
+def test_reduce_overhead_replays_follow_in_place_weight_updates(dtype, layout):
+    """mode="reduce-overhead" (Inductor's CUDA-graph trees): the warm-up runs keep no packed
+    weight or workspace from the graphs' pool (the trees refuse live allocations they do not
+    know of), and each replay computes with the weights as they are then (a captured call packs
+    its weight inside the graph), checked against float64."""
     import deconv_patch
 
-    dtype = torch.bfloat16
     with torch.backends.cudnn.flags(enabled=True, benchmark=False, allow_tf32=True):
-        model = _decoder(dtype)
-        x = torch.randn(16, 256, 8, 8, device="cuda", dtype=dtype)
+        model = _decoder(dtype).to(memory_format=layout)
+        x = torch.randn(16, 256, 8, 8, device="cuda", dtype=dtype).contiguous(
+            memory_format=layout)
         patched = deconv_patch.optimize(model, x, progress=False)
         compiled = torch.compile(patched, mode="reduce-overhead")
         with torch.no_grad():
@@ -109,7 +113,7 @@ def test_reduce_overhead_replays_follow_in_place_weight_updates():
                         m.weight.mul_(-0.5).add_(0.01)  # both models share no tensors
                     for m in (patched[0], patched[2]):
                         m.weight.mul_(-0.5).add_(0.01)
-                fresh = torch.randn_like(x)
+                fresh = torch.randn_like(x)  # keeps x's layout
                 got = compiled(fresh).clone()
                 pytorch = model(fresh)
                 ref = _float64(model, fresh)

@@ -1,0 +1,22 @@
+"""Whether a device tensor made now may be kept past the call that makes it (a packed weight, a
+folded BatchNorm): the Python side of cuda/binding/kept_buffers.hpp, which says why.
+
+Not while a CUDA graph is being captured (the graph's replays alone write it), and not while
+Inductor's CUDA-graph trees (torch.compile's "reduce-overhead") warm a graph up: the thread's
+allocations then come from the graph's private pool, and a tensor kept there is a live
+allocation the trees do not know of. The trees turn off ATen's conv-benchmark cache emptying for
+their warm-up and recording runs, which is the one sign of it that can be read.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def may_keep_buffers(device: torch.device) -> bool:
+    if device.type != "cuda":
+        return True
+    if torch.cuda.is_current_stream_capturing():
+        return False
+    flag = getattr(torch._C, "_cuda_get_conv_benchmark_empty_cache", None)
+    return flag is None or bool(flag())
