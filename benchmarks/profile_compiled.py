@@ -63,6 +63,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--top", type=int, default=25)
     p.add_argument("--no-benchmark", action="store_true",
                    help="cudnn.benchmark off (PyTorch's default) on both sides")
+    p.add_argument("--compile-mode", default="default",
+                   help="torch.compile's mode for both sides (e.g. reduce-overhead)")
     p.add_argument("--kernels", action="store_true",
                    help="each compiled side's GPU kernels per forward")
     args = p.parse_args(argv)
@@ -73,8 +75,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     model = example.build(small=False).to(device="cuda", dtype=dtype).eval()
     inputs = example.inputs(args.batch, "cuda", dtype)
     patched = optimize(model, inputs, progress=False)
-    compiled = torch.compile(model)
-    compiled_patched = torch.compile(patched)
+    compiled = torch.compile(model, mode=args.compile_mode)
+    compiled_patched = torch.compile(patched, mode=args.compile_mode)
     paths: Dict[str, Callable[[], object]] = {
         "eager": lambda: model(*inputs), "patched": lambda: patched(*inputs),
         "compiled": lambda: compiled(*inputs),

@@ -118,3 +118,27 @@ def test_reduce_overhead_replays_follow_in_place_weight_updates(dtype, layout):
                 pytorch = model(fresh)
                 ref = _float64(model, fresh)
                 assert max_error(got, ref) <= allowed_error(max_error(pytorch, ref), ref, dtype)
+
+
+def test_reduce_overhead_with_weight_heavy_layers_and_autotune():
+    """pix2pix's inner layers at batch 16 (weights larger than input and output together) under
+    mode="reduce-overhead" with cudnn.benchmark on: the warm-up plans and times each layer, the
+    capture packs each kernel's weight in the graph, and each replay is checked against
+    float64."""
+    import deconv_patch
+
+    dtype = torch.bfloat16
+    with torch.backends.cudnn.flags(enabled=True, benchmark=True, allow_tf32=True):
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.ConvTranspose2d(1024, 512, 4, 2, 1), nn.ReLU(),
+                              nn.ConvTranspose2d(512, 256, 4, 2, 1)).to("cuda", dtype).eval()
+        x = torch.randn(16, 1024, 2, 2, device="cuda", dtype=dtype)
+        patched = deconv_patch.optimize(model, x, progress=False)
+        compiled = torch.compile(patched, mode="reduce-overhead")
+        with torch.no_grad():
+            for _ in range(3):
+                fresh = torch.randn_like(x)
+                got = compiled(fresh).clone()
+                pytorch = model(fresh)
+                ref = _float64(model, fresh)
+                assert max_error(got, ref) <= allowed_error(max_error(pytorch, ref), ref, dtype)
