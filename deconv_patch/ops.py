@@ -50,7 +50,10 @@ from .kernel_calls import (  # noqa: E402,F401
     _cuda, _OP_PLANS, _run_entry, first_run, install_op_kernel, kernel_call, op_call_key,
     op_plans, planned_op_call, run_variant)
 
-torch.library.define(QUALNAME, SCHEMA)
+# flexible_layout: the kernels take any input strides, so Inductor may hand the op the layout it
+# chose for its own kernels (channels_last around convolutions) rather than copy to the traced
+# one; the fake kernel gives the output strides the CUDA kernel returns for that layout.
+torch.library.define(QUALNAME, SCHEMA, tags=(torch.Tag.flexible_layout,))
 torch.library.define(FUSED_QUALNAME, FUSED_SCHEMA)
 
 

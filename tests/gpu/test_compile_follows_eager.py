@@ -142,3 +142,46 @@ def test_reduce_overhead_with_weight_heavy_layers_and_autotune():
                 pytorch = model(fresh)
                 ref = _float64(model, fresh)
                 assert max_error(got, ref) <= allowed_error(max_error(pytorch, ref), ref, dtype)
+
+
+class _SkipUNet(nn.Module):
+    """pix2pix's decoder step: an encoder convolution (Inductor lays the graph out channels_last
+    for it), a transposed convolution on its output, and a skip concatenation."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.down = nn.Conv2d(64, 256, 4, 2, 1)
+        self.up = nn.ConvTranspose2d(256, 64, 4, 2, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.cat([self.up(torch.relu(self.down(x))), x], 1)
+
+    def float64(self, x: torch.Tensor) -> torch.Tensor:
+        d = F.conv2d(x.double(), self.down.weight.double(), self.down.bias.double(), 2, 1)
+        u = F.conv_transpose2d(d.relu(), self.up.weight.double(), self.up.bias.double(), 2, 1)
+        return torch.cat([u, x.double()], 1)
+
+
+@pytest.mark.parametrize("mode", ["default", "reduce-overhead"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_the_op_takes_the_layout_inductor_gives_it(mode, dtype):
+    """The op takes any input layout (tagged flexible_layout), so in a graph Inductor lays out
+    channels_last for its convolutions it gets channels_last inputs; its fake kernel gives the
+    output strides the CUDA kernel returns for them. Checked against float64 on fresh inputs."""
+    import deconv_patch
+
+    with torch.backends.cudnn.flags(enabled=True, benchmark=False, allow_tf32=True):
+        torch.manual_seed(0)
+        model = _SkipUNet().to("cuda", dtype).eval()
+        x = torch.randn(8, 64, 64, 64, device="cuda", dtype=dtype)
+        patched = deconv_patch.optimize(model, x, progress=False)
+        torch._dynamo.reset()
+        compiled = torch.compile(patched, mode=mode)
+        with torch.no_grad():
+            for _ in range(3):
+                fresh = torch.randn_like(x)
+                got = compiled(fresh).clone()
+                ref = model.float64(fresh)
+                pytorch = model(fresh)
+                assert got.shape == ref.shape
+                assert max_error(got, ref) <= allowed_error(max_error(pytorch, ref), ref, dtype)
