@@ -25,6 +25,20 @@ def test_schema_matches_functional_signature():
                         "output_padding": [0, 0], "groups": 1, "dilation": [1, 1]}
 
 
+@pytest.mark.skipif(not hasattr(torch.Tag, "flexible_layout"), reason="no such tag here")
+def test_inductor_may_hand_the_op_any_layout():
+    """Tagged flexible_layout: under Inductor the op takes the layout its producer has
+    (channels_last around convolutions) instead of a copy in the traced strides, and its fake
+    kernel follows the layout it is given (test_fake_and_meta_shapes_match_real_output: inputs
+    of every layout, real against fake)."""
+    assert torch.Tag.flexible_layout in OP.default.tags
+    x = torch.randn(2, 8, 5, 7).contiguous(memory_format=torch.channels_last)
+    w = torch.randn(8, 4, 3, 3)
+    with FakeTensorMode() as mode:
+        fake = OP(mode.from_tensor(x), mode.from_tensor(w), None, [2, 2], [1, 1])
+    assert fake.stride() == F.conv_transpose2d(x, w, None, 2, 1).stride()
+
+
 @pytest.mark.parametrize("seed", range(200))
 def test_fake_and_meta_shapes_match_real_output(seed):
     case = random_case(seed + 1000, dtypes=(torch.float32,))
