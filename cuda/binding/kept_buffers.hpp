@@ -7,8 +7,9 @@
 // memory the trees hand out again to the graph's tensors, and a buffer kept there is a live
 // allocation they do not know of (they stop with "tensor(s) in the cudagraph pool not tracked as
 // outputs"). The allocator cannot be asked where allocations go; the trees turn off ATen's
-// conv-benchmark cache emptying for exactly their warm-up and recording runs, and that flag is
-// what is read here. A user who turns it off too only gets buffers made per call.
+// conv-benchmark cache emptying for their warm-up runs (their recording is a stream capture),
+// and that flag is what is read here. A user who turns it off too only gets buffers made per
+// call.
 #pragma once
 
 #include <ATen/native/ConvUtils.h>

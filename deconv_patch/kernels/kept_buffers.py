@@ -5,7 +5,8 @@ Not while a CUDA graph is being captured (the graph's replays alone write it), a
 Inductor's CUDA-graph trees (torch.compile's "reduce-overhead") warm a graph up: the thread's
 allocations then come from the graph's private pool, and a tensor kept there is a live
 allocation the trees do not know of. The trees turn off ATen's conv-benchmark cache emptying for
-their warm-up and recording runs, which is the one sign of it that can be read.
+their warm-up runs (their recording is a stream capture), which is the one sign of it that can be
+read.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import torch
 
 
 def may_keep_buffers(device: torch.device) -> bool:
+    """False while a tensor made on `device` now would belong to a CUDA graph (see above)."""
     if device.type != "cuda":
         return True
     if torch.cuda.is_current_stream_capturing():
