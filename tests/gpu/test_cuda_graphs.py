@@ -106,8 +106,8 @@ def test_fused_chain_replays_follow_conv_and_batchnorm_updates():
 
 
 def test_a_weight_changed_inside_the_captured_region_is_packed_again():
-    """Calls in one capture share the graph's pack only while the weight stays the same: an
-    in-place update captured between two calls makes the second call pack again."""
+    """Each call in a capture packs the weight for itself, so an in-place update captured
+    between two calls reaches the second call."""
     ref = nn.ConvTranspose2d(64, 64, 2, 2, device="cuda", dtype=torch.bfloat16)
     m = FastConvTranspose2d.from_module(ref)
     x = torch.randn(4, 64, 64, 64, device="cuda", dtype=torch.bfloat16).contiguous(
