@@ -13,7 +13,7 @@ from __future__ import annotations
 import sys
 from typing import List, Optional
 
-from .bench import _cmd_bench, _cpu_ms, _median
+from .bench import _cmd_bench, _cpu_ms
 from .build_demo import _cmd_build, _cmd_demo
 from .info import _cmd_info, _p
 from .loading import (
@@ -31,7 +31,7 @@ __all__ = [
     "_cmd_build", "_cmd_demo", "_DTYPES", "parse_shape", "Target", "_target", "_inputs", "_place",
     "_build_architecture", "Source", "_load", "_is_oom", "_oom_error", "_check_inputs",
     "_validate", "_report_files", "_refused", "_cpu_note", "_cmd_patch", "_patch_program",
-    "_eager", "_cmd_validate", "_cmd_info", "_p", "_cmd_bench", "_median", "_cpu_ms", "_common",
+    "_eager", "_cmd_validate", "_cmd_info", "_p", "_cmd_bench", "_cpu_ms", "_common",
     "build_parser", "main",
 ]
 

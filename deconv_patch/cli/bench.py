@@ -30,11 +30,11 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     try:
         with torch.no_grad():
             if target.device.type == "cuda":
-                from ..timing import time_interleaved
+                from ..timing import median_interleaved
 
-                t_o, t_p = time_interleaved([lambda: original(*inputs), lambda: patched(*inputs)],
-                                            args.warmup, args.reps)
-                ms_o, ms_p = _median(t_o), _median(t_p)
+                ms_o, ms_p = median_interleaved(
+                    [lambda: original(*inputs), lambda: patched(*inputs)], args.warmup,
+                    args.reps)
             else:
                 ms_o, ms_p = (_cpu_ms(lambda: f(*inputs), args.warmup, args.reps)
                               for f in (original, patched))
@@ -53,13 +53,6 @@ def _cmd_bench(args: argparse.Namespace) -> int:
           "PyTorch's own kernels, so nothing is faster here; run bench on a CUDA GPU to measure "
           "deconv_patch")
     return ExitCode.OK
-
-
-def _median(samples: Any) -> float:
-    for attr in ("median_ms", "median"):
-        if hasattr(samples, attr):
-            return float(getattr(samples, attr))
-    return float(statistics.median(samples))
 
 
 def _cpu_ms(fn: Callable[[], Any], warmup: int, reps: int) -> float:
