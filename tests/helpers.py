@@ -24,7 +24,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Callable, Iterable, List, Optional, Sequence
+from typing import Any, Callable, Iterable, List, Optional, Sequence, Tuple
 
 import pytest
 import torch
@@ -304,6 +304,29 @@ def check_repacks_after_an_in_place_weight_update(variant: str, x: torch.Tensor,
     second = run_variant(variant, x, w, None, args)
     assert packed_weights.cache().packs == packs + 1
     torch.testing.assert_close(second, first * -2.0, rtol=0, atol=0)  # exact: power-of-2 scale
+
+
+# ---- torch.compile graphs ----------------------------------------------------------------------
+
+def compiled_graph_calls(module: nn.Module, x: torch.Tensor) -> Tuple[List[object], torch.Tensor]:
+    """The call targets of the one graph Dynamo captures for module(x) (fullgraph, no_grad),
+    and the compiled output."""
+    graphs: List[torch.fx.GraphModule] = []
+
+    def backend(gm: torch.fx.GraphModule, _inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    torch._dynamo.reset()
+    with torch.no_grad():
+        out = torch.compile(module, backend=backend, fullgraph=True)(x)
+    assert len(graphs) == 1
+    return [n.target for n in graphs[0].graph.nodes if n.op == "call_function"], out
+
+
+def calls_our_op(targets: Iterable[object]) -> bool:
+    """Whether a graph's call targets include torch.ops.deconv_patch.conv_transpose2d."""
+    return any(t in (OP, OP.default) for t in targets)
 
 
 # ---- whole models: the foundation bound --------------------------------------------------------

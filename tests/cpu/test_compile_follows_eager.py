@@ -14,8 +14,7 @@ import torch.nn as nn
 
 from deconv_patch import FastConvTranspose2d
 from deconv_patch.modules import _device_dtype
-
-OP = torch.ops.deconv_patch.conv_transpose2d
+from tests.helpers import calls_our_op, compiled_graph_calls
 
 
 def _layer() -> FastConvTranspose2d:
@@ -26,37 +25,25 @@ def _layer() -> FastConvTranspose2d:
 def _ops_in_compiled_graph(module: nn.Module, x: torch.Tensor) -> List[object]:
     """The call targets of the graph Dynamo captures for module(x), after checking that the
     compiled output is the eager one."""
-    graphs: List[torch.fx.GraphModule] = []
-
-    def backend(gm: torch.fx.GraphModule, _inputs):
-        graphs.append(gm)
-        return gm.forward
-
-    torch._dynamo.reset()
-    compiled = torch.compile(module, backend=backend, fullgraph=True)
+    targets, out = compiled_graph_calls(module, x)
     with torch.no_grad():
-        torch.testing.assert_close(compiled(x), module(x), rtol=1e-5, atol=1e-6)
-    assert len(graphs) == 1
-    return [n.target for n in graphs[0].graph.nodes if n.op == "call_function"]
-
-
-def _is_our_op(target: object) -> bool:
-    return target in (OP, OP.default)
+        torch.testing.assert_close(out, module(x), rtol=1e-5, atol=1e-6)
+    return targets
 
 
 def test_a_layer_planned_on_a_kernel_eagerly_becomes_the_op():
     layer = _layer()
     x = torch.randn(2, 8, 5, 5)
-    assert not any(_is_our_op(t) for t in _ops_in_compiled_graph(layer, x))  # the rule: aten
+    assert not calls_our_op(_ops_in_compiled_graph(layer, x))  # the rule: aten
     layer.__dict__["_kernel_planned"] = frozenset({_device_dtype(x.device, x.dtype)})
-    assert any(_is_our_op(t) for t in _ops_in_compiled_graph(layer, x))
+    assert calls_our_op(_ops_in_compiled_graph(layer, x))
 
 
 def test_the_record_is_per_device_and_dtype():
     layer = _layer()
     x = torch.randn(2, 8, 5, 5)
     layer.__dict__["_kernel_planned"] = frozenset({_device_dtype(x.device, torch.bfloat16)})
-    assert not any(_is_our_op(t) for t in _ops_in_compiled_graph(layer, x))
+    assert not calls_our_op(_ops_in_compiled_graph(layer, x))
 
 
 def test_export_keeps_the_graph_time_rule():
@@ -66,7 +53,7 @@ def test_export_keeps_the_graph_time_rule():
     with torch.no_grad():  # (with gradients on, the call is recorded: aten either way)
         program = torch.export.export(layer, (x,))
     targets = [n.target for n in program.graph.nodes if n.op == "call_function"]
-    assert not any(_is_our_op(t) for t in targets)
+    assert not calls_our_op(targets)
     torch.testing.assert_close(program.module()(x), layer(x), rtol=1e-5, atol=1e-6)
 
 
@@ -99,7 +86,7 @@ def test_a_training_graph_keeps_aten_convolutions(recorded):
             out = compiled(x)
     torch.testing.assert_close(out, layer(x), rtol=1e-5, atol=1e-6)
     targets = [n.target for n in graphs[0].graph.nodes if n.op == "call_function"]
-    assert any(_is_our_op(t) for t in targets) is not recorded
+    assert calls_our_op(targets) is not recorded
 
 
 def test_optimize_with_example_inputs_records_a_kernel_plan(monkeypatch):
@@ -116,7 +103,7 @@ def test_optimize_with_example_inputs_records_a_kernel_plan(monkeypatch):
     x = torch.randn(2, 8, 5, 5)
     plain = deconv_patch.optimize(model, x, progress=False)
     assert "_kernel_planned" not in plain[0].__dict__
-    assert not any(_is_our_op(t) for t in _ops_in_compiled_graph(plain, torch.randn_like(x)))
+    assert not calls_our_op(_ops_in_compiled_graph(plain, torch.randn_like(x)))
 
     def example_plan(module, *geometry, activations=()):
         return planner.Plan(planner.GEMM_PHASE_TMA, "stub"), ()
@@ -124,7 +111,7 @@ def test_optimize_with_example_inputs_records_a_kernel_plan(monkeypatch):
     monkeypatch.setattr(modules, "example_plan", example_plan)
     patched = deconv_patch.optimize(model, x, progress=False)
     assert patched[0].__dict__["_kernel_planned"] == {_device_dtype(x.device, x.dtype)}
-    assert any(_is_our_op(t) for t in _ops_in_compiled_graph(patched, torch.randn_like(x)))
+    assert calls_our_op(_ops_in_compiled_graph(patched, torch.randn_like(x)))
     with planner.use_variant(planner.ATEN):  # a forced variant's plan is no eager plan
         forced = deconv_patch.optimize(model, x, progress=False)
     assert "_kernel_planned" not in forced[0].__dict__

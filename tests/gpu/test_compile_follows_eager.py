@@ -4,8 +4,6 @@ compiled output is checked against float64 on fresh inputs."""
 
 from __future__ import annotations
 
-from typing import List
-
 import pytest
 import torch
 import torch.nn as nn
@@ -13,23 +11,10 @@ import torch.nn.functional as F
 
 from deconv_patch import FastConvTranspose2d
 from deconv_patch.kernels import planner
-from tests.helpers import allowed_error, max_error
+from tests.helpers import allowed_error, calls_our_op, compiled_graph_calls, max_error
 
 pytestmark = pytest.mark.cuda
 OP = torch.ops.deconv_patch.conv_transpose2d
-
-
-def _graph_targets(module: nn.Module, x: torch.Tensor) -> List[object]:
-    graphs: List[torch.fx.GraphModule] = []
-
-    def backend(gm: torch.fx.GraphModule, _inputs):
-        graphs.append(gm)
-        return gm.forward
-
-    torch._dynamo.reset()
-    with torch.no_grad():
-        torch.compile(module, backend=backend, fullgraph=True)(x)
-    return [n.target for n in graphs[0].graph.nodes if n.op == "call_function"]
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
@@ -41,12 +26,12 @@ def test_a_stride_phase_layer_planned_on_our_kernel_compiles_to_the_op(dtype):
         args = layer._args(layer.output_padding)
         assert not planner.may_use_kernel(x.device, dtype, layer.kernel_size, args,
                                           (256, 128))  # the graph-time rule: aten
-        assert not any(t in (OP, OP.default) for t in _graph_targets(layer, x))
+        assert not calls_our_op(compiled_graph_calls(layer, x)[0])
         with torch.no_grad():
             layer(x)  # the eager plan
         if not layer.plan_for(x).uses_kernel:
             pytest.skip(f"the eager plan here is {layer.plan_for(x).variant}")
-        assert any(t in (OP, OP.default) for t in _graph_targets(layer, x))
+        assert calls_our_op(compiled_graph_calls(layer, x)[0])
         fresh = torch.randn_like(x)
         with torch.no_grad():
             got = torch.compile(layer, fullgraph=True)(fresh)
@@ -81,7 +66,7 @@ def test_example_inputs_make_compiled_graphs_follow_their_plans(dtype):
         planned = [m.__dict__.get("_kernel_planned") for m in (patched[0], patched[2])]
         if not any(planned):
             pytest.skip("no layer's example call is planned on a kernel of ours here")
-        targets = _graph_targets(patched, torch.randn_like(x))
+        targets = compiled_graph_calls(patched, torch.randn_like(x))[0]
         assert sum(t in (OP, OP.default) for t in targets) == sum(1 for p in planned if p)
         fresh = torch.randn_like(x)
         with torch.no_grad():
