@@ -18,15 +18,15 @@ struct ConvTransposeHyper {
   int64_t groups = 1;
 };
 
-// forward(input, weight, bias), recorded as conv_transpose2d(input, weight, bias, hyper): its
-// backward is ATen's convolution_backward, the one nn.ConvTranspose2d's call records, so the
-// gradients are PyTorch's for this output. `forward` runs with autograd off; a 3-D input is one
-// unbatched sample.
 // Whether autograd records a call on these arguments: grad mode on and one of them requiring a
 // gradient.
 bool records_grad(const at::Tensor& input, const at::Tensor& weight,
                   const c10::optional<at::Tensor>& bias);
 
+// forward(input, weight, bias), recorded as conv_transpose2d(input, weight, bias, hyper): its
+// backward is ATen's convolution_backward, the one nn.ConvTranspose2d's call records, so the
+// gradients are PyTorch's for this output. `forward` runs with autograd off; a 3-D input is one
+// unbatched sample.
 at::Tensor recorded_conv_transpose2d(const ConvForward& forward, const at::Tensor& input,
                                      const at::Tensor& weight,
                                      const c10::optional<at::Tensor>& bias,
