@@ -54,8 +54,7 @@ from .kernel_calls import (  # noqa: E402,F401
 # chose for its own kernels (channels_last around convolutions) rather than copy to the traced
 # one; the fake kernel gives the output strides the CUDA kernel returns for that layout. (A
 # torch without the tag keeps its default.)
-_LAYOUT_TAGS = tuple(getattr(torch.Tag, name) for name in ("flexible_layout",)
-                     if hasattr(torch.Tag, name))
+_LAYOUT_TAGS = (torch.Tag.flexible_layout,) if hasattr(torch.Tag, "flexible_layout") else ()
 torch.library.define(QUALNAME, SCHEMA, tags=_LAYOUT_TAGS)
 torch.library.define(FUSED_QUALNAME, FUSED_SCHEMA)
 

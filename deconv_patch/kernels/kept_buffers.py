@@ -13,6 +13,10 @@ from __future__ import annotations
 
 import torch
 
+# The trees' flag's getter, looked up once (a fused chain asks on every call); None in a torch
+# without it.
+_CONV_CACHE_EMPTYING = getattr(torch._C, "_cuda_get_conv_benchmark_empty_cache", None)
+
 
 def may_keep_buffers(device: torch.device) -> bool:
     """False while a tensor made on `device` now would belong to a CUDA graph (see above)."""
@@ -20,5 +24,4 @@ def may_keep_buffers(device: torch.device) -> bool:
         return True
     if torch.cuda.is_current_stream_capturing():
         return False
-    flag = getattr(torch._C, "_cuda_get_conv_benchmark_empty_cache", None)
-    return flag is None or bool(flag())
+    return _CONV_CACHE_EMPTYING is None or bool(_CONV_CACHE_EMPTYING())
