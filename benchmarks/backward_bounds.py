@@ -10,6 +10,8 @@ replayed, as layers.py's GPU column) of:
   * fwd: PyTorch's forward (`F.conv_transpose2d`), and ours (`torch.ops.deconv_patch`);
   * dgrad / wgrad: ATen's `convolution_backward` for grad_input alone, and for the weight's
     (and bias's) gradient alone: what a training step with our forward still pays cuDNN for;
+    `direct`: the same gradients on the direct backward kernels (cuda/direct_backward, every
+    layer, whether or not the planner would give it them);
   * for kernel == stride layers (no padding, dilation or groups), the two gradients as one
     cuBLAS GEMM each over grad_output rearranged so each input pixel's k*k output pixels form
     one row (`mm` columns: the rearranging copy included).
@@ -32,6 +34,7 @@ import torch
 import torch.nn.functional as F
 
 import deconv_patch  # noqa: F401  (registers torch.ops.deconv_patch)
+from deconv_patch.kernels.extension import load_units
 from layers import MODES, SUITES, Ceilings, Layer, geomean, graph_ms, layer_tensors, \
     measure_ceilings
 
@@ -99,6 +102,10 @@ def bench(layer: Layer, mode: str, layout: str, ceil: Ceilings, l2: int) -> Row:
         "wgrad": backward([False, True, b is not None]),
         "bwd": backward([True, True, b is not None]),
     }
+    core = load_units(())
+    direct_hyper = (list(a.stride), list(a.padding), list(a.dilation), a.groups)
+    columns["dgrad direct"] = lambda p: core.direct_grad_input(p[0], p[1], w, *direct_hyper)
+    columns["wgrad direct"] = lambda p: core.direct_weight_grad(p[0], p[1], w, *direct_hyper)
     if layout == "nchw":
         columns["dgrad cl"] = backward([True, False, False], via_cl=True)
         columns["wgrad cl"] = backward([False, True, b is not None], via_cl=True)
@@ -122,8 +129,8 @@ def bench(layer: Layer, mode: str, layout: str, ceil: Ceilings, l2: int) -> Row:
     return Row(layer.name, mode, layout, 1e3 * floor_ms, us)
 
 
-COLUMNS = ["fwd", "fwd ours", "dgrad", "dgrad mm", "dgrad cl", "wgrad", "wgrad mm", "wgrad cl",
-           "bwd", "bwd cl"]
+COLUMNS = ["fwd", "fwd ours", "dgrad", "dgrad mm", "dgrad cl", "dgrad direct", "wgrad",
+           "wgrad mm", "wgrad cl", "wgrad direct", "bwd", "bwd cl"]
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -174,6 +181,12 @@ def main(argv: Optional[List[str]] = None) -> int:
                 if mm:
                     ratio = geomean([r.us[grad] / r.us[f"{grad} mm"] for r in mm])
                     parts.append(f"{grad} aten/mm {ratio:.2f}x")
+            for grad in ("dgrad", "wgrad"):  # the direct backward kernels
+                ok = [r for r in sel if math.isfinite(r.us.get(f"{grad} direct", math.nan))]
+                if ok:
+                    ratios = [r.us[grad] / r.us[f"{grad} direct"] for r in ok]
+                    parts.append(f"{grad} aten/direct {geomean(ratios):.2f}x "
+                                 f"(min {min(ratios):.2f}, max {max(ratios):.2f})")
             for grad in ("dgrad", "wgrad", "bwd"):  # NCHW through cuDNN's channels_last kernels
                 cl = [r for r in sel if math.isfinite(r.us.get(f"{grad} cl", math.nan))]
                 if cl:

@@ -70,10 +70,11 @@ class PreparedCall {
   PreparedCall(int64_t family, int64_t config, Ints stride, Ints padding, Ints output_padding,
                Ints dilation, int64_t groups, bool channels_last, bool allow_tf32,
                c10::optional<at::Tensor> scale, c10::optional<at::Tensor> shift,
-               int64_t activation, double negative_slope, py::object repack)
+               int64_t activation, double negative_slope, py::object repack,
+               bool direct_grad_input, bool direct_weight_grad)
       : family_(family), config_(config),
         hyper_{std::move(stride), std::move(padding), std::move(output_padding),
-               std::move(dilation), groups},
+               std::move(dilation), groups, direct_grad_input, direct_weight_grad},
         channels_last_(channels_last),
         allow_tf32_(allow_tf32), scale_(std::move(scale)), shift_(std::move(shift)),
         activation_(activation), negative_slope_(negative_slope), repack_(std::move(repack)) {}
@@ -147,7 +148,7 @@ class PreparedCall {
 
   const int64_t family_;  // the registry's code (binding/family_units.hpp)
   const int64_t config_;
-  const ConvTransposeHyper hyper_;  // stride, padding, output_padding, dilation, groups
+  const ConvTransposeHyper hyper_;  // hyperparameters, and who computes a recorded call's grads
   const bool channels_last_, allow_tf32_;
   const c10::optional<at::Tensor> scale_, shift_;
   const int64_t activation_;
@@ -276,11 +277,12 @@ void bind_prepared_call(py::module& m) {
       m, "PreparedCall", "One kernel family and config prepared for calls of one geometry")
       .def(py::init<int64_t, int64_t, Ints, Ints, Ints, Ints, int64_t, bool, bool,
                     c10::optional<at::Tensor>, c10::optional<at::Tensor>, int64_t, double,
-                    py::object>(),
+                    py::object, bool, bool>(),
            py::arg("family"), py::arg("config"), py::arg("stride"), py::arg("padding"),
            py::arg("output_padding"), py::arg("dilation"), py::arg("groups"),
            py::arg("channels_last"), py::arg("allow_tf32"), py::arg("scale"), py::arg("shift"),
-           py::arg("activation"), py::arg("negative_slope"), py::arg("repack"))
+           py::arg("activation"), py::arg("negative_slope"), py::arg("repack"),
+           py::arg("direct_grad_input") = false, py::arg("direct_weight_grad") = false)
       .def("__call__", &PreparedCall::operator(), py::arg("input"), py::arg("weight"),
            py::arg("bias") = py::none(), py::arg("out") = py::none())
       .def("recorded", &PreparedCall::recorded, py::arg("input"), py::arg("weight"),

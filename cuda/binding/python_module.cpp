@@ -13,6 +13,7 @@
 
 #include "binding/family_units.hpp"
 #include "binding/op_kernel.hpp"
+#include "binding/direct_backward_call.hpp"
 #include "binding/prepared_call.hpp"
 #include "binding/relayout_workspace.hpp"
 #include "binding/torch_binding.hpp"
@@ -69,4 +70,14 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "The weight in a family's packed layout", py::arg("family"), py::arg("weight"),
         py::arg("stride"), py::arg("padding"), py::arg("output_padding"), py::arg("dilation"),
         py::arg("groups"), py::arg("allow_tf32"));
+  m.def("direct_grad_input", &deconv_patch::direct_grad_input,
+        "conv_transpose2d's input gradient on the direct backward kernels, in the input's "
+        "layout; KernelRefused where they do not run",
+        py::arg("input"), py::arg("grad_output"), py::arg("weight"), py::arg("stride"),
+        py::arg("padding"), py::arg("dilation"), py::arg("groups"));
+  m.def("direct_weight_grad", &deconv_patch::direct_weight_grad,
+        "conv_transpose2d's weight gradient on the direct backward kernels, in the weight's "
+        "layout, deterministic; KernelRefused where they do not run",
+        py::arg("input"), py::arg("grad_output"), py::arg("weight"), py::arg("stride"),
+        py::arg("padding"), py::arg("dilation"), py::arg("groups"));
 }

@@ -1,11 +1,16 @@
 // A training step's forward on a kernel of ours, with the backward nn.ConvTranspose2d records.
 // The node is a C++ autograd Function, so a recorded call adds no Python to the step (a Python
 // autograd node cost tens of microseconds per layer, more than a small layer's forward).
+#include <array>
+#include <tuple>
+
 #include <ATen/core/grad_mode.h>
 #include <ATen/ops/convolution_backward.h>
 #include <torch/csrc/autograd/custom_function.h>
 
+#include "binding/direct_backward_call.hpp"
 #include "binding/recorded_call.hpp"
+#include "binding/torch_binding.hpp"
 
 namespace deconv_patch {
 namespace {
@@ -28,6 +33,8 @@ struct ConvTransposeFunction : public torch::autograd::Function<ConvTransposeFun
     ctx->saved_data["dilation"] = hyper->dilation;
     ctx->saved_data["groups"] = hyper->groups;
     ctx->saved_data["has_bias"] = has_bias;
+    ctx->saved_data["direct_grad_input"] = hyper->direct_grad_input;
+    ctx->saved_data["direct_weight_grad"] = hyper->direct_weight_grad;
     return (*run)(input, weight, bias);
   }
 
@@ -46,13 +53,37 @@ struct ConvTransposeFunction : public torch::autograd::Function<ConvTransposeFun
       input = input.unsqueeze(0);
       grad_output = grad_output.unsqueeze(0);
     }
-    const std::vector<int64_t> bias_sizes = {weight.size(1) * groups};
-    auto [grad_input, grad_weight, grad_bias] = at::convolution_backward(
-        grad_output, input, weight,
-        has_bias ? at::OptionalIntArrayRef(bias_sizes) : at::OptionalIntArrayRef(),
-        ctx->saved_data["stride"].toIntVector(), ctx->saved_data["padding"].toIntVector(),
-        ctx->saved_data["dilation"].toIntVector(), /*transposed=*/true,
-        ctx->saved_data["output_padding"].toIntVector(), groups, mask);
+    const std::vector<int64_t> stride = ctx->saved_data["stride"].toIntVector();
+    const std::vector<int64_t> padding = ctx->saved_data["padding"].toIntVector();
+    const std::vector<int64_t> dilation = ctx->saved_data["dilation"].toIntVector();
+    // The direct kernels are not differentiable: a backward autograd records (create_graph,
+    // a double backward) keeps ATen's for every gradient.
+    const bool direct = !at::GradMode::is_enabled();
+    at::Tensor direct_input, direct_weight;
+    try {
+      if (direct && mask[0] && ctx->saved_data["direct_grad_input"].toBool())
+        direct_input = direct_grad_input(input, grad_output, weight, stride, padding, dilation,
+                                         groups);
+      if (direct && mask[1] && ctx->saved_data["direct_weight_grad"].toBool())
+        direct_weight = direct_weight_grad(input, grad_output, weight, stride, padding,
+                                           dilation, groups);
+    } catch (const KernelRefused&) {
+      // ATen's below computes what the kernels did not.
+    }
+    const std::array<bool, 3> aten_mask = {mask[0] && !direct_input.defined(),
+                                           mask[1] && !direct_weight.defined(), mask[2]};
+    at::Tensor grad_input = direct_input, grad_weight = direct_weight, grad_bias;
+    if (aten_mask[0] || aten_mask[1] || aten_mask[2]) {
+      const std::vector<int64_t> bias_sizes = {weight.size(1) * groups};
+      at::Tensor aten_input, aten_weight;
+      std::tie(aten_input, aten_weight, grad_bias) = at::convolution_backward(
+          grad_output, input, weight,
+          has_bias ? at::OptionalIntArrayRef(bias_sizes) : at::OptionalIntArrayRef(), stride,
+          padding, dilation, /*transposed=*/true,
+          ctx->saved_data["output_padding"].toIntVector(), groups, aten_mask);
+      if (aten_mask[0]) grad_input = aten_input;
+      if (aten_mask[1]) grad_weight = aten_weight;
+    }
     if (unbatched && grad_input.defined()) grad_input = grad_input.squeeze(0);
     return {at::Tensor(), grad_input, grad_weight, has_bias ? grad_bias : at::Tensor(),
             at::Tensor()};

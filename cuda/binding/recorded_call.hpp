@@ -16,6 +16,9 @@ using ConvForward = std::function<at::Tensor(const at::Tensor& input, const at::
 struct ConvTransposeHyper {
   std::vector<int64_t> stride, padding, output_padding, dilation;
   int64_t groups = 1;
+  // The backward's input and weight gradients on the direct backward kernels (the planner's
+  // choice per direction, planner.backward_plan), the rest on ATen's.
+  bool direct_grad_input = false, direct_weight_grad = false;
 };
 
 // Whether autograd records a call on these arguments: grad mode on and one of them requiring a
@@ -25,8 +28,10 @@ bool records_grad(const at::Tensor& input, const at::Tensor& weight,
 
 // forward(input, weight, bias), recorded as conv_transpose2d(input, weight, bias, hyper): its
 // backward is ATen's convolution_backward, the one nn.ConvTranspose2d's call records, so the
-// gradients are PyTorch's for this output. `forward` runs with autograd off; a 3-D input is one
-// unbatched sample.
+// gradients are PyTorch's for this output, except those hyper gives the direct backward kernels
+// (binding/direct_backward_call.hpp) while the backward itself is not recorded (a
+// double-backward keeps ATen's, which is differentiable). `forward` runs with autograd off; a
+// 3-D input is one unbatched sample.
 at::Tensor recorded_conv_transpose2d(const ConvForward& forward, const at::Tensor& input,
                                      const at::Tensor& weight,
                                      const c10::optional<at::Tensor>& bias,

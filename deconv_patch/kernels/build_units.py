@@ -28,8 +28,9 @@ def cuda_source_dir() -> Path:
 
 
 CORE = "core"
-# The core's folders: the binding, the input re-layout it runs, the kernel every call can use.
-CORE_FOLDERS = ("binding", "relayout", "direct")
+# The core's folders: the binding, the input re-layout it runs, the kernel every call can use,
+# and the backward kernels the binding's recorded calls run.
+CORE_FOLDERS = ("binding", "relayout", "direct", "direct_backward")
 
 
 # A unit built for one fused activation and/or element type: "<family>[@<activation>][.<kind>]".

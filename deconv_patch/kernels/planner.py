@@ -27,8 +27,9 @@ import torch
 
 from .. import kernels
 from ..arguments import ConvTransposeArgs, fits_int32
-from . import (call_rules, direct, ffma_tile, gemm_col2im, gemm_kxs, gemm_kxs_sm90,
-               gemm_out_tile, gemm_phase, gemm_phase_sm90, gemm_phase_tma, grouped, precision)
+from . import (call_rules, direct, direct_backward, ffma_tile, gemm_col2im, gemm_kxs,
+               gemm_kxs_sm90, gemm_out_tile, gemm_phase, gemm_phase_sm90, gemm_phase_tma,
+               grouped, precision)
 from .device_info import device_capability, device_index, is_sm90
 # (use_variant and out_tile_fit_assumed are the planner's API too: planner.use_variant(...))
 from .plan_context import (assumed_out_tile_fit, forced_variant,  # noqa: F401
@@ -49,6 +50,7 @@ GROUPED = grouped.NAME
 FFMA_TILE = ffma_tile.NAME
 DIRECT = direct.NAME
 ATEN = kernels.ATEN
+DIRECT_BACKWARD = direct_backward.NAME  # the backward kernels (not a forward variant)
 PHASE_TILES = gemm_phase.TILES
 PHASE_CONFIGS = gemm_phase.VARIANTS
 KXS_TAP_MAJOR = gemm_kxs.TAP_MAJOR
@@ -365,6 +367,31 @@ def _out_tile_fits(weight: torch.Tensor, args: ConvTransposeArgs) -> bool:
             fits = False
         _OUT_TILE_FITS[key] = fits
     return fits
+
+
+@dataclass(frozen=True)
+class BackwardPlan:
+    """Who computes a recorded call's input and weight gradients (the bias's is ATen's)."""
+
+    grad_input: Plan
+    weight_grad: Plan
+
+
+def backward_plan(device: torch.device, dtype: torch.dtype, weight_shape: Sequence[int],
+                  args: ConvTransposeArgs) -> BackwardPlan:
+    """The backward of a call recorded on a kernel of ours (`kernels_in_training`): the direct
+    backward kernels (DIRECT_BACKWARD) or ATen's, per gradient, and why."""
+    why = device_support(device, dtype)
+    if why is not None:
+        aten = Plan(ATEN, why, fallback=True)
+        return BackwardPlan(aten, aten)
+    why = direct_backward.runs_here(weight_shape, args)
+    if why is None:
+        aten = Plan(ATEN, "ATen's backward (cuDNN): the direct kernels win only with few "
+                          "channels per group")
+        return BackwardPlan(aten, aten)
+    chosen = Plan(DIRECT_BACKWARD, why)
+    return BackwardPlan(chosen, chosen)
 
 
 def plan(input: torch.Tensor, weight: torch.Tensor, args: ConvTransposeArgs) -> Plan:

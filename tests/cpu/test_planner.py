@@ -685,3 +685,32 @@ def test_fp32_strict_untimed_defaults_on_hopper(capability, channels_last):
         assert up1.variant in (planner.GEMM_KXS, planner.KXS_TAP_MAJOR), up1
         assert outpad.variant == planner.DIRECT, outpad
     assert shallow.variant == planner.ATEN, shallow  # 32-deep sums: 3xTF32 misses the bound
+
+
+@pytest.mark.parametrize("weight_shape,stride,padding,output_padding,groups,direct", [
+    ((64, 1, 4, 4), (2, 2), (1, 1), (0, 0), 64, True),        # depthwise
+    ((64, 3, 4, 4), (2, 2), (1, 1), (0, 0), 1, True),         # DCGAN's RGB output
+    ((56, 1, 9, 9), (3, 3), (4, 4), (2, 2), 1, True),         # FSRCNN
+    ((16, 4, 3, 3), (1, 1), (1, 1), (1, 1), 1, True),         # output_padding >= stride
+    ((1024, 512, 2, 2), (2, 2), (0, 0), (0, 0), 1, False),    # U-Net's up1
+    ((128, 16, 3, 3), (2, 2), (1, 1), (1, 1), 8, False),      # 16 per group
+])
+def test_backward_plan_gives_the_direct_kernels_few_channel_layers(
+        capability, weight_shape, stride, padding, output_padding, groups, direct):
+    args = ConvTransposeArgs.from_values(stride, padding, output_padding, groups, (1, 1))
+    with torch.backends.cudnn.flags(enabled=True):
+        chosen = planner.backward_plan(torch.device("cuda", 0), torch.bfloat16, weight_shape,
+                                       args)
+    want = planner.DIRECT_BACKWARD if direct else planner.ATEN
+    assert chosen.grad_input.variant == chosen.weight_grad.variant == want, chosen
+    assert chosen.grad_input.reason and not chosen.grad_input.fallback
+
+
+def test_backward_plan_without_cudnn_or_off_cuda(capability):
+    args = ConvTransposeArgs.from_values((2, 2), (0, 0), (0, 0), 1, (1, 1))
+    with torch.backends.cudnn.flags(enabled=False):
+        chosen = planner.backward_plan(torch.device("cuda", 0), torch.float32, (64, 64, 2, 2),
+                                       args)
+    assert chosen.weight_grad.variant == planner.DIRECT_BACKWARD
+    on_cpu = planner.backward_plan(torch.device("cpu"), torch.float32, (64, 64, 2, 2), args)
+    assert on_cpu.grad_input.variant == planner.ATEN and on_cpu.grad_input.fallback

@@ -1,0 +1,124 @@
+// direct_grad_input and direct_weight_grad (binding/direct_backward_call.hpp): checks, the
+// parameters, the fp32 workspace, and the launches on the current stream.
+#include <string>
+
+#include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+
+#include "binding/direct_backward_call.hpp"
+#include "binding/torch_binding.hpp"
+#include "direct_backward/direct_backward.h"
+
+namespace deconv_patch {
+namespace {
+
+void refuse_unless(bool ok, const char* what) {
+  if (!ok) throw KernelRefused(std::string("deconv_patch direct backward: ") + what);
+}
+
+ScalarKind checked_kind(const at::Tensor& input, const at::Tensor& grad_output,
+                        const at::Tensor& weight, at::IntArrayRef stride,
+                        at::IntArrayRef padding, at::IntArrayRef dilation, int64_t groups) {
+  refuse_unless(input.is_cuda() && grad_output.device() == input.device() &&
+                    weight.device() == input.device(),
+                "tensors on one CUDA device");
+  refuse_unless(input.dim() == 4 && grad_output.dim() == 4 && weight.dim() == 4, "4-D tensors");
+  const at::ScalarType dtype = weight.scalar_type();
+  refuse_unless(input.scalar_type() == dtype && grad_output.scalar_type() == dtype, "one dtype");
+  refuse_unless(stride.size() == 2 && padding.size() == 2 && dilation.size() == 2 && groups >= 1,
+                "2-D hyperparameters");
+  refuse_unless(weight.size(0) == input.size(1) && input.size(1) % groups == 0 &&
+                    weight.size(1) * groups == grad_output.size(1) &&
+                    grad_output.size(0) == input.size(0),
+                "the sizes of one convolution");
+  if (dtype == at::kFloat) return ScalarKind::kFloat32;
+  if (dtype == at::kHalf) return ScalarKind::kFloat16;
+  refuse_unless(dtype == at::kBFloat16, "float32, float16 or bfloat16");
+  return ScalarKind::kBFloat16;
+}
+
+ConvTranspose2dGradParams params(const at::Tensor& input, const at::Tensor& grad_output,
+                                 const at::Tensor& weight, at::IntArrayRef stride,
+                                 at::IntArrayRef padding, at::IntArrayRef dilation,
+                                 int64_t groups) {
+  ConvTranspose2dGradParams p{};
+  p.input = input.data_ptr();
+  p.weight = weight.data_ptr();
+  p.grad_output = grad_output.data_ptr();
+  p.batch = input.size(0);
+  p.in_channels = input.size(1);
+  p.in_h = input.size(2);
+  p.in_w = input.size(3);
+  p.out_channels = grad_output.size(1);
+  p.out_h = grad_output.size(2);
+  p.out_w = grad_output.size(3);
+  p.groups = groups;
+  p.in_per_group = p.in_channels / groups;
+  p.out_per_group = weight.size(1);
+  p.kernel_h = (int)weight.size(2);
+  p.kernel_w = (int)weight.size(3);
+  p.stride_h = (int)stride[0];
+  p.stride_w = (int)stride[1];
+  p.pad_h = (int)padding[0];
+  p.pad_w = (int)padding[1];
+  p.dil_h = (int)dilation[0];
+  p.dil_w = (int)dilation[1];
+  for (int d = 0; d < 4; ++d) {
+    p.input_stride[d] = input.stride(d);
+    p.weight_stride[d] = weight.stride(d);
+    p.grad_output_stride[d] = grad_output.stride(d);
+  }
+  return p;
+}
+
+int sm_count(int device) {
+  int value = 0;
+  C10_CUDA_CHECK(cudaDeviceGetAttribute(&value, cudaDevAttrMultiProcessorCount, device));
+  return value;
+}
+
+}  // namespace
+
+at::Tensor direct_grad_input(const at::Tensor& input, const at::Tensor& grad_output,
+                             const at::Tensor& weight, at::IntArrayRef stride,
+                             at::IntArrayRef padding, at::IntArrayRef dilation, int64_t groups) {
+  const ScalarKind kind =
+      checked_kind(input, grad_output, weight, stride, padding, dilation, groups);
+  const c10::cuda::CUDAGuard guard(input.device());
+  at::Tensor grad_input = at::empty_like(input, at::MemoryFormat::Preserve);
+  if (grad_input.numel() == 0) return grad_input;
+  ConvTranspose2dGradParams p = params(input, grad_output, weight, stride, padding, dilation,
+                                       groups);
+  p.grad_input = grad_input.data_ptr();
+  for (int d = 0; d < 4; ++d) p.grad_input_stride[d] = grad_input.stride(d);
+  C10_CUDA_CHECK(
+      launch_direct_grad_input(p, kind, c10::cuda::getCurrentCUDAStream().stream()));
+  return grad_input;
+}
+
+at::Tensor direct_weight_grad(const at::Tensor& input, const at::Tensor& grad_output,
+                              const at::Tensor& weight, at::IntArrayRef stride,
+                              at::IntArrayRef padding, at::IntArrayRef dilation, int64_t groups) {
+  const ScalarKind kind =
+      checked_kind(input, grad_output, weight, stride, padding, dilation, groups);
+  const c10::cuda::CUDAGuard guard(input.device());
+  at::Tensor grad_weight = at::empty_like(weight, at::MemoryFormat::Preserve);
+  if (grad_weight.numel() == 0) return grad_weight;
+  if (input.numel() == 0 || grad_output.numel() == 0) return grad_weight.zero_();
+  ConvTranspose2dGradParams p = params(input, grad_output, weight, stride, padding, dilation,
+                                       groups);
+  p.grad_weight = grad_weight.data_ptr();
+  for (int d = 0; d < 4; ++d) p.grad_weight_stride[d] = grad_weight.stride(d);
+  p.splits = direct_weight_grad_splits(p, sm_count(input.get_device()));
+  at::Tensor partial = at::empty({direct_weight_grad_workspace_floats(p)},
+                                 input.options().dtype(at::kFloat));
+  p.partial = partial.data_ptr<float>();
+  C10_CUDA_CHECK(
+      launch_direct_weight_grad(p, kind, c10::cuda::getCurrentCUDAStream().stream()));
+  return grad_weight;
+}
+
+}  // namespace deconv_patch

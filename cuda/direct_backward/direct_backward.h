@@ -1,0 +1,53 @@
+// The gradients of a transposed convolution on CUDA cores, one output element per thread (input
+// gradient) or per thread and 16 weight columns (weight gradient): for layers with few channels
+// per group, where cuDNN's backward runs at 15-200x its roofline floor (depthwise and small
+// groups, one- to three-channel sides, output_padding >= stride). Every hyperparameter and any
+// strides; fp32 accumulation; the weight gradient sums pixel ranges on their own and then adds
+// them in a fixed order, so it is deterministic without atomics.
+#pragma once
+
+#include <cstdint>
+
+#include "common/params.h"
+
+namespace deconv_patch {
+
+struct ConvTranspose2dGradParams {
+  const void* input = nullptr;        // x  [N, Cin, H, W]
+  const void* weight = nullptr;       // W  [Cin, Cout/groups, KH, KW]
+  const void* grad_output = nullptr;  // dy [N, Cout, OH, OW]
+  void* grad_input = nullptr;         // dx, x's sizes
+  void* grad_weight = nullptr;        // dW, W's sizes
+  float* partial = nullptr;           // [splits][Cin][Cout/groups * KH * KW] fp32 workspace
+
+  int64_t batch = 0, in_channels = 0, in_h = 0, in_w = 0;
+  int64_t out_channels = 0, out_h = 0, out_w = 0;
+  int64_t groups = 1, in_per_group = 0, out_per_group = 0;
+  int kernel_h = 1, kernel_w = 1, stride_h = 1, stride_w = 1;
+  int pad_h = 0, pad_w = 0, dil_h = 1, dil_w = 1;
+
+  // Element strides (n, c, h, w) / (cin, cout/g, kh, kw): any layout, read or written in place.
+  int64_t input_stride[4] = {0, 0, 0, 0};
+  int64_t weight_stride[4] = {0, 0, 0, 0};
+  int64_t grad_output_stride[4] = {0, 0, 0, 0};
+  int64_t grad_input_stride[4] = {0, 0, 0, 0};
+  int64_t grad_weight_stride[4] = {0, 0, 0, 0};
+
+  int splits = 1;  // weight gradient: pixel ranges, each summed on its own
+};
+
+// dx = conv2d(dy, W) with the forward's stride, padding, dilation and groups.
+cudaError_t launch_direct_grad_input(const ConvTranspose2dGradParams& p, ScalarKind kind,
+                                     cudaStream_t stream);
+
+// How many pixel ranges the weight gradient sums on its own, for `sm_count` SMs.
+int direct_weight_grad_splits(const ConvTranspose2dGradParams& p, int sm_count);
+
+// Floats of p.partial the weight gradient needs.
+int64_t direct_weight_grad_workspace_floats(const ConvTranspose2dGradParams& p);
+
+// dW[ci, co, kh, kw] = sum over pixels of x * dy at the tap's output pixel.
+cudaError_t launch_direct_weight_grad(const ConvTranspose2dGradParams& p, ScalarKind kind,
+                                      cudaStream_t stream);
+
+}  // namespace deconv_patch

@@ -1,0 +1,203 @@
+"""The direct backward kernels (cuda/direct_backward): input and weight gradients against
+float64 and ATen over hyperparameters, dtypes and layouts, in memory the allocator has just held
+NaN (an element left unwritten shows); bit-identical repeats of the weight gradient; and a
+recorded call's backward (kernels_in_training) running them where planner.backward_plan says,
+with a double backward keeping ATen's differentiable one."""
+
+from __future__ import annotations
+
+from typing import Tuple
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import deconv_patch
+from deconv_patch.arguments import ConvTransposeArgs
+from deconv_patch.kernels import planner
+from deconv_patch.kernels.extension import load_units
+from tests.helpers import allowed_error, max_error
+
+pytestmark = pytest.mark.cuda
+
+# (batch, in, out, (h, w), kernel, stride, padding, output_padding, dilation, groups)
+Case = Tuple[int, int, int, Tuple[int, int], Tuple[int, int], Tuple[int, int], Tuple[int, int],
+             Tuple[int, int], Tuple[int, int], int]
+CASES = [
+    (4, 64, 64, (16, 16), (4, 4), (2, 2), (1, 1), (0, 0), (1, 1), 64),    # depthwise k4 s2
+    (3, 48, 3, (12, 10), (4, 4), (2, 2), (1, 1), (0, 0), (1, 1), 1),      # DCGAN's RGB output
+    (2, 56, 1, (20, 18), (9, 9), (3, 3), (4, 4), (2, 2), (1, 1), 1),      # FSRCNN's k9 s3
+    (2, 32, 64, (9, 11), (3, 3), (2, 2), (1, 1), (1, 1), (1, 1), 16),     # 2 in / 4 out per group
+    (2, 16, 16, (8, 8), (3, 3), (1, 1), (1, 1), (2, 2), (2, 2), 4),       # output_padding >= stride
+    (2, 8, 4, (7, 9), (3, 5), (1, 2), (1, 2), (0, 1), (2, 1), 2),         # asymmetric, dilated
+    (1, 3, 2, (1, 1), (4, 4), (1, 1), (0, 0), (0, 0), (1, 1), 1),         # a 1 x 1 input
+    (2, 40, 40, (33, 35), (2, 2), (2, 2), (0, 0), (0, 0), (1, 1), 40),    # k == s, odd sizes
+]
+DTYPES = [torch.float32, torch.bfloat16, torch.float16]
+
+
+@pytest.fixture(scope="module")
+def core():
+    return load_units(())
+
+
+def _tensors(case: Case, dtype: torch.dtype, channels_last: bool, seed: int):
+    n, cin, cout, hw, k, s, p, op, d, g = case
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    x = torch.randn(n, cin, *hw, device="cuda", generator=gen).to(dtype)
+    w = (torch.randn(cin, cout // g, *k, device="cuda", generator=gen) / 4).to(dtype)
+    out = F.conv_transpose2d(x.float(), w.float(), None, s, p, op, g, d)
+    dy = torch.randn(out.shape, device="cuda", generator=gen).to(dtype)
+    if channels_last:
+        x, dy = (t.contiguous(memory_format=torch.channels_last) for t in (x, dy))
+    return x, w, dy
+
+
+def _aten(x, w, dy, case: Case, mask) -> Tuple[torch.Tensor, ...]:
+    _, _, _, _, _, s, p, op, d, g = case
+    return torch.ops.aten.convolution_backward(dy, x, w, None, list(s), list(p), list(d), True,
+                                               list(op), g, mask)
+
+
+def _poison(numel: int) -> None:
+    """Leaves the caching allocator a just-freed block of NaN of `numel` floats."""
+    torch.full((numel,), float("nan"), device="cuda")
+
+
+@pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "nhwc"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=["fp32", "bf16", "fp16"])
+@pytest.mark.parametrize("case", CASES, ids=[f"case{i}" for i in range(len(CASES))])
+def test_gradients_against_float64(core, case, dtype, channels_last):
+    x, w, dy = _tensors(case, dtype, channels_last, seed=hash((case, str(dtype))) % 1000)
+    _, _, _, _, _, s, p, _, d, g = case
+    hyper = (list(s), list(p), list(d), g)
+    with torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
+        pytorch_x, pytorch_w, _ = _aten(x, w, dy, case, [True, True, False])
+        _poison(4 * (x.numel() + w.numel()) * 4)
+        got_x = core.direct_grad_input(x, dy, w, *hyper)
+        _poison(4 * w.numel() * 64)
+        got_w = core.direct_weight_grad(x, dy, w, *hyper)
+    ref_x, ref_w, _ = _aten(x.double(), w.double(), dy.double(), case, [True, True, False])
+    assert got_x.shape == x.shape and got_x.dtype == dtype and got_x.stride() == x.stride()
+    assert got_w.shape == w.shape and got_w.dtype == dtype and got_w.stride() == w.stride()
+    assert torch.isfinite(got_x).all() and torch.isfinite(got_w).all()
+    assert max_error(got_x, ref_x) <= allowed_error(max_error(pytorch_x, ref_x), ref_x, dtype)
+    assert max_error(got_w, ref_w) <= allowed_error(max_error(pytorch_w, ref_w), ref_w, dtype)
+
+
+def test_strided_views_are_read_in_place(core):
+    case = CASES[0]
+    x, w, dy = _tensors(case, torch.float32, False, seed=7)
+    x_view = torch.randn(x.shape[0], x.shape[1], x.shape[2], 2 * x.shape[3],
+                         device="cuda")[..., ::2].copy_(x)
+    hyper = ([2, 2], [1, 1], [1, 1], 64)
+    ref_x, ref_w, _ = _aten(x.double(), w.double(), dy.double(), case, [True, True, False])
+    pytorch_x, pytorch_w, _ = _aten(x, w, dy, case, [True, True, False])
+    got_x = core.direct_grad_input(x_view, dy, w, *hyper)
+    got_w = core.direct_weight_grad(x_view, dy.transpose(2, 3).contiguous().transpose(2, 3), w,
+                                    *hyper)
+    assert max_error(got_x, ref_x) <= allowed_error(max_error(pytorch_x, ref_x), ref_x,
+                                                    torch.float32)
+    assert max_error(got_w, ref_w) <= allowed_error(max_error(pytorch_w, ref_w), ref_w,
+                                                    torch.float32)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_weight_gradient_repeats_bit_for_bit(core, dtype):
+    case = CASES[1]
+    x, w, dy = _tensors(case, dtype, True, seed=5)
+    first = core.direct_weight_grad(x, dy, w, [2, 2], [1, 1], [1, 1], 1)
+    for _ in range(3):
+        _poison(first.numel() * 64)
+        assert torch.equal(core.direct_weight_grad(x, dy, w, [2, 2], [1, 1], [1, 1], 1), first)
+
+
+def test_an_empty_batch(core):
+    w = torch.randn(16, 1, 4, 4, device="cuda")
+    x = torch.randn(0, 16, 5, 5, device="cuda")
+    dy = torch.randn(0, 16, 10, 10, device="cuda")
+    assert core.direct_grad_input(x, dy, w, [2, 2], [1, 1], [1, 1], 16).shape == x.shape
+    assert torch.equal(core.direct_weight_grad(x, dy, w, [2, 2], [1, 1], [1, 1], 16),
+                       torch.zeros_like(w))
+
+
+def test_refuses_what_it_does_not_take(core):
+    x = torch.randn(2, 4, 5, 5, device="cuda", dtype=torch.float64)
+    w = torch.randn(4, 4, 3, 3, device="cuda", dtype=torch.float64)
+    dy = torch.randn(2, 4, 9, 9, device="cuda", dtype=torch.float64)
+    with pytest.raises(RuntimeError, match="float32, float16 or bfloat16"):
+        core.direct_grad_input(x, dy, w, [2, 2], [1, 1], [1, 1], 1)
+
+
+def _kernel_names(fn) -> list:
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    return [e.name for e in prof.events()]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_training_step_with_kernels_in_training_runs_them(dtype):
+    """A depthwise layer (planner.backward_plan: the direct kernels), its step's gradients
+    against float64 and nn.ConvTranspose2d's on inputs other than the planning ones."""
+    torch.manual_seed(0)
+    original = nn.ConvTranspose2d(64, 64, 4, 2, 1, groups=64, device="cuda", dtype=dtype)
+    layer = deconv_patch.FastConvTranspose2d.from_module(original)
+    layer.kernels_in_training = True
+    x = torch.randn(8, 64, 32, 32, device="cuda", dtype=dtype)
+    args = ConvTransposeArgs.from_values((2, 2), (1, 1), (0, 0), 64, (1, 1))
+    backward = planner.backward_plan(x.device, dtype, layer.weight.shape, args)
+    assert backward.grad_input.variant == backward.weight_grad.variant == \
+        planner.DIRECT_BACKWARD, backward
+    with torch.backends.cudnn.flags(enabled=True, allow_tf32=True, benchmark=False):
+        if not layer.plan_for(x).uses_kernel:
+            pytest.skip(f"the forward's plan here is {layer.plan_for(x).variant}")
+        fresh = torch.randn_like(x).requires_grad_()
+        dy = torch.randn(8, 64, 64, 64, device="cuda", dtype=dtype)
+
+        def step():
+            layer.zero_grad(set_to_none=True)
+            fresh.grad = None
+            layer(fresh).backward(dy)
+
+        step()  # (plans)
+        names = _kernel_names(step)
+        assert any("direct_grad_input" in n for n in names), names
+        assert any("direct_weight_grad_partial" in n for n in names), names
+        got_x, got_w, got_b = fresh.grad, layer.weight.grad, layer.bias.grad
+        fresh.grad = None
+        original.zero_grad(set_to_none=True)
+        original(fresh).backward(dy)
+    case = (8, 64, 64, (32, 32), (4, 4), (2, 2), (1, 1), (0, 0), (1, 1), 64)
+    ref_x, ref_w, _ = _aten(fresh.detach().double(), layer.weight.detach().double(),
+                            dy.double(), case, [True, True, False])
+    assert max_error(got_x, ref_x) <= allowed_error(max_error(fresh.grad, ref_x), ref_x, dtype)
+    assert max_error(got_w, ref_w) <= \
+        allowed_error(max_error(original.weight.grad, ref_w), ref_w, dtype)
+    ref_b = dy.double().sum((0, 2, 3))
+    assert max_error(got_b, ref_b) <= \
+        allowed_error(max_error(original.bias.grad, ref_b), ref_b, dtype)
+
+
+def test_a_double_backward_keeps_atens_differentiable_gradients():
+    """create_graph=True (a gradient penalty): the first-order gradients are recorded, so they
+    come from ATen's differentiable backward, and the second-order ones match the original's."""
+    torch.manual_seed(1)
+    dtype = torch.float32
+    original = nn.ConvTranspose2d(32, 32, 4, 2, 1, groups=32, device="cuda", dtype=dtype)
+    layer = deconv_patch.FastConvTranspose2d.from_module(original)
+    layer.kernels_in_training = True
+    x = torch.randn(4, 32, 16, 16, device="cuda", dtype=dtype)
+    with torch.backends.cudnn.flags(enabled=True, allow_tf32=False, benchmark=False):
+        layer(x)  # the forward's plan
+        results = []
+        for m in (layer, original):
+            fresh = x.clone().requires_grad_()
+            (gx,) = torch.autograd.grad(m(fresh).square().sum(), fresh, create_graph=True)
+            assert gx.grad_fn is not None
+            (gw,) = torch.autograd.grad(gx.square().sum(), m.weight)
+            results.append((gx.detach(), gw))
+    (gx_ours, gw_ours), (gx_torch, gw_torch) = results
+    torch.testing.assert_close(gx_ours, gx_torch, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(gw_ours, gw_torch, rtol=1e-4, atol=1e-4)
