@@ -82,11 +82,22 @@ direct_weight_grad_partial_kernel(const ConvTranspose2dGradParams p) {
     }
   }
 
-  // The block's pixel lanes added in a fixed order: per (channel lane, column).
-  __shared__ float red[kPixLanes][CI_LANES * (kCols + 1)];  // +1: no bank conflicts
+  // The block's sums per (channel lane, column), in a fixed order: with one channel lane a
+  // warp's 32 pixel lanes by shuffles first; then the 8 rows left (warps, or pixel lanes).
+  static_assert(kPixLanes == 8 || CI_LANES == 1, "8 rows to add after the shuffles");
+  __shared__ float red[8][CI_LANES * (kCols + 1)];  // +1: no bank conflicts
   const int lane = threadIdx.x % CI_LANES;
+  if constexpr (CI_LANES == 1) {
 #pragma unroll
-  for (int j = 0; j < kCols; ++j) red[pix_lane][lane * (kCols + 1) + j] = acc[j];
+    for (int j = 0; j < kCols; ++j) {
+      float v = acc[j];
+      for (int offset = 16; offset > 0; offset /= 2) v += __shfl_down_sync(0xffffffffu, v, offset);
+      if (threadIdx.x % 32 == 0) red[threadIdx.x / 32][j] = v;
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < kCols; ++j) red[pix_lane][lane * (kCols + 1) + j] = acc[j];
+  }
   __syncthreads();
   if (threadIdx.x < CI_LANES * kCols) {
     const int out_lane = threadIdx.x % CI_LANES, j = threadIdx.x / CI_LANES;
@@ -94,7 +105,8 @@ direct_weight_grad_partial_kernel(const ConvTranspose2dGradParams p) {
     const int q = chunk * kCols + j;
     if (out_ci < p.in_channels && q < cols) {
       float sum = 0.f;
-      for (int l = 0; l < kPixLanes; ++l) sum += red[l][out_lane * (kCols + 1) + j];
+#pragma unroll
+      for (int l = 0; l < 8; ++l) sum += red[l][out_lane * (kCols + 1) + j];
       p.partial[((int64_t)blockIdx.y * p.in_channels + out_ci) * cols + q] = sum;
     }
   }
@@ -109,6 +121,7 @@ direct_weight_grad_reduce_kernel(const ConvTranspose2dGradParams p) {
   const int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (idx >= total) return;
   float sum = 0.f;
+#pragma unroll 8
   for (int s = 0; s < p.splits; ++s) sum += p.partial[(int64_t)s * total + idx];
   const int64_t ci = idx / cols;
   const int q = (int)(idx - ci * cols);
@@ -150,15 +163,15 @@ cudaError_t launch_typed(const ConvTranspose2dGradParams& p, cudaStream_t stream
 }  // namespace
 
 int direct_weight_grad_splits(const ConvTranspose2dGradParams& p, int sm_count) {
-  // Enough blocks for four waves of the GPU, each range at least 2048 pixels, within the
-  // grid's y limit.
+  // Enough blocks for four waves of the GPU, each range at least 256 pixels, and at most 64
+  // ranges: the second kernel adds them one after another.
   const int64_t blocks = partial_blocks(p);
   if (blocks == 0) return 1;
   const int64_t pixels = p.batch * p.in_h * p.in_w;
   int64_t splits = (4 * (int64_t)sm_count + blocks - 1) / blocks;
-  const int64_t most = pixels / 2048 > 1 ? pixels / 2048 : 1;
+  int64_t most = pixels / 256 > 1 ? pixels / 256 : 1;
+  if (most > 64) most = 64;
   if (splits > most) splits = most;
-  if (splits > 65535) splits = 65535;
   return splits < 1 ? 1 : (int)splits;
 }
 
@@ -169,7 +182,7 @@ int64_t direct_weight_grad_workspace_floats(const ConvTranspose2dGradParams& p) 
 cudaError_t launch_direct_weight_grad(const ConvTranspose2dGradParams& p, ScalarKind kind,
                                       cudaStream_t stream) {
   if (p.in_channels * columns_per_channel(p) >= ((int64_t)1 << 31) ||
-      partial_blocks(p) >= ((int64_t)1 << 31) || p.splits < 1 || p.splits > 65535)
+      partial_blocks(p) >= ((int64_t)1 << 31) || p.splits < 1 || p.splits > 64)
     return cudaErrorInvalidValue;
   switch (kind) {
     case ScalarKind::kFloat32: return launch_typed<float>(p, stream);
