@@ -1,0 +1,161 @@
+"""A CPU model of the direct backward kernels' work split (cuda/direct_backward/): which thread
+sums which terms, the weight gradient's blocks, channel lanes, 16-column chunks, pixel ranges
+(direct_weight_grad_splits) and its fixed-order sums (a warp's shuffles, 8 rows, then the
+ranges), checked against float64 gradients with every output written exactly once.
+
+It models the design, not the compiled kernels (tests/gpu/test_direct_backward.py runs those);
+its use is to catch index errors on a machine without a GPU."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+pytestmark = [pytest.mark.emulation, pytest.mark.extended]
+
+COLS, THREADS = 16, 256
+# (batch, in, out, (h, w), kernel, stride, padding, output_padding, dilation, groups)
+CASES = [
+    (2, 8, 8, (6, 5), (4, 4), (2, 2), (1, 1), (0, 0), (1, 1), 8),
+    (2, 6, 3, (5, 7), (4, 4), (2, 2), (1, 1), (1, 0), (1, 1), 1),
+    (1, 5, 1, (9, 8), (9, 9), (3, 3), (4, 4), (2, 2), (1, 1), 1),
+    (2, 4, 6, (4, 5), (3, 5), (1, 2), (1, 2), (0, 1), (2, 1), 2),
+    (1, 40, 40, (3, 4), (2, 2), (2, 2), (0, 0), (0, 0), (1, 1), 40),
+    (3, 2, 2, (1, 1), (4, 4), (1, 1), (0, 0), (0, 0), (1, 1), 1),
+    (2, 4, 2, (20, 16), (3, 3), (2, 2), (1, 1), (1, 1), (1, 1), 2),    # two pixel ranges
+    (1, 33, 33, (24, 24), (2, 2), (2, 2), (0, 0), (0, 0), (1, 1), 33),  # a 1-lane last tile
+]
+
+
+def _tensors(case, seed):
+    n, cin, cout, hw, k, s, p, op, d, g = case
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, cin, *hw, generator=gen, dtype=torch.float64)
+    w = torch.randn(cin, cout // g, *k, generator=gen, dtype=torch.float64)
+    out = torch.nn.functional.conv_transpose2d(x, w, None, s, p, op, g, d)
+    dy = torch.randn(out.shape, generator=gen, dtype=torch.float64)
+    return x, w, dy
+
+
+def _reference(x, w, dy, case):
+    _, _, _, _, _, s, p, op, d, g = case
+    gx, gw, _ = torch.ops.aten.convolution_backward(dy, x, w, None, list(s), list(p), list(d),
+                                                    True, list(op), g, [True, True, False])
+    return gx.numpy(), gw.numpy()
+
+
+def grad_input_model(x, w, dy, case):
+    """direct_grad_input_kernel: per element of dx, per output channel of its group the taps
+    inside dy, then across channels."""
+    _, cin, _, _, (kh_n, kw_n), (sh, sw), (ph, pw), _, (dh, dw), g = case
+    n_, _, h, wd = x.shape
+    oh_n, ow_n = dy.shape[2:]
+    in_pg, out_pg = cin // g, w.shape[1]
+    dx = np.full(x.shape, np.nan)
+    for n, c, ih, iw in np.ndindex(n_, cin, h, wd):
+        grp = c // in_pg
+        acc = 0.0
+        for co in range(out_pg):
+            part = 0.0
+            for kh in range(kh_n):
+                oh = ih * sh - ph + kh * dh
+                if not 0 <= oh < oh_n:
+                    continue
+                for kw in range(kw_n):
+                    ow = iw * sw - pw + kw * dw
+                    if 0 <= ow < ow_n:
+                        part += dy[n, grp * out_pg + co, oh, ow] * w[c, co, kh, kw]
+            acc += part
+        assert np.isnan(dx[n, c, ih, iw])
+        dx[n, c, ih, iw] = acc
+    return dx
+
+
+def splits_model(blocks: int, pixels: int, sm_count: int) -> int:
+    """direct_weight_grad_splits."""
+    splits = -(-4 * sm_count // blocks)
+    most = min(max(pixels // 256, 1), 64)
+    return max(1, min(splits, most))
+
+
+def weight_grad_model(x, w, dy, case, channels_last: bool, sm_count: int):
+    """direct_weight_grad_partial_kernel + direct_weight_grad_reduce_kernel."""
+    _, cin, _, _, (kh_n, kw_n), (sh, sw), (ph, pw), _, (dh, dw), g = case
+    n_, _, h, wd = x.shape
+    oh_n, ow_n = dy.shape[2:]
+    in_pg, out_pg = cin // g, w.shape[1]
+    cols = out_pg * kh_n * kw_n
+    chunks = -(-cols // COLS)
+    lanes = 32 if channels_last and cin >= 32 else 1
+    pix_lanes = THREADS // lanes
+    blocks = -(-cin // lanes) * chunks
+    pixels = n_ * h * wd
+    splits = splits_model(blocks, pixels, sm_count)
+    partial = np.full((splits, cin, cols), np.nan)
+    for bx, by in np.ndindex(blocks, splits):
+        chunk, tile = bx % chunks, bx // chunks
+        begin, end = pixels * by // splits, pixels * (by + 1) // splits
+        acc = np.zeros((pix_lanes, lanes, COLS))
+        for t in range(THREADS):
+            lane, pl = t % lanes, t // lanes
+            ci = tile * lanes + lane
+            if ci >= cin:
+                continue
+            grp = ci // in_pg
+            for pix in range(begin + pl, end, pix_lanes):
+                n, hw = divmod(pix, h * wd)
+                ih, iw = divmod(hw, wd)
+                for j in range(COLS):
+                    q = chunk * COLS + j
+                    if q >= cols:
+                        continue
+                    kw, kh, co = q % kw_n, (q // kw_n) % kh_n, q // (kw_n * kh_n)
+                    oh, ow = ih * sh + kh * dh - ph, iw * sw + kw * dw - pw
+                    if 0 <= oh < oh_n and 0 <= ow < ow_n:
+                        acc[pl, lane, j] += x[n, ci, ih, iw] * dy[n, grp * out_pg + co, oh, ow]
+        if lanes == 1:  # __shfl_down_sync tree in each warp, then the 8 warp sums
+            v = acc[:, 0, :].reshape(8, 32, COLS).copy()
+            for offset in (16, 8, 4, 2, 1):
+                v[:, :32 - offset] += v[:, offset:]
+            rows = v[:, 0, :]
+        else:
+            rows = acc  # [8 pixel lanes][32 lanes][COLS]
+        for lane in range(lanes):
+            ci = tile * lanes + lane
+            for j in range(COLS):
+                q = chunk * COLS + j
+                if ci < cin and q < cols:
+                    assert np.isnan(partial[by, ci, q])
+                    row = rows[:, j] if lanes == 1 else rows[:, lane, j]
+                    total = 0.0
+                    for r in range(8):
+                        total += row[r]
+                    partial[by, ci, q] = total
+    assert not np.isnan(partial).any()
+    summed = np.zeros((cin, cols))
+    for s in range(splits):
+        summed += partial[s]
+    return summed.reshape(cin, out_pg, kh_n, kw_n), splits
+
+
+@pytest.mark.parametrize("case", CASES, ids=[f"case{i}" for i in range(len(CASES))])
+def test_grad_input_model(case):
+    x, w, dy = _tensors(case, seed=1)
+    ref_x, _ = _reference(x, w, dy, case)
+    got = grad_input_model(x.numpy(), w.numpy(), dy.numpy(), case)
+    np.testing.assert_allclose(got, ref_x, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("sm_count", [1, 132])
+@pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "nhwc"])
+@pytest.mark.parametrize("case", CASES, ids=[f"case{i}" for i in range(len(CASES))])
+def test_weight_grad_model(case, channels_last, sm_count):
+    x, w, dy = _tensors(case, seed=2)
+    _, ref_w = _reference(x, w, dy, case)
+    got, splits = weight_grad_model(x.numpy(), w.numpy(), dy.numpy(), case, channels_last,
+                                    sm_count)
+    assert 1 <= splits <= 64
+    if sm_count > 1 and x.shape[0] * x.shape[2] * x.shape[3] >= 512:
+        assert splits >= 2  # the ranges' path is exercised
+    np.testing.assert_allclose(got, ref_w, rtol=1e-10, atol=1e-10)
