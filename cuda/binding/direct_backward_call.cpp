@@ -82,43 +82,54 @@ int sm_count(int device) {
 
 }  // namespace
 
-at::Tensor direct_grad_input(const at::Tensor& input, const at::Tensor& grad_output,
-                             const at::Tensor& weight, at::IntArrayRef stride,
-                             at::IntArrayRef padding, at::IntArrayRef dilation, int64_t groups) {
+namespace {
+
+enum class Gradient { kInput, kWeight };
+
+at::Tensor direct_gradient(Gradient which, const at::Tensor& input,
+                           const at::Tensor& grad_output, const at::Tensor& weight,
+                           at::IntArrayRef stride, at::IntArrayRef padding,
+                           at::IntArrayRef dilation, int64_t groups) {
   const ScalarKind kind =
       checked_kind(input, grad_output, weight, stride, padding, dilation, groups);
   const c10::cuda::CUDAGuard guard(input.device());
-  at::Tensor grad_input = at::empty_like(input, at::MemoryFormat::Preserve);
-  if (grad_input.numel() == 0) return grad_input;
+  const bool of_input = which == Gradient::kInput;
+  at::Tensor grad = at::empty_like(of_input ? input : weight, at::MemoryFormat::Preserve);
+  if (grad.numel() == 0) return grad;
+  if (!of_input && (input.numel() == 0 || grad_output.numel() == 0)) return grad.zero_();
   ConvTranspose2dGradParams p = params(input, grad_output, weight, stride, padding, dilation,
                                        groups);
-  p.grad_input = grad_input.data_ptr();
-  for (int d = 0; d < 4; ++d) p.grad_input_stride[d] = grad_input.stride(d);
-  C10_CUDA_CHECK(
-      launch_direct_grad_input(p, kind, c10::cuda::getCurrentCUDAStream().stream()));
-  return grad_input;
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream().stream();
+  if (of_input) {
+    p.grad_input = grad.data_ptr();
+    for (int d = 0; d < 4; ++d) p.grad_input_stride[d] = grad.stride(d);
+    C10_CUDA_CHECK(launch_direct_grad_input(p, kind, stream));
+    return grad;
+  }
+  p.grad_weight = grad.data_ptr();
+  for (int d = 0; d < 4; ++d) p.grad_weight_stride[d] = grad.stride(d);
+  p.splits = direct_weight_grad_splits(p, sm_count(input.get_device()));
+  at::Tensor partial = at::empty({direct_weight_grad_workspace_floats(p)},
+                                 input.options().dtype(at::kFloat));
+  p.partial = partial.data_ptr<float>();
+  C10_CUDA_CHECK(launch_direct_weight_grad(p, kind, stream));
+  return grad;
+}
+
+}  // namespace
+
+at::Tensor direct_grad_input(const at::Tensor& input, const at::Tensor& grad_output,
+                             const at::Tensor& weight, at::IntArrayRef stride,
+                             at::IntArrayRef padding, at::IntArrayRef dilation, int64_t groups) {
+  return direct_gradient(Gradient::kInput, input, grad_output, weight, stride, padding,
+                         dilation, groups);
 }
 
 at::Tensor direct_weight_grad(const at::Tensor& input, const at::Tensor& grad_output,
                               const at::Tensor& weight, at::IntArrayRef stride,
                               at::IntArrayRef padding, at::IntArrayRef dilation, int64_t groups) {
-  const ScalarKind kind =
-      checked_kind(input, grad_output, weight, stride, padding, dilation, groups);
-  const c10::cuda::CUDAGuard guard(input.device());
-  at::Tensor grad_weight = at::empty_like(weight, at::MemoryFormat::Preserve);
-  if (grad_weight.numel() == 0) return grad_weight;
-  if (input.numel() == 0 || grad_output.numel() == 0) return grad_weight.zero_();
-  ConvTranspose2dGradParams p = params(input, grad_output, weight, stride, padding, dilation,
-                                       groups);
-  p.grad_weight = grad_weight.data_ptr();
-  for (int d = 0; d < 4; ++d) p.grad_weight_stride[d] = grad_weight.stride(d);
-  p.splits = direct_weight_grad_splits(p, sm_count(input.get_device()));
-  at::Tensor partial = at::empty({direct_weight_grad_workspace_floats(p)},
-                                 input.options().dtype(at::kFloat));
-  p.partial = partial.data_ptr<float>();
-  C10_CUDA_CHECK(
-      launch_direct_weight_grad(p, kind, c10::cuda::getCurrentCUDAStream().stream()));
-  return grad_weight;
+  return direct_gradient(Gradient::kWeight, input, grad_output, weight, stride, padding,
+                         dilation, groups);
 }
 
 }  // namespace deconv_patch

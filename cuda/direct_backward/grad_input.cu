@@ -7,6 +7,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "common/element_type.cuh"
 #include "common/scalar_convert.cuh"
 #include "direct_backward/direct_backward.h"
 
@@ -88,12 +89,8 @@ cudaError_t launch_typed(const ConvTranspose2dGradParams& p, cudaStream_t stream
 
 cudaError_t launch_direct_grad_input(const ConvTranspose2dGradParams& p, ScalarKind kind,
                                      cudaStream_t stream) {
-  switch (kind) {
-    case ScalarKind::kFloat32: return launch_typed<float>(p, stream);
-    case ScalarKind::kFloat16: return launch_typed<__half>(p, stream);
-    case ScalarKind::kBFloat16: return launch_typed<__nv_bfloat16>(p, stream);
-  }
-  return cudaErrorInvalidValue;
+  return with_element_type(
+      kind, [&](auto zero) { return launch_typed<decltype(zero)>(p, stream); });
 }
 
 }  // namespace deconv_patch

@@ -10,6 +10,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "common/element_type.cuh"
 #include "common/scalar_convert.cuh"
 #include "direct_backward/direct_backward.h"
 
@@ -184,12 +185,8 @@ cudaError_t launch_direct_weight_grad(const ConvTranspose2dGradParams& p, Scalar
   if (p.in_channels * columns_per_channel(p) >= ((int64_t)1 << 31) ||
       partial_blocks(p) >= ((int64_t)1 << 31) || p.splits < 1 || p.splits > 64)
     return cudaErrorInvalidValue;
-  switch (kind) {
-    case ScalarKind::kFloat32: return launch_typed<float>(p, stream);
-    case ScalarKind::kFloat16: return launch_typed<__half>(p, stream);
-    case ScalarKind::kBFloat16: return launch_typed<__nv_bfloat16>(p, stream);
-  }
-  return cudaErrorInvalidValue;
+  return with_element_type(
+      kind, [&](auto zero) { return launch_typed<decltype(zero)>(p, stream); });
 }
 
 }  // namespace deconv_patch
