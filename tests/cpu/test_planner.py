@@ -694,6 +694,8 @@ def test_fp32_strict_untimed_defaults_on_hopper(capability, channels_last):
     ((16, 4, 3, 3), (1, 1), (1, 1), (1, 1), 1, True),         # output_padding >= stride
     ((1024, 512, 2, 2), (2, 2), (0, 0), (0, 0), 1, False),    # U-Net's up1
     ((128, 16, 3, 3), (2, 2), (1, 1), (1, 1), 8, False),      # 16 per group
+    ((4, 512, 4, 4), (2, 2), (1, 1), (0, 0), 1, False),       # few in, but 32768 MACs a pixel
+    ((512, 64, 3, 3), (1, 1), (1, 1), (1, 1), 1, False),      # output_padding >= stride, large
 ])
 def test_backward_plan_gives_the_direct_kernels_few_channel_layers(
         capability, weight_shape, stride, padding, output_padding, groups, direct):
@@ -709,8 +711,11 @@ def test_backward_plan_gives_the_direct_kernels_few_channel_layers(
 def test_backward_plan_without_cudnn_or_off_cuda(capability):
     args = ConvTransposeArgs.from_values((2, 2), (0, 0), (0, 0), 1, (1, 1))
     with torch.backends.cudnn.flags(enabled=False):
-        chosen = planner.backward_plan(torch.device("cuda", 0), torch.float32, (64, 64, 2, 2),
+        chosen = planner.backward_plan(torch.device("cuda", 0), torch.float32, (16, 16, 2, 2),
                                        args)
+        large = planner.backward_plan(torch.device("cuda", 0), torch.float32, (256, 256, 2, 2),
+                                      args)
     assert chosen.weight_grad.variant == planner.DIRECT_BACKWARD
-    on_cpu = planner.backward_plan(torch.device("cpu"), torch.float32, (64, 64, 2, 2), args)
+    assert large.weight_grad.variant == planner.ATEN
+    on_cpu = planner.backward_plan(torch.device("cpu"), torch.float32, (16, 16, 2, 2), args)
     assert on_cpu.grad_input.variant == planner.ATEN and on_cpu.grad_input.fallback
