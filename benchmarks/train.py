@@ -234,6 +234,8 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
                         help="comma-separated example names (default: the dense-output ones)")
     parser.add_argument("--modes", default=",".join(MODES), help="comma-separated: tf32, bf16")
     parser.add_argument("--layers", default="quick", choices=("quick", "all", "none"))
+    parser.add_argument("--only", default=None,
+                        help="comma-separated layer name prefixes, from the --layers set")
     parser.add_argument("--batch", type=int, default=None,
                         help="every model's batch (default: half its inference benchmark batch)")
     parser.add_argument("--benchmark", action="store_true",
@@ -269,6 +271,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     torch.backends.cudnn.benchmark = args.benchmark
     layers = {"quick": [layer for layer in SUITE if layer.name in QUICK], "all": SUITE,
               "none": []}[args.layers]
+    if args.only:
+        layers = [layer for layer in layers
+                  if any(layer.name.startswith(prefix) for prefix in args.only.split(","))]
     rows: List[Row] = []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # fallback and patch warnings: the table says it all

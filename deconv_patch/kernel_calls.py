@@ -365,7 +365,9 @@ def kernel_call(variant: str, input: torch.Tensor, weight: torch.Tensor,
     # tensors.
     family = kernels.BY_NAME[kernel]
     # A recorded call's gradients (kernels_in_training): the direct backward kernels or ATen's.
-    backward = planner.backward_plan(input.device, input.dtype, weight.shape, args)
+    backward = planner.backward_plan(
+        input.device, input.dtype, weight.shape, args,
+        channels_last and x.is_contiguous(memory_format=torch.channels_last))
     return load_units(family.units_for(epilogue.activation, input.dtype)).PreparedCall(
         family.code, config, list(args.stride), list(args.padding), list(args.output_padding),
         list(args.dilation), args.groups, channels_last, allow_tf32, scale, shift, activation,

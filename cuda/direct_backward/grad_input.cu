@@ -14,6 +14,14 @@
 namespace deconv_patch {
 namespace {
 
+// Taps k in [lo, hi) with 0 <= first + k * dil < size.
+__device__ __forceinline__ void taps_inside(int first, int dil, int taps, int size, int& lo,
+                                            int& hi) {
+  lo = first >= 0 ? 0 : (-first + dil - 1) / dil;
+  const int room = size - 1 - first;  // k * dil <= room
+  hi = room < 0 ? 0 : min(taps, room / dil + 1);
+}
+
 template <typename T, typename Index>
 __global__ void __launch_bounds__(256)
 direct_grad_input_kernel(const ConvTranspose2dGradParams p, bool channels_last) {
@@ -41,21 +49,23 @@ direct_grad_input_kernel(const ConvTranspose2dGradParams p, bool channels_last) 
                     g * p.out_per_group * p.grad_output_stride[1];
     const T* w_c = wt + (int64_t)c * p.weight_stride[0];
     const int oh0 = (int)ih * p.stride_h - p.pad_h, ow0 = (int)iw * p.stride_w - p.pad_w;
+    // The taps whose output pixel lies inside dy, worked out once: the loops below then carry
+    // no bounds checks, and the inner one is unrolled so its loads are in flight together.
+    int kh_lo, kh_hi, kw_lo, kw_hi;
+    taps_inside(oh0, p.dil_h, p.kernel_h, OH, kh_lo, kh_hi);
+    taps_inside(ow0, p.dil_w, p.kernel_w, OW, kw_lo, kw_hi);
     float acc = 0.f;
     for (int co = 0; co < (int)p.out_per_group; ++co) {
       const T* dy_c = dy_n + (int64_t)co * p.grad_output_stride[1];
       const T* w_co = w_c + (int64_t)co * p.weight_stride[1];
       float part = 0.f;
-      for (int kh = 0; kh < p.kernel_h; ++kh) {
-        const int oh = oh0 + kh * p.dil_h;
-        if (oh < 0 || oh >= OH) continue;
-        for (int kw = 0; kw < p.kernel_w; ++kw) {
-          const int ow = ow0 + kw * p.dil_w;
-          if (ow < 0 || ow >= OW) continue;
-          part += to_float(dy_c[(int64_t)oh * p.grad_output_stride[2] +
-                                (int64_t)ow * p.grad_output_stride[3]]) *
-                  to_float(w_co[(int64_t)kh * p.weight_stride[2] +
-                                (int64_t)kw * p.weight_stride[3]]);
+      for (int kh = kh_lo; kh < kh_hi; ++kh) {
+        const T* dy_row = dy_c + (int64_t)(oh0 + kh * p.dil_h) * p.grad_output_stride[2];
+        const T* w_row = w_co + (int64_t)kh * p.weight_stride[2];
+#pragma unroll 4
+        for (int kw = kw_lo; kw < kw_hi; ++kw) {
+          part += to_float(dy_row[(int64_t)(ow0 + kw * p.dil_w) * p.grad_output_stride[3]]) *
+                  to_float(w_row[(int64_t)kw * p.weight_stride[3]]);
         }
       }
       acc += part;

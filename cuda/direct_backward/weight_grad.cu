@@ -100,8 +100,9 @@ direct_weight_grad_partial_kernel(const ConvTranspose2dGradParams p) {
     for (int j = 0; j < kCols; ++j) red[pix_lane][lane * (kCols + 1) + j] = acc[j];
   }
   __syncthreads();
-  if (threadIdx.x < CI_LANES * kCols) {
-    const int out_lane = threadIdx.x % CI_LANES, j = threadIdx.x / CI_LANES;
+  // CI_LANES * kCols sums: 512 with 32 channel lanes, so a thread may write two.
+  for (int t = threadIdx.x; t < CI_LANES * kCols; t += kThreads) {
+    const int out_lane = t % CI_LANES, j = t / CI_LANES;
     const int64_t out_ci = (int64_t)(blockIdx.x / chunks) * CI_LANES + out_lane;
     const int q = chunk * kCols + j;
     if (out_ci < p.in_channels && q < cols) {

@@ -378,20 +378,24 @@ class BackwardPlan:
 
 
 def backward_plan(device: torch.device, dtype: torch.dtype, weight_shape: Sequence[int],
-                  args: ConvTransposeArgs) -> BackwardPlan:
+                  args: ConvTransposeArgs, channels_last: bool) -> BackwardPlan:
     """The backward of a call recorded on a kernel of ours (`kernels_in_training`): the direct
-    backward kernels (DIRECT_BACKWARD) or ATen's, per gradient, and why."""
+    backward kernels (DIRECT_BACKWARD) or ATen's, per gradient, and why. `channels_last`: the
+    call's input and output are channels_last."""
     why = device_support(device, dtype)
     if why is not None:
         aten = Plan(ATEN, why, fallback=True)
         return BackwardPlan(aten, aten)
-    why = direct_backward.runs_here(weight_shape, args)
-    if why is None:
-        aten = Plan(ATEN, "ATen's backward (cuDNN): the direct kernels win only with few "
-                          "channels per group")
-        return BackwardPlan(aten, aten)
-    chosen = Plan(DIRECT_BACKWARD, why)
-    return BackwardPlan(chosen, chosen)
+
+    def chosen(reason: Optional[str], gradient: str) -> Plan:
+        if reason is not None:
+            return Plan(DIRECT_BACKWARD, reason)
+        return Plan(ATEN, f"ATen's {gradient} (cuDNN): the direct kernel measured slower here")
+
+    return BackwardPlan(
+        chosen(direct_backward.grad_input_reason(weight_shape, args, channels_last),
+               "input gradient"),
+        chosen(direct_backward.weight_grad_reason(weight_shape, args), "weight gradient"))
 
 
 def plan(input: torch.Tensor, weight: torch.Tensor, args: ConvTransposeArgs) -> Plan:

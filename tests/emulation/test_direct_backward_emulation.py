@@ -45,9 +45,17 @@ def _reference(x, w, dy, case):
     return gx.numpy(), gw.numpy()
 
 
+def taps_inside(first: int, dil: int, taps: int, size: int):
+    """taps_inside (grad_input.cu): taps k in [lo, hi) with 0 <= first + k * dil < size."""
+    lo = 0 if first >= 0 else (-first + dil - 1) // dil
+    room = size - 1 - first
+    hi = 0 if room < 0 else min(taps, room // dil + 1)
+    return lo, hi
+
+
 def grad_input_model(x, w, dy, case):
     """direct_grad_input_kernel: per element of dx, per output channel of its group the taps
-    inside dy, then across channels."""
+    inside dy (their ranges worked out once, no bounds checks), then across channels."""
     _, cin, _, _, (kh_n, kw_n), (sh, sw), (ph, pw), _, (dh, dw), g = case
     n_, _, h, wd = x.shape
     oh_n, ow_n = dy.shape[2:]
@@ -55,17 +63,17 @@ def grad_input_model(x, w, dy, case):
     dx = np.full(x.shape, np.nan)
     for n, c, ih, iw in np.ndindex(n_, cin, h, wd):
         grp = c // in_pg
+        oh0, ow0 = ih * sh - ph, iw * sw - pw
+        kh_lo, kh_hi = taps_inside(oh0, dh, kh_n, oh_n)
+        kw_lo, kw_hi = taps_inside(ow0, dw, kw_n, ow_n)
         acc = 0.0
         for co in range(out_pg):
             part = 0.0
-            for kh in range(kh_n):
-                oh = ih * sh - ph + kh * dh
-                if not 0 <= oh < oh_n:
-                    continue
-                for kw in range(kw_n):
-                    ow = iw * sw - pw + kw * dw
-                    if 0 <= ow < ow_n:
-                        part += dy[n, grp * out_pg + co, oh, ow] * w[c, co, kh, kw]
+            for kh in range(kh_lo, kh_hi):
+                for kw in range(kw_lo, kw_hi):
+                    oh, ow = oh0 + kh * dh, ow0 + kw * dw
+                    assert 0 <= oh < oh_n and 0 <= ow < ow_n
+                    part += dy[n, grp * out_pg + co, oh, ow] * w[c, co, kh, kw]
             acc += part
         assert np.isnan(dx[n, c, ih, iw])
         dx[n, c, ih, iw] = acc
@@ -121,10 +129,11 @@ def weight_grad_model(x, w, dy, case, channels_last: bool, sm_count: int):
             rows = v[:, 0, :]
         else:
             rows = acc  # [8 pixel lanes][32 lanes][COLS]
-        for lane in range(lanes):
-            ci = tile * lanes + lane
-            for j in range(COLS):
-                q = chunk * COLS + j
+        # the block's threads write lanes x COLS sums, some threads two
+        for thread in range(THREADS):
+            for t in range(thread, lanes * COLS, THREADS):
+                lane, j = t % lanes, t // lanes
+                ci, q = tile * lanes + lane, chunk * COLS + j
                 if ci < cin and q < cols:
                     assert np.isnan(partial[by, ci, q])
                     row = rows[:, j] if lanes == 1 else rows[:, lane, j]

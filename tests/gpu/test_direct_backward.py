@@ -29,7 +29,7 @@ CASES = [
     (3, 48, 3, (12, 10), (4, 4), (2, 2), (1, 1), (0, 0), (1, 1), 1),      # DCGAN's RGB output
     (2, 56, 1, (20, 18), (9, 9), (3, 3), (4, 4), (2, 2), (1, 1), 1),      # FSRCNN's k9 s3
     (2, 32, 64, (9, 11), (3, 3), (2, 2), (1, 1), (1, 1), (1, 1), 16),     # 2 in / 4 out per group
-    (2, 16, 16, (8, 8), (3, 3), (1, 1), (1, 1), (2, 2), (2, 2), 4),       # output_padding >= stride
+    (2, 16, 16, (8, 8), (3, 3), (1, 1), (1, 1), (1, 1), (2, 2), 4),       # output_padding >= stride
     (2, 8, 4, (7, 9), (3, 5), (1, 2), (1, 2), (0, 1), (2, 1), 2),         # asymmetric, dilated
     (1, 3, 2, (1, 1), (4, 4), (1, 1), (0, 0), (0, 0), (1, 1), 1),         # a 1 x 1 input
     (2, 40, 40, (33, 35), (2, 2), (2, 2), (0, 0), (0, 0), (1, 1), 40),    # k == s, odd sizes
@@ -137,24 +137,28 @@ def _kernel_names(fn) -> list:
     return [e.name for e in prof.events()]
 
 
+@pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "nhwc"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_a_training_step_with_kernels_in_training_runs_them(dtype):
-    """A depthwise layer (planner.backward_plan: the direct kernels), its step's gradients
-    against float64 and nn.ConvTranspose2d's on inputs other than the planning ones."""
+def test_a_training_step_with_kernels_in_training_runs_them(dtype, channels_last):
+    """A depthwise layer (planner.backward_plan: the direct weight gradient, and in channels_last
+    the direct input gradient), its step's gradients against float64 and nn.ConvTranspose2d's on
+    inputs other than the planning ones."""
     torch.manual_seed(0)
     original = nn.ConvTranspose2d(64, 64, 4, 2, 1, groups=64, device="cuda", dtype=dtype)
     layer = deconv_patch.FastConvTranspose2d.from_module(original)
     layer.kernels_in_training = True
-    x = torch.randn(8, 64, 32, 32, device="cuda", dtype=dtype)
+    layout = torch.channels_last if channels_last else torch.contiguous_format
+    x = torch.randn(8, 64, 32, 32, device="cuda", dtype=dtype).contiguous(memory_format=layout)
     args = ConvTransposeArgs.from_values((2, 2), (1, 1), (0, 0), 64, (1, 1))
-    backward = planner.backward_plan(x.device, dtype, layer.weight.shape, args)
-    assert backward.grad_input.variant == backward.weight_grad.variant == \
-        planner.DIRECT_BACKWARD, backward
+    backward = planner.backward_plan(x.device, dtype, layer.weight.shape, args, channels_last)
+    assert backward.weight_grad.variant == planner.DIRECT_BACKWARD, backward
+    assert (backward.grad_input.variant == planner.DIRECT_BACKWARD) == channels_last, backward
     with torch.backends.cudnn.flags(enabled=True, allow_tf32=True, benchmark=False):
         if not layer.plan_for(x).uses_kernel:
             pytest.skip(f"the forward's plan here is {layer.plan_for(x).variant}")
         fresh = torch.randn_like(x).requires_grad_()
-        dy = torch.randn(8, 64, 64, 64, device="cuda", dtype=dtype)
+        dy = torch.randn(8, 64, 64, 64, device="cuda", dtype=dtype).contiguous(
+            memory_format=layout)
 
         def step():
             layer.zero_grad(set_to_none=True)
@@ -163,7 +167,7 @@ def test_a_training_step_with_kernels_in_training_runs_them(dtype):
 
         step()  # (plans)
         names = _kernel_names(step)
-        assert any("direct_grad_input" in n for n in names), names
+        assert any("direct_grad_input" in n for n in names) == channels_last, names
         assert any("direct_weight_grad_partial" in n for n in names), names
         got_x, got_w, got_b = fresh.grad, layer.weight.grad, layer.bias.grad
         fresh.grad = None
