@@ -40,6 +40,8 @@ from deconv_patch.timing import capture_graph, median_interleaved  # noqa: E402
 from examples.registry import EXAMPLES, Example  # noqa: E402
 
 MODES = ("tf32", "bf16")
+# --kernels-in-training's values: optimize(kernels_in_training=...)
+KERNELS_IN_TRAINING = {"default": None, "on": True, "off": False}
 
 
 @dataclass
@@ -247,11 +249,14 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     parser.add_argument("--no-compile", action="store_true", help="skip the compiled steps")
     parser.add_argument("--graphs", action="store_true",
                         help="also each model's step captured whole in a CUDA graph, replayed")
-    parser.add_argument("--kernels-in-training", action="store_true",
-                        help="optimize(kernels_in_training=True): recorded calls run our "
-                             "forward kernels (default: PyTorch's convolution, as optimize())")
+    parser.add_argument("--kernels-in-training", nargs="?", const="on", default="default",
+                        choices=sorted(KERNELS_IN_TRAINING),
+                        help="optimize(kernels_in_training=...): default (None: layers planned "
+                             "on the grouped kernel), on (True; the bare flag) or off (False)")
     parser.add_argument("--out", type=Path, default=None, help="write the rows as JSON here")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    args.kernels_in_training = KERNELS_IN_TRAINING[args.kernels_in_training]
+    return args
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -78,10 +78,12 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
     # from before activation fusion still load.
     activation: str = "none"
     negative_slope: float = DEFAULT_NEGATIVE_SLOPE
-    # Calls that autograd records run the plan's kernel (True) or PyTorch's convolution (False,
-    # the default: a kernel in the forward alone did not make every training step faster;
-    # grad_calls and docs/performance/training.md). optimize(kernels_in_training=...) sets it.
-    kernels_in_training: bool = False
+    # Calls that autograd records run the plan's kernel (True), PyTorch's convolution (False),
+    # or the plan's kernel where it is one that measured faster in training, forward and
+    # backward together (None, the default: planner.trains_on_kernel; elsewhere our forward
+    # alone did not make every training step faster; grad_calls and
+    # docs/performance/training.md). optimize(kernels_in_training=...) sets it.
+    kernels_in_training: Optional[bool] = None
     # Per-process caches: never copied or pickled (the copy re-plans on its first call).
     TRANSIENT_STATE = ("_plan_cache", "_last_plan", "_kernel_planned", "_fast_path",
                        "_fast_path_fused")
@@ -145,13 +147,13 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
             return self._conv(input, weight, bias, output_size, self.activation,
                               self.negative_slope, "_fast_path")
         recorded = grad_calls.records_grad(input, weight, bias)
-        if recorded and (self.activation != "none" or not self.kernels_in_training) and \
+        if recorded and (self.activation != "none" or not self._may_train_on_kernel()) and \
                 planner.forced_variant() is None:
             # A call autograd records: PyTorch's own convolution (and activation), straight
             # away, so a training step pays nothing more than nn.ConvTranspose2d's call
-            # (grad_calls). With kernels_in_training, a call without an activation of the
-            # module's own runs its plan, recorded with ATen's backward. A fused chain never
-            # folds a recorded call.
+            # (grad_calls). Where kernels_in_training allows, a call without an activation of
+            # the module's own runs its plan, recorded with the planned backward. A fused chain
+            # never folds a recorded call.
             return self._pytorch(input, weight, bias, output_size)
         chain = self.__dict__.get("_fused_chain")
         if chain is not None:
@@ -163,6 +165,24 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
                 return out
         return self._conv(input, weight, bias, output_size, self.activation,
                           self.negative_slope, "_fast_path")
+
+    def _may_train_on_kernel(self) -> bool:
+        """kernels_in_training, with None (the default) answered from the hyperparameters:
+        whether any call of this layer could be planned on a kernel that trains faster."""
+        chosen = self.kernels_in_training
+        if chosen is None:
+            return planner.may_train_on_kernel(self.in_channels, self.out_channels, self.groups,
+                                               self.stride)  # type: ignore[arg-type]
+        return chosen
+
+    def _records_on(self, entry: "_Entry") -> bool:
+        """Whether a call autograd records runs `entry`'s kernel: kernels_in_training, with
+        None answered by the plan (planner.trains_on_kernel; a plan autotune has yet to time
+        runs PyTorch's)."""
+        chosen = self.kernels_in_training
+        if chosen is None:
+            return not entry.tune and planner.trains_on_kernel(entry.plan)
+        return chosen
 
     def _pytorch(self, input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
                  output_size: Optional[List[int]]) -> torch.Tensor:
@@ -239,6 +259,9 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
             entry = self._entry_for(input, output_padding, weight, bias, activation,
                                     negative_slope)
             use_op = entry.plan.uses_kernel or entry.tune
+            if recorded and not fused and planner.forced_variant() is None and \
+                    not self._records_on(entry):
+                use_op = False  # (kernels_in_training=None, a plan that does not train faster)
             if use_op and not entry.tune and _plain_cuda_tensor(input) and not (
                     recorded and fused):
                 # (a recorded call is a node whose backward is ATen's: grad_calls)
@@ -288,7 +311,7 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
         self.__dict__[fast_slot] = ext.ModuleFastPath(
             entry.call if entry.plan.uses_kernel else None, input, weight, bias,
             list(self.stride), list(self.padding), list(self.output_padding),
-            list(self.dilation), self.groups, self.kernels_in_training)
+            list(self.dilation), self.groups, self._records_on(entry))
 
     def __setattr__(self, name: str, value: object) -> None:
         # Any attribute change (hyperparameters, activation, parameters, device moves) disarms

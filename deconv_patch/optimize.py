@@ -33,8 +33,9 @@ from .fuse_plan import CHAIN_ATTR, ChainPlan, attach_chains, detach_chains, plan
 from .modules import FastConvTranspose2d, prepare_kernels
 from .patching import copy_model, patch_modules
 from .summary import (
-    FUSION_NOTE, PATH_NONE, PATH_PATCHED, TRAINING_KERNELS_NOTE, TRAINING_NOTE, LayerPatch,
-    PatchSummary, PatchWarning, attach, get_summary, layer_from_module, with_notes,
+    FUSION_NOTE, PATH_NONE, PATH_PATCHED, TRAINING_DEFAULT_NOTE, TRAINING_KERNELS_NOTE,
+    TRAINING_NOTE, LayerPatch, PatchSummary, PatchWarning, attach, get_summary,
+    layer_from_module, with_notes,
 )
 
 PROGRESS_THRESHOLD = 20  # show a tqdm bar when more layers than this are patched
@@ -215,7 +216,7 @@ def optimize(
     progress: Optional[bool] = None,
     validate_kwargs: Optional[Dict[str, Any]] = None,
     example_kwargs: Optional[Dict[str, Any]] = None,
-    kernels_in_training: bool = False,
+    kernels_in_training: Optional[bool] = None,
 ) -> nn.Module:
     """Returns `model` with every transposed convolution running on deconv_patch.
 
@@ -234,9 +235,12 @@ def optimize(
             `deconv_patch.validation.validate`; the report lands in the summary.
         progress: show a tqdm bar (None: only when more than 20 layers).
         validate_kwargs: extra keyword arguments for `validate`.
-        kernels_in_training: calls that autograd records (training steps) run the forward
-            kernels too, with PyTorch's backward. Off by default: it did not make every
-            measured training step faster (docs/performance/training.md).
+        kernels_in_training: whether calls that autograd records (training steps) run our
+            forward kernel, with the planned backward (PyTorch's, or ours where it measured
+            faster). None (default): only in layers planned on the grouped kernel (depthwise
+            and grouped layers), where that measured faster; elsewhere it did not make every
+            training step faster (docs/performance/training.md). True: in every layer.
+            False: in none.
 
     Idempotent: optimizing an optimized model changes nothing more. See
     `deconv_patch.summary(result)` for what was done, and what was not and why.
@@ -277,7 +281,8 @@ def optimize(
     notes: List[str] = []
     if layers:
         notes.append(FUSION_NOTE if fuse else "fuse=False: nothing fused")
-        notes.append(TRAINING_KERNELS_NOTE if kernels_in_training else TRAINING_NOTE)
+        notes.append({None: TRAINING_DEFAULT_NOTE, True: TRAINING_KERNELS_NOTE,
+                      False: TRAINING_NOTE}[kernels_in_training])
     summary = PatchSummary(
         path=PATH_PATCHED if layers else PATH_NONE,
         reason=("patched the model's own modules in place" if layers else

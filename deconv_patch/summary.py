@@ -26,7 +26,16 @@ FUSION_NOTE = (
     "state_dict stay the model's own."
 )
 
-# Shown under every summary with patched layers: where PyTorch's own convolution still runs.
+# Shown under every summary with patched layers: where PyTorch's own convolution still runs
+# (optimize's default, kernels_in_training=None).
+TRAINING_DEFAULT_NOTE = (
+    "calls that autograd records (training steps, or inference outside torch.no_grad() / "
+    "torch.inference_mode()) run the convolution nn.ConvTranspose2d runs, except in depthwise "
+    "and grouped layers planned on the grouped kernel, which trains faster: their recorded "
+    "calls run it, with the planned backward; deconv_patch's kernels run the calls without "
+    "gradients."
+)
+# The same, for optimize(kernels_in_training=False).
 TRAINING_NOTE = (
     "calls that autograd records (training steps, or inference outside torch.no_grad() / "
     "torch.inference_mode()) run the convolution nn.ConvTranspose2d runs; deconv_patch's "

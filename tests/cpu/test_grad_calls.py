@@ -78,21 +78,47 @@ def test_recorded_module_calls_are_nn_conv_transpose2d(output_size):
     assert torch.equal(y, expected) and y.grad_fn is not None
 
 
-def test_summary_says_training_runs_pytorch():
+def test_summary_says_where_training_runs_pytorch():
     import warnings
 
     from torch import nn
 
     import deconv_patch
-    from deconv_patch.summary import TRAINING_NOTE
+    from deconv_patch.summary import TRAINING_DEFAULT_NOTE, TRAINING_NOTE
 
     model = nn.Sequential(nn.ConvTranspose2d(4, 3, 2, 2), nn.ReLU())
     info = deconv_patch.summary(deconv_patch.optimize(model), quiet=True)
-    assert TRAINING_NOTE in info.notes and TRAINING_NOTE in info.table()
+    assert TRAINING_DEFAULT_NOTE in info.notes and TRAINING_DEFAULT_NOTE in info.table()
+    off = deconv_patch.summary(deconv_patch.optimize(model, kernels_in_training=False),
+                               quiet=True)
+    assert TRAINING_NOTE in off.notes and TRAINING_DEFAULT_NOTE not in off.notes
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # (nothing to patch: optimize warns)
         none = deconv_patch.summary(deconv_patch.optimize(nn.Linear(2, 2)), quiet=True)
-    assert TRAINING_NOTE not in none.notes
+    assert TRAINING_DEFAULT_NOTE not in none.notes and TRAINING_NOTE not in none.notes
+
+
+@pytest.mark.parametrize("in_channels,out_channels,groups,stride,may", [
+    (64, 64, 64, (2, 2), True),      # depthwise
+    (128, 128, 8, (2, 2), True),     # 16 per group
+    (128, 128, 2, (2, 2), False),    # 64 per group: not the grouped kernel's
+    (64, 64, 64, (8, 8), False),     # stride area 64: cuDNN's
+    (64, 32, 1, (2, 2), False),      # dense
+])
+def test_only_layers_the_grouped_kernel_may_plan_train_on_kernels_by_default(
+        in_channels, out_channels, groups, stride, may):
+    from torch import nn
+
+    import deconv_patch
+
+    layer = deconv_patch.FastConvTranspose2d.from_module(
+        nn.ConvTranspose2d(in_channels, out_channels, 4, stride, 1, groups=groups))
+    assert layer.kernels_in_training is None
+    assert layer._may_train_on_kernel() == may
+    layer.kernels_in_training = False
+    assert not layer._may_train_on_kernel()
+    layer.kernels_in_training = True
+    assert layer._may_train_on_kernel()
 
 
 def test_kernels_in_training_is_set_on_every_layer_and_said_in_the_summary():
@@ -100,7 +126,7 @@ def test_kernels_in_training_is_set_on_every_layer_and_said_in_the_summary():
 
     import deconv_patch
     from deconv_patch import FastConvTranspose2d
-    from deconv_patch.summary import TRAINING_KERNELS_NOTE, TRAINING_NOTE
+    from deconv_patch.summary import TRAINING_DEFAULT_NOTE, TRAINING_KERNELS_NOTE, TRAINING_NOTE
 
     torch.manual_seed(3)
     model = nn.Sequential(nn.ConvTranspose2d(4, 6, 2, 2), nn.ReLU(),
@@ -121,7 +147,7 @@ def test_kernels_in_training_is_set_on_every_layer_and_said_in_the_summary():
     assert torch.equal(x.grad, x_ref.grad)
     for a, b in zip(patched.parameters(), model.parameters()):
         assert torch.equal(a.grad, b.grad)
-    again = deconv_patch.optimize(patched, inplace=True)  # the default turns it off again
-    assert not any(m.kernels_in_training for m in again.modules()
-                   if isinstance(m, FastConvTranspose2d))
-    assert TRAINING_NOTE in deconv_patch.summary(again, quiet=True).notes
+    again = deconv_patch.optimize(patched, inplace=True)  # the default: per layer again
+    assert all(m.kernels_in_training is None for m in again.modules()
+               if isinstance(m, FastConvTranspose2d))
+    assert TRAINING_DEFAULT_NOTE in deconv_patch.summary(again, quiet=True).notes

@@ -19,6 +19,7 @@ import deconv_patch
 from deconv_patch import modules, ops
 from deconv_patch.kernels import autotune, planner
 from deconv_patch.kernels.autotune import AutotuneCache
+from tests.helpers import allowed_error, max_error
 
 pytestmark = pytest.mark.cuda
 
@@ -64,10 +65,12 @@ def _aten_grads(x, weight, bias, grad, args):
 
 
 # (not named `benchmark`: pytest-benchmark's fixture has that name)
+@pytest.mark.parametrize("kernels_in_training", [None, False], ids=["default", "off"])
 @pytest.mark.parametrize("cudnn_benchmark", [False, True])
-def test_recorded_calls_run_pytorch_by_default(cudnn_benchmark, tmp_path, monkeypatch):
+def test_recorded_calls_of_a_dense_layer_run_pytorch(cudnn_benchmark, kernels_in_training,
+                                                     tmp_path, monkeypatch):
     monkeypatch.setattr(autotune, "_CACHE", AutotuneCache(tmp_path / "a.json"))
-    ref, fast, x = _pair(kernels_in_training=False)
+    ref, fast, x = _pair(kernels_in_training=kernels_in_training)
     with torch.backends.cudnn.flags(enabled=True, benchmark=False):
         assert fast.plan_for(x).uses_kernel  # what an inference call of this layer runs
     with torch.backends.cudnn.flags(enabled=True, benchmark=cudnn_benchmark,
@@ -80,6 +83,54 @@ def test_recorded_calls_run_pytorch_by_default(cudnn_benchmark, tmp_path, monkey
             assert torch.equal(got_y, want_y) and got_y.stride() == want_y.stride()
             for g, w in zip(got, want):
                 assert torch.equal(g, w)
+
+
+@pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "nhwc"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("groups", [64, 4], ids=["depthwise", "16-per-group"])
+def test_recorded_calls_of_grouped_kernel_layers_run_it_by_default(groups, dtype,
+                                                                   channels_last):
+    """kernels_in_training=None (optimize's default): a layer planned on the grouped kernel
+    records its calls on it, armed C++ path included, with the planned backward; its
+    gradients against float64 next to nn.ConvTranspose2d's, on fresh inputs each step, across
+    optimizer steps; with kernels_in_training=False the same layer records PyTorch's."""
+    torch.manual_seed(4)
+    ref = nn.ConvTranspose2d(64, 64, 4, 2, 1, groups=groups, device="cuda", dtype=dtype)
+    model = deconv_patch.optimize(nn.Sequential(copy.deepcopy(ref)))
+    fast = model[0]
+    assert fast.kernels_in_training is None
+    layout = torch.channels_last if channels_last else torch.contiguous_format
+    x = torch.randn(4, 64, 24, 24, device="cuda", dtype=dtype).contiguous(memory_format=layout)
+    with torch.backends.cudnn.flags(enabled=True, benchmark=False, allow_tf32=True):
+        if fast.plan_for(x).variant != planner.GROUPED:
+            pytest.skip(f"the forward's plan here is {fast.plan_for(x).variant}")
+        opt = torch.optim.SGD(fast.parameters(), lr=0.1)
+        for step in range(3):  # the planned call, the armed C++ path, after optimizer steps
+            with torch.no_grad():  # the reference on the weights the optimizer left
+                ref.weight.copy_(fast.weight)
+                ref.bias.copy_(fast.bias)
+            x = torch.randn_like(x)
+            grad = torch.randn(4, 64, 48, 48, device="cuda", dtype=dtype).contiguous(
+                memory_format=layout)
+            xg = x.clone().requires_grad_()
+            y = fast(xg)
+            assert _recorded_by_us(y), y.grad_fn
+            got = torch.autograd.grad(y, [xg, fast.weight, fast.bias], grad)
+            want_y, want = _step(ref, x, grad)
+            x64, w64, b64 = (t.detach().double().requires_grad_()
+                             for t in (x, fast.weight, fast.bias))
+            y64 = F.conv_transpose2d(x64, w64, b64, 2, 1, 0, groups)
+            exact = torch.autograd.grad(y64, [x64, w64, b64], grad.double())
+            assert max_error(y.detach(), y64) <= \
+                allowed_error(max_error(want_y, y64), y64.detach(), dtype)
+            for g, w, e in zip(got, want, exact):
+                assert g.shape == w.shape and g.dtype == w.dtype
+                assert max_error(g, e) <= allowed_error(max_error(w, e), e, dtype)
+            for p, g in zip(fast.parameters(), got[1:]):
+                p.grad = g
+            opt.step()
+        fast.kernels_in_training = False
+        assert not _recorded_by_us(fast(x.clone().requires_grad_()))
 
 
 @pytest.mark.parametrize("cudnn_benchmark", [False, True])
