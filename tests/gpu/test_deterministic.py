@@ -1,8 +1,9 @@
 """torch.use_deterministic_algorithms(True): a patched model keeps its kernels and its results
 repeat bit for bit. The forward kernels reduce in a fixed order (no atomics), so deterministic
-mode needs no other plan. A training step's recorded calls run PyTorch's convolution, so its
-gradients are the original model's, bit for bit; with kernels_in_training they run the same
-kernels, with ATen's backward, and repeat bit for bit."""
+mode needs no other plan. With kernels_in_training=False a training step's recorded calls run
+PyTorch's convolution, so its gradients are the original model's, bit for bit; by default (the
+grouped kernel's layers) and with kernels_in_training=True they run our kernels, with the planned
+backward (the direct weight gradient adds in a fixed order too), and repeat bit for bit."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from torch import nn
 
 import deconv_patch
 from deconv_patch import FastConvTranspose2d
+from deconv_patch.kernels import planner
 
 pytestmark = pytest.mark.cuda
 
@@ -92,7 +94,7 @@ def test_eval_keeps_the_kernels_and_repeats_bit_for_bit(deterministic, dtype):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_a_training_step_gives_the_originals_gradients_bit_for_bit(deterministic, dtype):
     original = _model(dtype).train()
-    patched = deconv_patch.optimize(copy.deepcopy(original))
+    patched = deconv_patch.optimize(copy.deepcopy(original), kernels_in_training=False)
     z = torch.randn(8, 32, 1, 1, device="cuda", dtype=dtype)
     target = torch.randn(8, 3, 32, 32, device="cuda", dtype=dtype)
     grads = []
@@ -110,19 +112,23 @@ def _grads(model: nn.Module, z: torch.Tensor, target: torch.Tensor) -> list:
     return [p.grad.clone() for p in model.parameters()]
 
 
+@pytest.mark.parametrize("kernels_in_training", [None, True], ids=["default", "on"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_kernels_in_training_repeat_bit_for_bit(deterministic, dtype):
+def test_kernels_in_training_repeat_bit_for_bit(deterministic, dtype, kernels_in_training):
     """fp32 strict (no TF32: TF32's forward error, amplified by training-mode BatchNorm, is not
     PyTorch's when cuDNN runs a small layer in full fp32) and bf16."""
     original = _model(dtype).train()
-    patched = deconv_patch.optimize(copy.deepcopy(original), kernels_in_training=True)
+    patched = deconv_patch.optimize(copy.deepcopy(original),
+                                    kernels_in_training=kernels_in_training)
     exact = copy.deepcopy(original).double()
     z = torch.randn(8, 32, 1, 1, device="cuda", dtype=dtype)
     target = torch.randn(8, 3, 32, 32, device="cuda", dtype=dtype)
     seen = []  # per patched call: (whether a kernel of ours should record it, its node)
 
     def hook(module, args, out):
-        planned = module.activation == "none" and module.plan_for(args[0]).uses_kernel
+        plan = module.plan_for(args[0])
+        planned = module.activation == "none" and (
+            plan.uses_kernel if kernels_in_training else planner.trains_on_kernel(plan))
         seen.append((planned, "ConvTransposeFunction" in out.grad_fn.name()))
 
     for layer in _layers(patched):
@@ -134,7 +140,7 @@ def test_kernels_in_training_repeat_bit_for_bit(deterministic, dtype):
         reference = _grads(exact, z.double(), target)
     # a layer without an activation of its own runs its plan's kernel, recorded in C++
     assert seen and all(planned == ours for planned, ours in seen), seen
-    if dtype == torch.bfloat16:
+    if dtype == torch.bfloat16 or kernels_in_training is None:  # (the depthwise layer)
         assert any(ours for _, ours in seen), seen
     assert len(first) == len(want) == len(reference)
     for a, b in zip(first, second):
