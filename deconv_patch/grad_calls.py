@@ -1,11 +1,12 @@
 """Calls that autograd records (a training step's forward).
 
-Every deconv_patch call's backward is ATen's convolution_backward, the same as
-nn.ConvTranspose2d's. By default a patched layer's recorded call runs PyTorch's own convolution,
-exactly nn.ConvTranspose2d's call. With `kernels_in_training` (optimize's argument, the module's
-attribute) it runs its plan's forward kernel as a C++ autograd node with that backward
-(cuda/binding/recorded_call.cpp), so the step pays no Python autograd node (tens of microseconds
-per layer, more than a small layer's forward). Recorded calls that would need more than the
+A patched layer's recorded call runs PyTorch's own convolution, exactly nn.ConvTranspose2d's
+call, unless `kernels_in_training` (optimize's argument, the module's attribute) gives it our
+kernel: by default (None) in layers planned on the grouped kernel (planner.trains_on_kernel),
+with True in every layer. It then runs its plan's forward kernel as a C++ autograd node
+(cuda/binding/recorded_call.cpp) whose backward is planner.backward_plan's per gradient (ATen's
+convolution_backward, or the direct backward kernels of a depthwise layer), so the step pays no
+Python autograd node (tens of microseconds per layer, more than a small layer's forward). Recorded calls that would need more than the
 convolution's backward, a layer's own fused activation, run PyTorch's convolution (then the
 activation) either way, and so do routed `F.conv_transpose2d` calls, whose op records a Python
 node; a variant forced by planner.use_variant runs regardless (tests and benchmarks force them).

@@ -1,9 +1,8 @@
 // The gradients of a transposed convolution on CUDA cores, one output element per thread (input
-// gradient) or per thread and 16 weight columns (weight gradient): for layers with few channels
-// per group, where cuDNN's backward runs at 15-200x its roofline floor (depthwise and small
-// groups, one- to three-channel sides, output_padding >= stride). Every hyperparameter and any
+// gradient) or per thread and 16 weight columns (weight gradient). Every hyperparameter and any
 // strides; fp32 accumulation; the weight gradient sums pixel ranges on their own and then adds
-// them in a fixed order, so it is deterministic without atomics.
+// them in a fixed order, so it is deterministic without atomics. They beat cuDNN on depthwise
+// layers, where the planner runs them (deconv_patch/kernels/direct_backward.py).
 #pragma once
 
 #include <cstdint>
