@@ -177,11 +177,11 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
 
     def _records_on(self, entry: "_Entry") -> bool:
         """Whether a call autograd records runs `entry`'s kernel: kernels_in_training, with
-        None answered by the plan (planner.trains_on_kernel; a plan autotune has yet to time
-        runs PyTorch's)."""
+        None answered by the plan (planner.trains_on_kernel). A plan autotune has yet to time
+        goes to the op, which times it; the next call's plan is the timed one."""
         chosen = self.kernels_in_training
         if chosen is None:
-            return not entry.tune and planner.trains_on_kernel(entry.plan)
+            return planner.trains_on_kernel(entry.plan)
         return chosen
 
     def _pytorch(self, input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
@@ -424,6 +424,19 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
             if isinstance(found, torch.Tensor):
                 return found
         return self.weight
+
+    @property
+    def training_backend(self) -> str:
+        """What a call autograd records runs, by `backend`'s plan: that kernel where
+        kernels_in_training gives it our kernel (by default only the grouped kernel), else
+        PyTorch's convolution ("aten")."""
+        if self.activation != "none" or not self._may_train_on_kernel():
+            return planner.ATEN
+        backend = self.backend
+        if self.kernels_in_training is None and \
+                not planner.trains_on_kernel(planner.Plan(backend, "")):
+            return planner.ATEN
+        return backend
 
     @property
     def backend(self) -> str:

@@ -82,7 +82,7 @@ def _function_rows(routed: List[str]) -> List[LayerPatch]:
             name=f"{owner}.forward" if owner else "forward", kind="function", in_channels=None,
             out_channels=None, kernel_size=None, stride=None, padding=None,
             output_padding=None, dilation=None, groups=None, bias=None, fused="-",
-            backend="per call"))
+            backend="per call", training="aten"))
     return rows
 
 

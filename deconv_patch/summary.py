@@ -79,6 +79,8 @@ class LayerPatch:
     fused: str = "-"
     backend: str = "?"
     calls: int = 1
+    # what a call autograd records runs (FastConvTranspose2d.training_backend)
+    training: str = "?"
 
 
 @dataclass(frozen=True)
@@ -131,7 +133,7 @@ def _cell(value: Any) -> str:
 
 
 _COLUMNS = ("layer", "kind", "in", "out", "k", "s", "p", "op", "d", "g", "bias", "calls", "fused",
-            "backend")
+            "backend", "training")
 
 
 def _row(layer: LayerPatch) -> List[str]:
@@ -139,7 +141,7 @@ def _row(layer: LayerPatch) -> List[str]:
         layer.name, layer.kind, _cell(layer.in_channels), _cell(layer.out_channels),
         _pair(layer.kernel_size), _pair(layer.stride), _pair(layer.padding),
         _pair(layer.output_padding), _pair(layer.dilation), _cell(layer.groups),
-        _cell(layer.bias), str(layer.calls), layer.fused, layer.backend,
+        _cell(layer.bias), str(layer.calls), layer.fused, layer.backend, layer.training,
     ]
 
 
@@ -185,13 +187,15 @@ def refreshed(summary: PatchSummary, model: nn.Module) -> PatchSummary:
     """
     layers = []
     for layer in summary.layers:
-        backend = layer.backend
+        backend, training = layer.backend, layer.training
         if layer.kind == "module":
             try:
-                backend = str(model.get_submodule(layer.name).backend)
+                module = model.get_submodule(layer.name)
+                backend = str(module.backend)
+                training = str(getattr(module, "training_backend", training))
             except AttributeError:
                 pass
-        layers.append(dataclasses.replace(layer, backend=backend))
+        layers.append(dataclasses.replace(layer, backend=backend, training=training))
     return dataclasses.replace(summary, layers=tuple(layers))
 
 
@@ -216,13 +220,14 @@ def layer_from_module(name: str, module: nn.ConvTranspose2d, fused: str = "-",
                       calls: int = 1) -> LayerPatch:
     """The summary row for a (Fast)ConvTranspose2d module."""
     backend = getattr(module, "backend", "?")
+    training = getattr(module, "training_backend", "?")
     return LayerPatch(
         name=name, kind="module", in_channels=module.in_channels,
         out_channels=module.out_channels, kernel_size=tuple(module.kernel_size),
         stride=tuple(module.stride), padding=tuple(module.padding),
         output_padding=tuple(module.output_padding), dilation=tuple(module.dilation),
         groups=module.groups, bias=module.bias is not None, fused=fused, backend=str(backend),
-        calls=calls,
+        calls=calls, training=str(training),
     )
 
 
@@ -233,6 +238,6 @@ def with_notes(summary: PatchSummary, *notes: str) -> PatchSummary:
 
 __all__ = [
     "FUSION_NOTE", "LayerPatch", "PATH_NONE", "PATH_PATCHED", "PatchSummary", "PatchWarning",
-    "TRAINING_KERNELS_NOTE", "TRAINING_NOTE", "attach",
+    "TRAINING_DEFAULT_NOTE", "TRAINING_KERNELS_NOTE", "TRAINING_NOTE", "attach",
     "format_table", "get_summary", "layer_from_module", "refreshed", "summary", "with_notes",
 ]

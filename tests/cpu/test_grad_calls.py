@@ -151,3 +151,35 @@ def test_kernels_in_training_is_set_on_every_layer_and_said_in_the_summary():
     assert all(m.kernels_in_training is None for m in again.modules()
                if isinstance(m, FastConvTranspose2d))
     assert TRAINING_DEFAULT_NOTE in deconv_patch.summary(again, quiet=True).notes
+
+
+@pytest.mark.parametrize("groups,planned,kernels_in_training,want", [
+    (64, "grouped", None, "grouped"),            # the default: the grouped kernel trains
+    (64, "grouped", False, "aten"),
+    (1, "gemm_out_tile", None, "aten"),          # the default: other kernels do not
+    (1, "gemm_out_tile", True, "gemm_out_tile"),
+    (64, "aten", True, "aten"),                  # planned on PyTorch's: PyTorch's either way
+])
+def test_training_backend_says_what_a_recorded_call_runs_and_the_summary_shows_it(
+        groups, planned, kernels_in_training, want):
+    from torch import nn
+
+    import deconv_patch
+
+    model = deconv_patch.optimize(nn.Sequential(nn.ConvTranspose2d(64, 64, 4, 2, 1,
+                                                                   groups=groups)),
+                                  kernels_in_training=kernels_in_training)
+    layer = model[0]
+    # as if its last call had been planned on `planned` (on CUDA; here the weight's device)
+    layer.__dict__["_last_plan"] = (layer.weight.device, layer.weight.dtype,
+                                    planner.Plan(planned, "test"))
+    assert layer.backend == planned
+    assert layer.training_backend == want
+    row = deconv_patch.summary(model, quiet=True).layers[0]
+    assert (row.backend, row.training) == (planned, want)
+    assert deconv_patch.summary(model, quiet=True).table().splitlines()[1].split()[-1] == \
+        "training"
+    layer.activation = "relu"  # a fused activation of its own: PyTorch's in training
+    layer.__dict__["_last_plan"] = (layer.weight.device, layer.weight.dtype,
+                                    planner.Plan(planned, "test"))
+    assert layer.training_backend == "aten"

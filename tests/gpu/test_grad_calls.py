@@ -85,15 +85,19 @@ def test_recorded_calls_of_a_dense_layer_run_pytorch(cudnn_benchmark, kernels_in
                 assert torch.equal(g, w)
 
 
+@pytest.mark.parametrize("cudnn_benchmark", [False, True])
 @pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "nhwc"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("groups", [64, 4], ids=["depthwise", "16-per-group"])
-def test_recorded_calls_of_grouped_kernel_layers_run_it_by_default(groups, dtype,
-                                                                   channels_last):
+def test_recorded_calls_of_grouped_kernel_layers_run_it_by_default(
+        groups, dtype, channels_last, cudnn_benchmark, tmp_path, monkeypatch):
     """kernels_in_training=None (optimize's default): a layer planned on the grouped kernel
     records its calls on it, armed C++ path included, with the planned backward; its
     gradients against float64 next to nn.ConvTranspose2d's, on fresh inputs each step, across
-    optimizer steps; with kernels_in_training=False the same layer records PyTorch's."""
+    optimizer steps; with autotune the first call is timed through the op and later ones
+    record on the grouped kernel if it won; with kernels_in_training=False the same layer
+    records PyTorch's."""
+    monkeypatch.setattr(autotune, "_CACHE", AutotuneCache(tmp_path / "a.json"))
     torch.manual_seed(4)
     ref = nn.ConvTranspose2d(64, 64, 4, 2, 1, groups=groups, device="cuda", dtype=dtype)
     model = deconv_patch.optimize(nn.Sequential(copy.deepcopy(ref)))
@@ -101,9 +105,10 @@ def test_recorded_calls_of_grouped_kernel_layers_run_it_by_default(groups, dtype
     assert fast.kernels_in_training is None
     layout = torch.channels_last if channels_last else torch.contiguous_format
     x = torch.randn(4, 64, 24, 24, device="cuda", dtype=dtype).contiguous(memory_format=layout)
-    with torch.backends.cudnn.flags(enabled=True, benchmark=False, allow_tf32=True):
+    with torch.backends.cudnn.flags(enabled=True, benchmark=False):
         if fast.plan_for(x).variant != planner.GROUPED:
-            pytest.skip(f"the forward's plan here is {fast.plan_for(x).variant}")
+            pytest.skip(f"the forward's untimed plan here is {fast.plan_for(x).variant}")
+    with torch.backends.cudnn.flags(enabled=True, benchmark=cudnn_benchmark, allow_tf32=True):
         opt = torch.optim.SGD(fast.parameters(), lr=0.1)
         for step in range(3):  # the planned call, the armed C++ path, after optimizer steps
             with torch.no_grad():  # the reference on the weights the optimizer left
@@ -114,7 +119,12 @@ def test_recorded_calls_of_grouped_kernel_layers_run_it_by_default(groups, dtype
                 memory_format=layout)
             xg = x.clone().requires_grad_()
             y = fast(xg)
-            assert _recorded_by_us(y), y.grad_fn
+            if not cudnn_benchmark:
+                assert fast.backend == fast.training_backend == planner.GROUPED
+                assert _recorded_by_us(y), y.grad_fn
+            elif step > 0:  # timed by the first call
+                assert _recorded_by_us(y) == (fast.backend == planner.GROUPED), fast.backend
+                assert fast.training_backend in (planner.GROUPED, planner.ATEN)
             got = torch.autograd.grad(y, [xg, fast.weight, fast.bias], grad)
             want_y, want = _step(ref, x, grad)
             x64, w64, b64 = (t.detach().double().requires_grad_()
