@@ -177,11 +177,13 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
 
     def _records_on(self, entry: "_Entry") -> bool:
         """Whether a call autograd records runs `entry`'s kernel: kernels_in_training, with
-        None answered by the plan (planner.trains_on_kernel). A plan autotune has yet to time
-        goes to the op, which times it; the next call's plan is the timed one."""
+        None answered by the plan (planner.trains_on_kernel). With None, a call autotune has yet
+        to time runs PyTorch's: the op would time it on the recorded call and return the
+        fastest candidate's output, which may carry TF32's error where the grouped kernel and
+        cuDNN have fp32's. A call without gradients times it; later calls follow its choice."""
         chosen = self.kernels_in_training
         if chosen is None:
-            return planner.trains_on_kernel(entry.plan)
+            return not entry.tune and planner.trains_on_kernel(entry.plan)
         return chosen
 
     def _pytorch(self, input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],

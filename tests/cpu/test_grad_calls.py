@@ -183,3 +183,23 @@ def test_training_backend_says_what_a_recorded_call_runs_and_the_summary_shows_i
     layer.__dict__["_last_plan"] = (layer.weight.device, layer.weight.dtype,
                                     planner.Plan(planned, "test"))
     assert layer.training_backend == "aten"
+
+
+def test_the_default_records_on_the_grouped_kernel_only_once_autotune_has_timed_the_call():
+    """A plan autotune has yet to time (the op would time it on the recorded call itself and
+    could return a TF32 candidate's output) runs PyTorch's under the default; True keeps it."""
+    from torch import nn
+
+    import deconv_patch
+    from deconv_patch.modules import _Entry
+
+    layer = deconv_patch.FastConvTranspose2d.from_module(
+        nn.ConvTranspose2d(64, 64, 4, 2, 1, groups=64))
+    grouped = planner.Plan(planner.GROUPED, "test")
+    assert layer._records_on(_Entry(grouped))
+    assert not layer._records_on(_Entry(grouped, tune=True))
+    assert not layer._records_on(_Entry(planner.Plan("gemm_out_tile", "test")))
+    layer.kernels_in_training = True
+    assert layer._records_on(_Entry(grouped, tune=True))
+    layer.kernels_in_training = False
+    assert not layer._records_on(_Entry(grouped))

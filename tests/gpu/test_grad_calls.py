@@ -94,9 +94,9 @@ def test_recorded_calls_of_grouped_kernel_layers_run_it_by_default(
     """kernels_in_training=None (optimize's default): a layer planned on the grouped kernel
     records its calls on it, armed C++ path included, with the planned backward; its
     gradients against float64 next to nn.ConvTranspose2d's, on fresh inputs each step, across
-    optimizer steps; with autotune the first call is timed through the op and later ones
-    record on the grouped kernel if it won; with kernels_in_training=False the same layer
-    records PyTorch's."""
+    optimizer steps; with autotune, recorded calls run PyTorch's until a call without
+    gradients has timed the layer, then the grouped kernel if it won; with
+    kernels_in_training=False the same layer records PyTorch's."""
     monkeypatch.setattr(autotune, "_CACHE", AutotuneCache(tmp_path / "a.json"))
     torch.manual_seed(4)
     ref = nn.ConvTranspose2d(64, 64, 4, 2, 1, groups=groups, device="cuda", dtype=dtype)
@@ -109,6 +109,10 @@ def test_recorded_calls_of_grouped_kernel_layers_run_it_by_default(
         if fast.plan_for(x).variant != planner.GROUPED:
             pytest.skip(f"the forward's untimed plan here is {fast.plan_for(x).variant}")
     with torch.backends.cudnn.flags(enabled=True, benchmark=cudnn_benchmark, allow_tf32=True):
+        if cudnn_benchmark:
+            assert not _recorded_by_us(fast(x.clone().requires_grad_()))  # not timed yet
+            with torch.no_grad():
+                fast(x)  # (times it)
         opt = torch.optim.SGD(fast.parameters(), lr=0.1)
         for step in range(3):  # the planned call, the armed C++ path, after optimizer steps
             with torch.no_grad():  # the reference on the weights the optimizer left
@@ -122,9 +126,10 @@ def test_recorded_calls_of_grouped_kernel_layers_run_it_by_default(
             if not cudnn_benchmark:
                 assert fast.backend == fast.training_backend == planner.GROUPED
                 assert _recorded_by_us(y), y.grad_fn
-            elif step > 0:  # timed by the first call
+            else:  # the timed plan's kernel if it is the grouped one, else PyTorch's
                 assert _recorded_by_us(y) == (fast.backend == planner.GROUPED), fast.backend
-                assert fast.training_backend in (planner.GROUPED, planner.ATEN)
+                assert fast.training_backend == \
+                    (planner.GROUPED if fast.backend == planner.GROUPED else planner.ATEN)
             got = torch.autograd.grad(y, [xg, fast.weight, fast.bias], grad)
             want_y, want = _step(ref, x, grad)
             x64, w64, b64 = (t.detach().double().requires_grad_()
