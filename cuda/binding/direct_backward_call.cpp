@@ -116,7 +116,35 @@ at::Tensor direct_gradient(Gradient which, const at::Tensor& input,
   return grad;
 }
 
+at::Tensor direct_gradient_or_undefined(Gradient which, const at::Tensor& input,
+                                        const at::Tensor& grad_output, const at::Tensor& weight,
+                                        at::IntArrayRef stride, at::IntArrayRef padding,
+                                        at::IntArrayRef dilation, int64_t groups) {
+  try {
+    return direct_gradient(which, input, grad_output, weight, stride, padding, dilation, groups);
+  } catch (const KernelRefused&) {
+    return at::Tensor();
+  }
+}
+
 }  // namespace
+
+at::Tensor direct_grad_input_or_undefined(const at::Tensor& input, const at::Tensor& grad_output,
+                                          const at::Tensor& weight, at::IntArrayRef stride,
+                                          at::IntArrayRef padding, at::IntArrayRef dilation,
+                                          int64_t groups) {
+  return direct_gradient_or_undefined(Gradient::kInput, input, grad_output, weight, stride,
+                                      padding, dilation, groups);
+}
+
+at::Tensor direct_weight_grad_or_undefined(const at::Tensor& input,
+                                           const at::Tensor& grad_output,
+                                           const at::Tensor& weight, at::IntArrayRef stride,
+                                           at::IntArrayRef padding, at::IntArrayRef dilation,
+                                           int64_t groups) {
+  return direct_gradient_or_undefined(Gradient::kWeight, input, grad_output, weight, stride,
+                                      padding, dilation, groups);
+}
 
 at::Tensor direct_grad_input(const at::Tensor& input, const at::Tensor& grad_output,
                              const at::Tensor& weight, at::IntArrayRef stride,

@@ -35,6 +35,7 @@
 #include <torch/csrc/autograd/python_variable.h>
 #include <torch/csrc/jit/frontend/tracer.h>
 
+#include "binding/direct_backward_call.hpp"
 #include "binding/kept_buffers.hpp"
 #include "binding/prepared_call.hpp"
 #include "binding/recorded_call.hpp"
@@ -74,7 +75,9 @@ class PreparedCall {
                bool direct_grad_input, bool direct_weight_grad)
       : family_(family), config_(config),
         hyper_{std::move(stride), std::move(padding), std::move(output_padding),
-               std::move(dilation), groups, direct_grad_input, direct_weight_grad},
+               std::move(dilation), groups,
+               direct_grad_input ? &direct_grad_input_or_undefined : nullptr,
+               direct_weight_grad ? &direct_weight_grad_or_undefined : nullptr},
         channels_last_(channels_last),
         allow_tf32_(allow_tf32), scale_(std::move(scale)), shift_(std::move(shift)),
         activation_(activation), negative_slope_(negative_slope), repack_(std::move(repack)) {}

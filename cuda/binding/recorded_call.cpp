@@ -8,9 +8,7 @@
 #include <ATen/ops/convolution_backward.h>
 #include <torch/csrc/autograd/custom_function.h>
 
-#include "binding/direct_backward_call.hpp"
 #include "binding/recorded_call.hpp"
-#include "binding/torch_binding.hpp"
 
 namespace deconv_patch {
 namespace {
@@ -33,8 +31,9 @@ struct ConvTransposeFunction : public torch::autograd::Function<ConvTransposeFun
     ctx->saved_data["dilation"] = hyper->dilation;
     ctx->saved_data["groups"] = hyper->groups;
     ctx->saved_data["has_bias"] = has_bias;
-    ctx->saved_data["direct_grad_input"] = hyper->direct_grad_input;
-    ctx->saved_data["direct_weight_grad"] = hyper->direct_weight_grad;
+    // (Function pointers into this library, which outlives the node: kept as integers.)
+    ctx->saved_data["grad_input"] = reinterpret_cast<int64_t>(hyper->grad_input);
+    ctx->saved_data["weight_grad"] = reinterpret_cast<int64_t>(hyper->weight_grad);
     return (*run)(input, weight, bias);
   }
 
@@ -56,23 +55,20 @@ struct ConvTransposeFunction : public torch::autograd::Function<ConvTransposeFun
     const std::vector<int64_t> stride = ctx->saved_data["stride"].toIntVector();
     const std::vector<int64_t> padding = ctx->saved_data["padding"].toIntVector();
     const std::vector<int64_t> dilation = ctx->saved_data["dilation"].toIntVector();
-    // The direct kernels are not differentiable: a backward autograd records (create_graph,
-    // a double backward) keeps ATen's for every gradient.
-    const bool direct = !at::GradMode::is_enabled();
-    at::Tensor direct_input, direct_weight;
-    try {
-      if (direct && mask[0] && ctx->saved_data["direct_grad_input"].toBool())
-        direct_input = direct_grad_input(input, grad_output, weight, stride, padding, dilation,
-                                         groups);
-      if (direct && mask[1] && ctx->saved_data["direct_weight_grad"].toBool())
-        direct_weight = direct_weight_grad(input, grad_output, weight, stride, padding,
-                                           dilation, groups);
-    } catch (const KernelRefused&) {
-      // ATen's below computes what the kernels did not.
-    }
-    const std::array<bool, 3> aten_mask = {mask[0] && !direct_input.defined(),
-                                           mask[1] && !direct_weight.defined(), mask[2]};
-    at::Tensor grad_input = direct_input, grad_weight = direct_weight, grad_bias;
+    // Our gradient kernels are not differentiable: a backward autograd records (create_graph,
+    // a double backward) keeps ATen's for every gradient. Where a kernel refuses the call (an
+    // undefined result), ATen's below computes that gradient.
+    const bool ours = !at::GradMode::is_enabled();
+    const auto kernel = [&](const char* key) {
+      return reinterpret_cast<KernelGradient>(ctx->saved_data[key].toInt());
+    };
+    at::Tensor grad_input, grad_weight, grad_bias;
+    if (const KernelGradient fn = kernel("grad_input"); ours && mask[0] && fn != nullptr)
+      grad_input = fn(input, grad_output, weight, stride, padding, dilation, groups);
+    if (const KernelGradient fn = kernel("weight_grad"); ours && mask[1] && fn != nullptr)
+      grad_weight = fn(input, grad_output, weight, stride, padding, dilation, groups);
+    const std::array<bool, 3> aten_mask = {mask[0] && !grad_input.defined(),
+                                           mask[1] && !grad_weight.defined(), mask[2]};
     if (aten_mask[0] || aten_mask[1] || aten_mask[2]) {
       const std::vector<int64_t> bias_sizes = {weight.size(1) * groups};
       at::Tensor aten_input, aten_weight;
