@@ -183,7 +183,7 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
         cuDNN have fp32's. A call without gradients times it; later calls follow its choice."""
         chosen = self.kernels_in_training
         if chosen is None:
-            return not entry.tune and planner.trains_on_kernel(entry.plan)
+            return not entry.tune and planner.trains_on_kernel(entry.plan.variant)
         return chosen
 
     def _pytorch(self, input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
@@ -263,10 +263,10 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
             use_op = entry.plan.uses_kernel or entry.tune
             if recorded and not fused and planner.forced_variant() is None and \
                     not self._records_on(entry):
-                use_op = False  # (kernels_in_training=None, a plan that does not train faster)
+                use_op = False  # (kernels_in_training keeps this recorded call PyTorch's)
             if use_op and not entry.tune and _plain_cuda_tensor(input) and not (
                     recorded and fused):
-                # (a recorded call is a node whose backward is ATen's: grad_calls)
+                # (a recorded call is a node with the planned backward: grad_calls)
                 if entry.call is not None:
                     out = entry.call.recorded(input, weight, bias) if recorded else \
                         entry.call(input, weight, bias)
@@ -435,8 +435,7 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
         if self.activation != "none" or not self._may_train_on_kernel():
             return planner.ATEN
         backend = self.backend
-        if self.kernels_in_training is None and \
-                not planner.trains_on_kernel(planner.Plan(backend, "")):
+        if self.kernels_in_training is None and not planner.trains_on_kernel(backend):
             return planner.ATEN
         return backend
 

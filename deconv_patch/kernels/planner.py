@@ -398,15 +398,15 @@ def backward_plan(device: torch.device, dtype: torch.dtype, weight_shape: Sequen
         chosen(direct_backward.weight_grad_reason(weight_shape, args), "weight gradient"))
 
 
-def trains_on_kernel(chosen: Plan) -> bool:
-    """Whether a call autograd records runs `chosen`'s kernel when the module leaves it to us
+def trains_on_kernel(variant: str) -> bool:
+    """Whether a call autograd records runs the planned `variant` when the module leaves it to us
     (kernels_in_training=None): the grouped kernel only, which measured faster in training,
     forward and planned backward together (depthwise 2.0-2.2x, 16 channels per group 1.2x;
     docs/performance/training.md). It computes in fp32 FMA, so TF32 does not touch the
     gradients, and reads the weight as it is, so an optimizer step costs it no repack. Other
     kernels' training steps were not faster on every model: their recorded calls stay
     PyTorch's."""
-    return chosen.variant == GROUPED
+    return variant == GROUPED
 
 
 def may_train_on_kernel(in_channels: int, out_channels: int, groups: int,
