@@ -72,6 +72,8 @@ _MIN_PHASE_CHANNELS = 16  # per group, in and out: below this tensor-core tiles 
 _MIN_GEMM_OUTPUT_BYTES = 4 * 2**20
 _MAX_COL2IM_BYTES = gemm_col2im.MAX_BUFFER_BYTES
 _MAX_GROUPED_CHANNELS = grouped.MAX_DEFAULT_CHANNELS
+# Above this stride area (FCN's x8 up-sampling: 64 phases) the grouped kernel is not the default.
+_MAX_GROUPED_STRIDE_AREA = 16
 _MAX_GROUPED_CANDIDATE = grouped.MAX_CANDIDATE_CHANNELS
 _MIN_STRICT_TMA_OUT = gemm_phase_tma.MIN_STRICT_OUT
 _MIN_UNTIMED_TMA_OUT = gemm_phase_tma.MIN_UNTIMED_OUT
@@ -167,13 +169,13 @@ def _plan_layer(device: torch.device, dtype: torch.dtype, kernel_hw: Sequence[in
     # autotune candidate wherever it runs; the untimed default by gemm_out_tile.is_untimed_default.
     out_tile = out_tile_configs(device, dtype, channels, depth)
     ffma = ffma_tile_configs(kernel_hw, args, channels)
-    if channels is not None and args.groups > 1 and max(channels) <= _MAX_GROUPED_CHANNELS:
+    if _grouped_kernel_layer(args.groups, channels):
         # Measured on the H100 (docs/performance/ffma-kernels.md): 1.4-10x cuDNN on the
         # suite's depthwise and grouped layers; FFMA, so fp32 without TF32 stays exact. The
         # exception: FCN's x8 up-sampling (k16 s8, 64 phases), 0.4-1.3x, so cuDNN there unless
         # autotune disagrees.
         why = f"{channels[0]} in / {channels[1]} out channels per group"
-        if args.stride[0] * args.stride[1] > 16:
+        if args.stride[0] * args.stride[1] > _MAX_GROUPED_STRIDE_AREA:
             return Plan(
                 ATEN, f"{why}, stride area > 16: cuDNN unless autotune times the grouped kernel "
                 "faster", candidates=(GROUPED, *out_tile, *ffma, ATEN))
@@ -331,8 +333,7 @@ def may_use_kernel(device: torch.device, dtype: torch.dtype, kernel_hw: Sequence
         return False
     depth = None if channels is None else reduction_depth(channels[0], kernel_hw, args)
     return (gemm_kxs_problem(dtype, kernel_hw, args, depth) is None
-            or (channels is not None and args.groups > 1
-                and max(channels) <= _MAX_GROUPED_CHANNELS)
+            or _grouped_kernel_layer(args.groups, channels)
             or gemm_out_tile.is_untimed_default(dtype, channels, args)
             or any(op >= s for op, s in zip(args.output_padding, args.stride))
             or not torch.backends.cudnn.enabled)
@@ -414,8 +415,14 @@ def may_train_on_kernel(in_channels: int, out_channels: int, groups: int,
     """A layer's hyperparameters alone: False where trains_on_kernel can hold for none of its
     calls (plan_layer gives the grouped kernel only these layers), so that a recorded call of
     any other layer goes to PyTorch's convolution before any planning."""
-    return (groups > 1 and max(in_channels, out_channels) // groups <= _MAX_GROUPED_CHANNELS
-            and stride[0] * stride[1] <= 16)
+    return (_grouped_kernel_layer(groups, (in_channels // groups, out_channels // groups))
+            and stride[0] * stride[1] <= _MAX_GROUPED_STRIDE_AREA)
+
+
+def _grouped_kernel_layer(groups: int, channels: Optional[Tuple[int, int]]) -> bool:
+    """A depthwise or grouped layer of the grouped kernel's home ground (`channels`: in and out
+    per group, when known)."""
+    return channels is not None and groups > 1 and max(channels) <= _MAX_GROUPED_CHANNELS
 
 
 def plan(input: torch.Tensor, weight: torch.Tensor, args: ConvTransposeArgs) -> Plan:
