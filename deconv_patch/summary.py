@@ -26,25 +26,21 @@ FUSION_NOTE = (
     "state_dict stay the model's own."
 )
 
-# Shown under every summary with patched layers: where PyTorch's own convolution still runs
-# (optimize's default, kernels_in_training=None).
+# Shown under every summary with patched layers: where PyTorch's own convolution still runs,
+# by optimize's kernels_in_training (None, the default; False; True).
+_RECORDED_CALLS = ("calls that autograd records (training steps, or inference outside "
+                   "torch.no_grad() / torch.inference_mode()) run the convolution "
+                   "nn.ConvTranspose2d runs")
+_UNRECORDED_CALLS = "deconv_patch's kernels run the calls without gradients."
 TRAINING_DEFAULT_NOTE = (
-    "calls that autograd records (training steps, or inference outside torch.no_grad() / "
-    "torch.inference_mode()) run the convolution nn.ConvTranspose2d runs, except in depthwise "
-    "and grouped layers planned on the grouped kernel, which trains faster: their recorded "
-    "calls run it, with the planned backward; deconv_patch's kernels run the calls without "
-    "gradients."
+    f"{_RECORDED_CALLS}, except in depthwise and grouped layers planned on the grouped kernel, "
+    "which trains faster: their recorded calls run it, with the planned backward; "
+    f"{_UNRECORDED_CALLS}"
 )
-# The same, for optimize(kernels_in_training=False).
-TRAINING_NOTE = (
-    "calls that autograd records (training steps, or inference outside torch.no_grad() / "
-    "torch.inference_mode()) run the convolution nn.ConvTranspose2d runs; deconv_patch's "
-    "kernels run the calls without gradients."
-)
-# The same, for optimize(kernels_in_training=True).
+TRAINING_NOTE = f"{_RECORDED_CALLS}; {_UNRECORDED_CALLS}"
 TRAINING_KERNELS_NOTE = (
     "kernels_in_training: calls that autograd records run deconv_patch's forward kernels with "
-    "PyTorch's backward, except in layers with a fused activation and routed "
+    "the planned backward, except in layers with a fused activation and routed "
     "F.conv_transpose2d calls (PyTorch's convolution)."
 )
 
