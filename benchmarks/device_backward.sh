@@ -24,7 +24,8 @@ timeout "${BOUNDS_S:-200}" python3 benchmarks/backward_bounds.py --modes tf32,bf
 
 step "train.py --kernels-in-training"
 timeout $(( $(left) - 15 )) python3 benchmarks/train.py --models dcgan --layers all $ONLY \
-  --no-compile --kernels-in-training --out "$L/train.json" > "$L/train.txt" 2> "$L/train.err"; echo "exit $?"
+  --no-compile --kernels-in-training --out "$L/train.json" > "$L/train.txt" 2> "$L/train.err"
+echo "exit $?"
 
 tar -czf "$OUT/logs.tgz" -C "$OUT" logs
 grep -A8 "^== per" "$L/bounds.txt"

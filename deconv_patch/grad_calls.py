@@ -6,10 +6,11 @@ kernel: by default (None) in layers planned on the grouped kernel (planner.train
 with True in every layer. It then runs its plan's forward kernel as a C++ autograd node
 (cuda/binding/recorded_call.cpp) whose backward is planner.backward_plan's per gradient (ATen's
 convolution_backward, or the direct backward kernels of a depthwise layer), so the step pays no
-Python autograd node (tens of microseconds per layer, more than a small layer's forward). Recorded calls that would need more than the
-convolution's backward, a layer's own fused activation, run PyTorch's convolution (then the
-activation) either way, and so do routed `F.conv_transpose2d` calls, whose op records a Python
-node; a variant forced by planner.use_variant runs regardless (tests and benchmarks force them).
+Python autograd node (tens of microseconds per layer, more than a small layer's forward).
+Recorded calls that would need more than the convolution's backward, a layer's own fused
+activation, run PyTorch's convolution (then the activation) either way, and so do routed
+`F.conv_transpose2d` calls, whose op records a Python node; a variant forced by
+planner.use_variant runs regardless (tests and benchmarks force them).
 See docs/performance/training.md.
 """
 

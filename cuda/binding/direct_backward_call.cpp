@@ -80,10 +80,6 @@ int sm_count(int device) {
   return value;
 }
 
-}  // namespace
-
-namespace {
-
 enum class Gradient { kInput, kWeight };
 
 at::Tensor direct_gradient(Gradient which, const at::Tensor& input,

@@ -37,8 +37,8 @@ bool records_grad(const at::Tensor& input, const at::Tensor& weight,
 // forward(input, weight, bias), recorded as conv_transpose2d(input, weight, bias, hyper): its
 // backward is ATen's convolution_backward, the one nn.ConvTranspose2d's call records, so the
 // gradients are PyTorch's for this output, except those hyper gives a kernel of ours while the
-// backward itself is not recorded (a double-backward keeps ATen's, which is differentiable). `forward` runs with autograd off; a
-// 3-D input is one unbatched sample.
+// backward itself is not recorded (a double-backward keeps ATen's, which is differentiable).
+// `forward` runs with autograd off; a 3-D input is one unbatched sample.
 at::Tensor recorded_conv_transpose2d(const ConvForward& forward, const at::Tensor& input,
                                      const at::Tensor& weight,
                                      const c10::optional<at::Tensor>& bias,
