@@ -11,7 +11,8 @@ replayed, as layers.py's GPU column) of:
   * dgrad / wgrad: ATen's `convolution_backward` for grad_input alone, and for the weight's
     (and bias's) gradient alone: what a training step with our forward still pays cuDNN for;
     `direct`: the same gradients on the direct backward kernels (cuda/direct_backward, every
-    layer, whether or not the planner would give it them);
+    layer, whether or not the planner would give it them), and `dgrad tiled` the input
+    gradient as a GEMM per group on CUDA cores (grad_input_tiled.cu);
   * for kernel == stride layers (no padding, dilation or groups), the two gradients as one
     cuBLAS GEMM each over grad_output rearranged so each input pixel's k*k output pixels form
     one row (`mm` columns: the rearranging copy included).
@@ -105,6 +106,7 @@ def bench(layer: Layer, mode: str, layout: str, ceil: Ceilings, l2: int) -> Row:
     core = load_units(())
     direct_hyper = (list(a.stride), list(a.padding), list(a.dilation), a.groups)
     columns["dgrad direct"] = lambda p: core.direct_grad_input(p[0], p[1], w, *direct_hyper)
+    columns["dgrad tiled"] = lambda p: core.tiled_grad_input(p[0], p[1], w, *direct_hyper)
     columns["wgrad direct"] = lambda p: core.direct_weight_grad(p[0], p[1], w, *direct_hyper)
     if layout == "nchw":
         columns["dgrad cl"] = backward([True, False, False], via_cl=True)
@@ -129,7 +131,8 @@ def bench(layer: Layer, mode: str, layout: str, ceil: Ceilings, l2: int) -> Row:
     return Row(layer.name, mode, layout, 1e3 * floor_ms, us)
 
 
-COLUMNS = ["fwd", "fwd ours", "dgrad", "dgrad mm", "dgrad cl", "dgrad direct", "wgrad",
+COLUMNS = ["fwd", "fwd ours", "dgrad", "dgrad mm", "dgrad cl", "dgrad direct", "dgrad tiled",
+           "wgrad",
            "wgrad mm", "wgrad cl", "wgrad direct", "bwd", "bwd cl"]
 
 
@@ -181,11 +184,12 @@ def main(argv: Optional[List[str]] = None) -> int:
                 if mm:
                     ratio = geomean([r.us[grad] / r.us[f"{grad} mm"] for r in mm])
                     parts.append(f"{grad} aten/mm {ratio:.2f}x")
-            for grad in ("dgrad", "wgrad"):  # the direct backward kernels
-                ok = [r for r in sel if math.isfinite(r.us.get(f"{grad} direct", math.nan))]
+            for grad, kind in (("dgrad", "direct"), ("dgrad", "tiled"), ("wgrad", "direct")):
+                col = f"{grad} {kind}"  # the direct backward kernels
+                ok = [r for r in sel if math.isfinite(r.us.get(col, math.nan))]
                 if ok:
-                    ratios = [r.us[grad] / r.us[f"{grad} direct"] for r in ok]
-                    parts.append(f"{grad} aten/direct {geomean(ratios):.2f}x "
+                    ratios = [r.us[grad] / r.us[col] for r in ok]
+                    parts.append(f"{grad} aten/{kind} {geomean(ratios):.2f}x "
                                  f"(min {min(ratios):.2f}, max {max(ratios):.2f})")
             for grad in ("dgrad", "wgrad", "bwd"):  # NCHW through cuDNN's channels_last kernels
                 cl = [r for r in sel if math.isfinite(r.us.get(f"{grad} cl", math.nan))]

@@ -80,7 +80,7 @@ int sm_count(int device) {
   return value;
 }
 
-enum class Gradient { kInput, kWeight };
+enum class Gradient { kInput, kInputTiled, kWeight };
 
 at::Tensor direct_gradient(Gradient which, const at::Tensor& input,
                            const at::Tensor& grad_output, const at::Tensor& weight,
@@ -89,7 +89,7 @@ at::Tensor direct_gradient(Gradient which, const at::Tensor& input,
   const ScalarKind kind =
       checked_kind(input, grad_output, weight, stride, padding, dilation, groups);
   const c10::cuda::CUDAGuard guard(input.device());
-  const bool of_input = which == Gradient::kInput;
+  const bool of_input = which != Gradient::kWeight;
   at::Tensor grad = at::empty_like(of_input ? input : weight, at::MemoryFormat::Preserve);
   if (grad.numel() == 0) return grad;
   if (!of_input && (input.numel() == 0 || grad_output.numel() == 0)) return grad.zero_();
@@ -99,7 +99,12 @@ at::Tensor direct_gradient(Gradient which, const at::Tensor& input,
   if (of_input) {
     p.grad_input = grad.data_ptr();
     for (int d = 0; d < 4; ++d) p.grad_input_stride[d] = grad.stride(d);
-    C10_CUDA_CHECK(launch_direct_grad_input(p, kind, stream));
+    if (which == Gradient::kInputTiled) {
+      refuse_unless(tiled_grad_input_fits(p), "a grid the tiled input gradient can launch");
+      C10_CUDA_CHECK(launch_tiled_grad_input(p, kind, stream));
+    } else {
+      C10_CUDA_CHECK(launch_direct_grad_input(p, kind, stream));
+    }
     return grad;
   }
   p.grad_weight = grad.data_ptr();
@@ -146,6 +151,13 @@ at::Tensor direct_grad_input(const at::Tensor& input, const at::Tensor& grad_out
                              const at::Tensor& weight, at::IntArrayRef stride,
                              at::IntArrayRef padding, at::IntArrayRef dilation, int64_t groups) {
   return direct_gradient(Gradient::kInput, input, grad_output, weight, stride, padding,
+                         dilation, groups);
+}
+
+at::Tensor tiled_grad_input(const at::Tensor& input, const at::Tensor& grad_output,
+                            const at::Tensor& weight, at::IntArrayRef stride,
+                            at::IntArrayRef padding, at::IntArrayRef dilation, int64_t groups) {
+  return direct_gradient(Gradient::kInputTiled, input, grad_output, weight, stride, padding,
                          dilation, groups);
 }
 

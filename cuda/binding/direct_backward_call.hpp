@@ -13,6 +13,11 @@ at::Tensor direct_grad_input(const at::Tensor& input, const at::Tensor& grad_out
                              const at::Tensor& weight, at::IntArrayRef stride,
                              at::IntArrayRef padding, at::IntArrayRef dilation, int64_t groups);
 
+// The same dx on the tiled kernel (a GEMM per group; direct_backward/grad_input_tiled.cu).
+at::Tensor tiled_grad_input(const at::Tensor& input, const at::Tensor& grad_output,
+                            const at::Tensor& weight, at::IntArrayRef stride,
+                            at::IntArrayRef padding, at::IntArrayRef dilation, int64_t groups);
+
 // dW for the same call, in weight's dtype and layout; deterministic.
 at::Tensor direct_weight_grad(const at::Tensor& input, const at::Tensor& grad_output,
                               const at::Tensor& weight, at::IntArrayRef stride,

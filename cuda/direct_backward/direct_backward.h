@@ -39,6 +39,13 @@ struct ConvTranspose2dGradParams {
 cudaError_t launch_direct_grad_input(const ConvTranspose2dGradParams& p, ScalarKind kind,
                                      cudaStream_t stream);
 
+// dx as a GEMM per group (grad_input_tiled.cu): 64 channels x 128 pixels a block, 4 x 8 a
+// thread, for layers with more than a few channels per group. tiled_grad_input_fits says
+// whether its grid can hold the call.
+bool tiled_grad_input_fits(const ConvTranspose2dGradParams& p);
+cudaError_t launch_tiled_grad_input(const ConvTranspose2dGradParams& p, ScalarKind kind,
+                                    cudaStream_t stream);
+
 // How many pixel ranges the weight gradient sums on its own, for `sm_count` SMs.
 int direct_weight_grad_splits(const ConvTranspose2dGradParams& p, int sm_count);
 

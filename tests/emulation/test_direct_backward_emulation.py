@@ -1,5 +1,5 @@
 """A CPU model of the direct backward kernels' work split (cuda/direct_backward/): which thread
-sums which terms, the weight gradient's blocks, channel lanes, 16-column chunks, pixel ranges
+sums which terms (the tiled input gradient's blocks, shared tiles and 4 x 8 thread tiles too), the weight gradient's blocks, channel lanes, 16-column chunks, pixel ranges
 (direct_weight_grad_splits) and its fixed-order sums (a warp's shuffles, 8 rows, then the
 ranges), checked against float64 gradients with every output written exactly once.
 
@@ -80,6 +80,78 @@ def grad_input_model(x, w, dy, case):
     return dx
 
 
+def tiled_grad_input_model(x, w, dy, case):
+    """tiled_grad_input_kernel (grad_input_tiled.cu): per block 64 channels x 128 pixels of one
+    group, k stepped by 8 through the two shared tiles, each loaded by the threads that
+    kernel assigns (weight: channel tid % 64, rows tid // 64 + 0 / 4; grad_output: pixel
+    tid % 128, rows tid // 128 + 0 / 2 / 4 / 6), each thread's 4 x 8 outputs summed in k
+    order, every output written once."""
+    bm, bn, bk, tm_n, tn_n, threads = 64, 128, 8, 4, 8, 256
+    _, cin, _, _, (kh_n, kw_n), (sh, sw), (ph, pw), _, (dh, dw), g = case
+    n_, _, h, wd = x.shape
+    oh_n, ow_n = dy.shape[2:]
+    in_pg, out_pg = cin // g, w.shape[1]
+    k_n = out_pg * kh_n * kw_n
+    pixels = n_ * h * wd
+    dx = np.full(x.shape, np.nan)
+
+    def tap(k):
+        co, rest = divmod(k, kh_n * kw_n)
+        kh, kw = divmod(rest, kw_n)
+        return co, kh, kw
+
+    for bx, by, grp in np.ndindex(-(-pixels // bn), -(-in_pg // bm), g):
+        c0, p0 = by * bm, bx * bn
+        acc = np.zeros((threads, tm_n, tn_n))
+        for k0 in range(0, k_n, bk):
+            a_tile = np.full((bk, bm), np.nan)
+            b_tile = np.full((bk, bn), np.nan)
+            for tid in range(threads):
+                a_m, a_row = tid % bm, tid // bm
+                for i in range(2):
+                    r, k = a_row + 4 * i, k0 + a_row + 4 * i
+                    v = 0.0
+                    if c0 + a_m < in_pg and k < k_n:
+                        co, kh, kw = tap(k)
+                        v = w[grp * in_pg + c0 + a_m, co, kh, kw]
+                    assert np.isnan(a_tile[r, a_m])
+                    a_tile[r, a_m] = v
+                b_n, b_row = tid % bn, tid // bn
+                pix = p0 + b_n
+                for i in range(4):
+                    r, k = b_row + 2 * i, k0 + b_row + 2 * i
+                    v = 0.0
+                    if pix < pixels and k < k_n:
+                        n, hw = divmod(pix, h * wd)
+                        ih, iw = divmod(hw, wd)
+                        co, kh, kw = tap(k)
+                        oh, ow = ih * sh - ph + kh * dh, iw * sw - pw + kw * dw
+                        if 0 <= oh < oh_n and 0 <= ow < ow_n:
+                            v = dy[n, grp * out_pg + co, oh, ow]
+                    assert np.isnan(b_tile[r, b_n])
+                    b_tile[r, b_n] = v
+            assert not np.isnan(a_tile).any() and not np.isnan(b_tile).any()
+            for tid in range(threads):
+                tm, tn = tid // (bn // tn_n), tid % (bn // tn_n)
+                for r in range(bk):
+                    acc[tid] += np.outer(a_tile[r, tm * tm_n:(tm + 1) * tm_n],
+                                         b_tile[r, tn * tn_n:(tn + 1) * tn_n])
+        for tid in range(threads):
+            tm, tn = tid // (bn // tn_n), tid % (bn // tn_n)
+            for j in range(tn_n):
+                pix = p0 + tn * tn_n + j
+                if pix >= pixels:
+                    break
+                n, hw = divmod(pix, h * wd)
+                ih, iw = divmod(hw, wd)
+                for i in range(tm_n):
+                    c = c0 + tm * tm_n + i
+                    if c < in_pg:
+                        assert np.isnan(dx[n, grp * in_pg + c, ih, iw])
+                        dx[n, grp * in_pg + c, ih, iw] = acc[tid, i, j]
+    return dx
+
+
 def splits_model(blocks: int, pixels: int, sm_count: int) -> int:
     """direct_weight_grad_splits."""
     splits = -(-4 * sm_count // blocks)
@@ -153,6 +225,22 @@ def test_grad_input_model(case):
     x, w, dy = _tensors(case, seed=1)
     ref_x, _ = _reference(x, w, dy, case)
     got = grad_input_model(x.numpy(), w.numpy(), dy.numpy(), case)
+    np.testing.assert_allclose(got, ref_x, rtol=1e-10, atol=1e-10)
+
+
+# The tiled kernel's cases: more than one block along pixels and channels, a partial last
+# block on both, groups, and a k that is not a multiple of 8.
+TILED_CASES = CASES + [
+    (2, 70, 6, (9, 9), (3, 3), (2, 2), (1, 1), (1, 1), (1, 1), 1),      # 70 channels, 162 pixels
+    (1, 12, 6, (5, 6), (3, 5), (1, 2), (1, 2), (0, 1), (2, 1), 3),      # groups of 4 in, 2 out
+]
+
+
+@pytest.mark.parametrize("case", TILED_CASES, ids=[f"case{i}" for i in range(len(TILED_CASES))])
+def test_tiled_grad_input_model(case):
+    x, w, dy = _tensors(case, seed=3)
+    ref_x, _ = _reference(x, w, dy, case)
+    got = tiled_grad_input_model(x.numpy(), w.numpy(), dy.numpy(), case)
     np.testing.assert_allclose(got, ref_x, rtol=1e-10, atol=1e-10)
 
 

@@ -33,6 +33,7 @@ CASES = [
     (2, 8, 4, (7, 9), (3, 5), (1, 2), (1, 2), (0, 1), (2, 1), 2),         # asymmetric, dilated
     (1, 3, 2, (1, 1), (4, 4), (1, 1), (0, 0), (0, 0), (1, 1), 1),         # a 1 x 1 input
     (2, 40, 40, (33, 35), (2, 2), (2, 2), (0, 0), (0, 0), (1, 1), 40),    # k == s, odd sizes
+    (2, 96, 48, (10, 14), (3, 3), (2, 2), (1, 1), (1, 1), (1, 1), 1),     # two channel blocks
 ]
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
 
@@ -78,7 +79,14 @@ def test_gradients_against_float64(core, case, dtype, channels_last):
         got_x = core.direct_grad_input(x, dy, w, *hyper)
         _poison(4 * w.numel() * 64)
         got_w = core.direct_weight_grad(x, dy, w, *hyper)
+        _poison(4 * (x.numel() + w.numel()) * 4)
+        got_tiled = core.tiled_grad_input(x, dy, w, *hyper)
     ref_x, ref_w, _ = _aten(x.double(), w.double(), dy.double(), case, [True, True, False])
+    assert got_tiled.shape == x.shape and got_tiled.dtype == dtype and \
+        got_tiled.stride() == x.stride()
+    assert torch.isfinite(got_tiled).all()
+    assert max_error(got_tiled, ref_x) <= \
+        allowed_error(max_error(pytorch_x, ref_x), ref_x, dtype)
     assert got_x.shape == x.shape and got_x.dtype == dtype and got_x.stride() == x.stride()
     assert got_w.shape == w.shape and got_w.dtype == dtype and got_w.stride() == w.stride()
     assert torch.isfinite(got_x).all() and torch.isfinite(got_w).all()
@@ -95,10 +103,14 @@ def test_strided_views_are_read_in_place(core):
     ref_x, ref_w, _ = _aten(x.double(), w.double(), dy.double(), case, [True, True, False])
     pytorch_x, pytorch_w, _ = _aten(x, w, dy, case, [True, True, False])
     got_x = core.direct_grad_input(x_view, dy, w, *hyper)
+    got_tiled = core.tiled_grad_input(x_view, dy.transpose(2, 3).contiguous().transpose(2, 3), w,
+                                      *hyper)
     got_w = core.direct_weight_grad(x_view, dy.transpose(2, 3).contiguous().transpose(2, 3), w,
                                     *hyper)
     assert max_error(got_x, ref_x) <= allowed_error(max_error(pytorch_x, ref_x), ref_x,
                                                     torch.float32)
+    assert max_error(got_tiled, ref_x) <= allowed_error(max_error(pytorch_x, ref_x), ref_x,
+                                                        torch.float32)
     assert max_error(got_w, ref_w) <= allowed_error(max_error(pytorch_w, ref_w), ref_w,
                                                     torch.float32)
 
@@ -118,6 +130,7 @@ def test_an_empty_batch(core):
     x = torch.randn(0, 16, 5, 5, device="cuda")
     dy = torch.randn(0, 16, 10, 10, device="cuda")
     assert core.direct_grad_input(x, dy, w, [2, 2], [1, 1], [1, 1], 16).shape == x.shape
+    assert core.tiled_grad_input(x, dy, w, [2, 2], [1, 1], [1, 1], 16).shape == x.shape
     assert torch.equal(core.direct_weight_grad(x, dy, w, [2, 2], [1, 1], [1, 1], 16),
                        torch.zeros_like(w))
 
