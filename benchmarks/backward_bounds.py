@@ -11,8 +11,8 @@ replayed, as layers.py's GPU column) of:
   * dgrad / wgrad: ATen's `convolution_backward` for grad_input alone, and for the weight's
     (and bias's) gradient alone: what a training step with our forward still pays cuDNN for;
     `direct`: the same gradients on the direct backward kernels (cuda/direct_backward, every
-    layer, whether or not the planner would give it them), and `dgrad tiled` the input
-    gradient as a GEMM per group on CUDA cores (grad_input_tiled.cu);
+    layer, whether or not the planner would give it them), and `tiled` both gradients as GEMMs
+    per group on CUDA cores (grad_input_tiled.cu, weight_grad_tiled.cu);
   * for kernel == stride layers (no padding, dilation or groups), the two gradients as one
     cuBLAS GEMM each over grad_output rearranged so each input pixel's k*k output pixels form
     one row (`mm` columns: the rearranging copy included).
@@ -108,6 +108,7 @@ def bench(layer: Layer, mode: str, layout: str, ceil: Ceilings, l2: int) -> Row:
     columns["dgrad direct"] = lambda p: core.direct_grad_input(p[0], p[1], w, *direct_hyper)
     columns["dgrad tiled"] = lambda p: core.tiled_grad_input(p[0], p[1], w, *direct_hyper)
     columns["wgrad direct"] = lambda p: core.direct_weight_grad(p[0], p[1], w, *direct_hyper)
+    columns["wgrad tiled"] = lambda p: core.tiled_weight_grad(p[0], p[1], w, *direct_hyper)
     if layout == "nchw":
         columns["dgrad cl"] = backward([True, False, False], via_cl=True)
         columns["wgrad cl"] = backward([False, True, b is not None], via_cl=True)
@@ -132,8 +133,7 @@ def bench(layer: Layer, mode: str, layout: str, ceil: Ceilings, l2: int) -> Row:
 
 
 COLUMNS = ["fwd", "fwd ours", "dgrad", "dgrad mm", "dgrad cl", "dgrad direct", "dgrad tiled",
-           "wgrad",
-           "wgrad mm", "wgrad cl", "wgrad direct", "bwd", "bwd cl"]
+           "wgrad", "wgrad mm", "wgrad cl", "wgrad direct", "wgrad tiled", "bwd", "bwd cl"]
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -184,7 +184,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                 if mm:
                     ratio = geomean([r.us[grad] / r.us[f"{grad} mm"] for r in mm])
                     parts.append(f"{grad} aten/mm {ratio:.2f}x")
-            for grad, kind in (("dgrad", "direct"), ("dgrad", "tiled"), ("wgrad", "direct")):
+            for grad, kind in (("dgrad", "direct"), ("dgrad", "tiled"), ("wgrad", "direct"),
+                               ("wgrad", "tiled")):
                 col = f"{grad} {kind}"  # the direct backward kernels
                 ok = [r for r in sel if math.isfinite(r.us.get(col, math.nan))]
                 if ok:

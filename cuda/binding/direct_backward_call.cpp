@@ -80,7 +80,7 @@ int sm_count(int device) {
   return value;
 }
 
-enum class Gradient { kInput, kInputTiled, kWeight };
+enum class Gradient { kInput, kInputTiled, kWeight, kWeightTiled };
 
 at::Tensor direct_gradient(Gradient which, const at::Tensor& input,
                            const at::Tensor& grad_output, const at::Tensor& weight,
@@ -89,7 +89,7 @@ at::Tensor direct_gradient(Gradient which, const at::Tensor& input,
   const ScalarKind kind =
       checked_kind(input, grad_output, weight, stride, padding, dilation, groups);
   const c10::cuda::CUDAGuard guard(input.device());
-  const bool of_input = which != Gradient::kWeight;
+  const bool of_input = which == Gradient::kInput || which == Gradient::kInputTiled;
   at::Tensor grad = at::empty_like(of_input ? input : weight, at::MemoryFormat::Preserve);
   if (grad.numel() == 0) return grad;
   if (!of_input && (input.numel() == 0 || grad_output.numel() == 0)) return grad.zero_();
@@ -109,11 +109,17 @@ at::Tensor direct_gradient(Gradient which, const at::Tensor& input,
   }
   p.grad_weight = grad.data_ptr();
   for (int d = 0; d < 4; ++d) p.grad_weight_stride[d] = grad.stride(d);
-  p.splits = direct_weight_grad_splits(p, sm_count(input.get_device()));
+  const bool tiled = which == Gradient::kWeightTiled;
+  if (tiled) {
+    refuse_unless(tiled_weight_grad_fits(p), "a grid the tiled weight gradient can launch");
+  }
+  const int sms = sm_count(input.get_device());
+  p.splits = tiled ? tiled_weight_grad_splits(p, sms) : direct_weight_grad_splits(p, sms);
   at::Tensor partial = at::empty({direct_weight_grad_workspace_floats(p)},
                                  input.options().dtype(at::kFloat));
   p.partial = partial.data_ptr<float>();
-  C10_CUDA_CHECK(launch_direct_weight_grad(p, kind, stream));
+  C10_CUDA_CHECK(tiled ? launch_tiled_weight_grad(p, kind, stream)
+                       : launch_direct_weight_grad(p, kind, stream));
   return grad;
 }
 
@@ -165,6 +171,13 @@ at::Tensor direct_weight_grad(const at::Tensor& input, const at::Tensor& grad_ou
                               const at::Tensor& weight, at::IntArrayRef stride,
                               at::IntArrayRef padding, at::IntArrayRef dilation, int64_t groups) {
   return direct_gradient(Gradient::kWeight, input, grad_output, weight, stride, padding,
+                         dilation, groups);
+}
+
+at::Tensor tiled_weight_grad(const at::Tensor& input, const at::Tensor& grad_output,
+                             const at::Tensor& weight, at::IntArrayRef stride,
+                             at::IntArrayRef padding, at::IntArrayRef dilation, int64_t groups) {
+  return direct_gradient(Gradient::kWeightTiled, input, grad_output, weight, stride, padding,
                          dilation, groups);
 }
 

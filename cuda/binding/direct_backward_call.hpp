@@ -23,6 +23,11 @@ at::Tensor direct_weight_grad(const at::Tensor& input, const at::Tensor& grad_ou
                               const at::Tensor& weight, at::IntArrayRef stride,
                               at::IntArrayRef padding, at::IntArrayRef dilation, int64_t groups);
 
+// The same dW on the tiled kernel (a GEMM per group over pixel ranges; deterministic).
+at::Tensor tiled_weight_grad(const at::Tensor& input, const at::Tensor& grad_output,
+                             const at::Tensor& weight, at::IntArrayRef stride,
+                             at::IntArrayRef padding, at::IntArrayRef dilation, int64_t groups);
+
 // The same two, returning an undefined tensor where the kernels refuse the call instead of
 // throwing: a recorded call's KernelGradient (binding/recorded_call.hpp).
 at::Tensor direct_grad_input_or_undefined(const at::Tensor& input, const at::Tensor& grad_output,

@@ -80,6 +80,12 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "thread), in the input's layout; KernelRefused where it does not run",
         py::arg("input"), py::arg("grad_output"), py::arg("weight"), py::arg("stride"),
         py::arg("padding"), py::arg("dilation"), py::arg("groups"));
+  m.def("tiled_weight_grad", &deconv_patch::tiled_weight_grad,
+        "conv_transpose2d's weight gradient as a GEMM per group on CUDA cores over pixel ranges "
+        "added in order (4 x 4 sums a thread), in the weight's layout, deterministic; "
+        "KernelRefused where it does not run",
+        py::arg("input"), py::arg("grad_output"), py::arg("weight"), py::arg("stride"),
+        py::arg("padding"), py::arg("dilation"), py::arg("groups"));
   m.def("direct_weight_grad", &deconv_patch::direct_weight_grad,
         "conv_transpose2d's weight gradient on the direct backward kernels, in the weight's "
         "layout, deterministic; KernelRefused where they do not run",

@@ -21,4 +21,14 @@ cudaError_t with_element_type(ScalarKind kind, Launch&& launch) {
   return cudaErrorInvalidValue;
 }
 
+// The ScalarKind of an element type (with_element_type's inverse).
+template <typename T>
+constexpr ScalarKind element_kind();
+template <>
+constexpr ScalarKind element_kind<float>() { return ScalarKind::kFloat32; }
+template <>
+constexpr ScalarKind element_kind<__half>() { return ScalarKind::kFloat16; }
+template <>
+constexpr ScalarKind element_kind<__nv_bfloat16>() { return ScalarKind::kBFloat16; }
+
 }  // namespace deconv_patch

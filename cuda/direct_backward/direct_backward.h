@@ -56,4 +56,15 @@ int64_t direct_weight_grad_workspace_floats(const ConvTranspose2dGradParams& p);
 cudaError_t launch_direct_weight_grad(const ConvTranspose2dGradParams& p, ScalarKind kind,
                                       cudaStream_t stream);
 
+// The same dW as a GEMM per group over pixel ranges (weight_grad_tiled.cu): 64 channels x 64
+// columns a block, 4 x 4 a thread; its ranges, workspace and limits are its own.
+int tiled_weight_grad_splits(const ConvTranspose2dGradParams& p, int sm_count);
+bool tiled_weight_grad_fits(const ConvTranspose2dGradParams& p);
+cudaError_t launch_tiled_weight_grad(const ConvTranspose2dGradParams& p, ScalarKind kind,
+                                     cudaStream_t stream);
+
+// dW from p.partial's p.splits range sums, added in range order (both weight gradients).
+cudaError_t launch_weight_grad_reduce(const ConvTranspose2dGradParams& p, ScalarKind kind,
+                                      cudaStream_t stream);
+
 }  // namespace deconv_patch

@@ -156,6 +156,11 @@ cudaError_t launch_typed(const ConvTranspose2dGradParams& p, cudaStream_t stream
   }
   const cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) return err;
+  return launch_weight_grad_reduce(p, element_kind<T>(), stream);
+}
+
+template <typename T>
+cudaError_t launch_reduce_typed(const ConvTranspose2dGradParams& p, cudaStream_t stream) {
   const int64_t total = p.in_channels * columns_per_channel(p);
   direct_weight_grad_reduce_kernel<T>
       <<<(unsigned)((total + kThreads - 1) / kThreads), kThreads, 0, stream>>>(p);
@@ -163,6 +168,12 @@ cudaError_t launch_typed(const ConvTranspose2dGradParams& p, cudaStream_t stream
 }
 
 }  // namespace
+
+cudaError_t launch_weight_grad_reduce(const ConvTranspose2dGradParams& p, ScalarKind kind,
+                                      cudaStream_t stream) {
+  return with_element_type(
+      kind, [&](auto zero) { return launch_reduce_typed<decltype(zero)>(p, stream); });
+}
 
 int direct_weight_grad_splits(const ConvTranspose2dGradParams& p, int sm_count) {
   // Enough blocks for four waves of the GPU, each range at least 256 pixels, and at most 64

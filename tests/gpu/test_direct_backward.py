@@ -81,7 +81,14 @@ def test_gradients_against_float64(core, case, dtype, channels_last):
         got_w = core.direct_weight_grad(x, dy, w, *hyper)
         _poison(4 * (x.numel() + w.numel()) * 4)
         got_tiled = core.tiled_grad_input(x, dy, w, *hyper)
+        _poison(4 * w.numel() * 512)
+        got_tiled_w = core.tiled_weight_grad(x, dy, w, *hyper)
     ref_x, ref_w, _ = _aten(x.double(), w.double(), dy.double(), case, [True, True, False])
+    assert got_tiled_w.shape == w.shape and got_tiled_w.dtype == dtype and \
+        got_tiled_w.stride() == w.stride()
+    assert torch.isfinite(got_tiled_w).all()
+    assert max_error(got_tiled_w, ref_w) <= \
+        allowed_error(max_error(pytorch_w, ref_w), ref_w, dtype)
     assert got_tiled.shape == x.shape and got_tiled.dtype == dtype and \
         got_tiled.stride() == x.stride()
     assert torch.isfinite(got_tiled).all()
@@ -107,22 +114,28 @@ def test_strided_views_are_read_in_place(core):
                                       *hyper)
     got_w = core.direct_weight_grad(x_view, dy.transpose(2, 3).contiguous().transpose(2, 3), w,
                                     *hyper)
+    got_tiled_w = core.tiled_weight_grad(x_view, dy.transpose(2, 3).contiguous().transpose(2, 3),
+                                         w, *hyper)
     assert max_error(got_x, ref_x) <= allowed_error(max_error(pytorch_x, ref_x), ref_x,
                                                     torch.float32)
     assert max_error(got_tiled, ref_x) <= allowed_error(max_error(pytorch_x, ref_x), ref_x,
                                                         torch.float32)
     assert max_error(got_w, ref_w) <= allowed_error(max_error(pytorch_w, ref_w), ref_w,
                                                     torch.float32)
+    assert max_error(got_tiled_w, ref_w) <= allowed_error(max_error(pytorch_w, ref_w), ref_w,
+                                                          torch.float32)
 
 
+@pytest.mark.parametrize("tiled", [False, True], ids=["direct", "tiled"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_weight_gradient_repeats_bit_for_bit(core, dtype):
+def test_weight_gradient_repeats_bit_for_bit(core, dtype, tiled):
     case = CASES[1]
     x, w, dy = _tensors(case, dtype, True, seed=5)
-    first = core.direct_weight_grad(x, dy, w, [2, 2], [1, 1], [1, 1], 1)
+    grad = core.tiled_weight_grad if tiled else core.direct_weight_grad
+    first = grad(x, dy, w, [2, 2], [1, 1], [1, 1], 1)
     for _ in range(3):
-        _poison(first.numel() * 64)
-        assert torch.equal(core.direct_weight_grad(x, dy, w, [2, 2], [1, 1], [1, 1], 1), first)
+        _poison(first.numel() * 512)
+        assert torch.equal(grad(x, dy, w, [2, 2], [1, 1], [1, 1], 1), first)
 
 
 def test_an_empty_batch(core):
@@ -132,6 +145,8 @@ def test_an_empty_batch(core):
     assert core.direct_grad_input(x, dy, w, [2, 2], [1, 1], [1, 1], 16).shape == x.shape
     assert core.tiled_grad_input(x, dy, w, [2, 2], [1, 1], [1, 1], 16).shape == x.shape
     assert torch.equal(core.direct_weight_grad(x, dy, w, [2, 2], [1, 1], [1, 1], 16),
+                       torch.zeros_like(w))
+    assert torch.equal(core.tiled_weight_grad(x, dy, w, [2, 2], [1, 1], [1, 1], 16),
                        torch.zeros_like(w))
 
 
