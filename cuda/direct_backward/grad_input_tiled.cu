@@ -13,6 +13,7 @@
 #include "common/element_type.cuh"
 #include "common/scalar_convert.cuh"
 #include "direct_backward/direct_backward.h"
+#include "direct_backward/register_tile.cuh"
 
 namespace deconv_patch {
 namespace {
@@ -72,11 +73,7 @@ tiled_grad_input_kernel(const ConvTranspose2dGradParams p) {
 
   // This thread's outputs: channels tm * 4 .. +4, pixels tn * 8 .. +8 of the block.
   const int tm = tid / (kBN / kTN), tn = tid % (kBN / kTN);
-  float acc[kTM][kTN];
-#pragma unroll
-  for (int i = 0; i < kTM; ++i)
-#pragma unroll
-    for (int j = 0; j < kTN; ++j) acc[i][j] = 0.f;
+  float acc[kTM][kTN] = {};
 
   for (int k0 = 0; k0 < K; k0 += kBK) {
 #pragma unroll
@@ -106,20 +103,7 @@ tiled_grad_input_kernel(const ConvTranspose2dGradParams p) {
       }
       b_tile[r][b_n] = v;
     }
-    __syncthreads();
-#pragma unroll
-    for (int r = 0; r < kBK; ++r) {
-      const float4 a = *reinterpret_cast<const float4*>(&a_tile[r][tm * kTM]);
-      const float4 b0 = *reinterpret_cast<const float4*>(&b_tile[r][tn * kTN]);
-      const float4 b1 = *reinterpret_cast<const float4*>(&b_tile[r][tn * kTN + 4]);
-      const float av[kTM] = {a.x, a.y, a.z, a.w};
-      const float bv[kTN] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
-#pragma unroll
-      for (int i = 0; i < kTM; ++i)
-#pragma unroll
-        for (int j = 0; j < kTN; ++j) acc[i][j] = fmaf(av[i], bv[j], acc[i][j]);
-    }
-    __syncthreads();
+    multiply_tiles<kBK, kBM, kBN>(acc, &a_tile[0][tm * kTM], &b_tile[0][tn * kTN]);
   }
 
 #pragma unroll

@@ -11,6 +11,7 @@
 #include "common/element_type.cuh"
 #include "common/scalar_convert.cuh"
 #include "direct_backward/direct_backward.h"
+#include "direct_backward/register_tile.cuh"
 
 namespace deconv_patch {
 namespace {
@@ -77,11 +78,7 @@ tiled_weight_grad_partial_kernel(const ConvTranspose2dGradParams p) {
   }
 
   const int tm = tid / (kBN / kTN), tn = tid % (kBN / kTN);
-  float acc[kTM][kTN];
-#pragma unroll
-  for (int i = 0; i < kTM; ++i)
-#pragma unroll
-    for (int j = 0; j < kTN; ++j) acc[i][j] = 0.f;
+  float acc[kTM][kTN] = {};
 
   for (int64_t s0 = begin; s0 < end; s0 += kBP) {
     const int64_t pix = s0 + lane;
@@ -104,19 +101,7 @@ tiled_weight_grad_partial_kernel(const ConvTranspose2dGradParams p) {
       }
       g_tile[lane][row + 16 * i] = v;
     }
-    __syncthreads();
-#pragma unroll
-    for (int r = 0; r < kBP; ++r) {
-      const float4 a = *reinterpret_cast<const float4*>(&x_tile[r][tm * kTM]);
-      const float4 b = *reinterpret_cast<const float4*>(&g_tile[r][tn * kTN]);
-      const float av[kTM] = {a.x, a.y, a.z, a.w};
-      const float bv[kTN] = {b.x, b.y, b.z, b.w};
-#pragma unroll
-      for (int i = 0; i < kTM; ++i)
-#pragma unroll
-        for (int j = 0; j < kTN; ++j) acc[i][j] = fmaf(av[i], bv[j], acc[i][j]);
-    }
-    __syncthreads();
+    multiply_tiles<kBP, kBM + 4, kBN + 4>(acc, &x_tile[0][tm * kTM], &g_tile[0][tn * kTN]);
   }
 
 #pragma unroll

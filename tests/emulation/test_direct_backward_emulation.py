@@ -80,6 +80,33 @@ def grad_input_model(x, w, dy, case):
     return dx
 
 
+class _Geometry:
+    """A case's sizes as the kernels read them from ConvTranspose2dGradParams."""
+
+    def __init__(self, x, w, dy, case):
+        _, cin, _, _, (self.kh_n, self.kw_n), (self.sh, self.sw), (self.ph, self.pw), _, \
+            (self.dh, self.dw), self.g = case
+        self.n, self.cin, self.h, self.wd = x.shape
+        self.oh_n, self.ow_n = dy.shape[2:]
+        self.in_pg, self.out_pg = cin // self.g, w.shape[1]
+        self.k_n = self.out_pg * self.kh_n * self.kw_n
+        self.pixels = self.n * self.h * self.wd
+
+    def pixel(self, pix):
+        """(n, ih, iw) of a flat input pixel."""
+        n, hw = divmod(pix, self.h * self.wd)
+        return (n, *divmod(hw, self.wd))
+
+    def tap_pixel(self, k, ih, iw):
+        """(co, oh, ow) of column k = (co, kh, kw) at input pixel (ih, iw)."""
+        co, rest = divmod(k, self.kh_n * self.kw_n)
+        kh, kw = divmod(rest, self.kw_n)
+        return co, ih * self.sh - self.ph + kh * self.dh, iw * self.sw - self.pw + kw * self.dw
+
+    def inside(self, oh, ow):
+        return 0 <= oh < self.oh_n and 0 <= ow < self.ow_n
+
+
 def tiled_grad_input_model(x, w, dy, case):
     """tiled_grad_input_kernel (grad_input_tiled.cu): per block 64 channels x 128 pixels of one
     group, k stepped by 8 through the two shared tiles, each loaded by the threads that
@@ -87,23 +114,12 @@ def tiled_grad_input_model(x, w, dy, case):
     tid % 128, rows tid // 128 + 0 / 2 / 4 / 6), each thread's 4 x 8 outputs summed in k
     order, every output written once."""
     bm, bn, bk, tm_n, tn_n, threads = 64, 128, 8, 4, 8, 256
-    _, cin, _, _, (kh_n, kw_n), (sh, sw), (ph, pw), _, (dh, dw), g = case
-    n_, _, h, wd = x.shape
-    oh_n, ow_n = dy.shape[2:]
-    in_pg, out_pg = cin // g, w.shape[1]
-    k_n = out_pg * kh_n * kw_n
-    pixels = n_ * h * wd
+    geo = _Geometry(x, w, dy, case)
     dx = np.full(x.shape, np.nan)
-
-    def tap(k):
-        co, rest = divmod(k, kh_n * kw_n)
-        kh, kw = divmod(rest, kw_n)
-        return co, kh, kw
-
-    for bx, by, grp in np.ndindex(-(-pixels // bn), -(-in_pg // bm), g):
+    for bx, by, grp in np.ndindex(-(-geo.pixels // bn), -(-geo.in_pg // bm), geo.g):
         c0, p0 = by * bm, bx * bn
         acc = np.zeros((threads, tm_n, tn_n))
-        for k0 in range(0, k_n, bk):
+        for k0 in range(0, geo.k_n, bk):
             a_tile = np.full((bk, bm), np.nan)
             b_tile = np.full((bk, bn), np.nan)
             for tid in range(threads):
@@ -111,9 +127,10 @@ def tiled_grad_input_model(x, w, dy, case):
                 for i in range(2):
                     r, k = a_row + 4 * i, k0 + a_row + 4 * i
                     v = 0.0
-                    if c0 + a_m < in_pg and k < k_n:
-                        co, kh, kw = tap(k)
-                        v = w[grp * in_pg + c0 + a_m, co, kh, kw]
+                    if c0 + a_m < geo.in_pg and k < geo.k_n:
+                        co, rest = divmod(k, geo.kh_n * geo.kw_n)
+                        kh, kw = divmod(rest, geo.kw_n)
+                        v = w[grp * geo.in_pg + c0 + a_m, co, kh, kw]
                     assert np.isnan(a_tile[r, a_m])
                     a_tile[r, a_m] = v
                 b_n, b_row = tid % bn, tid // bn
@@ -121,13 +138,11 @@ def tiled_grad_input_model(x, w, dy, case):
                 for i in range(4):
                     r, k = b_row + 2 * i, k0 + b_row + 2 * i
                     v = 0.0
-                    if pix < pixels and k < k_n:
-                        n, hw = divmod(pix, h * wd)
-                        ih, iw = divmod(hw, wd)
-                        co, kh, kw = tap(k)
-                        oh, ow = ih * sh - ph + kh * dh, iw * sw - pw + kw * dw
-                        if 0 <= oh < oh_n and 0 <= ow < ow_n:
-                            v = dy[n, grp * out_pg + co, oh, ow]
+                    if pix < geo.pixels and k < geo.k_n:
+                        n, ih, iw = geo.pixel(pix)
+                        co, oh, ow = geo.tap_pixel(k, ih, iw)
+                        if geo.inside(oh, ow):
+                            v = dy[n, grp * geo.out_pg + co, oh, ow]
                     assert np.isnan(b_tile[r, b_n])
                     b_tile[r, b_n] = v
             assert not np.isnan(a_tile).any() and not np.isnan(b_tile).any()
@@ -140,15 +155,14 @@ def tiled_grad_input_model(x, w, dy, case):
             tm, tn = tid // (bn // tn_n), tid % (bn // tn_n)
             for j in range(tn_n):
                 pix = p0 + tn * tn_n + j
-                if pix >= pixels:
+                if pix >= geo.pixels:
                     break
-                n, hw = divmod(pix, h * wd)
-                ih, iw = divmod(hw, wd)
+                n, ih, iw = geo.pixel(pix)
                 for i in range(tm_n):
                     c = c0 + tm * tm_n + i
-                    if c < in_pg:
-                        assert np.isnan(dx[n, grp * in_pg + c, ih, iw])
-                        dx[n, grp * in_pg + c, ih, iw] = acc[tid, i, j]
+                    if c < geo.in_pg:
+                        assert np.isnan(dx[n, grp * geo.in_pg + c, ih, iw])
+                        dx[n, grp * geo.in_pg + c, ih, iw] = acc[tid, i, j]
     return dx
 
 
@@ -166,19 +180,14 @@ def tiled_weight_grad_model(x, w, dy, case, sm_count: int):
     column tid // 16 + 16 i), each thread's 4 x 4 sums in pixel order, the ranges added in
     order; every partial sum written once."""
     bm, bn, bp, threads = 64, 64, 16, 256
-    _, cin, _, _, (kh_n, kw_n), (sh, sw), (ph, pw), _, (dh, dw), g = case
-    n_, _, h, wd = x.shape
-    oh_n, ow_n = dy.shape[2:]
-    in_pg, out_pg = cin // g, w.shape[1]
-    k_n = out_pg * kh_n * kw_n
-    pixels = n_ * h * wd
-    col_blocks = -(-k_n // bn)
-    tiles = col_blocks * -(-in_pg // bm)
-    splits = tiled_splits_model(tiles * g, pixels, sm_count)
-    partial = np.full((splits, cin, k_n), np.nan)
-    for bx, grp, bz in np.ndindex(tiles, g, splits):
+    geo = _Geometry(x, w, dy, case)
+    col_blocks = -(-geo.k_n // bn)
+    tiles = col_blocks * -(-geo.in_pg // bm)
+    splits = tiled_splits_model(tiles * geo.g, geo.pixels, sm_count)
+    partial = np.full((splits, geo.cin, geo.k_n), np.nan)
+    for bx, grp, bz in np.ndindex(tiles, geo.g, splits):
         c0, k0 = (bx // col_blocks) * bm, (bx % col_blocks) * bn
-        begin, end = pixels * bz // splits, pixels * (bz + 1) // splits
+        begin, end = geo.pixels * bz // splits, geo.pixels * (bz + 1) // splits
         acc = np.zeros((threads, 4, 4))
         for s0 in range(begin, end, bp):
             x_tile = np.full((bp, bm), np.nan)
@@ -190,16 +199,13 @@ def tiled_weight_grad_model(x, w, dy, case, sm_count: int):
                     c, k = c0 + row + 16 * i, k0 + row + 16 * i
                     xv = gv = 0.0
                     if pix < end:
-                        n, hw = divmod(pix, h * wd)
-                        ih, iw = divmod(hw, wd)
-                        if c < in_pg:
-                            xv = x[n, grp * in_pg + c, ih, iw]
-                        if k < k_n:
-                            co, rest = divmod(k, kh_n * kw_n)
-                            kh, kw = divmod(rest, kw_n)
-                            oh, ow = ih * sh + kh * dh - ph, iw * sw + kw * dw - pw
-                            if 0 <= oh < oh_n and 0 <= ow < ow_n:
-                                gv = dy[n, grp * out_pg + co, oh, ow]
+                        n, ih, iw = geo.pixel(pix)
+                        if c < geo.in_pg:
+                            xv = x[n, grp * geo.in_pg + c, ih, iw]
+                        if k < geo.k_n:
+                            co, oh, ow = geo.tap_pixel(k, ih, iw)
+                            if geo.inside(oh, ow):
+                                gv = dy[n, grp * geo.out_pg + co, oh, ow]
                     assert np.isnan(x_tile[lane, row + 16 * i])
                     assert np.isnan(g_tile[lane, row + 16 * i])
                     x_tile[lane, row + 16 * i], g_tile[lane, row + 16 * i] = xv, gv
@@ -211,18 +217,18 @@ def tiled_weight_grad_model(x, w, dy, case, sm_count: int):
             tm, tn = tid // 16, tid % 16
             for i in range(4):
                 c = c0 + tm * 4 + i
-                if c >= in_pg:
+                if c >= geo.in_pg:
                     break
                 for j in range(4):
                     k = k0 + tn * 4 + j
-                    if k < k_n:
-                        assert np.isnan(partial[bz, grp * in_pg + c, k])
-                        partial[bz, grp * in_pg + c, k] = acc[tid, i, j]
+                    if k < geo.k_n:
+                        assert np.isnan(partial[bz, grp * geo.in_pg + c, k])
+                        partial[bz, grp * geo.in_pg + c, k] = acc[tid, i, j]
     assert not np.isnan(partial).any()
-    summed = np.zeros((cin, k_n))
+    summed = np.zeros((geo.cin, geo.k_n))
     for s in range(splits):
         summed += partial[s]
-    return summed.reshape(cin, out_pg, kh_n, kw_n), splits
+    return summed.reshape(geo.cin, geo.out_pg, geo.kh_n, geo.kw_n), splits
 
 
 def splits_model(blocks: int, pixels: int, sm_count: int) -> int:
@@ -293,14 +299,6 @@ def weight_grad_model(x, w, dy, case, channels_last: bool, sm_count: int):
     return summed.reshape(cin, out_pg, kh_n, kw_n), splits
 
 
-@pytest.mark.parametrize("case", CASES, ids=[f"case{i}" for i in range(len(CASES))])
-def test_grad_input_model(case):
-    x, w, dy = _tensors(case, seed=1)
-    ref_x, _ = _reference(x, w, dy, case)
-    got = grad_input_model(x.numpy(), w.numpy(), dy.numpy(), case)
-    np.testing.assert_allclose(got, ref_x, rtol=1e-10, atol=1e-10)
-
-
 # The tiled kernels' cases: more than one block along pixels, channels and columns, partial
 # last blocks, groups, and a k that is not a multiple of 8.
 TILED_CASES = CASES + [
@@ -310,11 +308,12 @@ TILED_CASES = CASES + [
 ]
 
 
+@pytest.mark.parametrize("model", ["grad_input_model", "tiled_grad_input_model"])
 @pytest.mark.parametrize("case", TILED_CASES, ids=[f"case{i}" for i in range(len(TILED_CASES))])
-def test_tiled_grad_input_model(case):
+def test_grad_input_models(case, model):
     x, w, dy = _tensors(case, seed=3)
     ref_x, _ = _reference(x, w, dy, case)
-    got = tiled_grad_input_model(x.numpy(), w.numpy(), dy.numpy(), case)
+    got = globals()[model](x.numpy(), w.numpy(), dy.numpy(), case)
     np.testing.assert_allclose(got, ref_x, rtol=1e-10, atol=1e-10)
 
 
