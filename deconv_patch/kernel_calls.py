@@ -331,6 +331,11 @@ def run_variant(
     return kernel_call(variant, input, weight, args, epilogue)(input, weight, bias, out)
 
 
+# A recorded call's gradient kernel as the binding names it (PreparedCall's grad_input_kernel
+# and weight_grad_kernel; cuda/binding/prepared_call.cpp's backward_kernel).
+_BACKWARD_KERNEL_CODES = {planner.ATEN: 0, planner.DIRECT_BACKWARD: 1, planner.TILED_BACKWARD: 2}
+
+
 def kernel_call(variant: str, input: torch.Tensor, weight: torch.Tensor,
                 args: ConvTransposeArgs, epilogue: Epilogue = IDENTITY):
     """A callable (input, weight, bias, out=None) -> output that launches `variant` for calls
@@ -371,4 +376,5 @@ def kernel_call(variant: str, input: torch.Tensor, weight: torch.Tensor,
     return load_units(family.units_for(epilogue.activation, input.dtype)).PreparedCall(
         family.code, config, list(args.stride), list(args.padding), list(args.output_padding),
         list(args.dilation), args.groups, channels_last, allow_tf32, scale, shift, activation,
-        slope, repack, backward.grad_input.uses_kernel, backward.weight_grad.uses_kernel)
+        slope, repack, _BACKWARD_KERNEL_CODES[backward.grad_input.variant],
+        _BACKWARD_KERNEL_CODES[backward.weight_grad.variant])

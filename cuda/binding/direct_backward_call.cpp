@@ -153,6 +153,22 @@ at::Tensor direct_weight_grad_or_undefined(const at::Tensor& input,
                                       padding, dilation, groups);
 }
 
+at::Tensor tiled_grad_input_or_undefined(const at::Tensor& input, const at::Tensor& grad_output,
+                                         const at::Tensor& weight, at::IntArrayRef stride,
+                                         at::IntArrayRef padding, at::IntArrayRef dilation,
+                                         int64_t groups) {
+  return direct_gradient_or_undefined(Gradient::kInputTiled, input, grad_output, weight, stride,
+                                      padding, dilation, groups);
+}
+
+at::Tensor tiled_weight_grad_or_undefined(const at::Tensor& input, const at::Tensor& grad_output,
+                                          const at::Tensor& weight, at::IntArrayRef stride,
+                                          at::IntArrayRef padding, at::IntArrayRef dilation,
+                                          int64_t groups) {
+  return direct_gradient_or_undefined(Gradient::kWeightTiled, input, grad_output, weight, stride,
+                                      padding, dilation, groups);
+}
+
 at::Tensor direct_grad_input(const at::Tensor& input, const at::Tensor& grad_output,
                              const at::Tensor& weight, at::IntArrayRef stride,
                              at::IntArrayRef padding, at::IntArrayRef dilation, int64_t groups) {

@@ -28,7 +28,7 @@ at::Tensor tiled_weight_grad(const at::Tensor& input, const at::Tensor& grad_out
                              const at::Tensor& weight, at::IntArrayRef stride,
                              at::IntArrayRef padding, at::IntArrayRef dilation, int64_t groups);
 
-// The same two, returning an undefined tensor where the kernels refuse the call instead of
+// The same four, returning an undefined tensor where the kernels refuse the call instead of
 // throwing: a recorded call's KernelGradient (binding/recorded_call.hpp).
 at::Tensor direct_grad_input_or_undefined(const at::Tensor& input, const at::Tensor& grad_output,
                                           const at::Tensor& weight, at::IntArrayRef stride,
@@ -39,5 +39,13 @@ at::Tensor direct_weight_grad_or_undefined(const at::Tensor& input,
                                            const at::Tensor& weight, at::IntArrayRef stride,
                                            at::IntArrayRef padding, at::IntArrayRef dilation,
                                            int64_t groups);
+at::Tensor tiled_grad_input_or_undefined(const at::Tensor& input, const at::Tensor& grad_output,
+                                         const at::Tensor& weight, at::IntArrayRef stride,
+                                         at::IntArrayRef padding, at::IntArrayRef dilation,
+                                         int64_t groups);
+at::Tensor tiled_weight_grad_or_undefined(const at::Tensor& input, const at::Tensor& grad_output,
+                                          const at::Tensor& weight, at::IntArrayRef stride,
+                                          at::IntArrayRef padding, at::IntArrayRef dilation,
+                                          int64_t groups);
 
 }  // namespace deconv_patch

@@ -67,18 +67,32 @@ bool same_weight(const at::Tensor& weight, const WeightSeen& s) {
          weight._version() == s.version && weight.data_ptr() == s.data;
 }
 
+// A recorded call's gradient kernel from the planner's code (kernels/direct_backward.py's
+// BACKWARD_KERNELS): 0 ATen's, 1 the direct kernel, 2 the tiled one.
+enum class GradientOf { kInput, kWeight };
+
+KernelGradient backward_kernel(GradientOf of, int64_t code) {
+  const bool input = of == GradientOf::kInput;
+  switch (code) {
+    case 0: return nullptr;
+    case 1: return input ? &direct_grad_input_or_undefined : &direct_weight_grad_or_undefined;
+    case 2: return input ? &tiled_grad_input_or_undefined : &tiled_weight_grad_or_undefined;
+  }
+  TORCH_CHECK(false, "deconv_patch: unknown backward kernel code ", code);
+}
+
 class PreparedCall {
  public:
   PreparedCall(int64_t family, int64_t config, Ints stride, Ints padding, Ints output_padding,
                Ints dilation, int64_t groups, bool channels_last, bool allow_tf32,
                c10::optional<at::Tensor> scale, c10::optional<at::Tensor> shift,
                int64_t activation, double negative_slope, py::object repack,
-               bool direct_grad_input, bool direct_weight_grad)
+               int64_t grad_input_kernel, int64_t weight_grad_kernel)
       : family_(family), config_(config),
         hyper_{std::move(stride), std::move(padding), std::move(output_padding),
                std::move(dilation), groups,
-               direct_grad_input ? &direct_grad_input_or_undefined : nullptr,
-               direct_weight_grad ? &direct_weight_grad_or_undefined : nullptr},
+               backward_kernel(GradientOf::kInput, grad_input_kernel),
+               backward_kernel(GradientOf::kWeight, weight_grad_kernel)},
         channels_last_(channels_last),
         allow_tf32_(allow_tf32), scale_(std::move(scale)), shift_(std::move(shift)),
         activation_(activation), negative_slope_(negative_slope), repack_(std::move(repack)) {}
@@ -281,12 +295,12 @@ void bind_prepared_call(py::module& m) {
       m, "PreparedCall", "One kernel family and config prepared for calls of one geometry")
       .def(py::init<int64_t, int64_t, Ints, Ints, Ints, Ints, int64_t, bool, bool,
                     c10::optional<at::Tensor>, c10::optional<at::Tensor>, int64_t, double,
-                    py::object, bool, bool>(),
+                    py::object, int64_t, int64_t>(),
            py::arg("family"), py::arg("config"), py::arg("stride"), py::arg("padding"),
            py::arg("output_padding"), py::arg("dilation"), py::arg("groups"),
            py::arg("channels_last"), py::arg("allow_tf32"), py::arg("scale"), py::arg("shift"),
            py::arg("activation"), py::arg("negative_slope"), py::arg("repack"),
-           py::arg("direct_grad_input") = false, py::arg("direct_weight_grad") = false)
+           py::arg("grad_input_kernel") = 0, py::arg("weight_grad_kernel") = 0)
       .def("__call__", &PreparedCall::operator(), py::arg("input"), py::arg("weight"),
            py::arg("bias") = py::none(), py::arg("out") = py::none())
       .def("recorded", &PreparedCall::recorded, py::arg("input"), py::arg("weight"),

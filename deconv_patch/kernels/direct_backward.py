@@ -17,6 +17,10 @@ from typing import Optional, Sequence
 from ..arguments import ConvTransposeArgs
 
 NAME = "direct_backward"
+# The tiled gradients (grad_input_tiled.cu, weight_grad_tiled.cu): GEMMs per group on CUDA
+# cores, for layers with more than a few channels per group. No rule gives them a layer yet:
+# they have not been timed.
+TILED_NAME = "tiled_backward"
 # Multiply-adds per input pixel (Cin x Cout/groups x KH x KW) above which the kernels are not
 # used: the largest measured depthwise layer had 1,024.
 MAX_MACS_PER_PIXEL = 8192

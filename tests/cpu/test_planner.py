@@ -9,6 +9,7 @@ import torch
 
 from deconv_patch.kernels import (call_rules, device_info, gemm_out_tile, gemm_phase_tma,
                                    planner)
+from deconv_patch import kernel_calls
 from deconv_patch.arguments import ConvTransposeArgs
 
 CUDA0 = torch.device("cuda", 0)
@@ -711,6 +712,8 @@ def test_backward_plan_gives_the_direct_kernels_the_depthwise_layers_they_won(
     assert chosen.grad_input.variant == (direct if depthwise and channels_last else aten), chosen
     for gradient in (chosen.grad_input, chosen.weight_grad):
         assert gradient.reason and not gradient.fallback
+        # (every kernel a plan names has the binding's code: kernel_calls hands it over)
+        assert gradient.variant in kernel_calls._BACKWARD_KERNEL_CODES
 
 
 def test_backward_plan_off_cuda_is_atens_fallback(capability):
