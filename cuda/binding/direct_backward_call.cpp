@@ -80,16 +80,15 @@ int sm_count(int device) {
   return value;
 }
 
-enum class Gradient { kInput, kInputTiled, kWeight, kWeightTiled };
-
-at::Tensor direct_gradient(Gradient which, const at::Tensor& input,
+at::Tensor direct_gradient(GradientKernel which, const at::Tensor& input,
                            const at::Tensor& grad_output, const at::Tensor& weight,
                            at::IntArrayRef stride, at::IntArrayRef padding,
                            at::IntArrayRef dilation, int64_t groups) {
   const ScalarKind kind =
       checked_kind(input, grad_output, weight, stride, padding, dilation, groups);
   const c10::cuda::CUDAGuard guard(input.device());
-  const bool of_input = which == Gradient::kInput || which == Gradient::kInputTiled;
+  const bool of_input =
+      which == GradientKernel::kDirectInput || which == GradientKernel::kTiledInput;
   at::Tensor grad = at::empty_like(of_input ? input : weight, at::MemoryFormat::Preserve);
   if (grad.numel() == 0) return grad;
   if (!of_input && (input.numel() == 0 || grad_output.numel() == 0)) return grad.zero_();
@@ -99,7 +98,7 @@ at::Tensor direct_gradient(Gradient which, const at::Tensor& input,
   if (of_input) {
     p.grad_input = grad.data_ptr();
     for (int d = 0; d < 4; ++d) p.grad_input_stride[d] = grad.stride(d);
-    if (which == Gradient::kInputTiled) {
+    if (which == GradientKernel::kTiledInput) {
       refuse_unless(tiled_grad_input_fits(p), "a grid the tiled input gradient can launch");
       C10_CUDA_CHECK(launch_tiled_grad_input(p, kind, stream));
     } else {
@@ -109,7 +108,7 @@ at::Tensor direct_gradient(Gradient which, const at::Tensor& input,
   }
   p.grad_weight = grad.data_ptr();
   for (int d = 0; d < 4; ++d) p.grad_weight_stride[d] = grad.stride(d);
-  const bool tiled = which == Gradient::kWeightTiled;
+  const bool tiled = which == GradientKernel::kTiledWeight;
   if (tiled) {
     refuse_unless(tiled_weight_grad_fits(p), "a grid the tiled weight gradient can launch");
   }
@@ -123,12 +122,13 @@ at::Tensor direct_gradient(Gradient which, const at::Tensor& input,
   return grad;
 }
 
-at::Tensor direct_gradient_or_undefined(Gradient which, const at::Tensor& input,
-                                        const at::Tensor& grad_output, const at::Tensor& weight,
-                                        at::IntArrayRef stride, at::IntArrayRef padding,
-                                        at::IntArrayRef dilation, int64_t groups) {
+template <GradientKernel G>
+at::Tensor gradient_or_undefined(const at::Tensor& input, const at::Tensor& grad_output,
+                                 const at::Tensor& weight, at::IntArrayRef stride,
+                                 at::IntArrayRef padding, at::IntArrayRef dilation,
+                                 int64_t groups) {
   try {
-    return direct_gradient(which, input, grad_output, weight, stride, padding, dilation, groups);
+    return gradient<G>(input, grad_output, weight, stride, padding, dilation, groups);
   } catch (const KernelRefused&) {
     return at::Tensor();
   }
@@ -136,65 +136,38 @@ at::Tensor direct_gradient_or_undefined(Gradient which, const at::Tensor& input,
 
 }  // namespace
 
-at::Tensor direct_grad_input_or_undefined(const at::Tensor& input, const at::Tensor& grad_output,
-                                          const at::Tensor& weight, at::IntArrayRef stride,
-                                          at::IntArrayRef padding, at::IntArrayRef dilation,
-                                          int64_t groups) {
-  return direct_gradient_or_undefined(Gradient::kInput, input, grad_output, weight, stride,
-                                      padding, dilation, groups);
+template <GradientKernel G>
+at::Tensor gradient(const at::Tensor& input, const at::Tensor& grad_output,
+                    const at::Tensor& weight, at::IntArrayRef stride, at::IntArrayRef padding,
+                    at::IntArrayRef dilation, int64_t groups) {
+  return direct_gradient(G, input, grad_output, weight, stride, padding, dilation, groups);
 }
 
-at::Tensor direct_weight_grad_or_undefined(const at::Tensor& input,
-                                           const at::Tensor& grad_output,
-                                           const at::Tensor& weight, at::IntArrayRef stride,
-                                           at::IntArrayRef padding, at::IntArrayRef dilation,
-                                           int64_t groups) {
-  return direct_gradient_or_undefined(Gradient::kWeight, input, grad_output, weight, stride,
-                                      padding, dilation, groups);
-}
+template at::Tensor gradient<GradientKernel::kDirectInput>(
+    const at::Tensor&, const at::Tensor&, const at::Tensor&, at::IntArrayRef, at::IntArrayRef,
+    at::IntArrayRef, int64_t);
+template at::Tensor gradient<GradientKernel::kTiledInput>(
+    const at::Tensor&, const at::Tensor&, const at::Tensor&, at::IntArrayRef, at::IntArrayRef,
+    at::IntArrayRef, int64_t);
+template at::Tensor gradient<GradientKernel::kDirectWeight>(
+    const at::Tensor&, const at::Tensor&, const at::Tensor&, at::IntArrayRef, at::IntArrayRef,
+    at::IntArrayRef, int64_t);
+template at::Tensor gradient<GradientKernel::kTiledWeight>(
+    const at::Tensor&, const at::Tensor&, const at::Tensor&, at::IntArrayRef, at::IntArrayRef,
+    at::IntArrayRef, int64_t);
 
-at::Tensor tiled_grad_input_or_undefined(const at::Tensor& input, const at::Tensor& grad_output,
-                                         const at::Tensor& weight, at::IntArrayRef stride,
-                                         at::IntArrayRef padding, at::IntArrayRef dilation,
-                                         int64_t groups) {
-  return direct_gradient_or_undefined(Gradient::kInputTiled, input, grad_output, weight, stride,
-                                      padding, dilation, groups);
-}
-
-at::Tensor tiled_weight_grad_or_undefined(const at::Tensor& input, const at::Tensor& grad_output,
-                                          const at::Tensor& weight, at::IntArrayRef stride,
-                                          at::IntArrayRef padding, at::IntArrayRef dilation,
-                                          int64_t groups) {
-  return direct_gradient_or_undefined(Gradient::kWeightTiled, input, grad_output, weight, stride,
-                                      padding, dilation, groups);
-}
-
-at::Tensor direct_grad_input(const at::Tensor& input, const at::Tensor& grad_output,
-                             const at::Tensor& weight, at::IntArrayRef stride,
-                             at::IntArrayRef padding, at::IntArrayRef dilation, int64_t groups) {
-  return direct_gradient(Gradient::kInput, input, grad_output, weight, stride, padding,
-                         dilation, groups);
-}
-
-at::Tensor tiled_grad_input(const at::Tensor& input, const at::Tensor& grad_output,
-                            const at::Tensor& weight, at::IntArrayRef stride,
-                            at::IntArrayRef padding, at::IntArrayRef dilation, int64_t groups) {
-  return direct_gradient(Gradient::kInputTiled, input, grad_output, weight, stride, padding,
-                         dilation, groups);
-}
-
-at::Tensor direct_weight_grad(const at::Tensor& input, const at::Tensor& grad_output,
-                              const at::Tensor& weight, at::IntArrayRef stride,
-                              at::IntArrayRef padding, at::IntArrayRef dilation, int64_t groups) {
-  return direct_gradient(Gradient::kWeight, input, grad_output, weight, stride, padding,
-                         dilation, groups);
-}
-
-at::Tensor tiled_weight_grad(const at::Tensor& input, const at::Tensor& grad_output,
-                             const at::Tensor& weight, at::IntArrayRef stride,
-                             at::IntArrayRef padding, at::IntArrayRef dilation, int64_t groups) {
-  return direct_gradient(Gradient::kWeightTiled, input, grad_output, weight, stride, padding,
-                         dilation, groups);
+KernelGradient gradient_kernel(bool of_input, int64_t code) {
+  using K = GradientKernel;
+  switch (code) {
+    case 0: return nullptr;
+    case 1:
+      return of_input ? &gradient_or_undefined<K::kDirectInput>
+                      : &gradient_or_undefined<K::kDirectWeight>;
+    case 2:
+      return of_input ? &gradient_or_undefined<K::kTiledInput>
+                      : &gradient_or_undefined<K::kTiledWeight>;
+  }
+  TORCH_CHECK(false, "deconv_patch: unknown backward kernel code ", code);
 }
 
 }  // namespace deconv_patch

@@ -67,20 +67,6 @@ bool same_weight(const at::Tensor& weight, const WeightSeen& s) {
          weight._version() == s.version && weight.data_ptr() == s.data;
 }
 
-// A recorded call's gradient kernel from the planner's code (kernels/direct_backward.py's
-// BACKWARD_KERNELS): 0 ATen's, 1 the direct kernel, 2 the tiled one.
-enum class GradientOf { kInput, kWeight };
-
-KernelGradient backward_kernel(GradientOf of, int64_t code) {
-  const bool input = of == GradientOf::kInput;
-  switch (code) {
-    case 0: return nullptr;
-    case 1: return input ? &direct_grad_input_or_undefined : &direct_weight_grad_or_undefined;
-    case 2: return input ? &tiled_grad_input_or_undefined : &tiled_weight_grad_or_undefined;
-  }
-  TORCH_CHECK(false, "deconv_patch: unknown backward kernel code ", code);
-}
-
 class PreparedCall {
  public:
   PreparedCall(int64_t family, int64_t config, Ints stride, Ints padding, Ints output_padding,
@@ -91,8 +77,8 @@ class PreparedCall {
       : family_(family), config_(config),
         hyper_{std::move(stride), std::move(padding), std::move(output_padding),
                std::move(dilation), groups,
-               backward_kernel(GradientOf::kInput, grad_input_kernel),
-               backward_kernel(GradientOf::kWeight, weight_grad_kernel)},
+               gradient_kernel(/*of_input=*/true, grad_input_kernel),
+               gradient_kernel(/*of_input=*/false, weight_grad_kernel)},
         channels_last_(channels_last),
         allow_tf32_(allow_tf32), scale_(std::move(scale)), shift_(std::move(shift)),
         activation_(activation), negative_slope_(negative_slope), repack_(std::move(repack)) {}

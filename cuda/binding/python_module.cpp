@@ -70,23 +70,24 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "The weight in a family's packed layout", py::arg("family"), py::arg("weight"),
         py::arg("stride"), py::arg("padding"), py::arg("output_padding"), py::arg("dilation"),
         py::arg("groups"), py::arg("allow_tf32"));
-  m.def("direct_grad_input", &deconv_patch::direct_grad_input,
+  using deconv_patch::GradientKernel;
+  m.def("direct_grad_input", &deconv_patch::gradient<GradientKernel::kDirectInput>,
         "conv_transpose2d's input gradient on the direct backward kernels, in the input's "
         "layout; KernelRefused where they do not run",
         py::arg("input"), py::arg("grad_output"), py::arg("weight"), py::arg("stride"),
         py::arg("padding"), py::arg("dilation"), py::arg("groups"));
-  m.def("tiled_grad_input", &deconv_patch::tiled_grad_input,
+  m.def("tiled_grad_input", &deconv_patch::gradient<GradientKernel::kTiledInput>,
         "conv_transpose2d's input gradient as a GEMM per group on CUDA cores (4 x 8 outputs a "
         "thread), in the input's layout; KernelRefused where it does not run",
         py::arg("input"), py::arg("grad_output"), py::arg("weight"), py::arg("stride"),
         py::arg("padding"), py::arg("dilation"), py::arg("groups"));
-  m.def("tiled_weight_grad", &deconv_patch::tiled_weight_grad,
+  m.def("tiled_weight_grad", &deconv_patch::gradient<GradientKernel::kTiledWeight>,
         "conv_transpose2d's weight gradient as a GEMM per group on CUDA cores over pixel ranges "
         "added in order (4 x 4 sums a thread), in the weight's layout, deterministic; "
         "KernelRefused where it does not run",
         py::arg("input"), py::arg("grad_output"), py::arg("weight"), py::arg("stride"),
         py::arg("padding"), py::arg("dilation"), py::arg("groups"));
-  m.def("direct_weight_grad", &deconv_patch::direct_weight_grad,
+  m.def("direct_weight_grad", &deconv_patch::gradient<GradientKernel::kDirectWeight>,
         "conv_transpose2d's weight gradient on the direct backward kernels, in the weight's "
         "layout, deterministic; KernelRefused where they do not run",
         py::arg("input"), py::arg("grad_output"), py::arg("weight"), py::arg("stride"),
