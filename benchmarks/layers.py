@@ -154,7 +154,28 @@ FRESH: List[Layer] = [
     Layer("posehead.dw 160 k4s2 g160", 8, 160, 160, sq(14), sq(4), sq(2), sq(1), groups=160),
     Layer("dcgan.g3 b8 256>128", 8, 256, 128, sq(8), sq(4), sq(2), sq(1), bias=False),
 ]
-SUITES = {"suite": SUITE, "held-out": HELD_OUT, "fresh": FRESH}
+# Layers cuDNN has no kernel for (output_padding >= stride on an axis, which needs a dilation
+# above the stride): PyTorch runs its native im2col kernels, forward and backward. The backward
+# rule for them (kernels/direct_backward.py) was read off this set. `--suite no-cudnn`.
+NO_CUDNN: List[Layer] = [
+    Layer("nocudnn 16 k3 s1 d2 64", 8, 16, 16, sq(64), sq(3), sq(1), sq(2), sq(1),
+          dilation=sq(2)),
+    Layer("nocudnn 64 g4 k3 s1 d2 32", 16, 64, 64, sq(32), sq(3), sq(1), sq(1), sq(1),
+          dilation=sq(2), groups=4),
+    Layer("nocudnn 128>64 k3 s1 d3 48", 8, 128, 64, sq(48), sq(3), sq(1), sq(3), sq(2),
+          dilation=sq(3)),
+    Layer("nocudnn 64>32 k3 s2 d3 32", 8, 64, 32, sq(32), sq(3), sq(2), sq(2), sq(2),
+          dilation=sq(3)),
+    Layer("nocudnn 256 k3 s1 d2 32", 8, 256, 256, sq(32), sq(3), sq(1), sq(2), sq(1),
+          dilation=sq(2)),
+    Layer("nocudnn 512>256 k3 s1 d2 16", 4, 512, 256, sq(16), sq(3), sq(1), sq(2), sq(1),
+          dilation=sq(2)),
+    Layer("nocudnn 32>3 k5 s1 d2 64", 16, 32, 3, sq(64), sq(5), sq(1), sq(4), sq(1),
+          dilation=sq(2)),
+    Layer("nocudnn 64 k3 s1x2 d2 40", 8, 64, 64, (40, 40), sq(3), (1, 2), sq(1), sq(1),
+          dilation=sq(2)),
+]
+SUITES = {"suite": SUITE, "held-out": HELD_OUT, "fresh": FRESH, "no-cudnn": NO_CUDNN}
 QUICK = ["dcgan.g3 256>128 8x8", "unet.up4 128>64 196", "cyclegan.up2 128>64 128",
          "simplebl.d2 256>256 16x12", "maskrcnn.mask 256>256 14", "depthwise.up 64 k4s2 g64"]
 

@@ -33,13 +33,13 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: `examples`
 
-from benchmarks.layers import QUICK, SUITE, Layer  # noqa: E402
+from benchmarks.layers import QUICK, SUITE, SUITES, Layer  # noqa: E402
 from deconv_patch import FastConvTranspose2d  # noqa: E402
 from deconv_patch.optimize import optimize  # noqa: E402
 from deconv_patch.timing import capture_graph, median_interleaved  # noqa: E402
 from examples.registry import EXAMPLES, Example  # noqa: E402
 
-MODES = ("tf32", "bf16")
+MODES = ("tf32", "bf16", "fp32")  # fp32: TF32 off (cuDNN and matmul)
 # --kernels-in-training's values: optimize(kernels_in_training=...)
 KERNELS_IN_TRAINING = {"default": None, "on": True, "off": False}
 
@@ -234,8 +234,10 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     dense = [e.name for e in EXAMPLES if e.dense_output]
     parser.add_argument("--models", default=",".join(dense),
                         help="comma-separated example names (default: the dense-output ones)")
-    parser.add_argument("--modes", default=",".join(MODES), help="comma-separated: tf32, bf16")
-    parser.add_argument("--layers", default="quick", choices=("quick", "all", "none"))
+    parser.add_argument("--modes", default="tf32,bf16", help="comma-separated: tf32, bf16, fp32")
+    parser.add_argument("--layers", default="quick",
+                        choices=("quick", "all", "none", *sorted(set(SUITES) - {"suite"})),
+                        help="all: the suite; or another layer set of benchmarks/layers.py")
     parser.add_argument("--only", default=None,
                         help="comma-separated layer name prefixes, from the --layers set")
     parser.add_argument("--batch", type=int, default=None,
@@ -271,18 +273,18 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if any(n not in known for n in names) or any(m not in MODES for m in modes):
         print(f"models among {', '.join(known)}; modes among {', '.join(MODES)}", file=sys.stderr)
         return 2
-    torch.backends.cuda.matmul.allow_tf32 = True  # tf32 mode: TF32 allowed everywhere
-    torch.backends.cudnn.allow_tf32 = True
     torch.backends.cudnn.benchmark = args.benchmark
     layers = {"quick": [layer for layer in SUITE if layer.name in QUICK], "all": SUITE,
-              "none": []}[args.layers]
+              "none": [], **SUITES}[args.layers]
     if args.only:
         layers = [layer for layer in layers
                   if any(layer.name.startswith(prefix) for prefix in args.only.split(","))]
     rows: List[Row] = []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # fallback and patch warnings: the table says it all
-        for mode in modes:
+        for mode in modes:  # TF32 allowed everywhere but in fp32 mode
+            torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = \
+                mode != "fp32"
             for name in names:
                 rows += _progress(bench_model(known[name], mode, args))
             for layer in layers:

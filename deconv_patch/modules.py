@@ -52,6 +52,7 @@ class _Entry:
     plan: planner.Plan
     call: Optional[Callable[..., torch.Tensor]] = None
     tune: bool = False  # autotune has not timed this call yet: the op times it, uncached
+    trains: bool = False  # planner.trains_on_kernel for this call's plan
 
 
 def _patched_clone(module: nn.ConvTranspose2d) -> "FastConvTranspose2d":
@@ -172,7 +173,7 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
         chosen = self.kernels_in_training
         if chosen is None:
             return planner.may_train_on_kernel(self.in_channels, self.out_channels, self.groups,
-                                               self.stride)  # type: ignore[arg-type]
+                                               self.stride, self.output_padding)  # type: ignore[arg-type]
         return chosen
 
     def _records_on(self, entry: "_Entry") -> bool:
@@ -183,7 +184,7 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
         cuDNN have fp32's. A call without gradients times it; later calls follow its choice."""
         chosen = self.kernels_in_training
         if chosen is None:
-            return not entry.tune and planner.trains_on_kernel(entry.plan.variant)
+            return not entry.tune and entry.trains and entry.plan.uses_kernel
         return chosen
 
     def _pytorch(self, input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
@@ -369,7 +370,8 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
             if known is None:  # not timed yet: the op autotunes this call; re-plan next time
                 return _Entry(chosen, tune=True)
             chosen = planner.Plan(known, "autotuned", candidates=chosen.candidates)
-        found = cache[key] = _Entry(chosen)
+        found = cache[key] = _Entry(chosen, trains=planner.trains_on_kernel(
+            chosen.variant, input.dtype, args))
         if forced is None:
             self.__dict__["_last_plan"] = (input.device, input.dtype, chosen)
             if chosen.uses_kernel:
@@ -430,12 +432,13 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
     @property
     def training_backend(self) -> str:
         """What a call autograd records runs, by `backend`'s plan: that kernel where
-        kernels_in_training gives it our kernel (by default only the grouped kernel), else
-        PyTorch's convolution ("aten")."""
+        kernels_in_training gives it our kernel (by default planner.trains_on_kernel, for the
+        stored weight's dtype), else PyTorch's convolution ("aten")."""
         if self.activation != "none" or not self._may_train_on_kernel():
             return planner.ATEN
         backend = self.backend
-        if self.kernels_in_training is None and not planner.trains_on_kernel(backend):
+        if self.kernels_in_training is None and not planner.trains_on_kernel(
+                backend, self._stored_weight().dtype, self._args(self.output_padding)):
             return planner.ATEN
         return backend
 

@@ -1,28 +1,30 @@
-"""The direct backward kernels (cuda/direct_backward, in the core): a transposed convolution's
-input and weight gradients on CUDA cores, one element per thread (input gradient) or 16 weight
-columns per thread over a range of pixels, summed in a fixed order (weight gradient).
+"""The backward kernels (cuda/direct_backward, in the core): a transposed convolution's input
+and weight gradients on CUDA cores. The direct kernels compute one input-gradient element per
+thread, or 16 weight columns per thread over a range of pixels; the tiled kernels compute each
+gradient as a GEMM per group with 4 x 8 (input) or 4 x 4 (weight) outputs per thread. Weight
+gradients are summed in a fixed order, so they are deterministic.
 
 They run a recorded call's backward (`kernels_in_training`) where the rules below say so, per
-gradient, from what was measured against cuDNN (docs/kernels.md#direct_backward): only
-depthwise layers, where cuDNN's gradients run furthest from their floor. Elsewhere, including
-the few-channel layers cuDNN also leaves far from their floor (DCGAN's RGB output, FSRCNN,
-small groups, output_padding >= stride), one multiply-add per load on CUDA cores lost to
-cuDNN's tensor cores by 4-32x, and ATen's backward runs.
+gradient, from what was measured against PyTorch's (docs/kernels.md#direct_backward):
+* depthwise layers, where cuDNN's gradients run furthest from their floor: the direct kernels;
+* layers cuDNN has no kernel for (output_padding >= stride), where ATen runs its native
+  im2col kernels: the tiled weight gradient, and in fp32 the tiled input gradient.
+Elsewhere cuDNN's tensor cores were 2-30x faster than either kernel on CUDA cores, and ATen's
+backward runs.
 """
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from typing import Optional, Sequence, Tuple
+
+import torch
 
 from ..arguments import ConvTransposeArgs
 
 NAME = "direct_backward"
-# The tiled gradients (grad_input_tiled.cu, weight_grad_tiled.cu): GEMMs per group on CUDA
-# cores, for layers with more than a few channels per group. No rule gives them a layer yet:
-# they have not been timed.
 TILED_NAME = "tiled_backward"
-# Multiply-adds per input pixel (Cin x Cout/groups x KH x KW) above which the kernels are not
-# used: the largest measured depthwise layer had 1,024.
+# Multiply-adds per input pixel (Cin x Cout/groups x KH x KW) above which the direct kernels are
+# not used: the largest measured depthwise layer had 1,024.
 MAX_MACS_PER_PIXEL = 8192
 
 
@@ -32,18 +34,35 @@ def _depthwise(weight_shape: Sequence[int], args: ConvTransposeArgs) -> bool:
             and cin * out_per_group * kh * kw <= MAX_MACS_PER_PIXEL)
 
 
-def weight_grad_reason(weight_shape: Sequence[int], args: ConvTransposeArgs) -> Optional[str]:
-    """Why the direct kernel computes this layer's weight gradient, or None where ATen's does."""
+def without_cudnn(args: ConvTransposeArgs) -> bool:
+    """Whether PyTorch has no cuDNN kernel for this call: output_padding >= stride on an axis
+    (cuDNN cannot, so ATen runs slow_conv_transpose2d, forward and backward)."""
+    return any(op >= s for op, s in zip(args.output_padding, args.stride))
+
+
+def weight_grad_kernel(weight_shape: Sequence[int], args: ConvTransposeArgs
+                       ) -> Optional[Tuple[str, str]]:
+    """The kernel (NAME or TILED_NAME) computing this layer's weight gradient and why, or None
+    where ATen's does."""
     if _depthwise(weight_shape, args):
-        return "depthwise: the direct weight gradient measured faster than cuDNN's"
+        return NAME, "depthwise: the direct weight gradient measured faster than cuDNN's"
+    if without_cudnn(args):
+        return TILED_NAME, ("output_padding >= stride (no cuDNN kernel): the tiled weight "
+                            "gradient measured faster than ATen's native one")
     return None
 
 
-def grad_input_reason(weight_shape: Sequence[int], args: ConvTransposeArgs,
-                      channels_last: bool) -> Optional[str]:
-    """Why the direct kernel computes this layer's input gradient, or None where ATen's does.
-    `channels_last`: the call's input and output are channels_last (a warp then reads 32
-    neighbouring channels of grad_output per tap; in NCHW cuDNN's measured faster)."""
+def grad_input_kernel(weight_shape: Sequence[int], args: ConvTransposeArgs, dtype: torch.dtype,
+                      channels_last: bool) -> Optional[Tuple[str, str]]:
+    """The kernel computing this layer's input gradient and why, or None where ATen's does.
+    `channels_last`: the call's input and output are channels_last (a warp of the direct kernel
+    then reads 32 neighbouring channels of grad_output per tap; in NCHW cuDNN's measured
+    faster)."""
     if channels_last and _depthwise(weight_shape, args):
-        return "depthwise, channels_last: the direct input gradient measured faster than cuDNN's"
+        return NAME, ("depthwise, channels_last: the direct input gradient measured faster than "
+                      "cuDNN's")
+    if without_cudnn(args) and dtype == torch.float32:
+        # (in 16-bit ATen's native kernel measured faster: its GEMMs run on tensor cores)
+        return TILED_NAME, ("output_padding >= stride (no cuDNN kernel), fp32: the tiled input "
+                            "gradient measured faster than ATen's native one")
     return None

@@ -382,42 +382,51 @@ class BackwardPlan:
 def backward_plan(device: torch.device, dtype: torch.dtype, weight_shape: Sequence[int],
                   args: ConvTransposeArgs, channels_last: bool) -> BackwardPlan:
     """The backward of a call recorded on a kernel of ours (`kernels_in_training`): the direct
-    backward kernels (DIRECT_BACKWARD) or ATen's, per gradient, and why. `channels_last`: the
-    call's input and output are channels_last."""
+    or tiled backward kernels (DIRECT_BACKWARD, TILED_BACKWARD) or ATen's, per gradient, and
+    why. `channels_last`: the call's input and output are channels_last."""
     why = device_support(device, dtype)
     if why is not None:
         aten = Plan(ATEN, why, fallback=True)
         return BackwardPlan(aten, aten)
 
-    def chosen(reason: Optional[str], gradient: str) -> Plan:
-        if reason is not None:
-            return Plan(DIRECT_BACKWARD, reason)
-        return Plan(ATEN, f"ATen's {gradient} (cuDNN): the direct kernel measured slower here")
+    def chosen(kernel: Optional[Tuple[str, str]], gradient: str) -> Plan:
+        if kernel is not None:
+            return Plan(*kernel)
+        return Plan(ATEN, f"ATen's {gradient}: the backward kernels measured slower here")
 
     return BackwardPlan(
-        chosen(direct_backward.grad_input_reason(weight_shape, args, channels_last),
+        chosen(direct_backward.grad_input_kernel(weight_shape, args, dtype, channels_last),
                "input gradient"),
-        chosen(direct_backward.weight_grad_reason(weight_shape, args), "weight gradient"))
+        chosen(direct_backward.weight_grad_kernel(weight_shape, args), "weight gradient"))
 
 
-def trains_on_kernel(variant: str) -> bool:
+def trains_on_kernel(variant: str, dtype: torch.dtype, args: ConvTransposeArgs) -> bool:
     """Whether a call autograd records runs the planned `variant` when the module leaves it to us
-    (kernels_in_training=None): the grouped kernel only, which measured faster in training,
-    forward and planned backward together (depthwise 2.0-2.2x, 16 channels per group 1.2x;
-    docs/performance/training.md). It computes in fp32 FMA, so TF32 does not touch the
-    gradients, and reads the weight as it is, so an optimizer step costs it no repack. Other
-    kernels' training steps were not faster on every model: their recorded calls stay
-    PyTorch's."""
-    return variant == GROUPED
+    (kernels_in_training=None), from what measured faster in training, forward and planned
+    backward together (docs/performance/training.md):
+    * the grouped kernel (depthwise 2.0-2.2x, 16 channels per group 1.2x). It computes in fp32
+      FMA, so TF32 does not touch the gradients, and reads the weight as it is, so an optimizer
+      step costs it no repack;
+    * any kernel of ours on a layer cuDNN has no kernel for (output_padding >= stride), where
+      PyTorch's forward and backward are its native im2col kernels, except fp32 with TF32: there
+      our forward would be TF32 where ATen's native GEMMs are fp32.
+    Elsewhere other kernels' training steps were not faster on every model: their recorded calls
+    stay PyTorch's."""
+    if variant == GROUPED:
+        return True
+    return (variant != ATEN and direct_backward.without_cudnn(args)
+            and (dtype != torch.float32 or fp32_strict(dtype)))
 
 
 def may_train_on_kernel(in_channels: int, out_channels: int, groups: int,
-                        stride: Sequence[int]) -> bool:
+                        stride: Sequence[int], output_padding: Sequence[int]) -> bool:
     """A layer's hyperparameters alone: False where trains_on_kernel can hold for none of its
-    calls (plan_layer gives the grouped kernel only these layers), so that a recorded call of
-    any other layer goes to PyTorch's convolution before any planning."""
-    return (_grouped_kernel_layer(groups, (in_channels // groups, out_channels // groups))
-            and stride[0] * stride[1] <= _MAX_GROUPED_STRIDE_AREA)
+    calls without output_size= (plan_layer gives the grouped kernel only the grouped layers
+    below), so that a recorded call of any other layer goes to PyTorch's convolution before any
+    planning."""
+    return ((_grouped_kernel_layer(groups, (in_channels // groups, out_channels // groups))
+             and stride[0] * stride[1] <= _MAX_GROUPED_STRIDE_AREA)
+            or any(op >= s for op, s in zip(output_padding, stride)))
 
 
 def _grouped_kernel_layer(groups: int, channels: Optional[Tuple[int, int]]) -> bool:

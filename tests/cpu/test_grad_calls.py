@@ -98,21 +98,24 @@ def test_summary_says_where_training_runs_pytorch():
     assert TRAINING_DEFAULT_NOTE not in none.notes and TRAINING_NOTE not in none.notes
 
 
-@pytest.mark.parametrize("in_channels,out_channels,groups,stride,may", [
-    (64, 64, 64, (2, 2), True),      # depthwise
-    (128, 128, 8, (2, 2), True),     # 16 per group
-    (128, 128, 2, (2, 2), False),    # 64 per group: not the grouped kernel's
-    (64, 64, 64, (8, 8), False),     # stride area 64: cuDNN's
-    (64, 32, 1, (2, 2), False),      # dense
+@pytest.mark.parametrize("in_channels,out_channels,groups,stride,output_padding,may", [
+    (64, 64, 64, (2, 2), 0, True),      # depthwise
+    (128, 128, 8, (2, 2), 0, True),     # 16 per group
+    (128, 128, 2, (2, 2), 0, False),    # 64 per group: not the grouped kernel's
+    (64, 64, 64, (8, 8), 0, False),     # stride area 64: cuDNN's
+    (64, 32, 1, (2, 2), 0, False),      # dense
+    (64, 32, 1, (2, 2), 1, False),      # dense, output_padding < stride
+    (64, 32, 1, (1, 1), 1, True),       # dense, output_padding >= stride: no cuDNN kernel
 ])
-def test_only_layers_the_grouped_kernel_may_plan_train_on_kernels_by_default(
-        in_channels, out_channels, groups, stride, may):
+def test_only_grouped_and_cudnn_less_layers_may_train_on_kernels_by_default(
+        in_channels, out_channels, groups, stride, output_padding, may):
     from torch import nn
 
     import deconv_patch
 
     layer = deconv_patch.FastConvTranspose2d.from_module(
-        nn.ConvTranspose2d(in_channels, out_channels, 4, stride, 1, groups=groups))
+        nn.ConvTranspose2d(in_channels, out_channels, 4, stride, 1, output_padding,
+                           groups=groups, dilation=2))
     assert layer.kernels_in_training is None
     assert layer._may_train_on_kernel() == may
     layer.kernels_in_training = False
@@ -196,10 +199,13 @@ def test_the_default_records_on_the_grouped_kernel_only_once_autotune_has_timed_
     layer = deconv_patch.FastConvTranspose2d.from_module(
         nn.ConvTranspose2d(64, 64, 4, 2, 1, groups=64))
     grouped = planner.Plan(planner.GROUPED, "test")
-    assert layer._records_on(_Entry(grouped))
-    assert not layer._records_on(_Entry(grouped, tune=True))
+    # (trains: planner.trains_on_kernel for the entry's call, worked out when it is planned)
+    assert layer._records_on(_Entry(grouped, trains=True))
+    assert not layer._records_on(_Entry(grouped, tune=True, trains=True))
     assert not layer._records_on(_Entry(planner.Plan("gemm_out_tile", "test")))
+    # a plan turned PyTorch's after its kernel refused the call
+    assert not layer._records_on(_Entry(planner.Plan(planner.ATEN, "refused"), trains=True))
     layer.kernels_in_training = True
     assert layer._records_on(_Entry(grouped, tune=True))
     layer.kernels_in_training = False
-    assert not layer._records_on(_Entry(grouped))
+    assert not layer._records_on(_Entry(grouped, trains=True))

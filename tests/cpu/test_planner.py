@@ -688,32 +688,57 @@ def test_fp32_strict_untimed_defaults_on_hopper(capability, channels_last):
     assert shallow.variant == planner.ATEN, shallow  # 32-deep sums: 3xTF32 misses the bound
 
 
-@pytest.mark.parametrize("weight_shape,stride,padding,output_padding,groups,depthwise", [
-    ((64, 1, 4, 4), (2, 2), (1, 1), (0, 0), 64, True),        # depthwise
-    ((32, 1, 3, 3), (1, 1), (1, 1), (0, 0), 32, True),        # depthwise k3 s1
-    ((64, 3, 4, 4), (2, 2), (1, 1), (0, 0), 1, False),        # DCGAN's RGB output
-    ((56, 1, 9, 9), (3, 3), (4, 4), (2, 2), 1, False),        # FSRCNN
-    ((16, 4, 3, 3), (1, 1), (1, 1), (1, 1), 1, False),        # output_padding >= stride
-    ((64, 2, 4, 4), (2, 2), (1, 1), (0, 0), 64, False),       # one in, two out per group
-    ((1024, 512, 2, 2), (2, 2), (0, 0), (0, 0), 1, False),    # U-Net's up1
-    ((128, 16, 3, 3), (2, 2), (1, 1), (1, 1), 8, False),      # 16 per group
-    ((1024, 1, 9, 9), (2, 2), (4, 4), (0, 0), 1024, False),   # depthwise, 82,944 MACs a pixel
+# The measured rule: direct kernels for depthwise layers, tiled ones where cuDNN has no kernel
+# (output_padding >= stride: weight gradient always, input gradient in fp32), ATen's elsewhere.
+@pytest.mark.parametrize("weight_shape,stride,padding,output_padding,groups,kind", [
+    ((64, 1, 4, 4), (2, 2), (1, 1), (0, 0), 64, "depthwise"),
+    ((32, 1, 3, 3), (1, 1), (1, 1), (0, 0), 32, "depthwise"),     # k3 s1
+    ((64, 3, 4, 4), (2, 2), (1, 1), (0, 0), 1, "aten"),           # DCGAN's RGB output
+    ((56, 1, 9, 9), (3, 3), (4, 4), (2, 2), 1, "aten"),           # FSRCNN
+    ((16, 4, 3, 3), (1, 1), (1, 1), (1, 1), 1, "no cudnn"),       # output_padding >= stride
+    ((64, 32, 3, 3), (1, 2), (1, 1), (1, 1), 1, "no cudnn"),      # ... on one axis
+    ((16, 1, 3, 3), (1, 1), (1, 1), (1, 1), 16, "depthwise"),     # depthwise comes first
+    ((64, 2, 4, 4), (2, 2), (1, 1), (0, 0), 64, "aten"),          # one in, two out per group
+    ((1024, 512, 2, 2), (2, 2), (0, 0), (0, 0), 1, "aten"),       # U-Net's up1
+    ((128, 16, 3, 3), (2, 2), (1, 1), (1, 1), 8, "aten"),         # 16 per group
+    ((1024, 1, 9, 9), (2, 2), (4, 4), (0, 0), 1024, "aten"),      # depthwise, 82,944 MACs
 ])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
 @pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "nhwc"])
-def test_backward_plan_gives_the_direct_kernels_the_depthwise_layers_they_won(
-        capability, weight_shape, stride, padding, output_padding, groups, depthwise,
+def test_backward_plan_gives_the_backward_kernels_the_layers_they_won(
+        capability, weight_shape, stride, padding, output_padding, groups, kind, dtype,
         channels_last):
-    args = ConvTransposeArgs.from_values(stride, padding, output_padding, groups, (1, 1))
-    chosen = planner.backward_plan(torch.device("cuda", 0), torch.bfloat16, weight_shape, args,
+    args = ConvTransposeArgs.from_values(stride, padding, output_padding, groups, (2, 2))
+    chosen = planner.backward_plan(torch.device("cuda", 0), dtype, weight_shape, args,
                                    channels_last)
-    direct, aten = planner.DIRECT_BACKWARD, planner.ATEN
-    assert chosen.weight_grad.variant == (direct if depthwise else aten), chosen
-    # The input gradient measured faster than cuDNN's only in channels_last.
-    assert chosen.grad_input.variant == (direct if depthwise and channels_last else aten), chosen
+    direct, tiled, aten = planner.DIRECT_BACKWARD, planner.TILED_BACKWARD, planner.ATEN
+    want_w = {"depthwise": direct, "no cudnn": tiled, "aten": aten}[kind]
+    # The direct input gradient measured faster than cuDNN's only in channels_last, the tiled
+    # one than ATen's native kernel only in fp32.
+    no_cudnn = any(op >= s for op, s in zip(output_padding, stride))
+    want_x = (direct if kind == "depthwise" and channels_last else
+              tiled if no_cudnn and dtype == torch.float32 else aten)
+    assert (chosen.weight_grad.variant, chosen.grad_input.variant) == (want_w, want_x), chosen
     for gradient in (chosen.grad_input, chosen.weight_grad):
         assert gradient.reason and not gradient.fallback
         # (every kernel a plan names has the binding's code: kernel_calls hands it over)
         assert gradient.variant in kernel_calls._BACKWARD_KERNEL_CODES
+
+
+@pytest.mark.parametrize("allow_tf32", [True, False], ids=["tf32", "strict"])
+def test_recorded_calls_train_on_the_grouped_kernel_and_where_cudnn_has_none(allow_tf32):
+    plain = ConvTransposeArgs.from_values((2, 2), (1, 1), (1, 1), 1, (1, 1))
+    no_cudnn = ConvTransposeArgs.from_values((1, 1), (1, 1), (1, 1), 1, (2, 2))
+    with torch.backends.cudnn.flags(allow_tf32=allow_tf32):
+        for dtype in (torch.float32, torch.bfloat16, torch.float16):
+            assert planner.trains_on_kernel(planner.GROUPED, dtype, plain)
+            assert not planner.trains_on_kernel(planner.GEMM_PHASE, dtype, plain)
+            assert not planner.trains_on_kernel(planner.ATEN, dtype, no_cudnn)
+            # fp32 with TF32 would put TF32 in a forward ATen computes in fp32 here
+            want = dtype != torch.float32 or not allow_tf32
+            for variant in (planner.GEMM_PHASE, planner.DIRECT, planner.GROUPED):
+                assert planner.trains_on_kernel(variant, dtype, no_cudnn) == (
+                    want or variant == planner.GROUPED)
 
 
 def test_backward_plan_off_cuda_is_atens_fallback(capability):

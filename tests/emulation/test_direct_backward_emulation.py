@@ -211,8 +211,10 @@ def tiled_weight_grad_model(x, w, dy, case, sm_count: int):
                     x_tile[lane, row + 16 * i], g_tile[lane, row + 16 * i] = xv, gv
             for tid in range(threads):
                 tm, tn = tid // 16, tid % 16
+                step = np.zeros((4, 4))
                 for r in range(bp):
-                    acc[tid] += np.outer(x_tile[r, tm * 4:tm * 4 + 4], g_tile[r, tn * 4:tn * 4 + 4])
+                    step += np.outer(x_tile[r, tm * 4:tm * 4 + 4], g_tile[r, tn * 4:tn * 4 + 4])
+                acc[tid] += step
         for tid in range(threads):
             tm, tn = tid // 16, tid % 16
             for i in range(4):

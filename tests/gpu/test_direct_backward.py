@@ -6,6 +6,7 @@ with a double backward keeping ATen's differentiable one."""
 
 from __future__ import annotations
 
+import copy
 from typing import Tuple
 
 import pytest
@@ -210,6 +211,64 @@ def test_a_training_step_with_kernels_in_training_runs_them(dtype, channels_last
     ref_b = dy.double().sum((0, 2, 3))
     assert max_error(got_b, ref_b) <= \
         allowed_error(max_error(original.bias.grad, ref_b), ref_b, dtype)
+
+
+@pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "nhwc"])
+@pytest.mark.parametrize("mode", ["bf16", "fp32-strict", "tf32"])
+def test_a_layer_without_a_cudnn_kernel_trains_on_ours_by_default(mode, channels_last):
+    """output_padding >= stride (PyTorch's native im2col kernels, forward and backward): with
+    kernels_in_training left at None, recorded calls run our forward and the tiled weight
+    gradient (and in fp32 the tiled input gradient), except fp32 with TF32, which stays
+    PyTorch's. Three steps with optimizer updates on fresh inputs (the planned call, then the
+    armed C++ path); outputs and all three gradients against float64 next to PyTorch's."""
+    dtype = torch.bfloat16 if mode == "bf16" else torch.float32
+    torch.manual_seed(5)
+    hyper = dict(stride=1, padding=1, output_padding=1, dilation=2)
+    ref = nn.ConvTranspose2d(32, 24, 3, **hyper, device="cuda", dtype=dtype)
+    model = deconv_patch.optimize(nn.Sequential(copy.deepcopy(ref)))
+    fast = model[0]
+    assert fast.kernels_in_training is None
+    layout = torch.channels_last if channels_last else torch.contiguous_format
+    ours = mode != "tf32"
+    opt = torch.optim.SGD(fast.parameters(), lr=0.1)
+    with torch.backends.cudnn.flags(enabled=True, benchmark=False, allow_tf32=mode == "tf32"):
+        for step in range(3):
+            with torch.no_grad():
+                ref.weight.copy_(fast.weight)
+                ref.bias.copy_(fast.bias)
+            x = torch.randn(4, 32, 20, 18, device="cuda", dtype=dtype).contiguous(
+                memory_format=layout).requires_grad_()
+            dy = torch.randn(4, 24, 23, 21, device="cuda", dtype=dtype).contiguous(
+                memory_format=layout)
+            if ours and not fast.plan_for(x).uses_kernel:
+                pytest.skip(f"the forward's plan here is {fast.plan_for(x).variant}")
+            box = {}
+
+            def run():
+                box["y"] = y = fast(x)
+                box["grads"] = torch.autograd.grad(y, [x, fast.weight, fast.bias], dy)
+
+            names = _kernel_names(run)
+            y, got = box["y"], box["grads"]
+            assert ("ConvTransposeFunction" in y.grad_fn.name()) == ours, y.grad_fn
+            assert (fast.training_backend != planner.ATEN) == ours, fast.training_backend
+            assert any("tiled_weight_grad_partial" in n for n in names) == ours, names
+            assert any("tiled_grad_input" in n for n in names) == (mode == "fp32-strict"), names
+            want_y = ref(x)
+            want = torch.autograd.grad(want_y, [x, ref.weight, ref.bias], dy)
+            x64, w64, b64 = (t.detach().double().requires_grad_()
+                             for t in (x, fast.weight, fast.bias))
+            y64 = F.conv_transpose2d(x64, w64, b64, 1, 1, 1, 1, 2)
+            exact = torch.autograd.grad(y64, [x64, w64, b64], dy.double())
+            assert y.shape == want_y.shape and torch.isfinite(y).all()
+            assert max_error(y.detach(), y64) <= \
+                allowed_error(max_error(want_y.detach(), y64), y64.detach(), dtype)
+            for g, w, e in zip(got, want, exact):
+                assert g.shape == w.shape and g.dtype == w.dtype and g.stride() == w.stride()
+                assert max_error(g, e) <= allowed_error(max_error(w, e), e, dtype)
+            for p, g in zip(fast.parameters(), got[1:]):
+                p.grad = g
+            opt.step()
 
 
 def test_a_double_backward_keeps_atens_differentiable_gradients():
