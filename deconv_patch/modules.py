@@ -148,7 +148,8 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
             return self._conv(input, weight, bias, output_size, self.activation,
                               self.negative_slope, "_fast_path")
         recorded = grad_calls.records_grad(input, weight, bias)
-        if recorded and (self.activation != "none" or not self._may_train_on_kernel()) and \
+        if recorded and (self.activation != "none" or
+                         not self._may_train_on_kernel(input.dtype)) and \
                 planner.forced_variant() is None:
             # A call autograd records: PyTorch's own convolution (and activation), straight
             # away, so a training step pays nothing more than nn.ConvTranspose2d's call
@@ -167,13 +168,15 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
         return self._conv(input, weight, bias, output_size, self.activation,
                           self.negative_slope, "_fast_path")
 
-    def _may_train_on_kernel(self) -> bool:
-        """kernels_in_training, with None (the default) answered from the hyperparameters:
-        whether any call of this layer could be planned on a kernel that trains faster."""
+    def _may_train_on_kernel(self, dtype: torch.dtype) -> bool:
+        """kernels_in_training, with None (the default) answered from the hyperparameters and
+        the input's dtype: whether a call of this layer could be planned on a kernel that trains
+        faster."""
         chosen = self.kernels_in_training
         if chosen is None:
-            return planner.may_train_on_kernel(self.in_channels, self.out_channels, self.groups,
-                                               self.stride, self.output_padding)  # type: ignore[arg-type]
+            return planner.may_train_on_kernel(
+                self.in_channels, self.out_channels, self.groups, self.stride,  # type: ignore[arg-type]
+                self.output_padding, dtype)  # type: ignore[arg-type]
         return chosen
 
     def _records_on(self, entry: "_Entry") -> bool:
@@ -434,11 +437,12 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
         """What a call autograd records runs, by `backend`'s plan: that kernel where
         kernels_in_training gives it our kernel (by default planner.trains_on_kernel, for the
         stored weight's dtype), else PyTorch's convolution ("aten")."""
-        if self.activation != "none" or not self._may_train_on_kernel():
+        dtype = self._stored_weight().dtype
+        if self.activation != "none" or not self._may_train_on_kernel(dtype):
             return planner.ATEN
         backend = self.backend
         if self.kernels_in_training is None and not planner.trains_on_kernel(
-                backend, self._stored_weight().dtype, self._args(self.output_padding)):
+                backend, dtype, self._args(self.output_padding)):
             return planner.ATEN
         return backend
 

@@ -37,4 +37,17 @@ __device__ __forceinline__ void multiply_tiles(float (&acc)[TM][TN], const float
   __syncthreads();
 }
 
+// acc += part, then part = 0: partial sums of a few steps kept apart from the running one, so
+// rounding error grows with the number of parts rather than of products.
+template <int TM, int TN>
+__device__ __forceinline__ void add_and_clear(float (&acc)[TM][TN], float (&part)[TM][TN]) {
+#pragma unroll
+  for (int i = 0; i < TM; ++i)
+#pragma unroll
+    for (int j = 0; j < TN; ++j) {
+      acc[i][j] += part[i][j];
+      part[i][j] = 0.f;
+    }
+}
+
 }  // namespace deconv_patch

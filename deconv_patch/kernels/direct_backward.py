@@ -8,9 +8,10 @@ They run a recorded call's backward (`kernels_in_training`) where the rules belo
 gradient, from what was measured against PyTorch's (docs/kernels.md#direct_backward):
 * depthwise layers, where cuDNN's gradients run furthest from their floor: the direct kernels;
 * layers cuDNN has no kernel for (output_padding >= stride), where ATen runs its native
-  im2col kernels: the tiled weight gradient, and in fp32 the tiled input gradient.
-Elsewhere cuDNN's tensor cores were 2-30x faster than either kernel on CUDA cores, and ATen's
-backward runs.
+  im2col kernels, with few enough multiply-adds per pixel: the tiled weight gradient, and in
+  fp32 with fp32 GEMMs the tiled input gradient.
+Elsewhere cuDNN's tensor cores, or the tensor-core GEMMs of ATen's native kernels on the larger
+layers, were faster than either kernel on CUDA cores, and ATen's backward runs.
 """
 
 from __future__ import annotations
@@ -26,6 +27,17 @@ TILED_NAME = "tiled_backward"
 # Multiply-adds per input pixel (Cin x Cout/groups x KH x KW) above which the direct kernels are
 # not used: the largest measured depthwise layer had 1,024.
 MAX_MACS_PER_PIXEL = 8192
+# Multiply-adds per input pixel of a group (Cin/g x Cout/g x KH x KW) up to which the tiled
+# kernels beat ATen's native ones on the layers without a cuDNN kernel (benchmarks/layers.py's
+# no-cudnn set): the weight gradient in every mode (36,864 won 1.05-2.4x; 73,728 lost in
+# bf16), the input gradient in fp32 against fp32 GEMMs (73,728 won; 589,824 lost).
+MAX_TILED_WEIGHT_MACS = 36864
+MAX_TILED_INPUT_MACS = 73728
+
+
+def _macs_per_pixel(weight_shape: Sequence[int], args: ConvTransposeArgs) -> int:
+    cin, out_per_group, kh, kw = weight_shape
+    return cin // args.groups * out_per_group * kh * kw
 
 
 def _depthwise(weight_shape: Sequence[int], args: ConvTransposeArgs) -> bool:
@@ -46,7 +58,7 @@ def weight_grad_kernel(weight_shape: Sequence[int], args: ConvTransposeArgs
     where ATen's does."""
     if _depthwise(weight_shape, args):
         return NAME, "depthwise: the direct weight gradient measured faster than cuDNN's"
-    if without_cudnn(args):
+    if without_cudnn(args) and _macs_per_pixel(weight_shape, args) <= MAX_TILED_WEIGHT_MACS:
         return TILED_NAME, ("output_padding >= stride (no cuDNN kernel): the tiled weight "
                             "gradient measured faster than ATen's native one")
     return None
@@ -61,8 +73,9 @@ def grad_input_kernel(weight_shape: Sequence[int], args: ConvTransposeArgs, dtyp
     if channels_last and _depthwise(weight_shape, args):
         return NAME, ("depthwise, channels_last: the direct input gradient measured faster than "
                       "cuDNN's")
-    if without_cudnn(args) and dtype == torch.float32:
-        # (in 16-bit ATen's native kernel measured faster: its GEMMs run on tensor cores)
+    if without_cudnn(args) and dtype == torch.float32 and not torch._C._get_cublas_allow_tf32() \
+            and _macs_per_pixel(weight_shape, args) <= MAX_TILED_INPUT_MACS:
+        # (where ATen's native GEMMs run on tensor cores, 16-bit or TF32, they measured faster)
         return TILED_NAME, ("output_padding >= stride (no cuDNN kernel), fp32: the tiled input "
                             "gradient measured faster than ATen's native one")
     return None

@@ -419,14 +419,19 @@ def trains_on_kernel(variant: str, dtype: torch.dtype, args: ConvTransposeArgs) 
 
 
 def may_train_on_kernel(in_channels: int, out_channels: int, groups: int,
-                        stride: Sequence[int], output_padding: Sequence[int]) -> bool:
-    """A layer's hyperparameters alone: False where trains_on_kernel can hold for none of its
-    calls without output_size= (plan_layer gives the grouped kernel only the grouped layers
-    below), so that a recorded call of any other layer goes to PyTorch's convolution before any
-    planning."""
-    return ((_grouped_kernel_layer(groups, (in_channels // groups, out_channels // groups))
-             and stride[0] * stride[1] <= _MAX_GROUPED_STRIDE_AREA)
-            or any(op >= s for op, s in zip(output_padding, stride)))
+                        stride: Sequence[int], output_padding: Sequence[int],
+                        dtype: torch.dtype) -> bool:
+    """A layer's hyperparameters and the input's dtype alone: False where trains_on_kernel
+    can hold for none of its calls without output_size= (plan_layer gives the grouped kernel
+    only the grouped layers below), so that a recorded call of any other layer goes to
+    PyTorch's convolution before any planning. (Under CUDA autocast a float32 input's call
+    runs in autocast's dtype.)"""
+    if _grouped_kernel_layer(groups, (in_channels // groups, out_channels // groups)) and \
+            stride[0] * stride[1] <= _MAX_GROUPED_STRIDE_AREA:
+        return True
+    return any(op >= s for op, s in zip(output_padding, stride)) and (
+        dtype != torch.float32 or not torch._C._get_cudnn_allow_tf32()
+        or torch.is_autocast_enabled("cuda"))
 
 
 def _grouped_kernel_layer(groups: int, channels: Optional[Tuple[int, int]]) -> bool:

@@ -117,11 +117,16 @@ def test_only_grouped_and_cudnn_less_layers_may_train_on_kernels_by_default(
         nn.ConvTranspose2d(in_channels, out_channels, 4, stride, 1, output_padding,
                            groups=groups, dilation=2))
     assert layer.kernels_in_training is None
-    assert layer._may_train_on_kernel() == may
+    assert layer._may_train_on_kernel(torch.bfloat16) == may
+    # fp32 with TF32 keeps the layers without a cuDNN kernel PyTorch's
+    with torch.backends.cudnn.flags(allow_tf32=True):
+        assert layer._may_train_on_kernel(torch.float32) == (may and groups > 1)
+    with torch.backends.cudnn.flags(allow_tf32=False):
+        assert layer._may_train_on_kernel(torch.float32) == may
     layer.kernels_in_training = False
-    assert not layer._may_train_on_kernel()
+    assert not layer._may_train_on_kernel(torch.bfloat16)
     layer.kernels_in_training = True
-    assert layer._may_train_on_kernel()
+    assert layer._may_train_on_kernel(torch.float32)
 
 
 def test_kernels_in_training_is_set_on_every_layer_and_said_in_the_summary():

@@ -689,7 +689,8 @@ def test_fp32_strict_untimed_defaults_on_hopper(capability, channels_last):
 
 
 # The measured rule: direct kernels for depthwise layers, tiled ones where cuDNN has no kernel
-# (output_padding >= stride: weight gradient always, input gradient in fp32), ATen's elsewhere.
+# (output_padding >= stride) up to a number of multiply-adds per pixel (weight gradient: 36,864;
+# input gradient, in fp32 with fp32 GEMMs: 73,728), ATen's elsewhere.
 @pytest.mark.parametrize("weight_shape,stride,padding,output_padding,groups,kind", [
     ((64, 1, 4, 4), (2, 2), (1, 1), (0, 0), 64, "depthwise"),
     ((32, 1, 3, 3), (1, 1), (1, 1), (0, 0), 32, "depthwise"),     # k3 s1
@@ -697,27 +698,38 @@ def test_fp32_strict_untimed_defaults_on_hopper(capability, channels_last):
     ((56, 1, 9, 9), (3, 3), (4, 4), (2, 2), 1, "aten"),           # FSRCNN
     ((16, 4, 3, 3), (1, 1), (1, 1), (1, 1), 1, "no cudnn"),       # output_padding >= stride
     ((64, 32, 3, 3), (1, 2), (1, 1), (1, 1), 1, "no cudnn"),      # ... on one axis
+    ((64, 64, 3, 3), (1, 1), (1, 1), (1, 1), 1, "no cudnn"),      # 36,864 MACs a pixel
+    ((128, 64, 3, 3), (1, 1), (1, 1), (1, 1), 1, "input only"),   # 73,728
+    ((256, 256, 3, 3), (1, 1), (1, 1), (1, 1), 1, "aten"),        # 589,824: ATen's GEMMs
+    ((64, 64, 3, 3), (1, 1), (1, 1), (1, 1), 4, "no cudnn"),      # grouped, 2,304 per group
     ((16, 1, 3, 3), (1, 1), (1, 1), (1, 1), 16, "depthwise"),     # depthwise comes first
     ((64, 2, 4, 4), (2, 2), (1, 1), (0, 0), 64, "aten"),          # one in, two out per group
     ((1024, 512, 2, 2), (2, 2), (0, 0), (0, 0), 1, "aten"),       # U-Net's up1
     ((128, 16, 3, 3), (2, 2), (1, 1), (1, 1), 8, "aten"),         # 16 per group
     ((1024, 1, 9, 9), (2, 2), (4, 4), (0, 0), 1024, "aten"),      # depthwise, 82,944 MACs
 ])
+@pytest.mark.parametrize("tf32_matmul", [False, True], ids=["fp32-gemms", "tf32-gemms"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
 @pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "nhwc"])
 def test_backward_plan_gives_the_backward_kernels_the_layers_they_won(
         capability, weight_shape, stride, padding, output_padding, groups, kind, dtype,
-        channels_last):
+        channels_last, tf32_matmul):
     args = ConvTransposeArgs.from_values(stride, padding, output_padding, groups, (2, 2))
-    chosen = planner.backward_plan(torch.device("cuda", 0), dtype, weight_shape, args,
-                                   channels_last)
+    before = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = tf32_matmul
+    try:
+        chosen = planner.backward_plan(torch.device("cuda", 0), dtype, weight_shape, args,
+                                       channels_last)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = before
     direct, tiled, aten = planner.DIRECT_BACKWARD, planner.TILED_BACKWARD, planner.ATEN
-    want_w = {"depthwise": direct, "no cudnn": tiled, "aten": aten}[kind]
+    want_w = {"depthwise": direct, "no cudnn": tiled, "input only": aten, "aten": aten}[kind]
     # The direct input gradient measured faster than cuDNN's only in channels_last, the tiled
-    # one than ATen's native kernel only in fp32.
+    # one than ATen's native kernel only in fp32 with fp32 GEMMs.
     no_cudnn = any(op >= s for op, s in zip(output_padding, stride))
     want_x = (direct if kind == "depthwise" and channels_last else
-              tiled if no_cudnn and dtype == torch.float32 else aten)
+              tiled if no_cudnn and kind != "aten" and dtype == torch.float32
+              and not tf32_matmul else aten)
     assert (chosen.weight_grad.variant, chosen.grad_input.variant) == (want_w, want_x), chosen
     for gradient in (chosen.grad_input, chosen.weight_grad):
         assert gradient.reason and not gradient.fallback

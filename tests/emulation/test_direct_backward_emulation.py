@@ -112,13 +112,14 @@ def tiled_grad_input_model(x, w, dy, case):
     group, k stepped by 8 through the two shared tiles, each loaded by the threads that
     kernel assigns (weight: channel tid % 64, rows tid // 64 + 0 / 4; grad_output: pixel
     tid % 128, rows tid // 128 + 0 / 2 / 4 / 6), each thread's 4 x 8 outputs summed in k
-    order, every output written once."""
-    bm, bn, bk, tm_n, tn_n, threads = 64, 128, 8, 4, 8, 256
+    order in parts of four steps, every output written once."""
+    bm, bn, bk, tm_n, tn_n, threads, steps_per_part = 64, 128, 8, 4, 8, 256, 4
     geo = _Geometry(x, w, dy, case)
     dx = np.full(x.shape, np.nan)
     for bx, by, grp in np.ndindex(-(-geo.pixels // bn), -(-geo.in_pg // bm), geo.g):
         c0, p0 = by * bm, bx * bn
         acc = np.zeros((threads, tm_n, tn_n))
+        part = np.zeros((threads, tm_n, tn_n))
         for k0 in range(0, geo.k_n, bk):
             a_tile = np.full((bk, bm), np.nan)
             b_tile = np.full((bk, bn), np.nan)
@@ -149,8 +150,11 @@ def tiled_grad_input_model(x, w, dy, case):
             for tid in range(threads):
                 tm, tn = tid // (bn // tn_n), tid % (bn // tn_n)
                 for r in range(bk):
-                    acc[tid] += np.outer(a_tile[r, tm * tm_n:(tm + 1) * tm_n],
-                                         b_tile[r, tn * tn_n:(tn + 1) * tn_n])
+                    part[tid] += np.outer(a_tile[r, tm * tm_n:(tm + 1) * tm_n],
+                                          b_tile[r, tn * tn_n:(tn + 1) * tn_n])
+            if (k0 // bk) % steps_per_part == steps_per_part - 1:
+                acc, part = acc + part, np.zeros_like(part)
+        acc += part
         for tid in range(threads):
             tm, tn = tid // (bn // tn_n), tid % (bn // tn_n)
             for j in range(tn_n):
