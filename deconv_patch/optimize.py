@@ -237,8 +237,9 @@ def optimize(
         validate_kwargs: extra keyword arguments for `validate`.
         kernels_in_training: whether calls that autograd records (training steps) run our
             forward kernel, with the planned backward (PyTorch's, or ours where it measured
-            faster). None (default): only in layers planned on the grouped kernel (depthwise
-            and grouped layers), where that measured faster; elsewhere it did not make every
+            faster). None (default): only where that measured faster: layers planned on the
+            grouped kernel (depthwise and grouped layers), and layers cuDNN has no kernel for
+            (output_padding >= stride) outside fp32 with TF32; elsewhere it did not make every
             training step faster (docs/performance/training.md). True: in every layer.
             False: in none.
 
