@@ -1,8 +1,9 @@
-// The gradients of a transposed convolution on CUDA cores, one output element per thread (input
-// gradient) or per thread and 16 weight columns (weight gradient). Every hyperparameter and any
-// strides; fp32 accumulation; the weight gradient sums pixel ranges on their own and then adds
-// them in a fixed order, so it is deterministic without atomics. They beat cuDNN on depthwise
-// layers, where the planner runs them (deconv_patch/kernels/direct_backward.py).
+// The gradients of a transposed convolution on CUDA cores: direct (one output element per
+// thread for the input gradient, per thread and 16 weight columns for the weight gradient) and
+// tiled (GEMMs per group, several outputs per thread). Every hyperparameter and any strides;
+// fp32 accumulation; the weight gradients sum pixel ranges on their own and then add them in a
+// fixed order, so they are deterministic without atomics. Where the planner runs which:
+// deconv_patch/kernels/direct_backward.py.
 #pragma once
 
 #include <cstdint>
@@ -34,6 +35,11 @@ struct ConvTranspose2dGradParams {
 
   int splits = 1;  // weight gradient: pixel ranges, each summed on its own
 };
+
+// The weight gradient's columns per input channel: (co, kh, kw) of its group.
+__host__ __device__ inline int64_t weight_grad_columns(const ConvTranspose2dGradParams& p) {
+  return p.out_per_group * p.kernel_h * p.kernel_w;
+}
 
 // dx = conv2d(dy, W) with the forward's stride, padding, dilation and groups.
 cudaError_t launch_direct_grad_input(const ConvTranspose2dGradParams& p, ScalarKind kind,

@@ -20,17 +20,13 @@ namespace {
 constexpr int kCols = 16;  // weight columns (co, kh, kw) per thread
 constexpr int kThreads = 256;
 
-int columns_per_channel(const ConvTranspose2dGradParams& p) {
-  return (int)p.out_per_group * p.kernel_h * p.kernel_w;
-}
-
 template <typename T, int CI_LANES>
 __global__ void __launch_bounds__(kThreads)
 direct_weight_grad_partial_kernel(const ConvTranspose2dGradParams p) {
   constexpr int kPixLanes = kThreads / CI_LANES;
   const T* __restrict__ x = static_cast<const T*>(p.input);
   const T* __restrict__ dy = static_cast<const T*>(p.grad_output);
-  const int cols = (int)p.out_per_group * p.kernel_h * p.kernel_w;
+  const int cols = (int)weight_grad_columns(p);
   const int chunks = (cols + kCols - 1) / kCols;
   const int chunk = (int)(blockIdx.x % chunks);
   const int64_t ci = (int64_t)(blockIdx.x / chunks) * CI_LANES + threadIdx.x % CI_LANES;
@@ -118,7 +114,7 @@ template <typename T>
 __global__ void __launch_bounds__(kThreads)
 direct_weight_grad_reduce_kernel(const ConvTranspose2dGradParams p) {
   T* __restrict__ dw = static_cast<T*>(p.grad_weight);
-  const int cols = (int)p.out_per_group * p.kernel_h * p.kernel_w;
+  const int cols = (int)weight_grad_columns(p);
   const int64_t total = p.in_channels * cols;
   const int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (idx >= total) return;
@@ -140,7 +136,7 @@ int channel_lanes(const ConvTranspose2dGradParams& p) {
 
 int64_t partial_blocks(const ConvTranspose2dGradParams& p) {
   const int lanes = channel_lanes(p);
-  const int64_t chunks = (columns_per_channel(p) + kCols - 1) / kCols;
+  const int64_t chunks = (weight_grad_columns(p) + kCols - 1) / kCols;
   return (p.in_channels + lanes - 1) / lanes * chunks;
 }
 
@@ -161,7 +157,7 @@ cudaError_t launch_typed(const ConvTranspose2dGradParams& p, cudaStream_t stream
 
 template <typename T>
 cudaError_t launch_reduce_typed(const ConvTranspose2dGradParams& p, cudaStream_t stream) {
-  const int64_t total = p.in_channels * columns_per_channel(p);
+  const int64_t total = p.in_channels * weight_grad_columns(p);
   direct_weight_grad_reduce_kernel<T>
       <<<(unsigned)((total + kThreads - 1) / kThreads), kThreads, 0, stream>>>(p);
   return cudaGetLastError();
@@ -189,12 +185,12 @@ int direct_weight_grad_splits(const ConvTranspose2dGradParams& p, int sm_count) 
 }
 
 int64_t direct_weight_grad_workspace_floats(const ConvTranspose2dGradParams& p) {
-  return (int64_t)p.splits * p.in_channels * columns_per_channel(p);
+  return (int64_t)p.splits * p.in_channels * weight_grad_columns(p);
 }
 
 cudaError_t launch_direct_weight_grad(const ConvTranspose2dGradParams& p, ScalarKind kind,
                                       cudaStream_t stream) {
-  if (p.in_channels * columns_per_channel(p) >= ((int64_t)1 << 31) ||
+  if (p.in_channels * weight_grad_columns(p) >= ((int64_t)1 << 31) ||
       partial_blocks(p) >= ((int64_t)1 << 31) || p.splits < 1 || p.splits > 64)
     return cudaErrorInvalidValue;
   return with_element_type(

@@ -26,12 +26,8 @@ constexpr int kLeastPixels = 128;  // per range
 static_assert((kBM / kTM) * (kBN / kTN) == kThreads, "one thread per 4 x 4 sums");
 static_assert(kBP * kBM == 4 * kThreads && kBP * kBN == 4 * kThreads, "four loads each");
 
-__host__ __device__ inline int64_t columns(const ConvTranspose2dGradParams& p) {
-  return p.out_per_group * p.kernel_h * p.kernel_w;
-}
-
 int64_t tile_blocks(const ConvTranspose2dGradParams& p) {
-  return (columns(p) + kBN - 1) / kBN * ((p.in_per_group + kBM - 1) / kBM);
+  return (weight_grad_columns(p) + kBN - 1) / kBN * ((p.in_per_group + kBM - 1) / kBM);
 }
 
 template <typename T>
@@ -43,7 +39,7 @@ tiled_weight_grad_partial_kernel(const ConvTranspose2dGradParams p) {
   __shared__ __align__(16) float g_tile[kBP][kBN + 4];
   const T* __restrict__ x = static_cast<const T*>(p.input);
   const T* __restrict__ dy = static_cast<const T*>(p.grad_output);
-  const int K = (int)columns(p);
+  const int K = (int)weight_grad_columns(p);
   const int col_blocks = (K + kBN - 1) / kBN;
   const int64_t g = blockIdx.y;
   const int64_t c0 = (int64_t)(blockIdx.x / col_blocks) * kBM;
@@ -147,7 +143,7 @@ int tiled_weight_grad_splits(const ConvTranspose2dGradParams& p, int sm_count) {
 
 bool tiled_weight_grad_fits(const ConvTranspose2dGradParams& p) {
   return tile_blocks(p) < ((int64_t)1 << 31) && p.groups <= 65535 &&
-         p.in_channels * columns(p) < ((int64_t)1 << 31);
+         p.in_channels * weight_grad_columns(p) < ((int64_t)1 << 31);
 }
 
 cudaError_t launch_tiled_weight_grad(const ConvTranspose2dGradParams& p, ScalarKind kind,
