@@ -429,7 +429,8 @@ def may_train_on_kernel(in_channels: int, out_channels: int, groups: int,
     if _grouped_kernel_layer(groups, (in_channels // groups, out_channels // groups)) and \
             stride[0] * stride[1] <= _MAX_GROUPED_STRIDE_AREA:
         return True
-    return any(op >= s for op, s in zip(output_padding, stride)) and (
+    # (written out, not any(...) over a generator: this runs on every recorded call)
+    return (output_padding[0] >= stride[0] or output_padding[1] >= stride[1]) and (
         dtype != torch.float32 or not torch._C._get_cudnn_allow_tf32()
         or torch.is_autocast_enabled("cuda"))
 
