@@ -57,6 +57,18 @@ def allowed_error(torch_err: float, ref: torch.Tensor, dtype: torch.dtype) -> fl
     return 2.0 * torch_err + torch.finfo(dtype).eps * scale
 
 
+def assert_step_within_bar(got: Sequence[torch.Tensor], pytorch: Sequence[torch.Tensor],
+                           exact: Sequence[torch.Tensor], dtype: torch.dtype) -> None:
+    """A training step's tensors (the output, then the gradients) against float64's, each
+    within the project's bar: twice PyTorch's own error plus one ulp of the largest value."""
+    assert len(got) == len(pytorch) == len(exact)
+    for g, w, e in zip(got, pytorch, exact):
+        g, w, e = g.detach(), w.detach(), e.detach()
+        assert g.shape == w.shape and g.dtype == w.dtype
+        assert torch.isfinite(g).all()
+        assert max_error(g, e) <= allowed_error(max_error(w, e), e, dtype)
+
+
 # ---- packed weights ------------------------------------------------------------------------------
 
 

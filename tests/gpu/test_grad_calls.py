@@ -19,7 +19,7 @@ import deconv_patch
 from deconv_patch import modules, ops
 from deconv_patch.kernels import autotune, planner
 from deconv_patch.kernels.autotune import AutotuneCache
-from tests.helpers import allowed_error, max_error
+from tests.helpers import assert_step_within_bar
 
 pytestmark = pytest.mark.cuda
 
@@ -136,11 +136,7 @@ def test_recorded_calls_of_grouped_kernel_layers_run_it_by_default(
                              for t in (x, fast.weight, fast.bias))
             y64 = F.conv_transpose2d(x64, w64, b64, 2, 1, 0, groups)
             exact = torch.autograd.grad(y64, [x64, w64, b64], grad.double())
-            assert max_error(y.detach(), y64) <= \
-                allowed_error(max_error(want_y, y64), y64.detach(), dtype)
-            for g, w, e in zip(got, want, exact):
-                assert g.shape == w.shape and g.dtype == w.dtype
-                assert max_error(g, e) <= allowed_error(max_error(w, e), e, dtype)
+            assert_step_within_bar((y, *got), (want_y, *want), (y64, *exact), dtype)
             for p, g in zip(fast.parameters(), got[1:]):
                 p.grad = g
             opt.step()
