@@ -69,6 +69,13 @@ class ConvTransposeArgs:
             for i in range(2)
         )
 
+    @property
+    def without_cudnn(self) -> bool:
+        """Whether PyTorch has no cuDNN kernel for this call: output_padding >= stride on an
+        axis (possible where the dilation exceeds the stride). ATen then runs its native
+        slow_conv_transpose2d, forward and backward."""
+        return self.output_padding[0] >= self.stride[0] or self.output_padding[1] >= self.stride[1]
+
     def kernel_view(self, in_hw: Sequence[int], kernel_hw: Sequence[int]) -> "ConvTransposeArgs":
         """The hyperparameters our kernels are planned and launched with. A 1 x 1 input (DCGAN's
         first layer: a latent vector to a k x k map) never uses its stride: with padding 0,

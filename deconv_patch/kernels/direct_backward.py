@@ -46,19 +46,13 @@ def _depthwise(weight_shape: Sequence[int], args: ConvTransposeArgs) -> bool:
             and cin * out_per_group * kh * kw <= MAX_MACS_PER_PIXEL)
 
 
-def without_cudnn(args: ConvTransposeArgs) -> bool:
-    """Whether PyTorch has no cuDNN kernel for this call: output_padding >= stride on an axis
-    (cuDNN cannot, so ATen runs slow_conv_transpose2d, forward and backward)."""
-    return any(op >= s for op, s in zip(args.output_padding, args.stride))
-
-
 def weight_grad_kernel(weight_shape: Sequence[int], args: ConvTransposeArgs
                        ) -> Optional[Tuple[str, str]]:
     """The kernel (NAME or TILED_NAME) computing this layer's weight gradient and why, or None
     where ATen's does."""
     if _depthwise(weight_shape, args):
         return NAME, "depthwise: the direct weight gradient measured faster than cuDNN's"
-    if without_cudnn(args) and _macs_per_pixel(weight_shape, args) <= MAX_TILED_WEIGHT_MACS:
+    if args.without_cudnn and _macs_per_pixel(weight_shape, args) <= MAX_TILED_WEIGHT_MACS:
         return TILED_NAME, ("output_padding >= stride (no cuDNN kernel): the tiled weight "
                             "gradient measured faster than ATen's native one")
     return None
@@ -73,7 +67,7 @@ def grad_input_kernel(weight_shape: Sequence[int], args: ConvTransposeArgs, dtyp
     if channels_last and _depthwise(weight_shape, args):
         return NAME, ("depthwise, channels_last: the direct input gradient measured faster than "
                       "cuDNN's")
-    if without_cudnn(args) and dtype == torch.float32 and not torch._C._get_cublas_allow_tf32() \
+    if args.without_cudnn and dtype == torch.float32 and not torch._C._get_cublas_allow_tf32() \
             and _macs_per_pixel(weight_shape, args) <= MAX_TILED_INPUT_MACS:
         # (where ATen's native GEMMs run on tensor cores, 16-bit or TF32, they measured faster)
         return TILED_NAME, ("output_padding >= stride (no cuDNN kernel), fp32: the tiled input "

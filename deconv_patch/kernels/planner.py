@@ -218,8 +218,7 @@ def _plan_layer(device: torch.device, dtype: torch.dtype, kernel_hw: Sequence[in
         col2im = COL2IM_3XTF32_CONFIGS
     phase = (*PHASE_CONFIGS, *(SM90_CONFIGS if is_sm90(device) and dtype != torch.float32
                                else ()), *tma, *col2im)
-    no_cudnn = ("cuDNN cannot run output_padding >= stride"
-                if any(op >= s for op, s in zip(args.output_padding, args.stride))
+    no_cudnn = ("cuDNN cannot run output_padding >= stride" if args.without_cudnn
                 else "cuDNN is disabled" if not torch.backends.cudnn.enabled else None)
     if no_cudnn is not None:
         # PyTorch falls back to its slow native kernel here: 8-11x slower than gemm_phase and
@@ -414,7 +413,7 @@ def trains_on_kernel(variant: str, dtype: torch.dtype, args: ConvTransposeArgs) 
     stay PyTorch's."""
     if variant == GROUPED:
         return True
-    return (variant != ATEN and direct_backward.without_cudnn(args)
+    return (variant != ATEN and args.without_cudnn
             and (dtype != torch.float32 or fp32_strict(dtype)))
 
 
