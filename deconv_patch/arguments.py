@@ -31,6 +31,14 @@ def pair(value: IntOrPair, name: str = "argument") -> IntPair:
     raise RuntimeError(f"{name} must be an int or a sequence of 2 ints, got {value!r}")
 
 
+def output_padding_reaches_stride(output_padding: Sequence[int], stride: Sequence[int]) -> bool:
+    """output_padding >= stride on an axis (possible where the dilation exceeds the stride):
+    PyTorch has no cuDNN kernel for such a call and runs its native slow_conv_transpose2d,
+    forward and backward. (Written out rather than any() over a generator: training's prefilter
+    asks it on every recorded call.)"""
+    return output_padding[0] >= stride[0] or output_padding[1] >= stride[1]
+
+
 @dataclass(frozen=True)
 class ConvTransposeArgs:
     """The hyperparameters of one conv_transpose2d call, each as an (h, w) pair."""
@@ -71,10 +79,8 @@ class ConvTransposeArgs:
 
     @property
     def without_cudnn(self) -> bool:
-        """Whether PyTorch has no cuDNN kernel for this call: output_padding >= stride on an
-        axis (possible where the dilation exceeds the stride). ATen then runs its native
-        slow_conv_transpose2d, forward and backward."""
-        return self.output_padding[0] >= self.stride[0] or self.output_padding[1] >= self.stride[1]
+        """Whether PyTorch has no cuDNN kernel for this call (output_padding_reaches_stride)."""
+        return output_padding_reaches_stride(self.output_padding, self.stride)
 
     def kernel_view(self, in_hw: Sequence[int], kernel_hw: Sequence[int]) -> "ConvTransposeArgs":
         """The hyperparameters our kernels are planned and launched with. A 1 x 1 input (DCGAN's

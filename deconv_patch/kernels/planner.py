@@ -26,7 +26,7 @@ from typing import Dict, Optional, Sequence, Tuple
 import torch
 
 from .. import kernels
-from ..arguments import ConvTransposeArgs, fits_int32
+from ..arguments import ConvTransposeArgs, fits_int32, output_padding_reaches_stride
 from . import (call_rules, direct, direct_backward, ffma_tile, gemm_col2im, gemm_kxs,
                gemm_kxs_sm90, gemm_out_tile, gemm_phase, gemm_phase_sm90, gemm_phase_tma,
                grouped, precision)
@@ -428,8 +428,7 @@ def may_train_on_kernel(in_channels: int, out_channels: int, groups: int,
     if _grouped_kernel_layer(groups, (in_channels // groups, out_channels // groups)) and \
             stride[0] * stride[1] <= _MAX_GROUPED_STRIDE_AREA:
         return True
-    # (written out, not any(...) over a generator: this runs on every recorded call)
-    return (output_padding[0] >= stride[0] or output_padding[1] >= stride[1]) and (
+    return output_padding_reaches_stride(output_padding, stride) and (
         dtype != torch.float32 or not torch._C._get_cudnn_allow_tf32()
         or torch.is_autocast_enabled("cuda"))
 
