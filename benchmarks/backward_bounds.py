@@ -186,7 +186,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                     parts.append(f"{grad} aten/mm {ratio:.2f}x")
             for grad, kind in (("dgrad", "direct"), ("dgrad", "tiled"), ("wgrad", "direct"),
                                ("wgrad", "tiled")):
-                col = f"{grad} {kind}"  # the direct backward kernels
+                col = f"{grad} {kind}"  # the direct and tiled backward kernels
                 ok = [r for r in sel if math.isfinite(r.us.get(col, math.nan))]
                 if ok:
                     ratios = [r.us[grad] / r.us[col] for r in ok]

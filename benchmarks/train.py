@@ -253,8 +253,9 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
                         help="also each model's step captured whole in a CUDA graph, replayed")
     parser.add_argument("--kernels-in-training", nargs="?", const="on", default="default",
                         choices=sorted(KERNELS_IN_TRAINING),
-                        help="optimize(kernels_in_training=...): default (None: layers planned "
-                             "on the grouped kernel), on (True; the bare flag) or off (False)")
+                        help="optimize(kernels_in_training=...): default (None: "
+                             "planner.trains_on_kernel's layers), on (True; the bare flag) or "
+                             "off (False)")
     parser.add_argument("--out", type=Path, default=None, help="write the rows as JSON here")
     args = parser.parse_args(argv)
     args.kernels_in_training = KERNELS_IN_TRAINING[args.kernels_in_training]

@@ -332,7 +332,7 @@ def run_variant(
 
 
 # A recorded call's gradient kernel as the binding names it (PreparedCall's grad_input_kernel
-# and weight_grad_kernel; cuda/binding/prepared_call.cpp's backward_kernel).
+# and weight_grad_kernel; cuda/binding/direct_backward_call.cpp's gradient_kernel).
 _BACKWARD_KERNEL_CODES = {planner.ATEN: 0, planner.DIRECT_BACKWARD: 1, planner.TILED_BACKWARD: 2}
 
 
@@ -369,7 +369,8 @@ def kernel_call(variant: str, input: torch.Tensor, weight: torch.Tensor,
     # C++ (cuda/binding/prepared_call.cpp): everything above fixed, so a call converts three
     # tensors.
     family = kernels.BY_NAME[kernel]
-    # A recorded call's gradients (kernels_in_training): the direct backward kernels or ATen's.
+    # A recorded call's gradients (kernels_in_training): the direct or tiled backward kernels,
+    # or ATen's.
     backward = planner.backward_plan(
         input.device, input.dtype, weight.shape, args,
         channels_last and x.is_contiguous(memory_format=torch.channels_last))
