@@ -3,6 +3,7 @@ roofline floor, for PyTorch's path and for library compositions that could repla
 
     python benchmarks/backward_bounds.py [--modes tf32,bf16] [--formats nchw,nhwc]
                                          [--only unet,maskrcnn] [--deterministic]
+                                         [--columns fwd,dgrad,dgrad mma,...]
 
 Per layer of the suite, mode and layout, GPU time per call (calls captured in a CUDA graph and
 replayed, as layers.py's GPU column) of:
@@ -11,8 +12,9 @@ replayed, as layers.py's GPU column) of:
   * dgrad / wgrad: ATen's `convolution_backward` for grad_input alone, and for the weight's
     (and bias's) gradient alone: what a training step with our forward still pays cuDNN for;
     `direct`: the same gradients on the direct backward kernels (cuda/direct_backward, every
-    layer, whether or not the planner would give it them), and `tiled` both gradients as GEMMs
-    per group on CUDA cores (grad_input_tiled.cu, weight_grad_tiled.cu);
+    layer, whether or not the planner would give it them), `tiled` both gradients as GEMMs
+    per group on CUDA cores (grad_input_tiled.cu, weight_grad_tiled.cu), and `mma` on tensor
+    cores in 16-bit modes (grad_input_mma.cu, weight_grad_mma.cu);
   * for kernel == stride layers (no padding, dilation or groups), the two gradients as one
     cuBLAS GEMM each over grad_output rearranged so each input pixel's k*k output pixels form
     one row (`mm` columns: the rearranging copy included).
@@ -29,7 +31,7 @@ import math
 import statistics
 import sys
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List, Optional, Set
 
 import torch
 import torch.nn.functional as F
@@ -68,7 +70,8 @@ def _columns(x: torch.Tensor) -> torch.Tensor:
     return x.permute(0, 2, 3, 1).reshape(-1, x.shape[1])
 
 
-def bench(layer: Layer, mode: str, layout: str, ceil: Ceilings, l2: int) -> Row:
+def bench(layer: Layer, mode: str, layout: str, ceil: Ceilings, l2: int,
+          only_columns: Optional[Set[str]] = None) -> Row:
     dtype = MODES[mode][0]
     elem = torch.tensor([], dtype=dtype).element_size()
     inputs, w, b = layer_tensors(layer, mode, layout, l2)
@@ -109,6 +112,9 @@ def bench(layer: Layer, mode: str, layout: str, ceil: Ceilings, l2: int) -> Row:
     columns["dgrad tiled"] = lambda p: core.tiled_grad_input(p[0], p[1], w, *direct_hyper)
     columns["wgrad direct"] = lambda p: core.direct_weight_grad(p[0], p[1], w, *direct_hyper)
     columns["wgrad tiled"] = lambda p: core.tiled_weight_grad(p[0], p[1], w, *direct_hyper)
+    if w.dtype != torch.float32:
+        columns["dgrad mma"] = lambda p: core.mma_grad_input(p[0], p[1], w, *direct_hyper)
+        columns["wgrad mma"] = lambda p: core.mma_weight_grad(p[0], p[1], w, *direct_hyper)
     if layout == "nchw":
         columns["dgrad cl"] = backward([True, False, False], via_cl=True)
         columns["wgrad cl"] = backward([False, True, b is not None], via_cl=True)
@@ -122,6 +128,8 @@ def bench(layer: Layer, mode: str, layout: str, ceil: Ceilings, l2: int) -> Row:
     us: Dict[str, float] = {}
     with torch.no_grad():
         for name, fn in columns.items():
+            if only_columns is not None and name not in only_columns:
+                continue
             try:
                 us[name] = 1e3 * graph_ms(fn, pairs, calls=4)
             except RuntimeError as exc:  # reported, the other columns stand
@@ -133,7 +141,8 @@ def bench(layer: Layer, mode: str, layout: str, ceil: Ceilings, l2: int) -> Row:
 
 
 COLUMNS = ["fwd", "fwd ours", "dgrad", "dgrad mm", "dgrad cl", "dgrad direct", "dgrad tiled",
-           "wgrad", "wgrad mm", "wgrad cl", "wgrad direct", "wgrad tiled", "bwd", "bwd cl"]
+           "dgrad mma", "wgrad", "wgrad mm", "wgrad cl", "wgrad direct", "wgrad tiled",
+           "wgrad mma", "bwd", "bwd cl"]
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -143,6 +152,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--only", default=None, help="comma-separated layer name prefixes")
     p.add_argument("--suite", default="suite", choices=sorted(SUITES))
     p.add_argument("--deterministic", action="store_true")
+    p.add_argument("--columns", default=None,
+                   help="comma-separated columns to time (default: all); the geomeans need "
+                        "fwd, fwd ours, dgrad and wgrad")
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
         print("benchmarks/backward_bounds.py needs a CUDA GPU; none is visible.", file=sys.stderr)
@@ -155,17 +167,19 @@ def main(argv: Optional[List[str]] = None) -> int:
           f"bf16 {ceil.half_tflops:.0f} TFLOP/s; torch {torch.__version__}, cudnn.benchmark "
           f"{torch.backends.cudnn.benchmark}, deterministic {args.deterministic}")
     layers = SUITES[args.suite]
+    only_columns = set(args.columns.split(",")) if args.columns else None
+    shown = [c for c in COLUMNS if only_columns is None or c in only_columns]
     if args.only:
         layers = [l for l in layers if any(l.name.startswith(o) for o in args.only.split(","))]
     print(f"{'layer':28s} {'mode':4s} {'fmt':4s} {'floor':>7s} "
-          + " ".join(f"{c:>9s}" for c in COLUMNS) + "   (GPU us per call)")
+          + " ".join(f"{c:>9s}" for c in shown) + "   (GPU us per call)")
     rows: List[Row] = []
     for mode in args.modes.split(","):
         for layout in args.formats.split(","):
             for layer in layers:
-                r = bench(layer, mode, layout, ceil, l2)
+                r = bench(layer, mode, layout, ceil, l2, only_columns)
                 rows.append(r)
-                cells = " ".join(f"{r.us.get(c, math.nan):9.1f}" for c in COLUMNS)
+                cells = " ".join(f"{r.us.get(c, math.nan):9.1f}" for c in shown)
                 print(f"{r.layer:28s} {mode:4s} {layout:4s} {r.floor_us:7.1f} {cells}",
                       flush=True)
     print("== per mode and layout: geomean of PyTorch's time / floor (x), median % of floor")
@@ -176,7 +190,9 @@ def main(argv: Optional[List[str]] = None) -> int:
                 continue
             parts = []
             for c in ("fwd", "fwd ours", "dgrad", "wgrad"):
-                ok = [r for r in sel if math.isfinite(r.us[c])]
+                ok = [r for r in sel if math.isfinite(r.us.get(c, math.nan))]
+                if not ok:
+                    continue
                 parts.append(f"{c} {geomean([r.us[c] / r.floor_us for r in ok]):.1f}x "
                              f"{statistics.median(100 * r.floor_us / r.us[c] for r in ok):.0f}%")
             for grad in ("dgrad", "wgrad"):  # the cuBLAS compositions (k == s layers)
@@ -184,10 +200,11 @@ def main(argv: Optional[List[str]] = None) -> int:
                 if mm:
                     ratio = geomean([r.us[grad] / r.us[f"{grad} mm"] for r in mm])
                     parts.append(f"{grad} aten/mm {ratio:.2f}x")
-            for grad, kind in (("dgrad", "direct"), ("dgrad", "tiled"), ("wgrad", "direct"),
-                               ("wgrad", "tiled")):
-                col = f"{grad} {kind}"  # the direct and tiled backward kernels
-                ok = [r for r in sel if math.isfinite(r.us.get(col, math.nan))]
+            for grad, kind in (("dgrad", "direct"), ("dgrad", "tiled"), ("dgrad", "mma"),
+                               ("wgrad", "direct"), ("wgrad", "tiled"), ("wgrad", "mma")):
+                col = f"{grad} {kind}"  # the backward kernels of cuda/direct_backward
+                ok = [r for r in sel if math.isfinite(r.us.get(col, math.nan))
+                      and math.isfinite(r.us.get(grad, math.nan))]
                 if ok:
                     ratios = [r.us[grad] / r.us[col] for r in ok]
                     parts.append(f"{grad} aten/{kind} {geomean(ratios):.2f}x "

@@ -333,7 +333,8 @@ def run_variant(
 
 # A recorded call's gradient kernel as the binding names it (PreparedCall's grad_input_kernel
 # and weight_grad_kernel; cuda/binding/direct_backward_call.cpp's gradient_kernel).
-_BACKWARD_KERNEL_CODES = {planner.ATEN: 0, planner.DIRECT_BACKWARD: 1, planner.TILED_BACKWARD: 2}
+_BACKWARD_KERNEL_CODES = {planner.ATEN: 0, planner.DIRECT_BACKWARD: 1, planner.TILED_BACKWARD: 2,
+                          planner.MMA_BACKWARD: 3}
 
 
 def kernel_call(variant: str, input: torch.Tensor, weight: torch.Tensor,

@@ -374,7 +374,7 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
                 return _Entry(chosen, tune=True)
             chosen = planner.Plan(known, "autotuned", candidates=chosen.candidates)
         found = cache[key] = _Entry(chosen, trains=planner.trains_on_kernel(
-            chosen.variant, input.dtype, args))
+            chosen.variant, input.dtype, args, weight.shape))
         if forced is None:
             self.__dict__["_last_plan"] = (input.device, input.dtype, chosen)
             if chosen.uses_kernel:
@@ -442,7 +442,7 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
             return planner.ATEN
         backend = self.backend
         if self.kernels_in_training is None and not planner.trains_on_kernel(
-                backend, dtype, self._args(self.output_padding)):
+                backend, dtype, self._args(self.output_padding), self._stored_weight().shape):
             return planner.ATEN
         return backend
 

@@ -238,10 +238,11 @@ def optimize(
         kernels_in_training: whether calls that autograd records (training steps) run our
             forward kernel, with the planned backward (PyTorch's, or ours where it measured
             faster). None (default): only where that measured faster: layers planned on the
-            grouped kernel (depthwise and grouped layers), and layers cuDNN has no kernel for
-            (output_padding >= stride) outside fp32 with TF32; elsewhere it did not make every
-            training step faster (docs/performance/training.md). True: in every layer.
-            False: in none.
+            grouped kernel (depthwise and grouped layers), layers cuDNN has no kernel for
+            (output_padding >= stride) outside fp32 with TF32, and 16-bit layers with 1-4
+            output channels per group (their gradients on our tensor-core kernels); elsewhere
+            it did not make every training step faster (docs/performance/training.md). True:
+            in every layer. False: in none.
 
     Idempotent: optimizing an optimized model changes nothing more. See
     `deconv_patch.summary(result)` for what was done, and what was not and why.

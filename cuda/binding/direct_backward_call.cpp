@@ -1,4 +1,4 @@
-// direct_grad_input and direct_weight_grad (binding/direct_backward_call.hpp): checks, the
+// The backward kernels' gradients (binding/direct_backward_call.hpp): checks, the
 // parameters, the fp32 workspace, and the launches on the current stream.
 #include <string>
 
@@ -87,8 +87,11 @@ at::Tensor direct_gradient(GradientKernel which, const at::Tensor& input,
   const ScalarKind kind =
       checked_kind(input, grad_output, weight, stride, padding, dilation, groups);
   const c10::cuda::CUDAGuard guard(input.device());
-  const bool of_input =
-      which == GradientKernel::kDirectInput || which == GradientKernel::kTiledInput;
+  const bool of_input = which == GradientKernel::kDirectInput ||
+                        which == GradientKernel::kTiledInput ||
+                        which == GradientKernel::kMmaInput;
+  const bool mma = which == GradientKernel::kMmaInput || which == GradientKernel::kMmaWeight;
+  refuse_unless(!mma || kind != ScalarKind::kFloat32, "float16 or bfloat16 (tensor-core kernels)");
   at::Tensor grad = at::empty_like(of_input ? input : weight, at::MemoryFormat::Preserve);
   if (grad.numel() == 0) return grad;
   if (!of_input && (input.numel() == 0 || grad_output.numel() == 0)) return grad.zero_();
@@ -101,6 +104,9 @@ at::Tensor direct_gradient(GradientKernel which, const at::Tensor& input,
     if (which == GradientKernel::kTiledInput) {
       refuse_unless(tiled_grad_input_fits(p), "a grid the tiled input gradient can launch");
       C10_CUDA_CHECK(launch_tiled_grad_input(p, kind, stream));
+    } else if (mma) {
+      refuse_unless(mma_grad_input_fits(p), "a grid the tensor-core input gradient can launch");
+      C10_CUDA_CHECK(launch_mma_grad_input(p, kind, stream));
     } else {
       C10_CUDA_CHECK(launch_direct_grad_input(p, kind, stream));
     }
@@ -112,12 +118,18 @@ at::Tensor direct_gradient(GradientKernel which, const at::Tensor& input,
   if (tiled) {
     refuse_unless(tiled_weight_grad_fits(p), "a grid the tiled weight gradient can launch");
   }
+  if (mma) {
+    refuse_unless(mma_weight_grad_fits(p), "a grid the tensor-core weight gradient can launch");
+  }
   const int sms = sm_count(input.get_device());
-  p.splits = tiled ? tiled_weight_grad_splits(p, sms) : direct_weight_grad_splits(p, sms);
+  p.splits = tiled ? tiled_weight_grad_splits(p, sms)
+             : mma ? mma_weight_grad_splits(p, sms)
+                   : direct_weight_grad_splits(p, sms);
   at::Tensor partial = at::empty({direct_weight_grad_workspace_floats(p)},
                                  input.options().dtype(at::kFloat));
   p.partial = partial.data_ptr<float>();
   C10_CUDA_CHECK(tiled ? launch_tiled_weight_grad(p, kind, stream)
+                 : mma ? launch_mma_weight_grad(p, kind, stream)
                        : launch_direct_weight_grad(p, kind, stream));
   return grad;
 }
@@ -149,10 +161,16 @@ template at::Tensor gradient<GradientKernel::kDirectInput>(
 template at::Tensor gradient<GradientKernel::kTiledInput>(
     const at::Tensor&, const at::Tensor&, const at::Tensor&, at::IntArrayRef, at::IntArrayRef,
     at::IntArrayRef, int64_t);
+template at::Tensor gradient<GradientKernel::kMmaInput>(
+    const at::Tensor&, const at::Tensor&, const at::Tensor&, at::IntArrayRef, at::IntArrayRef,
+    at::IntArrayRef, int64_t);
 template at::Tensor gradient<GradientKernel::kDirectWeight>(
     const at::Tensor&, const at::Tensor&, const at::Tensor&, at::IntArrayRef, at::IntArrayRef,
     at::IntArrayRef, int64_t);
 template at::Tensor gradient<GradientKernel::kTiledWeight>(
+    const at::Tensor&, const at::Tensor&, const at::Tensor&, at::IntArrayRef, at::IntArrayRef,
+    at::IntArrayRef, int64_t);
+template at::Tensor gradient<GradientKernel::kMmaWeight>(
     const at::Tensor&, const at::Tensor&, const at::Tensor&, at::IntArrayRef, at::IntArrayRef,
     at::IntArrayRef, int64_t);
 
@@ -166,6 +184,9 @@ KernelGradient gradient_kernel(bool of_input, int64_t code) {
     case 2:
       return of_input ? &gradient_or_undefined<K::kTiledInput>
                       : &gradient_or_undefined<K::kTiledWeight>;
+    case 3:
+      return of_input ? &gradient_or_undefined<K::kMmaInput>
+                      : &gradient_or_undefined<K::kMmaWeight>;
   }
   TORCH_CHECK(false, "deconv_patch: unknown backward kernel code ", code);
 }

@@ -12,8 +12,16 @@ namespace deconv_patch {
 
 // Which gradient, on which kernel: the input's (dx, in input's dtype and layout) or the weight's
 // (dW, in weight's; deterministic), one thread per element / 16 columns (direct) or a GEMM per
-// group on CUDA cores (tiled: direct_backward/grad_input_tiled.cu, weight_grad_tiled.cu).
-enum class GradientKernel { kDirectInput, kTiledInput, kDirectWeight, kTiledWeight };
+// group on CUDA cores (tiled: direct_backward/grad_input_tiled.cu, weight_grad_tiled.cu) or on
+// tensor cores (mma: grad_input_mma.cu, weight_grad_mma.cu; float16 and bfloat16 only).
+enum class GradientKernel {
+  kDirectInput,
+  kTiledInput,
+  kMmaInput,
+  kDirectWeight,
+  kTiledWeight,
+  kMmaWeight
+};
 
 // That gradient of conv_transpose2d(input, weight, stride, padding, output_padding, groups,
 // dilation) producing grad_output's sizes. 4-D CUDA tensors of one dtype (float32, float16,
@@ -24,7 +32,7 @@ at::Tensor gradient(const at::Tensor& input, const at::Tensor& grad_output,
                     at::IntArrayRef dilation, int64_t groups);
 
 // A recorded call's gradient kernel for the planner's code (kernels/direct_backward.py's, via
-// PreparedCall): 0 ATen's (null), 1 direct, 2 tiled. It returns an undefined tensor where its
+// PreparedCall): 0 ATen's (null), 1 direct, 2 tiled, 3 mma. It returns an undefined tensor where its
 // kernel refuses the call, so that ATen's computes that gradient.
 KernelGradient gradient_kernel(bool of_input, int64_t code);
 

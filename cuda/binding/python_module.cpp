@@ -87,6 +87,17 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "KernelRefused where it does not run",
         py::arg("input"), py::arg("grad_output"), py::arg("weight"), py::arg("stride"),
         py::arg("padding"), py::arg("dilation"), py::arg("groups"));
+  m.def("mma_grad_input", &deconv_patch::gradient<GradientKernel::kMmaInput>,
+        "conv_transpose2d's input gradient as an implicit GEMM per group on tensor cores "
+        "(float16, bfloat16), in the input's layout; KernelRefused where it does not run",
+        py::arg("input"), py::arg("grad_output"), py::arg("weight"), py::arg("stride"),
+        py::arg("padding"), py::arg("dilation"), py::arg("groups"));
+  m.def("mma_weight_grad", &deconv_patch::gradient<GradientKernel::kMmaWeight>,
+        "conv_transpose2d's weight gradient as a GEMM per group on tensor cores over pixel "
+        "ranges added in order (float16, bfloat16), in the weight's layout, deterministic; "
+        "KernelRefused where it does not run",
+        py::arg("input"), py::arg("grad_output"), py::arg("weight"), py::arg("stride"),
+        py::arg("padding"), py::arg("dilation"), py::arg("groups"));
   m.def("direct_weight_grad", &deconv_patch::gradient<GradientKernel::kDirectWeight>,
         "conv_transpose2d's weight gradient on the direct backward kernels, in the weight's "
         "layout, deterministic; KernelRefused where they do not run",

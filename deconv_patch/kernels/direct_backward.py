@@ -1,17 +1,21 @@
 """The backward kernels (cuda/direct_backward, in the core): a transposed convolution's input
-and weight gradients on CUDA cores. The direct kernels compute one input-gradient element per
-thread, or 16 weight columns per thread over a range of pixels; the tiled kernels compute each
-gradient as a GEMM per group with 4 x 8 (input) or 4 x 4 (weight) outputs per thread. Weight
+and weight gradients. On CUDA cores, the direct kernels compute one input-gradient element per
+thread, or 16 weight columns per thread over a range of pixels, and the tiled kernels each
+gradient as a GEMM per group with 4 x 8 (input) or 4 x 4 (weight) outputs per thread; on tensor
+cores (16-bit only), the mma kernels each gradient as an implicit GEMM per group. Weight
 gradients are summed in a fixed order, so they are deterministic.
 
 They run a recorded call's backward (`kernels_in_training`) where the rules below say so, per
 gradient, from what was measured against PyTorch's (docs/kernels.md#direct_backward):
 * depthwise layers, where cuDNN's gradients run furthest from their floor: the direct kernels;
 * layers cuDNN has no kernel for (output_padding >= stride), where ATen runs its native
-  im2col kernels, with few enough multiply-adds per pixel: the tiled weight gradient, and in
-  fp32 with fp32 GEMMs the tiled input gradient.
+  im2col kernels, with few enough multiply-adds per pixel: in 16-bit the mma kernels; in fp32
+  the tiled weight gradient, and with fp32 GEMMs the tiled input gradient;
+* in 16-bit, layers with a few output channels per group and many input channels (DCGAN's RGB
+  output, FSRCNN's last layer), where cuDNN's gradients run far from their floor: the mma
+  kernels.
 Elsewhere cuDNN's tensor cores, or the tensor-core GEMMs of ATen's native kernels on the larger
-layers, were faster than either kernel on CUDA cores, and ATen's backward runs.
+layers, were faster, and ATen's backward runs.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from ..arguments import ConvTransposeArgs
 
 NAME = "direct_backward"
 TILED_NAME = "tiled_backward"
+MMA_NAME = "mma_backward"
 # Multiply-adds per input pixel (Cin x Cout/groups x KH x KW) above which the direct kernels are
 # not used: the largest measured depthwise layer had 1,024.
 MAX_MACS_PER_PIXEL = 8192
@@ -33,6 +38,15 @@ MAX_MACS_PER_PIXEL = 8192
 # bf16), the input gradient in fp32 against fp32 GEMMs (73,728 won; 589,824 lost).
 MAX_TILED_WEIGHT_MACS = 36864
 MAX_TILED_INPUT_MACS = 73728
+# The same for the mma kernels in 16-bit, both gradients (36,864 won or tied; 73,728 lost the
+# input gradient).
+MAX_MMA_MACS = 36864
+# Layers with a cuDNN kernel whose gradients the mma kernels take in 16-bit: at most this many
+# output channels per group (the input gradient is a convolution over them, few for cuDNN's
+# tiles) and at least this many input channels per group (the kernels' 64-channel tiles).
+MAX_MMA_OUT_PER_GROUP = 4
+MIN_MMA_IN_PER_GROUP = 32
+_SIXTEEN_BIT = (torch.float16, torch.bfloat16)
 
 
 def _macs_per_pixel(weight_shape: Sequence[int], args: ConvTransposeArgs) -> int:
@@ -46,15 +60,35 @@ def _depthwise(weight_shape: Sequence[int], args: ConvTransposeArgs) -> bool:
             and cin * out_per_group * kh * kw <= MAX_MACS_PER_PIXEL)
 
 
-def weight_grad_kernel(weight_shape: Sequence[int], args: ConvTransposeArgs
-                       ) -> Optional[Tuple[str, str]]:
-    """The kernel (NAME or TILED_NAME) computing this layer's weight gradient and why, or None
-    where ATen's does."""
+def few_output_channels(weight_shape: Sequence[int], args: ConvTransposeArgs) -> bool:
+    """A layer with a cuDNN kernel whose two gradients the mma kernels take in 16-bit."""
+    cin, out_per_group, _, _ = weight_shape
+    return (not args.without_cudnn and out_per_group <= MAX_MMA_OUT_PER_GROUP
+            and cin // args.groups >= MIN_MMA_IN_PER_GROUP)
+
+
+def _mma_without_cudnn(weight_shape: Sequence[int], args: ConvTransposeArgs,
+                       dtype: torch.dtype) -> bool:
+    return (dtype in _SIXTEEN_BIT and args.without_cudnn
+            and _macs_per_pixel(weight_shape, args) <= MAX_MMA_MACS)
+
+
+def weight_grad_kernel(weight_shape: Sequence[int], args: ConvTransposeArgs,
+                       dtype: torch.dtype) -> Optional[Tuple[str, str]]:
+    """The kernel (NAME, TILED_NAME or MMA_NAME) computing this layer's weight gradient and why,
+    or None where ATen's does."""
     if _depthwise(weight_shape, args):
         return NAME, "depthwise: the direct weight gradient measured faster than cuDNN's"
-    if args.without_cudnn and _macs_per_pixel(weight_shape, args) <= MAX_TILED_WEIGHT_MACS:
+    if _mma_without_cudnn(weight_shape, args, dtype):
+        return MMA_NAME, ("output_padding >= stride (no cuDNN kernel), 16-bit: the tensor-core "
+                          "weight gradient measured faster than ATen's native one")
+    if args.without_cudnn and dtype not in _SIXTEEN_BIT \
+            and _macs_per_pixel(weight_shape, args) <= MAX_TILED_WEIGHT_MACS:
         return TILED_NAME, ("output_padding >= stride (no cuDNN kernel): the tiled weight "
                             "gradient measured faster than ATen's native one")
+    if dtype in _SIXTEEN_BIT and few_output_channels(weight_shape, args):
+        return MMA_NAME, ("few output channels per group, 16-bit: the tensor-core weight "
+                          "gradient measured faster than cuDNN's")
     return None
 
 
@@ -67,6 +101,12 @@ def grad_input_kernel(weight_shape: Sequence[int], args: ConvTransposeArgs, dtyp
     if channels_last and _depthwise(weight_shape, args):
         return NAME, ("depthwise, channels_last: the direct input gradient measured faster than "
                       "cuDNN's")
+    if _mma_without_cudnn(weight_shape, args, dtype):
+        return MMA_NAME, ("output_padding >= stride (no cuDNN kernel), 16-bit: the tensor-core "
+                          "input gradient measured faster than ATen's native one")
+    if dtype in _SIXTEEN_BIT and few_output_channels(weight_shape, args):
+        return MMA_NAME, ("few output channels per group, 16-bit: the tensor-core input "
+                          "gradient measured faster than cuDNN's")
     if args.without_cudnn and dtype == torch.float32 and not torch._C._get_cublas_allow_tf32() \
             and _macs_per_pixel(weight_shape, args) <= MAX_TILED_INPUT_MACS:
         # (where ATen's native GEMMs run on tensor cores, 16-bit or TF32, they measured faster)

@@ -52,6 +52,7 @@ DIRECT = direct.NAME
 ATEN = kernels.ATEN
 DIRECT_BACKWARD = direct_backward.NAME  # the backward kernels (not forward variants)
 TILED_BACKWARD = direct_backward.TILED_NAME
+MMA_BACKWARD = direct_backward.MMA_NAME
 PHASE_TILES = gemm_phase.TILES
 PHASE_CONFIGS = gemm_phase.VARIANTS
 KXS_TAP_MAJOR = gemm_kxs.TAP_MAJOR
@@ -380,9 +381,9 @@ class BackwardPlan:
 
 def backward_plan(device: torch.device, dtype: torch.dtype, weight_shape: Sequence[int],
                   args: ConvTransposeArgs, channels_last: bool) -> BackwardPlan:
-    """The backward of a call recorded on a kernel of ours (`kernels_in_training`): the direct
-    or tiled backward kernels (DIRECT_BACKWARD, TILED_BACKWARD) or ATen's, per gradient, and
-    why. `channels_last`: the call's input and output are channels_last."""
+    """The backward of a call recorded on a kernel of ours (`kernels_in_training`): the direct,
+    tiled or mma backward kernels (DIRECT_BACKWARD, TILED_BACKWARD, MMA_BACKWARD) or ATen's, per
+    gradient, and why. `channels_last`: the call's input and output are channels_last."""
     why = device_support(device, dtype)
     if why is not None:
         aten = Plan(ATEN, why, fallback=True)
@@ -396,10 +397,11 @@ def backward_plan(device: torch.device, dtype: torch.dtype, weight_shape: Sequen
     return BackwardPlan(
         chosen(direct_backward.grad_input_kernel(weight_shape, args, dtype, channels_last),
                "input gradient"),
-        chosen(direct_backward.weight_grad_kernel(weight_shape, args), "weight gradient"))
+        chosen(direct_backward.weight_grad_kernel(weight_shape, args, dtype), "weight gradient"))
 
 
-def trains_on_kernel(variant: str, dtype: torch.dtype, args: ConvTransposeArgs) -> bool:
+def trains_on_kernel(variant: str, dtype: torch.dtype, args: ConvTransposeArgs,
+                     weight_shape: Sequence[int]) -> bool:
     """Whether a call autograd records runs the planned `variant` when the module leaves it to us
     (kernels_in_training=None), from what measured faster in training, forward and planned
     backward together (docs/performance/training.md):
@@ -408,13 +410,20 @@ def trains_on_kernel(variant: str, dtype: torch.dtype, args: ConvTransposeArgs) 
       step costs it no repack;
     * any kernel of ours on a layer cuDNN has no kernel for (output_padding >= stride), where
       PyTorch's forward and backward are its native im2col kernels, except fp32 with TF32: there
-      our forward would be TF32 where ATen's native GEMMs are fp32.
+      our forward would be TF32 where ATen's native GEMMs are fp32;
+    * any kernel of ours in 16-bit on a layer with a few output channels per group and many
+      input channels (direct_backward.few_output_channels), whose gradients both run on the
+      tensor-core backward kernels.
     Elsewhere other kernels' training steps were not faster on every model: their recorded calls
     stay PyTorch's."""
     if variant == GROUPED:
         return True
-    return (variant != ATEN and args.without_cudnn
-            and (dtype != torch.float32 or fp32_strict(dtype)))
+    if variant == ATEN:
+        return False
+    if args.without_cudnn:
+        return dtype != torch.float32 or fp32_strict(dtype)
+    return dtype in (torch.float16, torch.bfloat16) and \
+        direct_backward.few_output_channels(weight_shape, args)
 
 
 def may_train_on_kernel(in_channels: int, out_channels: int, groups: int,
@@ -428,9 +437,11 @@ def may_train_on_kernel(in_channels: int, out_channels: int, groups: int,
     if _grouped_kernel_layer(groups, (in_channels // groups, out_channels // groups)) and \
             stride[0] * stride[1] <= _MAX_GROUPED_STRIDE_AREA:
         return True
-    return output_padding_reaches_stride(output_padding, stride) and (
-        dtype != torch.float32 or not torch._C._get_cudnn_allow_tf32()
-        or torch.is_autocast_enabled("cuda"))
+    sixteen_bit = dtype != torch.float32 or torch.is_autocast_enabled("cuda")
+    if output_padding_reaches_stride(output_padding, stride):
+        return sixteen_bit or not torch._C._get_cudnn_allow_tf32()
+    return sixteen_bit and out_channels // groups <= direct_backward.MAX_MMA_OUT_PER_GROUP \
+        and in_channels // groups >= direct_backward.MIN_MMA_IN_PER_GROUP
 
 
 def _grouped_kernel_layer(groups: int, channels: Optional[Tuple[int, int]]) -> bool:

@@ -688,14 +688,19 @@ def test_fp32_strict_untimed_defaults_on_hopper(capability, channels_last):
     assert shallow.variant == planner.ATEN, shallow  # 32-deep sums: 3xTF32 misses the bound
 
 
-# The measured rule: direct kernels for depthwise layers, tiled ones where cuDNN has no kernel
-# (output_padding >= stride) up to a number of multiply-adds per pixel (weight gradient: 36,864;
-# input gradient, in fp32 with fp32 GEMMs: 73,728), ATen's elsewhere.
+# The measured rule: direct kernels for depthwise layers; where cuDNN has no kernel
+# (output_padding >= stride), up to a number of multiply-adds per pixel, the mma kernels in
+# 16-bit (36,864) and the tiled ones in fp32 (weight gradient: 36,864; input gradient, with fp32
+# GEMMs: 73,728); the mma kernels in 16-bit on layers with at most 4 output and at least 32 input
+# channels per group; ATen's elsewhere.
 @pytest.mark.parametrize("weight_shape,stride,padding,output_padding,groups,kind", [
     ((64, 1, 4, 4), (2, 2), (1, 1), (0, 0), 64, "depthwise"),
     ((32, 1, 3, 3), (1, 1), (1, 1), (0, 0), 32, "depthwise"),     # k3 s1
-    ((64, 3, 4, 4), (2, 2), (1, 1), (0, 0), 1, "aten"),           # DCGAN's RGB output
-    ((56, 1, 9, 9), (3, 3), (4, 4), (2, 2), 1, "aten"),           # FSRCNN
+    ((64, 3, 4, 4), (2, 2), (1, 1), (0, 0), 1, "few out"),        # DCGAN's RGB output
+    ((56, 1, 9, 9), (3, 3), (4, 4), (2, 2), 1, "few out"),        # FSRCNN
+    ((128, 4, 4, 4), (2, 2), (1, 1), (0, 0), 2, "few out"),       # 64 in, 4 out per group
+    ((64, 5, 4, 4), (2, 2), (1, 1), (0, 0), 1, "aten"),           # 5 out
+    ((16, 3, 4, 4), (2, 2), (1, 1), (0, 0), 1, "aten"),           # 16 in
     ((16, 4, 3, 3), (1, 1), (1, 1), (1, 1), 1, "no cudnn"),       # output_padding >= stride
     ((64, 32, 3, 3), (1, 2), (1, 1), (1, 1), 1, "no cudnn"),      # ... on one axis
     ((64, 64, 3, 3), (1, 1), (1, 1), (1, 1), 1, "no cudnn"),      # 36,864 MACs a pixel
@@ -723,13 +728,20 @@ def test_backward_plan_gives_the_backward_kernels_the_layers_they_won(
     finally:
         torch.backends.cuda.matmul.allow_tf32 = before
     direct, tiled, aten = planner.DIRECT_BACKWARD, planner.TILED_BACKWARD, planner.ATEN
-    want_w = {"depthwise": direct, "no cudnn": tiled, "input only": aten, "aten": aten}[kind]
+    mma = planner.MMA_BACKWARD
+    sixteen_bit = dtype != torch.float32
     # The direct input gradient measured faster than cuDNN's only in channels_last, the tiled
     # one than ATen's native kernel only in fp32 with fp32 GEMMs.
+    tiled_x = tiled if not tf32_matmul else aten
     no_cudnn = any(op >= s for op, s in zip(output_padding, stride))
-    want_x = (direct if kind == "depthwise" and channels_last else
-              tiled if no_cudnn and kind != "aten" and dtype == torch.float32
-              and not tf32_matmul else aten)
+    want_w, want_x = {
+        "depthwise": (direct, direct if channels_last else
+                      (mma if sixteen_bit else tiled_x) if no_cudnn else aten),
+        "few out": (mma, mma) if sixteen_bit else (aten, aten),
+        "no cudnn": (mma, mma) if sixteen_bit else (tiled, tiled_x),
+        "input only": (aten, aten) if sixteen_bit else (aten, tiled_x),
+        "aten": (aten, aten),
+    }[kind]
     assert (chosen.weight_grad.variant, chosen.grad_input.variant) == (want_w, want_x), chosen
     for gradient in (chosen.grad_input, chosen.weight_grad):
         assert gradient.reason and not gradient.fallback
@@ -741,15 +753,21 @@ def test_backward_plan_gives_the_backward_kernels_the_layers_they_won(
 def test_recorded_calls_train_on_the_grouped_kernel_and_where_cudnn_has_none(allow_tf32):
     plain = ConvTransposeArgs.from_values((2, 2), (1, 1), (1, 1), 1, (1, 1))
     no_cudnn = ConvTransposeArgs.from_values((1, 1), (1, 1), (1, 1), 1, (2, 2))
+    wide, rgb, narrow = (64, 64, 4, 4), (64, 3, 4, 4), (16, 3, 4, 4)
     with torch.backends.cudnn.flags(allow_tf32=allow_tf32):
         for dtype in (torch.float32, torch.bfloat16, torch.float16):
-            assert planner.trains_on_kernel(planner.GROUPED, dtype, plain)
-            assert not planner.trains_on_kernel(planner.GEMM_PHASE, dtype, plain)
-            assert not planner.trains_on_kernel(planner.ATEN, dtype, no_cudnn)
+            sixteen_bit = dtype != torch.float32
+            assert planner.trains_on_kernel(planner.GROUPED, dtype, plain, wide)
+            assert not planner.trains_on_kernel(planner.GEMM_PHASE, dtype, plain, wide)
+            assert not planner.trains_on_kernel(planner.GEMM_PHASE, dtype, plain, narrow)
+            assert not planner.trains_on_kernel(planner.ATEN, dtype, no_cudnn, wide)
+            assert not planner.trains_on_kernel(planner.ATEN, dtype, plain, rgb)
+            # few output channels: both gradients on the tensor-core kernels, 16-bit only
+            assert planner.trains_on_kernel(planner.GEMM_PHASE, dtype, plain, rgb) == sixteen_bit
             # fp32 with TF32 would put TF32 in a forward ATen computes in fp32 here
-            want = dtype != torch.float32 or not allow_tf32
+            want = sixteen_bit or not allow_tf32
             for variant in (planner.GEMM_PHASE, planner.DIRECT, planner.GROUPED):
-                assert planner.trains_on_kernel(variant, dtype, no_cudnn) == (
+                assert planner.trains_on_kernel(variant, dtype, no_cudnn, wide) == (
                     want or variant == planner.GROUPED)
 
 

@@ -132,7 +132,8 @@ def test_kernels_in_training_repeat_bit_for_bit(deterministic, dtype, kernels_in
         plan = module.plan_for(args[0])
         planned = module.activation == "none" and (
             plan.uses_kernel if kernels_in_training else planner.trains_on_kernel(
-                plan.variant, args[0].dtype, module._args(module.output_padding)))
+                plan.variant, args[0].dtype, module._args(module.output_padding),
+                module.weight.shape))
         seen.append((planned, "ConvTransposeFunction" in out.grad_fn.name()))
 
     for layer in _layers(patched):

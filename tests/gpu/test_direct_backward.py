@@ -217,8 +217,8 @@ def test_a_training_step_with_kernels_in_training_runs_them(dtype, channels_last
 @pytest.mark.parametrize("mode", ["bf16", "fp32-strict", "tf32"])
 def test_a_layer_without_a_cudnn_kernel_trains_on_ours_by_default(mode, channels_last):
     """output_padding >= stride (PyTorch's native im2col kernels, forward and backward): with
-    kernels_in_training left at None, recorded calls run our forward and the tiled weight
-    gradient (and in fp32 the tiled input gradient), except fp32 with TF32, which stays
+    kernels_in_training left at None, recorded calls run our forward with the tensor-core
+    gradients in bf16 and the tiled ones in fp32 strict, except fp32 with TF32, which stays
     PyTorch's. Three steps with optimizer updates on fresh inputs (the planned call, then the
     armed C++ path); outputs and all three gradients against float64 next to PyTorch's."""
     dtype = torch.bfloat16 if mode == "bf16" else torch.float32
@@ -252,8 +252,9 @@ def test_a_layer_without_a_cudnn_kernel_trains_on_ours_by_default(mode, channels
             y, got = box["y"], box["grads"]
             assert ("ConvTransposeFunction" in y.grad_fn.name()) == ours, y.grad_fn
             assert (fast.training_backend != planner.ATEN) == ours, fast.training_backend
-            assert any("tiled_weight_grad_partial" in n for n in names) == ours, names
-            assert any("tiled_grad_input" in n for n in names) == (mode == "fp32-strict"), names
+            kind = {"bf16": "mma", "fp32-strict": "tiled"}.get(mode, "none")
+            assert any(f"{kind}_weight_grad_partial" in n for n in names) == ours, names
+            assert any(f"{kind}_grad_input" in n for n in names) == ours, names
             want_y = ref(x)
             want = torch.autograd.grad(want_y, [x, ref.weight, ref.bias], dy)
             x64, w64, b64 = (t.detach().double().requires_grad_()

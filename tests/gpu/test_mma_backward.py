@@ -1,0 +1,166 @@
+"""The tensor-core backward kernels (cuda/direct_backward/grad_input_mma.cu, weight_grad_mma.cu):
+input and weight gradients in float16 and bfloat16 against float64 and ATen over
+hyperparameters and layouts (several k steps, channel blocks and pixel ranges), in memory the
+allocator has just held NaN; any strides; bit-identical repeats of the weight gradient; what
+they refuse; and a training step on them by default where planner.trains_on_kernel says."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import deconv_patch
+from deconv_patch.kernels import planner
+from deconv_patch.kernels.extension import load_units
+from tests.gpu.test_direct_backward import CASES as DIRECT_CASES
+from tests.gpu.test_direct_backward import Case, _aten, _kernel_names, _poison, _tensors
+from tests.helpers import allowed_error, assert_step_within_bar, max_error
+
+pytestmark = pytest.mark.cuda
+
+CASES = DIRECT_CASES + [
+    (2, 96, 48, (13, 11), (3, 3), (1, 1), (1, 1), (0, 0), (1, 1), 1),   # 432 k: 14 steps
+    (16, 64, 3, (32, 32), (4, 4), (2, 2), (1, 1), (0, 0), (1, 1), 1),   # DCGAN g5, 128 ranges
+    (4, 128, 128, (9, 9), (3, 3), (2, 2), (1, 1), (1, 1), (1, 1), 8),   # 16 per group
+    (8, 100, 72, (1, 1), (4, 4), (1, 1), (0, 0), (0, 0), (1, 1), 1),    # a 1 x 1 input
+    (2, 130, 66, (6, 5), (2, 3), (3, 2), (0, 1), (2, 1), (1, 2), 2),    # 65 / 33 per group
+]
+DTYPES = [torch.bfloat16, torch.float16]
+
+
+@pytest.fixture(scope="module")
+def core():
+    return load_units(())
+
+
+def _hyper(case: Case):
+    _, _, _, _, _, s, p, _, d, g = case
+    return list(s), list(p), list(d), g
+
+
+@pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "nhwc"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=["bf16", "fp16"])
+@pytest.mark.parametrize("case", CASES, ids=[f"case{i}" for i in range(len(CASES))])
+def test_gradients_against_float64(core, case, dtype, channels_last):
+    x, w, dy = _tensors(case, dtype, channels_last, seed=hash((case, str(dtype), 3)) % 1000)
+    hyper = _hyper(case)
+    pytorch_x, pytorch_w, _ = _aten(x, w, dy, case, [True, True, False])
+    _poison(4 * (x.numel() + w.numel()) * 4)
+    got_x = core.mma_grad_input(x, dy, w, *hyper)
+    _poison(4 * w.numel() * 512)
+    got_w = core.mma_weight_grad(x, dy, w, *hyper)
+    ref_x, ref_w, _ = _aten(x.double(), w.double(), dy.double(), case, [True, True, False])
+    assert got_x.shape == x.shape and got_x.dtype == dtype and got_x.stride() == x.stride()
+    assert got_w.shape == w.shape and got_w.dtype == dtype and got_w.stride() == w.stride()
+    assert torch.isfinite(got_x).all() and torch.isfinite(got_w).all()
+    assert max_error(got_x, ref_x) <= allowed_error(max_error(pytorch_x, ref_x), ref_x, dtype)
+    assert max_error(got_w, ref_w) <= allowed_error(max_error(pytorch_w, ref_w), ref_w, dtype)
+
+
+def test_strided_operands_are_read_in_place(core):
+    """x a strided view, grad_output with its rows and columns swapped in memory, the weight
+    channels_last: each read through its strides."""
+    case = CASES[-1]
+    x, w, dy = _tensors(case, torch.bfloat16, False, seed=11)
+    x_view = torch.randn(x.shape[0], x.shape[1], x.shape[2], 2 * x.shape[3], device="cuda",
+                         dtype=x.dtype)[..., ::2].copy_(x)
+    dy_t = dy.transpose(2, 3).contiguous().transpose(2, 3)
+    w_cl = w.contiguous(memory_format=torch.channels_last)
+    hyper = _hyper(case)
+    ref_x, ref_w, _ = _aten(x.double(), w.double(), dy.double(), case, [True, True, False])
+    pytorch_x, pytorch_w, _ = _aten(x, w, dy, case, [True, True, False])
+    got_x = core.mma_grad_input(x_view, dy_t, w_cl, *hyper)
+    got_w = core.mma_weight_grad(x_view, dy_t, w_cl, *hyper)
+    assert got_w.stride() == w_cl.stride()
+    assert max_error(got_x, ref_x) <= allowed_error(max_error(pytorch_x, ref_x), ref_x,
+                                                    torch.bfloat16)
+    assert max_error(got_w, ref_w) <= allowed_error(max_error(pytorch_w, ref_w), ref_w,
+                                                    torch.bfloat16)
+
+
+@pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "nhwc"])
+def test_weight_gradient_repeats_bit_for_bit(core, channels_last):
+    case = CASES[-4]
+    x, w, dy = _tensors(case, torch.bfloat16, channels_last, seed=5)
+    first = core.mma_weight_grad(x, dy, w, *_hyper(case))
+    for _ in range(3):
+        _poison(first.numel() * 512)
+        assert torch.equal(core.mma_weight_grad(x, dy, w, *_hyper(case)), first)
+
+
+def test_an_empty_batch(core):
+    w = torch.randn(16, 4, 4, 4, device="cuda", dtype=torch.float16)
+    x = torch.randn(0, 16, 5, 5, device="cuda", dtype=torch.float16)
+    dy = torch.randn(0, 4, 10, 10, device="cuda", dtype=torch.float16)
+    assert core.mma_grad_input(x, dy, w, [2, 2], [1, 1], [1, 1], 1).shape == x.shape
+    assert torch.equal(core.mma_weight_grad(x, dy, w, [2, 2], [1, 1], [1, 1], 1),
+                       torch.zeros_like(w))
+
+
+def test_refuses_float32(core):
+    x = torch.randn(2, 4, 5, 5, device="cuda")
+    w = torch.randn(4, 4, 3, 3, device="cuda")
+    dy = torch.randn(2, 4, 9, 9, device="cuda")
+    for grad in (core.mma_grad_input, core.mma_weight_grad):
+        with pytest.raises(RuntimeError, match="float16 or bfloat16"):
+            grad(x, dy, w, [2, 2], [1, 1], [1, 1], 1)
+
+
+@pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "nhwc"])
+@pytest.mark.parametrize("mode", ["bf16", "fp16", "tf32", "bf16-autocast"])
+def test_a_few_output_channel_layer_trains_on_ours_by_default(mode, channels_last):
+    """DCGAN's RGB output (64 > 3, k4 s2): with kernels_in_training left at None, recorded calls
+    in 16-bit (and under bf16 autocast) run our forward with both gradients on the tensor-core
+    kernels; fp32 stays PyTorch's. Three steps with optimizer updates on fresh inputs (the
+    planned call, then the armed C++ path); outputs and all three gradients against float64
+    next to PyTorch's."""
+    autocast = mode.endswith("autocast")
+    dtype = torch.float32 if mode == "tf32" or autocast else \
+        {"bf16": torch.bfloat16, "fp16": torch.float16}[mode]
+    run_dtype = torch.bfloat16 if autocast else dtype
+    torch.manual_seed(3)
+    ref = nn.ConvTranspose2d(64, 3, 4, 2, 1, device="cuda", dtype=dtype)
+    model = deconv_patch.optimize(nn.Sequential(copy.deepcopy(ref)))
+    fast = model[0]
+    assert fast.kernels_in_training is None
+    layout = torch.channels_last if channels_last else torch.contiguous_format
+    ours = mode != "tf32"
+    opt = torch.optim.SGD(fast.parameters(), lr=0.1)
+    with torch.backends.cudnn.flags(enabled=True, benchmark=False, allow_tf32=True), \
+            torch.autocast("cuda", torch.bfloat16, enabled=autocast):
+        for _ in range(3):
+            with torch.no_grad():
+                ref.weight.copy_(fast.weight)
+                ref.bias.copy_(fast.bias)
+            x = torch.randn(16, 64, 24, 20, device="cuda", dtype=dtype).contiguous(
+                memory_format=layout).requires_grad_()
+            dy = torch.randn(16, 3, 48, 40, device="cuda", dtype=run_dtype).contiguous(
+                memory_format=layout)
+            if ours and not fast.plan_for(x.to(run_dtype)).uses_kernel:
+                pytest.skip(f"the forward's plan here is {fast.plan_for(x).variant}")
+            box = {}
+
+            def run():
+                box["y"] = y = fast(x)
+                box["grads"] = torch.autograd.grad(y, [x, fast.weight, fast.bias], dy)
+
+            names = _kernel_names(run)
+            y, got = box["y"], box["grads"]
+            assert ("ConvTransposeFunction" in y.grad_fn.name()) == ours, y.grad_fn
+            assert (fast.training_backend != planner.ATEN) == (ours and not autocast)
+            assert any("mma_weight_grad_partial" in n for n in names) == ours, names
+            assert any("mma_grad_input" in n for n in names) == ours, names
+            want_y = ref(x)
+            want = torch.autograd.grad(want_y, [x, ref.weight, ref.bias], dy)
+            x64, w64, b64 = (t.detach().double().requires_grad_()
+                             for t in (x, fast.weight, fast.bias))
+            y64 = F.conv_transpose2d(x64, w64, b64, 2, 1)
+            exact = torch.autograd.grad(y64, [x64, w64, b64], dy.double())
+            assert_step_within_bar((y, *got), (want_y, *want), (y64, *exact), run_dtype)
+            for p, g in zip(fast.parameters(), got[1:]):
+                p.grad = g
+            opt.step()
