@@ -140,7 +140,9 @@ def test_a_few_output_channel_layer_trains_on_ours_by_default(mode, channels_las
                 memory_format=layout).requires_grad_()
             dy = torch.randn(16, 3, 48, 40, device="cuda", dtype=run_dtype).contiguous(
                 memory_format=layout)
-            if ours and not fast.plan_for(x.to(run_dtype)).uses_kernel:
+            # (under autocast the call's plan is made for autocast's casts: the kernel names
+            # below say what ran)
+            if ours and not autocast and not fast.plan_for(x).uses_kernel:
                 pytest.skip(f"the forward's plan here is {fast.plan_for(x).variant}")
             box = {}
 
