@@ -125,7 +125,7 @@ at::Tensor direct_gradient(GradientKernel which, const at::Tensor& input,
   p.splits = tiled ? tiled_weight_grad_splits(p, sms)
              : mma ? mma_weight_grad_splits(p, sms)
                    : direct_weight_grad_splits(p, sms);
-  at::Tensor partial = at::empty({direct_weight_grad_workspace_floats(p)},
+  at::Tensor partial = at::empty({weight_grad_workspace_floats(p)},
                                  input.options().dtype(at::kFloat));
   p.partial = partial.data_ptr<float>();
   C10_CUDA_CHECK(tiled ? launch_tiled_weight_grad(p, kind, stream)

@@ -56,9 +56,6 @@ cudaError_t launch_tiled_grad_input(const ConvTranspose2dGradParams& p, ScalarKi
 // How many pixel ranges the weight gradient sums on its own, for `sm_count` SMs.
 int direct_weight_grad_splits(const ConvTranspose2dGradParams& p, int sm_count);
 
-// Floats of p.partial the weight gradient needs.
-int64_t direct_weight_grad_workspace_floats(const ConvTranspose2dGradParams& p);
-
 // dW[ci, co, kh, kw] = sum over pixels of x * dy at the tap's output pixel.
 cudaError_t launch_direct_weight_grad(const ConvTranspose2dGradParams& p, ScalarKind kind,
                                       cudaStream_t stream);
@@ -82,6 +79,9 @@ int mma_weight_grad_splits(const ConvTranspose2dGradParams& p, int sm_count);
 bool mma_weight_grad_fits(const ConvTranspose2dGradParams& p);
 cudaError_t launch_mma_weight_grad(const ConvTranspose2dGradParams& p, ScalarKind kind,
                                    cudaStream_t stream);
+
+// Floats of p.partial a weight gradient needs: p.splits range sums of every column.
+int64_t weight_grad_workspace_floats(const ConvTranspose2dGradParams& p);
 
 // dW from p.partial's p.splits range sums, added in range order (every weight gradient).
 cudaError_t launch_weight_grad_reduce(const ConvTranspose2dGradParams& p, ScalarKind kind,

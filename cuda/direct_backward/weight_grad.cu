@@ -184,7 +184,7 @@ int direct_weight_grad_splits(const ConvTranspose2dGradParams& p, int sm_count) 
   return splits < 1 ? 1 : (int)splits;
 }
 
-int64_t direct_weight_grad_workspace_floats(const ConvTranspose2dGradParams& p) {
+int64_t weight_grad_workspace_floats(const ConvTranspose2dGradParams& p) {
   return (int64_t)p.splits * p.in_channels * weight_grad_columns(p);
 }
 
