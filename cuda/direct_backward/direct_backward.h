@@ -80,6 +80,12 @@ bool mma_weight_grad_fits(const ConvTranspose2dGradParams& p);
 cudaError_t launch_mma_weight_grad(const ConvTranspose2dGradParams& p, ScalarKind kind,
                                    cudaStream_t stream);
 
+// How many pixel ranges a weight gradient kernel of `blocks` blocks a range sums on its own:
+// four waves of `sm_count` SMs where the pixels allow, each range at least `least_pixels`, at
+// most `most` ranges (the reduce adds a column's ranges one after another).
+int pixel_ranges(int64_t blocks, const ConvTranspose2dGradParams& p, int sm_count,
+                 int64_t least_pixels, int64_t most);
+
 // Floats of p.partial a weight gradient needs: p.splits range sums of every column.
 int64_t weight_grad_workspace_floats(const ConvTranspose2dGradParams& p);
 

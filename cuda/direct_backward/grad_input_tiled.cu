@@ -14,6 +14,7 @@
 #include "common/scalar_convert.cuh"
 #include "direct_backward/direct_backward.h"
 #include "direct_backward/register_tile.cuh"
+#include "direct_backward/weight_column.cuh"
 
 namespace deconv_patch {
 namespace {
@@ -27,18 +28,6 @@ constexpr int kThreads = 256;
 constexpr int kStepsPerPart = 4;
 static_assert((kBM / kTM) * (kBN / kTN) == kThreads, "one thread per 4 x 8 outputs");
 static_assert(kBM * kBK == 2 * kThreads && kBN * kBK == 4 * kThreads, "loads per thread");
-
-// k = (co, kh, kw) in the weight's (Cout/g, KH, KW) order.
-struct Tap {
-  int co, kh, kw;
-};
-
-__device__ __forceinline__ Tap tap_of(int k, int kernel_h, int kernel_w) {
-  const int taps = kernel_h * kernel_w;
-  const int co = k / taps, rest = k - co * taps;
-  const int kh = rest / kernel_w;
-  return {co, kh, rest - kh * kernel_w};
-}
 
 template <typename T>
 __global__ void __launch_bounds__(kThreads)

@@ -11,6 +11,7 @@
 
 #include "common/tensor_core_ptx.cuh"
 #include "direct_backward/direct_backward.h"
+#include "direct_backward/weight_column.cuh"
 
 namespace deconv_patch {
 namespace mma_backward {
@@ -35,17 +36,6 @@ inline bool mma_offsets_fit(const ConvTranspose2dGradParams& p) {
          span(p.grad_input_stride, p.in_channels, p.in_h, p.in_w) < limit &&
          span(p.weight_stride, p.out_per_group, p.kernel_h, p.kernel_w) < limit &&
          p.in_h * p.in_w < limit;
-}
-
-// Column k of the weight gradient's (co, kh, kw) order (the weight's, and p.partial's).
-struct Tap {
-  int co, kh, kw;
-};
-__device__ __forceinline__ Tap tap_of(int k, int kernel_h, int kernel_w) {
-  const int taps = kernel_h * kernel_w;
-  const int co = k / taps, rest = k - co * taps;
-  const int kh = rest / kernel_w;
-  return {co, kh, rest - kh * kernel_w};
 }
 
 // How a tensor's offset moves along the input gradient's k: per co, per kw and per kh

@@ -171,17 +171,20 @@ cudaError_t launch_weight_grad_reduce(const ConvTranspose2dGradParams& p, Scalar
       kind, [&](auto zero) { return launch_reduce_typed<decltype(zero)>(p, stream); });
 }
 
-int direct_weight_grad_splits(const ConvTranspose2dGradParams& p, int sm_count) {
-  // Enough blocks for four waves of the GPU, each range at least 256 pixels, and at most 64
-  // ranges: the second kernel adds them one after another.
-  const int64_t blocks = partial_blocks(p);
+int pixel_ranges(int64_t blocks, const ConvTranspose2dGradParams& p, int sm_count,
+                 int64_t least_pixels, int64_t most) {
   if (blocks == 0) return 1;
   const int64_t pixels = p.batch * p.in_h * p.in_w;
   int64_t splits = (4 * (int64_t)sm_count + blocks - 1) / blocks;
-  int64_t most = pixels / 256 > 1 ? pixels / 256 : 1;
-  if (most > 64) most = 64;
+  const int64_t by_pixels = pixels / least_pixels > 1 ? pixels / least_pixels : 1;
+  if (most > by_pixels) most = by_pixels;
   if (splits > most) splits = most;
   return splits < 1 ? 1 : (int)splits;
+}
+
+int direct_weight_grad_splits(const ConvTranspose2dGradParams& p, int sm_count) {
+  // Ranges of at least 256 pixels, at most 64.
+  return pixel_ranges(partial_blocks(p), p, sm_count, 256, 64);
 }
 
 int64_t weight_grad_workspace_floats(const ConvTranspose2dGradParams& p) {

@@ -129,16 +129,7 @@ cudaError_t launch_typed(const ConvTranspose2dGradParams& p, cudaStream_t stream
 }  // namespace
 
 int tiled_weight_grad_splits(const ConvTranspose2dGradParams& p, int sm_count) {
-  // Four waves of blocks where the pixels allow, each range at least 128 pixels, at most 512
-  // ranges (the reduce adds a column's ranges one after another).
-  const int64_t blocks = tile_blocks(p) * p.groups;
-  if (blocks == 0) return 1;
-  const int64_t pixels = p.batch * p.in_h * p.in_w;
-  int64_t splits = (4 * (int64_t)sm_count + blocks - 1) / blocks;
-  int64_t most = pixels / kLeastPixels > 1 ? pixels / kLeastPixels : 1;
-  if (most > kMostSplits) most = kMostSplits;
-  if (splits > most) splits = most;
-  return splits < 1 ? 1 : (int)splits;
+  return pixel_ranges(tile_blocks(p) * p.groups, p, sm_count, kLeastPixels, kMostSplits);
 }
 
 bool tiled_weight_grad_fits(const ConvTranspose2dGradParams& p) {

@@ -166,6 +166,25 @@ def _kernel_names(fn) -> list:
     return [e.name for e in prof.events()]
 
 
+def recorded_step(fast, ref, x: torch.Tensor, dy: torch.Tensor, exact_conv):
+    """One training call of `fast` and of `ref` (an nn.ConvTranspose2d holding fast's parameters)
+    on x with grad_output dy: the CUDA kernels fast's call ran (profiled), then its output and
+    gradients (x, weight, bias), ref's, and float64's (`exact_conv(x, w, b)`)."""
+    box = {}
+
+    def run():
+        box["y"] = y = fast(x)
+        box["grads"] = torch.autograd.grad(y, [x, fast.weight, fast.bias], dy)
+
+    names = _kernel_names(run)
+    want_y = ref(x)
+    want = torch.autograd.grad(want_y, [x, ref.weight, ref.bias], dy)
+    x64, w64, b64 = (t.detach().double().requires_grad_() for t in (x, fast.weight, fast.bias))
+    y64 = exact_conv(x64, w64, b64)
+    exact = torch.autograd.grad(y64, [x64, w64, b64], dy.double())
+    return names, (box["y"], *box["grads"]), (want_y, *want), (y64, *exact)
+
+
 @pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "nhwc"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_a_training_step_with_kernels_in_training_runs_them(dtype, channels_last):
@@ -242,30 +261,18 @@ def test_a_layer_without_a_cudnn_kernel_trains_on_ours_by_default(mode, channels
                 memory_format=layout)
             if ours and not fast.plan_for(x).uses_kernel:
                 pytest.skip(f"the forward's plan here is {fast.plan_for(x).variant}")
-            box = {}
-
-            def run():
-                box["y"] = y = fast(x)
-                box["grads"] = torch.autograd.grad(y, [x, fast.weight, fast.bias], dy)
-
-            names = _kernel_names(run)
-            y, got = box["y"], box["grads"]
-            assert ("ConvTransposeFunction" in y.grad_fn.name()) == ours, y.grad_fn
+            names, got, want, exact = recorded_step(
+                fast, ref, x, dy, lambda x, w, b: F.conv_transpose2d(x, w, b, 1, 1, 1, 1, 2))
+            assert ("ConvTransposeFunction" in got[0].grad_fn.name()) == ours, got[0].grad_fn
             assert (fast.training_backend != planner.ATEN) == ours, fast.training_backend
             kind = {"bf16": "mma", "fp32-strict": "tiled"}.get(mode, "none")
             assert any(f"{kind}_weight_grad_partial" in n for n in names) == ours, names
             assert any(f"{kind}_grad_input" in n for n in names) == ours, names
-            want_y = ref(x)
-            want = torch.autograd.grad(want_y, [x, ref.weight, ref.bias], dy)
-            x64, w64, b64 = (t.detach().double().requires_grad_()
-                             for t in (x, fast.weight, fast.bias))
-            y64 = F.conv_transpose2d(x64, w64, b64, 1, 1, 1, 1, 2)
-            exact = torch.autograd.grad(y64, [x64, w64, b64], dy.double())
-            assert_step_within_bar((y, *got), (want_y, *want), (y64, *exact), dtype)
+            assert_step_within_bar(got, want, exact, dtype)
             # (ATen's native kernel gives a channels_last input an NCHW gradient; ours keeps
             # the input's layout)
-            assert got[0].stride() in (want[0].stride(), x.stride())
-            for p, g in zip(fast.parameters(), got[1:]):
+            assert got[1].stride() in (want[1].stride(), x.stride())
+            for p, g in zip(fast.parameters(), got[2:]):
                 p.grad = g
             opt.step()
 

@@ -17,7 +17,7 @@ import deconv_patch
 from deconv_patch.kernels import planner
 from deconv_patch.kernels.extension import load_units
 from tests.gpu.test_direct_backward import CASES as DIRECT_CASES
-from tests.gpu.test_direct_backward import Case, _aten, _kernel_names, _poison, _tensors
+from tests.gpu.test_direct_backward import Case, _aten, _poison, _tensors, recorded_step
 from tests.helpers import allowed_error, assert_step_within_bar, max_error
 
 pytestmark = pytest.mark.cuda
@@ -144,25 +144,13 @@ def test_a_few_output_channel_layer_trains_on_ours_by_default(mode, channels_las
             # below say what ran)
             if ours and not autocast and not fast.plan_for(x).uses_kernel:
                 pytest.skip(f"the forward's plan here is {fast.plan_for(x).variant}")
-            box = {}
-
-            def run():
-                box["y"] = y = fast(x)
-                box["grads"] = torch.autograd.grad(y, [x, fast.weight, fast.bias], dy)
-
-            names = _kernel_names(run)
-            y, got = box["y"], box["grads"]
-            assert ("ConvTransposeFunction" in y.grad_fn.name()) == ours, y.grad_fn
+            names, got, want, exact = recorded_step(
+                fast, ref, x, dy, lambda x, w, b: F.conv_transpose2d(x, w, b, 2, 1))
+            assert ("ConvTransposeFunction" in got[0].grad_fn.name()) == ours, got[0].grad_fn
             assert (fast.training_backend != planner.ATEN) == (ours and not autocast)
             assert any("mma_weight_grad_partial" in n for n in names) == ours, names
             assert any("mma_grad_input" in n for n in names) == ours, names
-            want_y = ref(x)
-            want = torch.autograd.grad(want_y, [x, ref.weight, ref.bias], dy)
-            x64, w64, b64 = (t.detach().double().requires_grad_()
-                             for t in (x, fast.weight, fast.bias))
-            y64 = F.conv_transpose2d(x64, w64, b64, 2, 1)
-            exact = torch.autograd.grad(y64, [x64, w64, b64], dy.double())
-            assert_step_within_bar((y, *got), (want_y, *want), (y64, *exact), run_dtype)
-            for p, g in zip(fast.parameters(), got[1:]):
+            assert_step_within_bar(got, want, exact, run_dtype)
+            for p, g in zip(fast.parameters(), got[2:]):
                 p.grad = g
             opt.step()
