@@ -62,6 +62,15 @@ def _aten(x, w, dy, case: Case, mask) -> Tuple[torch.Tensor, ...]:
                                                list(op), g, mask)
 
 
+def assert_gradient(got: torch.Tensor, like: torch.Tensor, exact: torch.Tensor,
+                    pytorch: torch.Tensor, dtype: torch.dtype) -> None:
+    """A gradient with `like`'s sizes and strides, in `dtype`, finite, and within the bar
+    against float64 (`exact`) given PyTorch's own error."""
+    assert got.shape == like.shape and got.dtype == dtype and got.stride() == like.stride()
+    assert torch.isfinite(got).all()
+    assert max_error(got, exact) <= allowed_error(max_error(pytorch, exact), exact, dtype)
+
+
 def _poison(numel: int) -> None:
     """Leaves the caching allocator a just-freed block of NaN of `numel` floats."""
     torch.full((numel,), float("nan"), device="cuda")
@@ -85,21 +94,10 @@ def test_gradients_against_float64(core, case, dtype, channels_last):
         _poison(4 * w.numel() * 512)
         got_tiled_w = core.tiled_weight_grad(x, dy, w, *hyper)
     ref_x, ref_w, _ = _aten(x.double(), w.double(), dy.double(), case, [True, True, False])
-    assert got_tiled_w.shape == w.shape and got_tiled_w.dtype == dtype and \
-        got_tiled_w.stride() == w.stride()
-    assert torch.isfinite(got_tiled_w).all()
-    assert max_error(got_tiled_w, ref_w) <= \
-        allowed_error(max_error(pytorch_w, ref_w), ref_w, dtype)
-    assert got_tiled.shape == x.shape and got_tiled.dtype == dtype and \
-        got_tiled.stride() == x.stride()
-    assert torch.isfinite(got_tiled).all()
-    assert max_error(got_tiled, ref_x) <= \
-        allowed_error(max_error(pytorch_x, ref_x), ref_x, dtype)
-    assert got_x.shape == x.shape and got_x.dtype == dtype and got_x.stride() == x.stride()
-    assert got_w.shape == w.shape and got_w.dtype == dtype and got_w.stride() == w.stride()
-    assert torch.isfinite(got_x).all() and torch.isfinite(got_w).all()
-    assert max_error(got_x, ref_x) <= allowed_error(max_error(pytorch_x, ref_x), ref_x, dtype)
-    assert max_error(got_w, ref_w) <= allowed_error(max_error(pytorch_w, ref_w), ref_w, dtype)
+    assert_gradient(got_tiled_w, w, ref_w, pytorch_w, dtype)
+    assert_gradient(got_tiled, x, ref_x, pytorch_x, dtype)
+    assert_gradient(got_x, x, ref_x, pytorch_x, dtype)
+    assert_gradient(got_w, w, ref_w, pytorch_w, dtype)
 
 
 def test_strided_views_are_read_in_place(core):

@@ -17,7 +17,8 @@ import deconv_patch
 from deconv_patch.kernels import planner
 from deconv_patch.kernels.extension import load_units
 from tests.gpu.test_direct_backward import CASES as DIRECT_CASES
-from tests.gpu.test_direct_backward import Case, _aten, _poison, _tensors, recorded_step
+from tests.gpu.test_direct_backward import Case, _aten, _poison, _tensors, assert_gradient, \
+    recorded_step
 from tests.helpers import allowed_error, assert_step_within_bar, max_error
 
 pytestmark = pytest.mark.cuda
@@ -54,11 +55,8 @@ def test_gradients_against_float64(core, case, dtype, channels_last):
     _poison(4 * w.numel() * 512)
     got_w = core.mma_weight_grad(x, dy, w, *hyper)
     ref_x, ref_w, _ = _aten(x.double(), w.double(), dy.double(), case, [True, True, False])
-    assert got_x.shape == x.shape and got_x.dtype == dtype and got_x.stride() == x.stride()
-    assert got_w.shape == w.shape and got_w.dtype == dtype and got_w.stride() == w.stride()
-    assert torch.isfinite(got_x).all() and torch.isfinite(got_w).all()
-    assert max_error(got_x, ref_x) <= allowed_error(max_error(pytorch_x, ref_x), ref_x, dtype)
-    assert max_error(got_w, ref_w) <= allowed_error(max_error(pytorch_w, ref_w), ref_w, dtype)
+    assert_gradient(got_x, x, ref_x, pytorch_x, dtype)
+    assert_gradient(got_w, w, ref_w, pytorch_w, dtype)
 
 
 def test_strided_operands_are_read_in_place(core):
