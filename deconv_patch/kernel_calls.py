@@ -370,8 +370,8 @@ def kernel_call(variant: str, input: torch.Tensor, weight: torch.Tensor,
     # C++ (cuda/binding/prepared_call.cpp): everything above fixed, so a call converts three
     # tensors.
     family = kernels.BY_NAME[kernel]
-    # A recorded call's gradients (kernels_in_training): the direct or tiled backward kernels,
-    # or ATen's.
+    # A recorded call's gradients (kernels_in_training): the direct, tiled or mma backward
+    # kernels, or ATen's.
     backward = planner.backward_plan(
         input.device, input.dtype, weight.shape, args,
         channels_last and x.is_contiguous(memory_format=torch.channels_last))

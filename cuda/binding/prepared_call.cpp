@@ -10,7 +10,7 @@
 //                   its version counter changes; inside a CUDA graph being captured or warmed up
 //                   it packs per call.
 //                   A call autograd records runs it as a node whose backward is the
-//                   planner's per gradient: ATen's, or the direct or tiled backward kernels
+//                   planner's per gradient: ATen's, or the direct, tiled or mma backward kernels
 //                   (binding/recorded_call.cpp).
 //   ModuleFastPath  a FastConvTranspose2d's last call geometry. An identical call (same sizes,
 //                   strides, dtypes, devices, cuDNN flags) made where the module's Python path

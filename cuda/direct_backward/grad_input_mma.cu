@@ -2,11 +2,12 @@
 //     dx[p, c] = sum over k of G[p, k] * W[c, k],
 // p an input pixel (n, ih, iw), c an input channel of the group, k = (kh, kw, co) (tap-major:
 // see TapWalk) and G[p, k] = dy[n, g*Cout/g + co, ih*stride - pad + kh*dil, iw*stride - pad +
-// kw*dil] (0 outside dy): an implicit GEMM. A block computes 128 pixels x 64 channels, 32 k a step: each thread
-// gathers the next step's 16 values of G (one pixel, 16 consecutive k) and 8 of the weight into
-// registers while the warps (4 x 2, 32 x 32 outputs each) multiply the current step's shared
-// tiles with mma.sync. For layers with few channels per group or few taps, where cuDNN's input
-// gradient runs far from its floor. Any strides.
+// kw*dil] (0 outside dy): an implicit GEMM. A block computes 128 pixels x 64 channels, 32 k a
+// step: each thread gathers the next step's 16 values of G (one pixel, 16 consecutive k) and 8
+// of the weight into registers while the warps (4 x 2, 32 x 32 outputs each) multiply the
+// current step's shared tiles with mma.sync. For layers with few output channels per group,
+// where cuDNN's input gradient runs far from its floor, and layers without a cuDNN kernel.
+// Any strides.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -72,7 +73,8 @@ mma_grad_input_kernel(const ConvTranspose2dGradParams p) {
     int k = k0 + a_k;
     t.start(k, dy_taps);
     auto inside = [&] {
-      return a_ok && (unsigned)(oh0 + t.dh) < (unsigned)OH && (unsigned)(ow0 + t.dw) < (unsigned)OW;
+      return a_ok && (unsigned)(oh0 + t.dh) < (unsigned)OH &&
+             (unsigned)(ow0 + t.dw) < (unsigned)OW;
     };
     bool tap_in = inside();
     uint16_t v[kAPerThread];
