@@ -240,7 +240,7 @@ def optimize(
             faster). None (default): only where that measured faster: layers planned on the
             grouped kernel (depthwise and grouped layers), layers cuDNN has no kernel for
             (output_padding >= stride) outside fp32 with TF32, and 16-bit layers with 1-4
-            output channels per group (their gradients on our tensor-core kernels); elsewhere
+            output channels and no groups (their gradients on our tensor-core kernels); elsewhere
             it did not make every training step faster (docs/performance/training.md). True:
             in every layer. False: in none.
 

@@ -35,7 +35,7 @@ _UNRECORDED_CALLS = "deconv_patch's kernels run the calls without gradients."
 TRAINING_DEFAULT_NOTE = (
     f"{_RECORDED_CALLS}, except in depthwise and grouped layers planned on the grouped kernel, "
     "in layers cuDNN has no kernel for (output_padding >= stride) outside fp32 with TF32, "
-    "and in 16-bit layers with 1-4 output channels per group, "
+    "and in 16-bit layers with 1-4 output channels and no groups, "
     "which train faster on ours: their recorded calls run the planned kernels, forward and "
     "backward; "
     f"{_UNRECORDED_CALLS}"

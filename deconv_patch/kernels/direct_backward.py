@@ -11,8 +11,8 @@ gradient, from what was measured against PyTorch's (docs/kernels.md#direct_backw
 * layers cuDNN has no kernel for (output_padding >= stride), where ATen runs its native
   im2col kernels, with few enough multiply-adds per pixel: in 16-bit the mma kernels; in fp32
   the tiled weight gradient, and with fp32 GEMMs the tiled input gradient;
-* in 16-bit, layers with a few output channels per group and many input channels (DCGAN's RGB
-  output, FSRCNN's last layer), where cuDNN's gradients run far from their floor: the mma
+* in 16-bit, layers without groups with a few output channels and many input channels (DCGAN's
+  RGB output, FSRCNN's last layer), where cuDNN's gradients run far from their floor: the mma
   kernels.
 Elsewhere cuDNN's tensor cores, or the tensor-core GEMMs of ATen's native kernels on the larger
 layers, were faster, and ATen's backward runs.
@@ -41,11 +41,12 @@ MAX_TILED_INPUT_MACS = 73728
 # The same for the mma kernels in 16-bit, both gradients (36,864 won or tied; 73,728 lost the
 # input gradient).
 MAX_MMA_MACS = 36864
-# Layers with a cuDNN kernel whose gradients the mma kernels take in 16-bit: at most this many
-# output channels per group (the input gradient is a convolution over them, few for cuDNN's
-# tiles) and at least this many input channels per group (the kernels' 64-channel tiles).
-MAX_MMA_OUT_PER_GROUP = 4
-MIN_MMA_IN_PER_GROUP = 32
+# Layers with a cuDNN kernel whose gradients the mma kernels take in 16-bit: without groups
+# (every such layer measured was dense), at most this many output channels (the input gradient
+# is a convolution over them, few for cuDNN's tiles) and at least this many input channels (the
+# kernels' 64-channel tiles).
+MAX_MMA_OUT_CHANNELS = 4
+MIN_MMA_IN_CHANNELS = 32
 _SIXTEEN_BIT = (torch.float16, torch.bfloat16)
 
 
@@ -63,8 +64,8 @@ def _depthwise(weight_shape: Sequence[int], args: ConvTransposeArgs) -> bool:
 def few_output_channels(weight_shape: Sequence[int], args: ConvTransposeArgs) -> bool:
     """A layer with a cuDNN kernel whose two gradients the mma kernels take in 16-bit."""
     cin, out_per_group, _, _ = weight_shape
-    return (not args.without_cudnn and out_per_group <= MAX_MMA_OUT_PER_GROUP
-            and cin // args.groups >= MIN_MMA_IN_PER_GROUP)
+    return (not args.without_cudnn and args.groups == 1
+            and out_per_group <= MAX_MMA_OUT_CHANNELS and cin >= MIN_MMA_IN_CHANNELS)
 
 
 def _mma_without_cudnn(weight_shape: Sequence[int], args: ConvTransposeArgs,
@@ -87,8 +88,8 @@ def weight_grad_kernel(weight_shape: Sequence[int], args: ConvTransposeArgs,
         return TILED_NAME, ("output_padding >= stride (no cuDNN kernel): the tiled weight "
                             "gradient measured faster than ATen's native one")
     if dtype in _SIXTEEN_BIT and few_output_channels(weight_shape, args):
-        return MMA_NAME, ("few output channels per group, 16-bit: the tensor-core weight "
-                          "gradient measured faster than cuDNN's")
+        return MMA_NAME, ("few output channels, 16-bit: the tensor-core weight gradient "
+                          "measured faster than cuDNN's")
     return None
 
 
@@ -105,8 +106,8 @@ def grad_input_kernel(weight_shape: Sequence[int], args: ConvTransposeArgs, dtyp
         return MMA_NAME, ("output_padding >= stride (no cuDNN kernel), 16-bit: the tensor-core "
                           "input gradient measured faster than ATen's native one")
     if dtype in _SIXTEEN_BIT and few_output_channels(weight_shape, args):
-        return MMA_NAME, ("few output channels per group, 16-bit: the tensor-core input "
-                          "gradient measured faster than cuDNN's")
+        return MMA_NAME, ("few output channels, 16-bit: the tensor-core input gradient "
+                          "measured faster than cuDNN's")
     if args.without_cudnn and dtype == torch.float32 and not torch._C._get_cublas_allow_tf32() \
             and _macs_per_pixel(weight_shape, args) <= MAX_TILED_INPUT_MACS:
         # (where ATen's native GEMMs run on tensor cores, 16-bit or TF32, they measured faster)

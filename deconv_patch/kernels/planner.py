@@ -411,7 +411,7 @@ def trains_on_kernel(variant: str, dtype: torch.dtype, args: ConvTransposeArgs,
     * any kernel of ours on a layer cuDNN has no kernel for (output_padding >= stride), where
       PyTorch's forward and backward are its native im2col kernels, except fp32 with TF32: there
       our forward would be TF32 where ATen's native GEMMs are fp32;
-    * any kernel of ours in 16-bit on a layer with a few output channels per group and many
+    * any kernel of ours in 16-bit on a layer without groups with a few output channels and many
       input channels (direct_backward.few_output_channels), whose gradients both run on the
       tensor-core backward kernels.
     Elsewhere other kernels' training steps were not faster on every model: their recorded calls
@@ -440,8 +440,9 @@ def may_train_on_kernel(in_channels: int, out_channels: int, groups: int,
     sixteen_bit = dtype != torch.float32 or torch.is_autocast_enabled("cuda")
     if output_padding_reaches_stride(output_padding, stride):
         return sixteen_bit or not torch._C._get_cudnn_allow_tf32()
-    return sixteen_bit and out_channels // groups <= direct_backward.MAX_MMA_OUT_PER_GROUP \
-        and in_channels // groups >= direct_backward.MIN_MMA_IN_PER_GROUP
+    return sixteen_bit and groups == 1 and \
+        out_channels <= direct_backward.MAX_MMA_OUT_CHANNELS and \
+        in_channels >= direct_backward.MIN_MMA_IN_CHANNELS
 
 
 def _grouped_kernel_layer(groups: int, channels: Optional[Tuple[int, int]]) -> bool:

@@ -108,6 +108,7 @@ def test_summary_says_where_training_runs_pytorch():
     (64, 32, 1, (1, 1), 1, True, True),       # dense, output_padding >= stride: no cuDNN kernel
     (64, 3, 1, (2, 2), 0, True, False),       # 3 out, 64 in: the tensor-core gradients, 16-bit
     (16, 3, 1, (2, 2), 0, False, False),      # 3 out, 16 in
+    (128, 4, 2, (2, 2), 0, False, False),     # 2 out, 64 in per group: grouped, unmeasured
 ])
 def test_only_grouped_cudnn_less_and_few_output_layers_may_train_on_kernels_by_default(
         in_channels, out_channels, groups, stride, output_padding, may, strict):

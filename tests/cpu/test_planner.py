@@ -691,14 +691,15 @@ def test_fp32_strict_untimed_defaults_on_hopper(capability, channels_last):
 # The measured rule: direct kernels for depthwise layers; where cuDNN has no kernel
 # (output_padding >= stride), up to a number of multiply-adds per pixel, the mma kernels in
 # 16-bit (36,864) and the tiled ones in fp32 (weight gradient: 36,864; input gradient, with fp32
-# GEMMs: 73,728); the mma kernels in 16-bit on layers with at most 4 output and at least 32 input
-# channels per group; ATen's elsewhere.
+# GEMMs: 73,728); the mma kernels in 16-bit on layers without groups with at most 4 output and at
+# least 32 input channels; ATen's elsewhere.
 @pytest.mark.parametrize("weight_shape,stride,padding,output_padding,groups,kind", [
     ((64, 1, 4, 4), (2, 2), (1, 1), (0, 0), 64, "depthwise"),
     ((32, 1, 3, 3), (1, 1), (1, 1), (0, 0), 32, "depthwise"),     # k3 s1
     ((64, 3, 4, 4), (2, 2), (1, 1), (0, 0), 1, "few out"),        # DCGAN's RGB output
     ((56, 1, 9, 9), (3, 3), (4, 4), (2, 2), 1, "few out"),        # FSRCNN
-    ((128, 4, 4, 4), (2, 2), (1, 1), (0, 0), 2, "few out"),       # 64 in, 4 out per group
+    ((64, 4, 4, 4), (2, 2), (1, 1), (0, 0), 1, "few out"),        # 4 out
+    ((128, 4, 4, 4), (2, 2), (1, 1), (0, 0), 2, "aten"),          # 64 in, 4 out per group
     ((64, 5, 4, 4), (2, 2), (1, 1), (0, 0), 1, "aten"),           # 5 out
     ((16, 3, 4, 4), (2, 2), (1, 1), (0, 0), 1, "aten"),           # 16 in
     ((16, 4, 3, 3), (1, 1), (1, 1), (1, 1), 1, "no cudnn"),       # output_padding >= stride

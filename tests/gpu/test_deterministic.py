@@ -3,7 +3,7 @@ repeat bit for bit. The forward kernels reduce in a fixed order (no atomics), so
 mode needs no other plan. With kernels_in_training=False a training step's recorded calls run
 PyTorch's convolution, so its gradients are the original model's, bit for bit; by default (the
 grouped kernel's layers, layers cuDNN has no kernel for outside fp32 with TF32, and 16-bit layers
-with few output channels per group) and with kernels_in_training=True they run our kernels, with
+with few output channels) and with kernels_in_training=True they run our kernels, with
 the planned backward (the direct, tiled and mma weight gradients add in a fixed order too), and
 repeat bit for bit."""
 
