@@ -18,6 +18,8 @@ import numpy as np
 import pytest
 import torch
 
+from tests.emulation.test_direct_backward_emulation import _tensors as direct_tensors
+
 pytestmark = [pytest.mark.emulation, pytest.mark.extended]
 
 THREADS, STEP = 256, 32
@@ -34,14 +36,9 @@ CASES = [
 
 
 def _tensors(case, channels_last: bool, seed: int):
-    n, cin, cout, hw, k, s, p, op, d, g = case
-    gen = torch.Generator().manual_seed(seed)
-    x = torch.randn(n, cin, *hw, generator=gen, dtype=torch.float64)
-    w = torch.randn(cin, cout // g, *k, generator=gen, dtype=torch.float64)
-    out = torch.nn.functional.conv_transpose2d(x, w, None, s, p, op, g, d)
-    dy = torch.randn(out.shape, generator=gen, dtype=torch.float64)
+    x, w, dy = direct_tensors(case, seed)
     if channels_last:
-        x, dy, w = (t.contiguous(memory_format=torch.channels_last) for t in (x, dy, w))
+        x, w, dy = (t.contiguous(memory_format=torch.channels_last) for t in (x, w, dy))
     return x, w, dy
 
 
