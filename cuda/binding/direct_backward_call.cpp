@@ -80,18 +80,16 @@ int sm_count(int device) {
   return value;
 }
 
-at::Tensor direct_gradient(GradientKernel which, const at::Tensor& input,
-                           const at::Tensor& grad_output, const at::Tensor& weight,
-                           at::IntArrayRef stride, at::IntArrayRef padding,
-                           at::IntArrayRef dilation, int64_t groups) {
+at::Tensor compute_gradient(Gradient which, GradientKernel kernel, const at::Tensor& input,
+                            const at::Tensor& grad_output, const at::Tensor& weight,
+                            at::IntArrayRef stride, at::IntArrayRef padding,
+                            at::IntArrayRef dilation, int64_t groups) {
   const ScalarKind kind =
       checked_kind(input, grad_output, weight, stride, padding, dilation, groups);
   const c10::cuda::CUDAGuard guard(input.device());
-  const bool of_input = which == GradientKernel::kDirectInput ||
-                        which == GradientKernel::kTiledInput ||
-                        which == GradientKernel::kMmaInput;
-  const bool mma = which == GradientKernel::kMmaInput || which == GradientKernel::kMmaWeight;
-  refuse_unless(!mma || kind != ScalarKind::kFloat32, "float16 or bfloat16 (tensor-core kernels)");
+  const bool of_input = which == Gradient::kInput;
+  refuse_unless(kernel != GradientKernel::kMma || kind != ScalarKind::kFloat32,
+                "float16 or bfloat16 (tensor-core kernels)");
   at::Tensor grad = at::empty_like(of_input ? input : weight, at::MemoryFormat::Preserve);
   if (grad.numel() == 0) return grad;
   if (!of_input && (input.numel() == 0 || grad_output.numel() == 0)) return grad.zero_();
@@ -101,94 +99,103 @@ at::Tensor direct_gradient(GradientKernel which, const at::Tensor& input,
   if (of_input) {
     p.grad_input = grad.data_ptr();
     for (int d = 0; d < 4; ++d) p.grad_input_stride[d] = grad.stride(d);
-    if (which == GradientKernel::kTiledInput) {
-      refuse_unless(tiled_grad_input_fits(p), "a grid the tiled input gradient can launch");
-      C10_CUDA_CHECK(launch_tiled_grad_input(p, kind, stream));
-    } else if (mma) {
-      refuse_unless(mma_grad_input_fits(p), "a grid the tensor-core input gradient can launch");
-      C10_CUDA_CHECK(launch_mma_grad_input(p, kind, stream));
-    } else {
-      C10_CUDA_CHECK(launch_direct_grad_input(p, kind, stream));
+    switch (kernel) {
+      case GradientKernel::kDirect:
+        C10_CUDA_CHECK(launch_direct_grad_input(p, kind, stream));
+        break;
+      case GradientKernel::kTiled:
+        refuse_unless(tiled_grad_input_fits(p), "a grid the tiled input gradient can launch");
+        C10_CUDA_CHECK(launch_tiled_grad_input(p, kind, stream));
+        break;
+      case GradientKernel::kMma:
+        refuse_unless(mma_grad_input_fits(p), "a grid the tensor-core input gradient can launch");
+        C10_CUDA_CHECK(launch_mma_grad_input(p, kind, stream));
+        break;
     }
     return grad;
   }
   p.grad_weight = grad.data_ptr();
   for (int d = 0; d < 4; ++d) p.grad_weight_stride[d] = grad.stride(d);
-  const bool tiled = which == GradientKernel::kTiledWeight;
-  if (tiled) {
-    refuse_unless(tiled_weight_grad_fits(p), "a grid the tiled weight gradient can launch");
-  }
-  if (mma) {
-    refuse_unless(mma_weight_grad_fits(p), "a grid the tensor-core weight gradient can launch");
-  }
   const int sms = sm_count(input.get_device());
-  p.splits = tiled ? tiled_weight_grad_splits(p, sms)
-             : mma ? mma_weight_grad_splits(p, sms)
-                   : direct_weight_grad_splits(p, sms);
+  switch (kernel) {
+    case GradientKernel::kDirect:
+      p.splits = direct_weight_grad_splits(p, sms);
+      break;
+    case GradientKernel::kTiled:
+      refuse_unless(tiled_weight_grad_fits(p), "a grid the tiled weight gradient can launch");
+      p.splits = tiled_weight_grad_splits(p, sms);
+      break;
+    case GradientKernel::kMma:
+      refuse_unless(mma_weight_grad_fits(p), "a grid the tensor-core weight gradient can launch");
+      p.splits = mma_weight_grad_splits(p, sms);
+      break;
+  }
   at::Tensor partial = at::empty({weight_grad_workspace_floats(p)},
                                  input.options().dtype(at::kFloat));
   p.partial = partial.data_ptr<float>();
-  C10_CUDA_CHECK(tiled ? launch_tiled_weight_grad(p, kind, stream)
-                 : mma ? launch_mma_weight_grad(p, kind, stream)
-                       : launch_direct_weight_grad(p, kind, stream));
+  switch (kernel) {
+    case GradientKernel::kDirect:
+      C10_CUDA_CHECK(launch_direct_weight_grad(p, kind, stream));
+      break;
+    case GradientKernel::kTiled:
+      C10_CUDA_CHECK(launch_tiled_weight_grad(p, kind, stream));
+      break;
+    case GradientKernel::kMma:
+      C10_CUDA_CHECK(launch_mma_weight_grad(p, kind, stream));
+      break;
+  }
   return grad;
 }
 
-template <GradientKernel G>
+template <Gradient G, GradientKernel K>
 at::Tensor gradient_or_undefined(const at::Tensor& input, const at::Tensor& grad_output,
                                  const at::Tensor& weight, at::IntArrayRef stride,
                                  at::IntArrayRef padding, at::IntArrayRef dilation,
                                  int64_t groups) {
   try {
-    return gradient<G>(input, grad_output, weight, stride, padding, dilation, groups);
+    return gradient<G, K>(input, grad_output, weight, stride, padding, dilation, groups);
   } catch (const KernelRefused&) {
     return at::Tensor();
   }
 }
 
+template <Gradient G>
+KernelGradient kernel_gradient(GradientKernel kernel) {
+  switch (kernel) {
+    case GradientKernel::kDirect: return &gradient_or_undefined<G, GradientKernel::kDirect>;
+    case GradientKernel::kTiled: return &gradient_or_undefined<G, GradientKernel::kTiled>;
+    case GradientKernel::kMma: return &gradient_or_undefined<G, GradientKernel::kMma>;
+  }
+  return nullptr;
+}
+
 }  // namespace
 
-template <GradientKernel G>
+template <Gradient G, GradientKernel K>
 at::Tensor gradient(const at::Tensor& input, const at::Tensor& grad_output,
                     const at::Tensor& weight, at::IntArrayRef stride, at::IntArrayRef padding,
                     at::IntArrayRef dilation, int64_t groups) {
-  return direct_gradient(G, input, grad_output, weight, stride, padding, dilation, groups);
+  return compute_gradient(G, K, input, grad_output, weight, stride, padding, dilation, groups);
 }
 
-template at::Tensor gradient<GradientKernel::kDirectInput>(
-    const at::Tensor&, const at::Tensor&, const at::Tensor&, at::IntArrayRef, at::IntArrayRef,
-    at::IntArrayRef, int64_t);
-template at::Tensor gradient<GradientKernel::kTiledInput>(
-    const at::Tensor&, const at::Tensor&, const at::Tensor&, at::IntArrayRef, at::IntArrayRef,
-    at::IntArrayRef, int64_t);
-template at::Tensor gradient<GradientKernel::kMmaInput>(
-    const at::Tensor&, const at::Tensor&, const at::Tensor&, at::IntArrayRef, at::IntArrayRef,
-    at::IntArrayRef, int64_t);
-template at::Tensor gradient<GradientKernel::kDirectWeight>(
-    const at::Tensor&, const at::Tensor&, const at::Tensor&, at::IntArrayRef, at::IntArrayRef,
-    at::IntArrayRef, int64_t);
-template at::Tensor gradient<GradientKernel::kTiledWeight>(
-    const at::Tensor&, const at::Tensor&, const at::Tensor&, at::IntArrayRef, at::IntArrayRef,
-    at::IntArrayRef, int64_t);
-template at::Tensor gradient<GradientKernel::kMmaWeight>(
-    const at::Tensor&, const at::Tensor&, const at::Tensor&, at::IntArrayRef, at::IntArrayRef,
-    at::IntArrayRef, int64_t);
+#define DECONV_PATCH_GRADIENT(G, K)                                                       \
+  template at::Tensor gradient<Gradient::G, GradientKernel::K>(                           \
+      const at::Tensor&, const at::Tensor&, const at::Tensor&, at::IntArrayRef,           \
+      at::IntArrayRef, at::IntArrayRef, int64_t);
+DECONV_PATCH_GRADIENT(kInput, kDirect)
+DECONV_PATCH_GRADIENT(kInput, kTiled)
+DECONV_PATCH_GRADIENT(kInput, kMma)
+DECONV_PATCH_GRADIENT(kWeight, kDirect)
+DECONV_PATCH_GRADIENT(kWeight, kTiled)
+DECONV_PATCH_GRADIENT(kWeight, kMma)
+#undef DECONV_PATCH_GRADIENT
 
 KernelGradient gradient_kernel(bool of_input, int64_t code) {
-  using K = GradientKernel;
-  switch (code) {
-    case 0: return nullptr;
-    case 1:
-      return of_input ? &gradient_or_undefined<K::kDirectInput>
-                      : &gradient_or_undefined<K::kDirectWeight>;
-    case 2:
-      return of_input ? &gradient_or_undefined<K::kTiledInput>
-                      : &gradient_or_undefined<K::kTiledWeight>;
-    case 3:
-      return of_input ? &gradient_or_undefined<K::kMmaInput>
-                      : &gradient_or_undefined<K::kMmaWeight>;
-  }
-  TORCH_CHECK(false, "deconv_patch: unknown backward kernel code ", code);
+  if (code == 0) return nullptr;
+  TORCH_CHECK(code >= 1 && code <= 3, "deconv_patch: unknown backward kernel code ", code);
+  const auto kernel = static_cast<GradientKernel>(code);
+  return of_input ? kernel_gradient<Gradient::kInput>(kernel)
+                  : kernel_gradient<Gradient::kWeight>(kernel);
 }
 
 }  // namespace deconv_patch

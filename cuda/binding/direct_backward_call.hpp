@@ -10,23 +10,20 @@
 
 namespace deconv_patch {
 
-// Which gradient, on which kernel: the input's (dx, in input's dtype and layout) or the weight's
-// (dW, in weight's; deterministic), one thread per element / 16 columns (direct) or a GEMM per
-// group on CUDA cores (tiled: direct_backward/grad_input_tiled.cu, weight_grad_tiled.cu) or on
-// tensor cores (mma: grad_input_mma.cu, weight_grad_mma.cu; float16 and bfloat16 only).
-enum class GradientKernel {
-  kDirectInput,
-  kTiledInput,
-  kMmaInput,
-  kDirectWeight,
-  kTiledWeight,
-  kMmaWeight
-};
+// Which gradient: the input's (dx, in input's dtype and layout) or the weight's (dW, in
+// weight's; deterministic).
+enum class Gradient { kInput, kWeight };
+
+// On which kernel, numbered as the planner's codes (0 is ATen's): one thread per element / 16
+// columns (direct), a GEMM per group on CUDA cores (tiled: direct_backward/grad_input_tiled.cu,
+// weight_grad_tiled.cu) or on tensor cores (mma: grad_input_mma.cu, weight_grad_mma.cu;
+// float16 and bfloat16 only).
+enum class GradientKernel { kDirect = 1, kTiled = 2, kMma = 3 };
 
 // That gradient of conv_transpose2d(input, weight, stride, padding, output_padding, groups,
 // dilation) producing grad_output's sizes. 4-D CUDA tensors of one dtype (float32, float16,
-// bfloat16); throws KernelRefused otherwise. (Instantiated for each GradientKernel.)
-template <GradientKernel G>
+// bfloat16); throws KernelRefused otherwise. (Instantiated for each pair.)
+template <Gradient G, GradientKernel K>
 at::Tensor gradient(const at::Tensor& input, const at::Tensor& grad_output,
                     const at::Tensor& weight, at::IntArrayRef stride, at::IntArrayRef padding,
                     at::IntArrayRef dilation, int64_t groups);

@@ -70,37 +70,36 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "The weight in a family's packed layout", py::arg("family"), py::arg("weight"),
         py::arg("stride"), py::arg("padding"), py::arg("output_padding"), py::arg("dilation"),
         py::arg("groups"), py::arg("allow_tf32"));
+  // The backward kernels' gradients, each taking the same arguments.
+  using deconv_patch::Gradient;
   using deconv_patch::GradientKernel;
-  m.def("direct_grad_input", &deconv_patch::gradient<GradientKernel::kDirectInput>,
-        "conv_transpose2d's input gradient on the direct backward kernels, in the input's "
-        "layout; KernelRefused where they do not run",
-        py::arg("input"), py::arg("grad_output"), py::arg("weight"), py::arg("stride"),
-        py::arg("padding"), py::arg("dilation"), py::arg("groups"));
-  m.def("tiled_grad_input", &deconv_patch::gradient<GradientKernel::kTiledInput>,
-        "conv_transpose2d's input gradient as a GEMM per group on CUDA cores (4 x 8 outputs a "
-        "thread), in the input's layout; KernelRefused where it does not run",
-        py::arg("input"), py::arg("grad_output"), py::arg("weight"), py::arg("stride"),
-        py::arg("padding"), py::arg("dilation"), py::arg("groups"));
-  m.def("tiled_weight_grad", &deconv_patch::gradient<GradientKernel::kTiledWeight>,
-        "conv_transpose2d's weight gradient as a GEMM per group on CUDA cores over pixel ranges "
-        "added in order (4 x 4 sums a thread), in the weight's layout, deterministic; "
-        "KernelRefused where it does not run",
-        py::arg("input"), py::arg("grad_output"), py::arg("weight"), py::arg("stride"),
-        py::arg("padding"), py::arg("dilation"), py::arg("groups"));
-  m.def("mma_grad_input", &deconv_patch::gradient<GradientKernel::kMmaInput>,
-        "conv_transpose2d's input gradient as an implicit GEMM per group on tensor cores "
-        "(float16, bfloat16), in the input's layout; KernelRefused where it does not run",
-        py::arg("input"), py::arg("grad_output"), py::arg("weight"), py::arg("stride"),
-        py::arg("padding"), py::arg("dilation"), py::arg("groups"));
-  m.def("mma_weight_grad", &deconv_patch::gradient<GradientKernel::kMmaWeight>,
-        "conv_transpose2d's weight gradient as a GEMM per group on tensor cores over pixel "
-        "ranges added in order (float16, bfloat16), in the weight's layout, deterministic; "
-        "KernelRefused where it does not run",
-        py::arg("input"), py::arg("grad_output"), py::arg("weight"), py::arg("stride"),
-        py::arg("padding"), py::arg("dilation"), py::arg("groups"));
-  m.def("direct_weight_grad", &deconv_patch::gradient<GradientKernel::kDirectWeight>,
-        "conv_transpose2d's weight gradient on the direct backward kernels, in the weight's "
-        "layout, deterministic; KernelRefused where they do not run",
-        py::arg("input"), py::arg("grad_output"), py::arg("weight"), py::arg("stride"),
-        py::arg("padding"), py::arg("dilation"), py::arg("groups"));
+  const auto def_gradient = [&m](const char* name, auto fn, const char* doc) {
+    m.def(name, fn, doc, py::arg("input"), py::arg("grad_output"), py::arg("weight"),
+          py::arg("stride"), py::arg("padding"), py::arg("dilation"), py::arg("groups"));
+  };
+  def_gradient("direct_grad_input",
+               &deconv_patch::gradient<Gradient::kInput, GradientKernel::kDirect>,
+               "conv_transpose2d's input gradient on the direct backward kernels, in the "
+               "input's layout; KernelRefused where they do not run");
+  def_gradient("tiled_grad_input",
+               &deconv_patch::gradient<Gradient::kInput, GradientKernel::kTiled>,
+               "conv_transpose2d's input gradient as a GEMM per group on CUDA cores (4 x 8 "
+               "outputs a thread), in the input's layout; KernelRefused where it does not run");
+  def_gradient("tiled_weight_grad",
+               &deconv_patch::gradient<Gradient::kWeight, GradientKernel::kTiled>,
+               "conv_transpose2d's weight gradient as a GEMM per group on CUDA cores over pixel "
+               "ranges added in order (4 x 4 sums a thread), in the weight's layout, "
+               "deterministic; KernelRefused where it does not run");
+  def_gradient("mma_grad_input", &deconv_patch::gradient<Gradient::kInput, GradientKernel::kMma>,
+               "conv_transpose2d's input gradient as an implicit GEMM per group on tensor cores "
+               "(float16, bfloat16), in the input's layout; KernelRefused where it does not run");
+  def_gradient("mma_weight_grad",
+               &deconv_patch::gradient<Gradient::kWeight, GradientKernel::kMma>,
+               "conv_transpose2d's weight gradient as a GEMM per group on tensor cores over "
+               "pixel ranges added in order (float16, bfloat16), in the weight's layout, "
+               "deterministic; KernelRefused where it does not run");
+  def_gradient("direct_weight_grad",
+               &deconv_patch::gradient<Gradient::kWeight, GradientKernel::kDirect>,
+               "conv_transpose2d's weight gradient on the direct backward kernels, in the "
+               "weight's layout, deterministic; KernelRefused where they do not run");
 }
