@@ -19,6 +19,8 @@ namespace {
 
 constexpr int kCols = 16;  // weight columns (co, kh, kw) per thread
 constexpr int kThreads = 256;
+constexpr int kMostSplits = 64;
+constexpr int kLeastPixels = 256;  // per range
 
 template <typename T, int CI_LANES>
 __global__ void __launch_bounds__(kThreads)
@@ -183,8 +185,7 @@ int pixel_ranges(int64_t blocks, const ConvTranspose2dGradParams& p, int sm_coun
 }
 
 int direct_weight_grad_splits(const ConvTranspose2dGradParams& p, int sm_count) {
-  // Ranges of at least 256 pixels, at most 64.
-  return pixel_ranges(partial_blocks(p), p, sm_count, 256, 64);
+  return pixel_ranges(partial_blocks(p), p, sm_count, kLeastPixels, kMostSplits);
 }
 
 int64_t weight_grad_workspace_floats(const ConvTranspose2dGradParams& p) {
@@ -194,7 +195,7 @@ int64_t weight_grad_workspace_floats(const ConvTranspose2dGradParams& p) {
 cudaError_t launch_direct_weight_grad(const ConvTranspose2dGradParams& p, ScalarKind kind,
                                       cudaStream_t stream) {
   if (p.in_channels * weight_grad_columns(p) >= ((int64_t)1 << 31) ||
-      partial_blocks(p) >= ((int64_t)1 << 31) || p.splits < 1 || p.splits > 64)
+      partial_blocks(p) >= ((int64_t)1 << 31) || p.splits < 1 || p.splits > kMostSplits)
     return cudaErrorInvalidValue;
   return with_element_type(
       kind, [&](auto zero) { return launch_typed<decltype(zero)>(p, stream); });
