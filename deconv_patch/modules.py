@@ -437,12 +437,12 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
         """What a call autograd records runs, by `backend`'s plan: that kernel where
         kernels_in_training gives it our kernel (by default planner.trains_on_kernel, for the
         stored weight's dtype), else PyTorch's convolution ("aten")."""
-        dtype = self._stored_weight().dtype
-        if self.activation != "none" or not self._may_train_on_kernel(dtype):
+        stored = self._stored_weight()
+        if self.activation != "none" or not self._may_train_on_kernel(stored.dtype):
             return planner.ATEN
         backend = self.backend
         if self.kernels_in_training is None and not planner.trains_on_kernel(
-                backend, dtype, self._args(self.output_padding), self._stored_weight().shape):
+                backend, stored.dtype, self._args(self.output_padding), stored.shape):
             return planner.ATEN
         return backend
 

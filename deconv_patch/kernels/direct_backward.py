@@ -47,7 +47,7 @@ MAX_MMA_MACS = 36864
 # kernels' 64-channel tiles).
 MAX_MMA_OUT_CHANNELS = 4
 MIN_MMA_IN_CHANNELS = 32
-_SIXTEEN_BIT = (torch.float16, torch.bfloat16)
+SIXTEEN_BIT = (torch.float16, torch.bfloat16)
 
 
 def _macs_per_pixel(weight_shape: Sequence[int], args: ConvTransposeArgs) -> int:
@@ -61,16 +61,23 @@ def _depthwise(weight_shape: Sequence[int], args: ConvTransposeArgs) -> bool:
             and cin * out_per_group * kh * kw <= MAX_MACS_PER_PIXEL)
 
 
+def few_output_layer(in_channels: int, out_channels: int, groups: int) -> bool:
+    """The channels and groups of a layer whose two gradients the mma kernels take in 16-bit
+    where it has a cuDNN kernel (few_output_channels; training's prefilter asks this alone)."""
+    return (groups == 1 and out_channels <= MAX_MMA_OUT_CHANNELS
+            and in_channels >= MIN_MMA_IN_CHANNELS)
+
+
 def few_output_channels(weight_shape: Sequence[int], args: ConvTransposeArgs) -> bool:
     """A layer with a cuDNN kernel whose two gradients the mma kernels take in 16-bit."""
     cin, out_per_group, _, _ = weight_shape
-    return (not args.without_cudnn and args.groups == 1
-            and out_per_group <= MAX_MMA_OUT_CHANNELS and cin >= MIN_MMA_IN_CHANNELS)
+    return not args.without_cudnn and \
+        few_output_layer(cin, out_per_group * args.groups, args.groups)
 
 
 def _mma_without_cudnn(weight_shape: Sequence[int], args: ConvTransposeArgs,
                        dtype: torch.dtype) -> bool:
-    return (dtype in _SIXTEEN_BIT and args.without_cudnn
+    return (dtype in SIXTEEN_BIT and args.without_cudnn
             and _macs_per_pixel(weight_shape, args) <= MAX_MMA_MACS)
 
 
@@ -83,11 +90,11 @@ def weight_grad_kernel(weight_shape: Sequence[int], args: ConvTransposeArgs,
     if _mma_without_cudnn(weight_shape, args, dtype):
         return MMA_NAME, ("output_padding >= stride (no cuDNN kernel), 16-bit: the tensor-core "
                           "weight gradient measured faster than ATen's native one")
-    if args.without_cudnn and dtype not in _SIXTEEN_BIT \
+    if args.without_cudnn and dtype not in SIXTEEN_BIT \
             and _macs_per_pixel(weight_shape, args) <= MAX_TILED_WEIGHT_MACS:
         return TILED_NAME, ("output_padding >= stride (no cuDNN kernel): the tiled weight "
                             "gradient measured faster than ATen's native one")
-    if dtype in _SIXTEEN_BIT and few_output_channels(weight_shape, args):
+    if dtype in SIXTEEN_BIT and few_output_channels(weight_shape, args):
         return MMA_NAME, ("few output channels, 16-bit: the tensor-core weight gradient "
                           "measured faster than cuDNN's")
     return None
@@ -105,7 +112,7 @@ def grad_input_kernel(weight_shape: Sequence[int], args: ConvTransposeArgs, dtyp
     if _mma_without_cudnn(weight_shape, args, dtype):
         return MMA_NAME, ("output_padding >= stride (no cuDNN kernel), 16-bit: the tensor-core "
                           "input gradient measured faster than ATen's native one")
-    if dtype in _SIXTEEN_BIT and few_output_channels(weight_shape, args):
+    if dtype in SIXTEEN_BIT and few_output_channels(weight_shape, args):
         return MMA_NAME, ("few output channels, 16-bit: the tensor-core input gradient "
                           "measured faster than cuDNN's")
     if args.without_cudnn and dtype == torch.float32 and not torch._C._get_cublas_allow_tf32() \

@@ -422,7 +422,7 @@ def trains_on_kernel(variant: str, dtype: torch.dtype, args: ConvTransposeArgs,
         return False
     if args.without_cudnn:
         return dtype != torch.float32 or fp32_strict(dtype)
-    return dtype in (torch.float16, torch.bfloat16) and \
+    return dtype in direct_backward.SIXTEEN_BIT and \
         direct_backward.few_output_channels(weight_shape, args)
 
 
@@ -440,9 +440,7 @@ def may_train_on_kernel(in_channels: int, out_channels: int, groups: int,
     sixteen_bit = dtype != torch.float32 or torch.is_autocast_enabled("cuda")
     if output_padding_reaches_stride(output_padding, stride):
         return sixteen_bit or not torch._C._get_cudnn_allow_tf32()
-    return sixteen_bit and groups == 1 and \
-        out_channels <= direct_backward.MAX_MMA_OUT_CHANNELS and \
-        in_channels >= direct_backward.MIN_MMA_IN_CHANNELS
+    return sixteen_bit and direct_backward.few_output_layer(in_channels, out_channels, groups)
 
 
 def _grouped_kernel_layer(groups: int, channels: Optional[Tuple[int, int]]) -> bool:
