@@ -14,7 +14,7 @@ replayed, as layers.py's GPU column) of:
     `direct`: the same gradients on the direct backward kernels (cuda/direct_backward, every
     layer, whether or not the planner would give it them), `tiled` both gradients as GEMMs
     per group on CUDA cores (grad_input_tiled.cu, weight_grad_tiled.cu), and `mma` on tensor
-    cores in 16-bit modes (grad_input_mma.cu, weight_grad_mma.cu);
+    cores (grad_input_mma.cu, weight_grad_mma.cu; fp32 as 3xTF32);
   * for kernel == stride layers (no padding, dilation or groups), the two gradients as one
     cuBLAS GEMM each over grad_output rearranged so each input pixel's k*k output pixels form
     one row (`mm` columns: the rearranging copy included).
@@ -112,9 +112,8 @@ def bench(layer: Layer, mode: str, layout: str, ceil: Ceilings, l2: int,
     columns["dgrad tiled"] = lambda p: core.tiled_grad_input(p[0], p[1], w, *direct_hyper)
     columns["wgrad direct"] = lambda p: core.direct_weight_grad(p[0], p[1], w, *direct_hyper)
     columns["wgrad tiled"] = lambda p: core.tiled_weight_grad(p[0], p[1], w, *direct_hyper)
-    if w.dtype != torch.float32:
-        columns["dgrad mma"] = lambda p: core.mma_grad_input(p[0], p[1], w, *direct_hyper)
-        columns["wgrad mma"] = lambda p: core.mma_weight_grad(p[0], p[1], w, *direct_hyper)
+    columns["dgrad mma"] = lambda p: core.mma_grad_input(p[0], p[1], w, *direct_hyper)
+    columns["wgrad mma"] = lambda p: core.mma_weight_grad(p[0], p[1], w, *direct_hyper)
     if layout == "nchw":
         columns["dgrad cl"] = backward([True, False, False], via_cl=True)
         columns["wgrad cl"] = backward([False, True, b is not None], via_cl=True)

@@ -62,11 +62,12 @@ def assert_step_within_bar(got: Sequence[torch.Tensor], pytorch: Sequence[torch.
     """A training step's tensors (the output, then the gradients) against float64's, each
     within the project's bar: twice PyTorch's own error plus one ulp of the largest value."""
     assert len(got) == len(pytorch) == len(exact)
-    for g, w, e in zip(got, pytorch, exact):
+    for i, (g, w, e) in enumerate(zip(got, pytorch, exact)):
         g, w, e = g.detach(), w.detach(), e.detach()
         assert g.shape == w.shape and g.dtype == w.dtype
         assert torch.isfinite(g).all()
-        assert max_error(g, e) <= allowed_error(max_error(w, e), e, dtype)
+        err, bar = max_error(g, e), allowed_error(max_error(w, e), e, dtype)
+        assert err <= bar, f"tensor {i} of the step: error {err:.3e} against a bar of {bar:.3e}"
 
 
 # ---- packed weights ------------------------------------------------------------------------------

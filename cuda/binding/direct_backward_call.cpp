@@ -88,8 +88,6 @@ at::Tensor compute_gradient(Gradient which, GradientKernel kernel, const at::Ten
       checked_kind(input, grad_output, weight, stride, padding, dilation, groups);
   const c10::cuda::CUDAGuard guard(input.device());
   const bool of_input = which == Gradient::kInput;
-  refuse_unless(kernel != GradientKernel::kMma || kind != ScalarKind::kFloat32,
-                "float16 or bfloat16 (tensor-core kernels)");
   at::Tensor grad = at::empty_like(of_input ? input : weight, at::MemoryFormat::Preserve);
   if (grad.numel() == 0) return grad;
   if (!of_input && (input.numel() == 0 || grad_output.numel() == 0)) return grad.zero_();

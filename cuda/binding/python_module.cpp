@@ -92,12 +92,13 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
                "deterministic; KernelRefused where it does not run");
   def_gradient("mma_grad_input", &deconv_patch::gradient<Gradient::kInput, GradientKernel::kMma>,
                "conv_transpose2d's input gradient as an implicit GEMM per group on tensor cores "
-               "(float16, bfloat16), in the input's layout; KernelRefused where it does not run");
+               "(float16, bfloat16; float32 as 3xTF32), in the input's layout; KernelRefused "
+               "where it does not run");
   def_gradient("mma_weight_grad",
                &deconv_patch::gradient<Gradient::kWeight, GradientKernel::kMma>,
                "conv_transpose2d's weight gradient as a GEMM per group on tensor cores over "
-               "pixel ranges added in order (float16, bfloat16), in the weight's layout, "
-               "deterministic; KernelRefused where it does not run");
+               "pixel ranges added in order (float16, bfloat16; float32 as 3xTF32), in the "
+               "weight's layout, deterministic; KernelRefused where it does not run");
   def_gradient("direct_weight_grad",
                &deconv_patch::gradient<Gradient::kWeight, GradientKernel::kDirect>,
                "conv_transpose2d's weight gradient on the direct backward kernels, in the "

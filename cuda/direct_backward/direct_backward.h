@@ -1,7 +1,7 @@
 // The gradients of a transposed convolution: on CUDA cores direct (one output element per
 // thread for the input gradient, per thread and 16 weight columns for the weight gradient) and
 // tiled (GEMMs per group, several outputs per thread); on tensor cores as implicit GEMMs per
-// group (mma, 16-bit operands). Every hyperparameter and any strides;
+// group (mma: 16-bit operands, or fp32 as 3xTF32). Every hyperparameter and any strides;
 // fp32 accumulation; the weight gradients sum pixel ranges on their own and then add them in a
 // fixed order, so they are deterministic without atomics. Where the planner runs which:
 // deconv_patch/kernels/direct_backward.py.
@@ -68,13 +68,13 @@ cudaError_t launch_tiled_weight_grad(const ConvTranspose2dGradParams& p, ScalarK
                                      cudaStream_t stream);
 
 // dx as an implicit GEMM per group on tensor cores (grad_input_mma.cu): 128 pixels x 64
-// channels a block; float16 and bfloat16 only (cudaErrorInvalidValue otherwise).
+// channels a block; float16 and bfloat16, and float32 as 3xTF32 (fp32's accuracy).
 bool mma_grad_input_fits(const ConvTranspose2dGradParams& p);
 cudaError_t launch_mma_grad_input(const ConvTranspose2dGradParams& p, ScalarKind kind,
                                   cudaStream_t stream);
 
 // dW as a GEMM per group over pixel ranges on tensor cores (weight_grad_mma.cu): 64 channels x
-// 64 columns a block; float16 and bfloat16 only.
+// 64 columns a block; float16, bfloat16 and float32 (3xTF32).
 int mma_weight_grad_splits(const ConvTranspose2dGradParams& p, int sm_count);
 bool mma_weight_grad_fits(const ConvTranspose2dGradParams& p);
 cudaError_t launch_mma_weight_grad(const ConvTranspose2dGradParams& p, ScalarKind kind,

@@ -3,11 +3,13 @@
 // time, keeping the element offsets they read up to date by additions (index arithmetic, not
 // the tensor cores, bounds these kernels: a division or 64-bit product per element made them
 // several times slower), and the 16-bit operands moved as raw bits (the loads copy values; only
-// the mma and the output conversion know the type). Offsets within one image are 32-bit:
-// mma_offsets_fit says where they are.
+// the mma and the output conversion know the type). fp32 operands run as 3xTF32 (three TF32
+// products a pair, fp32's accuracy): the kernels are bound by their gathers, not the tensor
+// cores. Offsets within one image are 32-bit: mma_offsets_fit says where they are.
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "common/tensor_core_ptx.cuh"
 #include "direct_backward/direct_backward.h"
@@ -16,10 +18,22 @@
 namespace deconv_patch {
 namespace mma_backward {
 
-constexpr int kStep = 32;            // k (input gradient) or pixels (weight gradient) a step
-constexpr int kPitch = kStep + 8;    // elements per shared row: 80 bytes, so the 8 rows an
-                                     // ldmatrix reads fall on distinct banks
+// A step covers 64 bytes of k (input gradient) or pixels (weight gradient) per tile row: 32
+// 16-bit or 16 fp32 values. Shared rows are addressed in 16-bit units whatever the type.
+constexpr int kStepBytes = 64;
+constexpr int kPitch = 40;   // 16-bit units per shared row: 80 bytes, so the 8 rows an
+                             // ldmatrix reads fall on distinct banks
+constexpr int kChunk = 16;   // 16-bit units of k one mma covers: 32 bytes (m16n8k16 in 16-bit,
+                             // m16n8k8 in TF32)
 constexpr int kThreads = 256;
+
+template <typename T>
+constexpr int kStepOf = kStepBytes / (int)sizeof(T);  // k or pixels a step
+template <typename T>
+constexpr int kUnitsOf = (int)sizeof(T) / 2;  // 16-bit units a value
+// The bits a load copies: 16 or 32 of them.
+template <typename T>
+using Bits = std::conditional_t<sizeof(T) == 4, uint32_t, uint16_t>;
 
 // Whether every offset within one image of x, dx and grad_output, within the weight, and the
 // walks' steps and wraps fit in 31 bits.
@@ -114,6 +128,22 @@ __device__ __forceinline__ uint32_t pair_bits(uint16_t first, uint16_t second) {
   return (uint32_t)first | ((uint32_t)second << 16);
 }
 
+// Loaded values as the 32-bit words of a shared row.
+template <int N>
+__device__ __forceinline__ void pack_words(const uint16_t (&v)[2 * N], uint32_t (&w)[N]) {
+#pragma unroll
+  for (int j = 0; j < N; ++j) w[j] = pair_bits(v[2 * j], v[2 * j + 1]);
+}
+template <int N>
+__device__ __forceinline__ void pack_words(const uint32_t (&v)[N], uint32_t (&w)[N]) {
+#pragma unroll
+  for (int j = 0; j < N; ++j) w[j] = v[j];
+}
+
+// The fragments below are read with ldmatrix, whose 8 x 8 16-bit matrices are 8 x 4 fp32 values
+// too: the same addresses give m16n8k16's 16-bit fragments and m16n8k8's TF32 ones. `col0` in
+// 16-bit units.
+
 // A warp's [16 x 16] A fragment of a row-major shared tile (rows `row0`.., columns `col0`..).
 __device__ __forceinline__ void load_a(uint32_t (&a)[4], const uint16_t* tile, int row0,
                                        int col0, int lane) {
@@ -127,6 +157,37 @@ __device__ __forceinline__ void load_b_pair(uint32_t (&b0)[2], uint32_t (&b1)[2]
   tc::ldsm_x4(tc::smem_u32(tile + (row0 + lane % 8 + (lane / 16) * 8) * kPitch + col0 +
                            ((lane / 8) % 2) * 8),
               b0[0], b0[1], b1[0], b1[1]);
+}
+
+// d += a * b over one chunk: m16n8k16 for 16-bit operands; for fp32 three m16n8k8 TF32
+// products (the small parts' first), from fragments split once per chunk (split_tf32). The
+// three go into a sum of their own, added to d in fp32: the tensor cores add into their
+// accumulator truncating (toward zero, to its largest term's precision), and over a long sum
+// (a weight gradient's thousands of pixels) that bias took the gradients several times past
+// fp32's error; a chunk's own sum stays small.
+template <typename T>
+__device__ __forceinline__ void mma_chunk(float (&d)[4], const uint32_t (&a)[4],
+                                          const uint32_t (&a_lo)[4], const uint32_t (&b)[2],
+                                          const uint32_t (&b_lo)[2]) {
+  if constexpr (std::is_same_v<T, float>) {
+    float part[4] = {0.f, 0.f, 0.f, 0.f};
+    tc::mma_1688_tf32(part, a_lo, b);
+    tc::mma_1688_tf32(part, a, b_lo);
+    tc::mma_1688_tf32(part, a, b);
+#pragma unroll
+    for (int r = 0; r < 4; ++r) d[r] += part[r];
+  } else {
+    tc::mma_16816<T>(d, a, b);
+  }
+}
+
+// fp32 fragments as TF32 big (in place) and small parts; nothing for 16-bit ones.
+template <typename T, int N>
+__device__ __forceinline__ void split_tf32(uint32_t (&x)[N], uint32_t (&lo)[N]) {
+  if constexpr (std::is_same_v<T, float>) {
+#pragma unroll
+    for (int j = 0; j < N; ++j) tc::tf32_hi_lo(__uint_as_float(x[j]), x[j], lo[j]);
+  }
 }
 
 }  // namespace mma_backward

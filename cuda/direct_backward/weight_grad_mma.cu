@@ -1,8 +1,9 @@
-// The weight gradient of a transposed convolution on tensor cores, 16-bit operands, fp32 sums:
+// The weight gradient of a transposed convolution on tensor cores, fp32 sums:
 //     dW[c, k] = sum over pixels p of x[c, p] * G[k, p],
 // c an input channel of the group, k = (co, kh, kw) and G as in grad_input_mma.cu. A block takes
-// 64 channels x 64 columns and one range of pixels, 32 pixels a step: each thread loads the
-// next step's 8 pixels of one channel of x and of one column of G into registers while the
+// 64 channels x 64 columns and one range of pixels, 32 pixels a step in 16-bit (16 in fp32, as
+// 3xTF32): each thread loads the next step's 8 (4) pixels of one channel of x and of one column
+// of G into registers while the
 // warps (2 x 4, 32 x 16 sums each) multiply the current step's shared tiles with mma.sync.
 // Blocks write fp32 sums per range into p.partial and launch_weight_grad_reduce adds the ranges
 // in order: deterministic, no atomics. Any strides.
@@ -20,10 +21,8 @@ using namespace mma_backward;
 
 constexpr int kBM = 64;  // channels per block
 constexpr int kBN = 64;  // columns per block
-constexpr int kRun = kStep * kBM / kThreads;  // pixels a thread loads per step and operand
 constexpr int kMostSplits = 512;
 constexpr int kLeastPixels = 256;  // per range
-static_assert(kRun == 8 && kBM == kBN, "one row of each tile, 8 pixels, a thread");
 
 int64_t tile_blocks(const ConvTranspose2dGradParams& p) {
   return (weight_grad_columns(p) + kBN - 1) / kBN * ((p.in_per_group + kBM - 1) / kBM);
@@ -32,10 +31,14 @@ int64_t tile_blocks(const ConvTranspose2dGradParams& p) {
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
 mma_weight_grad_partial_kernel(const ConvTranspose2dGradParams p) {
+  using B = Bits<T>;
+  constexpr int kStep = kStepOf<T>, kUnits = kUnitsOf<T>;
+  constexpr int kRun = kStep * kBM / kThreads;  // pixels a thread loads per step and operand
+  static_assert(kRun * sizeof(T) == 16 && kBM == kBN, "one row of each tile, 16 bytes, a thread");
   __shared__ __align__(16) uint16_t x_tile[2][kBM * kPitch];  // x, [channel][pixel]
   __shared__ __align__(16) uint16_t g_tile[2][kBN * kPitch];  // G, [column][pixel]
-  const uint16_t* __restrict__ x = static_cast<const uint16_t*>(p.input);
-  const uint16_t* __restrict__ dy = static_cast<const uint16_t*>(p.grad_output);
+  const B* __restrict__ x = static_cast<const B*>(p.input);
+  const B* __restrict__ dy = static_cast<const B*>(p.grad_output);
   const int K = (int)weight_grad_columns(p);
   const int col_blocks = (K + kBN - 1) / kBN;
   const int64_t g = blockIdx.y;
@@ -46,14 +49,14 @@ mma_weight_grad_partial_kernel(const ConvTranspose2dGradParams p) {
   const int64_t end = pixels * (blockIdx.z + 1) / p.splits;
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
 
-  // Loads: row tid / 4 of both tiles (a channel of x, a column of G), pixels (tid % 4) * 8 ..+8.
+  // Loads: row tid / 4 of both tiles (a channel of x, a column of G), pixels (tid % 4) * kRun ..
   const int row = tid / 4, run = (tid % 4) * kRun;
   const bool c_ok = c0 + row < p.in_per_group;
   const bool k_ok = k0 + row < K;
   const Tap tap = tap_of(k_ok ? k0 + row : 0, p.kernel_h, p.kernel_w);
   const int tap_dh = tap.kh * p.dil_h, tap_dw = tap.kw * p.dil_w;  // the tap's output shift
-  const uint16_t* x_c = x + (g * p.in_per_group + (c_ok ? c0 + row : 0)) * p.input_stride[1];
-  const uint16_t* dy_k = dy + (g * p.out_per_group + tap.co) * p.grad_output_stride[1] +
+  const B* x_c = x + (g * p.in_per_group + (c_ok ? c0 + row : 0)) * p.input_stride[1];
+  const B* dy_k = dy + (g * p.out_per_group + tap.co) * p.grad_output_stride[1] +
                          (int64_t)tap_dh * p.grad_output_stride[2] +
                          (int64_t)tap_dw * p.grad_output_stride[3];
   const int OH = (int)p.out_h, OW = (int)p.out_w;
@@ -63,23 +66,23 @@ mma_weight_grad_partial_kernel(const ConvTranspose2dGradParams p) {
   // Every load is issued, from element 0 of its tensor where the value is zero, so that none
   // waits on a branch; the pixel's offsets move by additions (a new row or image recomputes
   // them).
-  uint32_t x_bits[kRun / 2], g_bits[kRun / 2];
+  uint32_t x_bits[kRun * kUnits / 2], g_bits[kRun * kUnits / 2];
   auto load = [&](int64_t s0) {
     int64_t pix = s0 + run;
     Pixel at = pix < end ? pixel_at(pix, p) : Pixel{};
-    const uint16_t* x_n = x_c + at.n * p.input_stride[0];
-    const uint16_t* dy_n = dy_k + at.n * p.grad_output_stride[0];
+    const B* x_n = x_c + at.n * p.input_stride[0];
+    const B* dy_n = dy_k + at.n * p.grad_output_stride[0];
     int oh = at.ih * p.stride_h - p.pad_h + tap_dh, ow = at.iw * p.stride_w - p.pad_w + tap_dw;
     int x_off = at.ih * xs2 + at.iw * xs3;
     int dy_off = (oh - tap_dh) * gs2 + (ow - tap_dw) * gs3;
-    uint16_t xv[kRun], gv[kRun];
+    B xv[kRun], gv[kRun];
 #pragma unroll
     for (int j = 0; j < kRun; ++j, ++pix) {
       const bool ok = pix < end;
       const bool x_in = ok && c_ok;
       const bool g_in = ok && k_ok && (unsigned)oh < (unsigned)OH && (unsigned)ow < (unsigned)OW;
-      const uint16_t x_raw = *(x_in ? x_n + x_off : x);
-      const uint16_t g_raw = *(g_in ? dy_n + dy_off : dy);
+      const B x_raw = *(x_in ? x_n + x_off : x);
+      const B g_raw = *(g_in ? dy_n + dy_off : dy);
       xv[j] = x_in ? x_raw : 0;
       gv[j] = g_in ? g_raw : 0;
       // the next pixel
@@ -99,16 +102,13 @@ mma_weight_grad_partial_kernel(const ConvTranspose2dGradParams p) {
         dy_off = (oh - tap_dh) * gs2 + (ow - tap_dw) * gs3;
       }
     }
-#pragma unroll
-    for (int j = 0; j < kRun / 2; ++j) {
-      x_bits[j] = pair_bits(xv[2 * j], xv[2 * j + 1]);
-      g_bits[j] = pair_bits(gv[2 * j], gv[2 * j + 1]);
-    }
+    pack_words(xv, x_bits);
+    pack_words(gv, g_bits);
   };
   auto store = [&](int buf) {
-    *reinterpret_cast<uint4*>(x_tile[buf] + row * kPitch + run) =
+    *reinterpret_cast<uint4*>(x_tile[buf] + row * kPitch + run * kUnits) =
         make_uint4(x_bits[0], x_bits[1], x_bits[2], x_bits[3]);
-    *reinterpret_cast<uint4*>(g_tile[buf] + row * kPitch + run) =
+    *reinterpret_cast<uint4*>(g_tile[buf] + row * kPitch + run * kUnits) =
         make_uint4(g_bits[0], g_bits[1], g_bits[2], g_bits[3]);
   };
 
@@ -123,15 +123,21 @@ mma_weight_grad_partial_kernel(const ConvTranspose2dGradParams p) {
     const bool more = s0 + kStep < end;
     if (more) load(s0 + kStep);
 #pragma unroll
-    for (int kk = 0; kk < kStep; kk += 16) {
-      uint32_t a[2][4], b[2][2];
+    for (int kk = 0; kk < kStep * kUnits; kk += kChunk) {
+      uint32_t a[2][4], b[2][2], a_lo[2][4], b_lo[2][2];
 #pragma unroll
-      for (int mi = 0; mi < 2; ++mi) load_a(a[mi], x_tile[buf], wm * 32 + mi * 16, kk, lane);
+      for (int mi = 0; mi < 2; ++mi) {
+        load_a(a[mi], x_tile[buf], wm * 32 + mi * 16, kk, lane);
+        split_tf32<T>(a[mi], a_lo[mi]);
+      }
       load_b_pair(b[0], b[1], g_tile[buf], wn * 16, kk, lane);
+      split_tf32<T>(b[0], b_lo[0]);
+      split_tf32<T>(b[1], b_lo[1]);
 #pragma unroll
       for (int mi = 0; mi < 2; ++mi)
 #pragma unroll
-        for (int nj = 0; nj < 2; ++nj) tc::mma_16816<T>(acc[mi][nj], a[mi], b[nj]);
+        for (int nj = 0; nj < 2; ++nj)
+          mma_chunk<T>(acc[mi][nj], a[mi], a_lo[mi], b[nj], b_lo[nj]);
     }
     if (more) store(buf ^ 1);
     __syncthreads();
@@ -183,7 +189,8 @@ cudaError_t launch_mma_weight_grad(const ConvTranspose2dGradParams& p, ScalarKin
     return cudaErrorInvalidValue;
   if (kind == ScalarKind::kFloat16) return launch_typed<__half>(p, stream);
   if (kind == ScalarKind::kBFloat16) return launch_typed<__nv_bfloat16>(p, stream);
-  return cudaErrorInvalidValue;  // 16-bit operands only
+  if (kind == ScalarKind::kFloat32) return launch_typed<float>(p, stream);  // 3xTF32
+  return cudaErrorInvalidValue;
 }
 
 }  // namespace deconv_patch

@@ -2,8 +2,8 @@
 and weight gradients. On CUDA cores, the direct kernels compute one input-gradient element per
 thread, or 16 weight columns per thread over a range of pixels, and the tiled kernels each
 gradient as a GEMM per group with 4 x 8 (input) or 4 x 4 (weight) outputs per thread; on tensor
-cores (16-bit only), the mma kernels each gradient as an implicit GEMM per group. Weight
-gradients are summed in a fixed order, so they are deterministic.
+cores, the mma kernels each gradient as an implicit GEMM per group (16-bit operands, or fp32 as
+3xTF32). Weight gradients are summed in a fixed order, so they are deterministic.
 
 They run a recorded call's backward (`kernels_in_training`) where the rules below say so, per
 gradient, from what was measured against PyTorch's (docs/kernels.md#direct_backward):
@@ -11,9 +11,12 @@ gradient, from what was measured against PyTorch's (docs/kernels.md#direct_backw
 * layers cuDNN has no kernel for (output_padding >= stride), where ATen runs its native
   im2col kernels, with few enough multiply-adds per pixel: in 16-bit the mma kernels; in fp32
   the tiled weight gradient, and with fp32 GEMMs the tiled input gradient;
-* in 16-bit, layers without groups with a few output channels and many input channels (DCGAN's
-  RGB output, FSRCNN's last layer), where cuDNN's gradients run far from their floor: the mma
-  kernels.
+* layers without groups with a few output channels and many input channels (DCGAN's RGB
+  output, FSRCNN's last layer), where cuDNN's gradients run far from their floor: in 16-bit the
+  mma kernels for both gradients; in fp32 with TF32 allowed (PyTorch's default) the mma weight
+  gradient, as 3xTF32: about fp32's accuracy, as cuDNN's weight gradient has with TF32 allowed
+  (the fp32 input gradient measured slower than cuDNN's there). fp32 without TF32 keeps ATen's:
+  3xTF32 sums of few products can miss fp32's bar.
 Elsewhere cuDNN's tensor cores, or the tensor-core GEMMs of ATen's native kernels on the larger
 layers, were faster, and ATen's backward runs.
 """
@@ -25,6 +28,7 @@ from typing import Optional, Sequence, Tuple
 import torch
 
 from ..arguments import ConvTransposeArgs
+from .precision import fp32_strict
 
 NAME = "direct_backward"
 TILED_NAME = "tiled_backward"
@@ -62,17 +66,24 @@ def _depthwise(weight_shape: Sequence[int], args: ConvTransposeArgs) -> bool:
 
 
 def few_output_layer(in_channels: int, out_channels: int, groups: int) -> bool:
-    """The channels and groups of a layer whose two gradients the mma kernels take in 16-bit
-    where it has a cuDNN kernel (few_output_channels; training's prefilter asks this alone)."""
+    """The channels and groups of a layer whose two gradients the mma kernels take where it has
+    a cuDNN kernel (few_output_channels; training's prefilter asks this alone)."""
     return (groups == 1 and out_channels <= MAX_MMA_OUT_CHANNELS
             and in_channels >= MIN_MMA_IN_CHANNELS)
 
 
 def few_output_channels(weight_shape: Sequence[int], args: ConvTransposeArgs) -> bool:
-    """A layer with a cuDNN kernel whose two gradients the mma kernels take in 16-bit."""
+    """A layer with a cuDNN kernel whose gradients the mma kernels take (both in 16-bit; the
+    weight's in fp32 with TF32 allowed: few_output_weight_dtype)."""
     cin, out_per_group, _, _ = weight_shape
     return not args.without_cudnn and \
         few_output_layer(cin, out_per_group * args.groups, args.groups)
+
+
+def few_output_weight_dtype(dtype: torch.dtype) -> bool:
+    """The dtypes in which the mma kernels take a few-output layer's weight gradient: 16-bit,
+    and fp32 with TF32 allowed (3xTF32); its input gradient, 16-bit only."""
+    return dtype in SIXTEEN_BIT or (dtype == torch.float32 and not fp32_strict(dtype))
 
 
 def _mma_without_cudnn(weight_shape: Sequence[int], args: ConvTransposeArgs,
@@ -94,9 +105,9 @@ def weight_grad_kernel(weight_shape: Sequence[int], args: ConvTransposeArgs,
             and _macs_per_pixel(weight_shape, args) <= MAX_TILED_WEIGHT_MACS:
         return TILED_NAME, ("output_padding >= stride (no cuDNN kernel): the tiled weight "
                             "gradient measured faster than ATen's native one")
-    if dtype in SIXTEEN_BIT and few_output_channels(weight_shape, args):
-        return MMA_NAME, ("few output channels, 16-bit: the tensor-core weight gradient "
-                          "measured faster than cuDNN's")
+    if few_output_weight_dtype(dtype) and few_output_channels(weight_shape, args):
+        return MMA_NAME, ("few output channels: the tensor-core weight gradient measured faster "
+                          "than cuDNN's")
     return None
 
 
@@ -113,8 +124,8 @@ def grad_input_kernel(weight_shape: Sequence[int], args: ConvTransposeArgs, dtyp
         return MMA_NAME, ("output_padding >= stride (no cuDNN kernel), 16-bit: the tensor-core "
                           "input gradient measured faster than ATen's native one")
     if dtype in SIXTEEN_BIT and few_output_channels(weight_shape, args):
-        return MMA_NAME, ("few output channels, 16-bit: the tensor-core input gradient "
-                          "measured faster than cuDNN's")
+        return MMA_NAME, ("few output channels, 16-bit: the tensor-core input gradient measured "
+                          "faster than cuDNN's")
     if args.without_cudnn and dtype == torch.float32 and not torch._C._get_cublas_allow_tf32() \
             and _macs_per_pixel(weight_shape, args) <= MAX_TILED_INPUT_MACS:
         # (where ATen's native GEMMs run on tensor cores, 16-bit or TF32, they measured faster)

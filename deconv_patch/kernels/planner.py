@@ -411,9 +411,11 @@ def trains_on_kernel(variant: str, dtype: torch.dtype, args: ConvTransposeArgs,
     * any kernel of ours on a layer cuDNN has no kernel for (output_padding >= stride), where
       PyTorch's forward and backward are its native im2col kernels, except fp32 with TF32: there
       our forward would be TF32 where ATen's native GEMMs are fp32;
-    * any kernel of ours in 16-bit on a layer without groups with a few output channels and many
-      input channels (direct_backward.few_output_channels), whose gradients both run on the
-      tensor-core backward kernels.
+    * on a layer without groups with a few output channels and many input channels
+      (direct_backward.few_output_channels): in 16-bit any kernel of ours, both gradients on
+      the tensor-core backward kernels; in fp32 with TF32 allowed the FFMA kernels (direct,
+      ffma_tile), with the tensor-core weight gradient (3xTF32) and cuDNN's input gradient, so
+      that the layer's forward and gradients keep about fp32's accuracy.
     Elsewhere other kernels' training steps were not faster on every model: their recorded calls
     stay PyTorch's."""
     if variant == GROUPED:
@@ -422,8 +424,12 @@ def trains_on_kernel(variant: str, dtype: torch.dtype, args: ConvTransposeArgs,
         return False
     if args.without_cudnn:
         return dtype != torch.float32 or fp32_strict(dtype)
-    return dtype in direct_backward.SIXTEEN_BIT and \
-        direct_backward.few_output_channels(weight_shape, args)
+    if not direct_backward.few_output_channels(weight_shape, args):
+        return False
+    if dtype in direct_backward.SIXTEEN_BIT:
+        return True
+    return direct_backward.few_output_weight_dtype(dtype) and \
+        kernels.split_variant(variant)[0] in (DIRECT, FFMA_TILE)
 
 
 def may_train_on_kernel(in_channels: int, out_channels: int, groups: int,
@@ -438,9 +444,11 @@ def may_train_on_kernel(in_channels: int, out_channels: int, groups: int,
             stride[0] * stride[1] <= _MAX_GROUPED_STRIDE_AREA:
         return True
     sixteen_bit = dtype != torch.float32 or torch.is_autocast_enabled("cuda")
+    tf32 = torch._C._get_cudnn_allow_tf32()
     if output_padding_reaches_stride(output_padding, stride):
-        return sixteen_bit or not torch._C._get_cudnn_allow_tf32()
-    return sixteen_bit and direct_backward.few_output_layer(in_channels, out_channels, groups)
+        return sixteen_bit or not tf32
+    return (sixteen_bit or tf32) and \
+        direct_backward.few_output_layer(in_channels, out_channels, groups)
 
 
 def _grouped_kernel_layer(groups: int, channels: Optional[Tuple[int, int]]) -> bool:

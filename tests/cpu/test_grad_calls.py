@@ -98,20 +98,23 @@ def test_summary_says_where_training_runs_pytorch():
     assert TRAINING_DEFAULT_NOTE not in none.notes and TRAINING_NOTE not in none.notes
 
 
-@pytest.mark.parametrize("in_channels,out_channels,groups,stride,output_padding,may,strict", [
-    (64, 64, 64, (2, 2), 0, True, True),      # depthwise
-    (128, 128, 8, (2, 2), 0, True, True),     # 16 per group
-    (128, 128, 2, (2, 2), 0, False, False),   # 64 per group: not the grouped kernel's
-    (64, 64, 64, (8, 8), 0, False, False),    # stride area 64: cuDNN's
-    (64, 32, 1, (2, 2), 0, False, False),     # dense
-    (64, 32, 1, (2, 2), 1, False, False),     # dense, output_padding < stride
-    (64, 32, 1, (1, 1), 1, True, True),       # dense, output_padding >= stride: no cuDNN kernel
-    (64, 3, 1, (2, 2), 0, True, False),       # 3 out, 64 in: the tensor-core gradients, 16-bit
-    (16, 3, 1, (2, 2), 0, False, False),      # 3 out, 16 in
-    (128, 4, 2, (2, 2), 0, False, False),     # 2 out, 64 in per group: grouped, unmeasured
-])
+@pytest.mark.parametrize(
+    "in_channels,out_channels,groups,stride,output_padding,may,tf32,strict", [
+        (64, 64, 64, (2, 2), 0, True, True, True),       # depthwise
+        (128, 128, 8, (2, 2), 0, True, True, True),      # 16 per group
+        (128, 128, 2, (2, 2), 0, False, False, False),   # 64 per group: not the grouped kernel's
+        (64, 64, 64, (8, 8), 0, False, False, False),    # stride area 64: cuDNN's
+        (64, 32, 1, (2, 2), 0, False, False, False),     # dense
+        (64, 32, 1, (2, 2), 1, False, False, False),     # dense, output_padding < stride
+        # dense, output_padding >= stride: no cuDNN kernel (fp32 with TF32 keeps PyTorch's)
+        (64, 32, 1, (1, 1), 1, True, False, True),
+        # 3 out, 64 in: the tensor-core gradients, 16-bit and 3xTF32 with TF32 allowed
+        (64, 3, 1, (2, 2), 0, True, True, False),
+        (16, 3, 1, (2, 2), 0, False, False, False),      # 3 out, 16 in
+        (128, 4, 2, (2, 2), 0, False, False, False),     # 2 out, 64 in per group: unmeasured
+    ])
 def test_only_grouped_cudnn_less_and_few_output_layers_may_train_on_kernels_by_default(
-        in_channels, out_channels, groups, stride, output_padding, may, strict):
+        in_channels, out_channels, groups, stride, output_padding, may, tf32, strict):
     from torch import nn
 
     import deconv_patch
@@ -122,9 +125,8 @@ def test_only_grouped_cudnn_less_and_few_output_layers_may_train_on_kernels_by_d
     assert layer.kernels_in_training is None
     assert layer._may_train_on_kernel(torch.bfloat16) == may
     assert layer._may_train_on_kernel(torch.float16) == may
-    # fp32 with TF32 keeps the layers without a cuDNN kernel PyTorch's
     with torch.backends.cudnn.flags(allow_tf32=True):
-        assert layer._may_train_on_kernel(torch.float32) == (strict and groups > 1)
+        assert layer._may_train_on_kernel(torch.float32) == tf32
     with torch.backends.cudnn.flags(allow_tf32=False):
         assert layer._may_train_on_kernel(torch.float32) == strict
     layer.kernels_in_training = False

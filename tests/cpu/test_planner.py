@@ -691,8 +691,9 @@ def test_fp32_strict_untimed_defaults_on_hopper(capability, channels_last):
 # The measured rule: direct kernels for depthwise layers; where cuDNN has no kernel
 # (output_padding >= stride), up to a number of multiply-adds per pixel, the mma kernels in
 # 16-bit (36,864) and the tiled ones in fp32 (weight gradient: 36,864; input gradient, with fp32
-# GEMMs: 73,728); the mma kernels in 16-bit on layers without groups with at most 4 output and at
-# least 32 input channels; ATen's elsewhere.
+# GEMMs: 73,728); on layers without groups with at most 4 output and at least 32 input channels
+# the mma kernels in 16-bit, and their weight gradient in fp32 with TF32 allowed (3xTF32);
+# ATen's elsewhere.
 @pytest.mark.parametrize("weight_shape,stride,padding,output_padding,groups,kind", [
     ((64, 1, 4, 4), (2, 2), (1, 1), (0, 0), 64, "depthwise"),
     ((32, 1, 3, 3), (1, 1), (1, 1), (0, 0), 32, "depthwise"),     # k3 s1
@@ -715,17 +716,19 @@ def test_fp32_strict_untimed_defaults_on_hopper(capability, channels_last):
     ((1024, 1, 9, 9), (2, 2), (4, 4), (0, 0), 1024, "aten"),      # depthwise, 82,944 MACs
 ])
 @pytest.mark.parametrize("tf32_matmul", [False, True], ids=["fp32-gemms", "tf32-gemms"])
+@pytest.mark.parametrize("allow_tf32", [True, False], ids=["tf32", "strict"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
 @pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "nhwc"])
 def test_backward_plan_gives_the_backward_kernels_the_layers_they_won(
         capability, weight_shape, stride, padding, output_padding, groups, kind, dtype,
-        channels_last, tf32_matmul):
+        channels_last, allow_tf32, tf32_matmul):
     args = ConvTransposeArgs.from_values(stride, padding, output_padding, groups, (2, 2))
     before = torch.backends.cuda.matmul.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = tf32_matmul
     try:
-        chosen = planner.backward_plan(torch.device("cuda", 0), dtype, weight_shape, args,
-                                       channels_last)
+        with torch.backends.cudnn.flags(allow_tf32=allow_tf32):
+            chosen = planner.backward_plan(torch.device("cuda", 0), dtype, weight_shape, args,
+                                           channels_last)
     finally:
         torch.backends.cuda.matmul.allow_tf32 = before
     direct, tiled, aten = planner.DIRECT_BACKWARD, planner.TILED_BACKWARD, planner.ATEN
@@ -738,7 +741,8 @@ def test_backward_plan_gives_the_backward_kernels_the_layers_they_won(
     want_w, want_x = {
         "depthwise": (direct, direct if channels_last else
                       (mma if sixteen_bit else tiled_x) if no_cudnn else aten),
-        "few out": (mma, mma) if sixteen_bit else (aten, aten),
+        # (fp32: the weight gradient as 3xTF32 with TF32 allowed, the input gradient cuDNN's)
+        "few out": (mma, mma) if sixteen_bit else (mma, aten) if allow_tf32 else (aten, aten),
         "no cudnn": (mma, mma) if sixteen_bit else (tiled, tiled_x),
         "input only": (aten, aten) if sixteen_bit else (aten, tiled_x),
         "aten": (aten, aten),
@@ -763,8 +767,14 @@ def test_recorded_calls_train_on_the_grouped_kernel_and_where_cudnn_has_none(all
             assert not planner.trains_on_kernel(planner.GEMM_PHASE, dtype, plain, narrow)
             assert not planner.trains_on_kernel(planner.ATEN, dtype, no_cudnn, wide)
             assert not planner.trains_on_kernel(planner.ATEN, dtype, plain, rgb)
-            # few output channels: both gradients on the tensor-core kernels, 16-bit only
+            # few output channels: both gradients on the tensor-core kernels, in 16-bit with any
+            # kernel of ours; in fp32 with TF32 allowed (3xTF32 gradients) with an fp32 FFMA
+            # forward only, not a TF32 one; fp32 strict keeps PyTorch's
             assert planner.trains_on_kernel(planner.GEMM_PHASE, dtype, plain, rgb) == sixteen_bit
+            for ffma in (planner.DIRECT, planner.FFMA_TILE, planner.FFMA_TILE_CONFIGS[0]):
+                assert planner.trains_on_kernel(ffma, dtype, plain, rgb) == (
+                    sixteen_bit or allow_tf32)
+                assert not planner.trains_on_kernel(ffma, dtype, plain, narrow)  # 16 in
             # fp32 with TF32 would put TF32 in a forward ATen computes in fp32 here
             want = sixteen_bit or not allow_tf32
             for variant in (planner.GEMM_PHASE, planner.DIRECT, planner.GROUPED):

@@ -5,7 +5,8 @@ gradient's pixel walk with its row and image wraps, 32-bit offsets within an ima
 flat copy of each tensor's storage in its own strides), the warps' fragment coverage of the
 output tile, the pixel ranges (pixel_ranges) and the partial sums' columns. Each step's tiles
 are multiplied in float64 (the mma itself is the GPU tests' part); the gradients are checked
-against float64 with every output written exactly once.
+against float64 with every output written exactly once. Both element sizes: a step is 64 bytes
+of a tile row, 32 16-bit or 16 fp32 values (3xTF32), which changes each thread's share.
 
 It models the design, not the compiled kernels (tests/gpu/test_mma_backward.py runs those);
 its use is to catch index errors on a machine without a GPU."""
@@ -22,7 +23,8 @@ from tests.emulation.test_direct_backward_emulation import _tensors as direct_te
 
 pytestmark = [pytest.mark.emulation, pytest.mark.extended]
 
-THREADS, STEP = 256, 32
+THREADS, STEP_BYTES = 256, 64
+ELEMENT_BYTES = [2, 4]
 # (batch, in, out, (h, w), kernel, stride, padding, output_padding, dilation, groups)
 CASES = [
     (2, 40, 3, (7, 6), (4, 4), (2, 2), (1, 1), (0, 0), (1, 1), 1),      # DCGAN's RGB output
@@ -100,10 +102,12 @@ def _fragment_cells(warp_rows: int, warp_cols: int, m_tiles: int, n_tiles: int):
                            mi * 16 + lane // 4 + 8 * (r // 2), nj * 8 + (lane % 4) * 2 + r % 2)
 
 
-def grad_input_model(x, w, dy, case):
-    """mma_grad_input_kernel: 128 pixels x 64 channels a block, 32 k a step; threads gather G
-    (pixel tid % 128, k (tid / 128) * 16 ..) and W (channel tid % 64, k (tid / 64) * 8 ..);
-    warps 4 x 2 of 32 x 32."""
+def grad_input_model(x, w, dy, case, element_bytes: int):
+    """mma_grad_input_kernel: 128 pixels x 64 channels a block, 32 (16-bit) or 16 (fp32) k a
+    step; threads gather G (pixel tid % 128, k (tid / 128) * 16 (8) ..) and W (channel tid % 64,
+    k (tid / 64) * 8 (4) ..); warps 4 x 2 of 32 x 32."""
+    step = STEP_BYTES // element_bytes
+    a_run, b_run = 128 * step // THREADS, 64 * step // THREADS
     geo = Geometry(x, w, dy, case)
     dy_mem, gs = _storage(dy)
     w_mem, ws = _storage(w)
@@ -113,11 +117,11 @@ def grad_input_model(x, w, dy, case):
     for bx, by, grp in np.ndindex(-(-geo.pixels // 128), -(-geo.cin_g // 64), geo.g):
         p0, c0 = bx * 128, by * 64
         acc = np.zeros((128, 64))
-        for k0 in range(0, geo.k_n, STEP):
-            a = np.full((128, STEP), np.nan)
-            b = np.full((64, STEP), np.nan)
+        for k0 in range(0, geo.k_n, step):
+            a = np.full((128, step), np.nan)
+            b = np.full((64, step), np.nan)
             for tid in range(THREADS):
-                a_m, a_k = tid % 128, (tid // 128) * 16
+                a_m, a_k = tid % 128, (tid // 128) * a_run
                 a_ok = p0 + a_m < geo.pixels
                 n, ih, iw = geo.pixel_at(p0 + a_m) if a_ok else (0, 0, 0)
                 oh0, ow0 = ih * geo.sh - geo.ph, iw * geo.sw - geo.pw
@@ -129,16 +133,16 @@ def grad_input_model(x, w, dy, case):
                     return a_ok and 0 <= oh0 + t.dh < geo.oh and 0 <= ow0 + t.dwi < geo.ow
 
                 tap_in = inside()
-                for j in range(16):
+                for j in range(a_run):
                     ok = tap_in and k0 + a_k + j < geo.k_n
                     a[a_m, a_k + j] = dy_mem[img + pix_off + t.off] if ok else 0.0
                     if t.next():
                         tap_in = inside()
-                b_n, b_k = tid % 64, (tid // 64) * 8
+                b_n, b_k = tid % 64, (tid // 64) * b_run
                 b_ok = c0 + b_n < geo.cin_g
                 w_c = (grp * geo.cin_g + (c0 + b_n if b_ok else 0)) * ws[0]
                 t = TapWalk(k0 + b_k, geo, ws[1], ws[2], ws[3])
-                for j in range(8):
+                for j in range(b_run):
                     ok = b_ok and k0 + b_k + j < geo.k_n
                     b[b_n, b_k + j] = w_mem[w_c + t.off] if ok else 0.0
                     t.next()
@@ -165,10 +169,13 @@ def pixel_ranges(blocks: int, pixels: int, sm_count: int, least: int, most: int)
     return max(1, min(splits, most))
 
 
-def weight_grad_model(x, w, dy, case, sm_count: int):
+def weight_grad_model(x, w, dy, case, sm_count: int, element_bytes: int):
     """mma_weight_grad_partial_kernel and the reduce: 64 channels x 64 columns a block over one
-    pixel range, 32 pixels a step; thread row tid / 4 of both tiles, pixels (tid % 4) * 8 ..;
-    each run's offsets moved by the pixel walk; warps 2 x 4 of 32 x 16; ranges added in order."""
+    pixel range, 32 (16-bit) or 16 (fp32) pixels a step; thread row tid / 4 of both tiles,
+    pixels (tid % 4) * 8 (4) ..; each run's offsets moved by the pixel walk; warps 2 x 4 of
+    32 x 16; ranges added in order."""
+    step = STEP_BYTES // element_bytes
+    run_n = step * 64 // THREADS
     geo = Geometry(x, w, dy, case)
     x_mem, xs = _storage(x)
     dy_mem, gs = _storage(dy)
@@ -180,11 +187,11 @@ def weight_grad_model(x, w, dy, case, sm_count: int):
         c0, k0 = (bx // col_blocks) * 64, (bx % col_blocks) * 64
         begin, end = geo.pixels * bz // splits, geo.pixels * (bz + 1) // splits
         acc = np.zeros((64, 64))
-        for s0 in range(begin, end, STEP):
-            xt = np.full((64, STEP), np.nan)
-            gt = np.full((64, STEP), np.nan)
+        for s0 in range(begin, end, step):
+            xt = np.full((64, step), np.nan)
+            gt = np.full((64, step), np.nan)
             for tid in range(THREADS):
-                row, run = tid // 4, (tid % 4) * 8
+                row, run = tid // 4, (tid % 4) * run_n
                 c_ok, k_ok = c0 + row < geo.cin_g, k0 + row < geo.k_n
                 co, rest = divmod(k0 + row if k_ok else 0, geo.kh * geo.kw)
                 tap_dh, tap_dw = (rest // geo.kw) * geo.dh, (rest % geo.kw) * geo.dw
@@ -197,7 +204,7 @@ def weight_grad_model(x, w, dy, case, sm_count: int):
                 ow = iw * geo.sw - geo.pw + tap_dw
                 x_off = ih * xs[2] + iw * xs[3]
                 dy_off = (oh - tap_dh) * gs[2] + (ow - tap_dw) * gs[3]
-                for j in range(8):
+                for j in range(run_n):
                     ok = pix + j < end
                     g_in = ok and k_ok and 0 <= oh < geo.oh and 0 <= ow < geo.ow
                     xt[row, run + j] = x_mem[x_n + x_off] if ok and c_ok else 0.0
@@ -232,26 +239,28 @@ def weight_grad_model(x, w, dy, case, sm_count: int):
     return total.reshape(geo.g * geo.cin_g, geo.cout_g, geo.kh, geo.kw), splits
 
 
+@pytest.mark.parametrize("element_bytes", ELEMENT_BYTES, ids=["16-bit", "fp32"])
 @pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "nhwc"])
 @pytest.mark.parametrize("case", CASES, ids=[f"case{i}" for i in range(len(CASES))])
-def test_the_input_gradients_index_math(case, channels_last):
+def test_the_input_gradients_index_math(case, channels_last, element_bytes):
     x, w, dy = _tensors(case, channels_last, seed=len(case) + case[1])
     _, _, _, _, _, s, p, op, d, g = case
     want, _, _ = torch.ops.aten.convolution_backward(dy, x, w, None, list(s), list(p), list(d),
                                                      True, list(op), g, [True, False, False])
-    np.testing.assert_allclose(grad_input_model(x, w, dy, case), want.numpy(), rtol=1e-9,
-                               atol=1e-9)
+    np.testing.assert_allclose(grad_input_model(x, w, dy, case, element_bytes), want.numpy(),
+                               rtol=1e-9, atol=1e-9)
 
 
+@pytest.mark.parametrize("element_bytes", ELEMENT_BYTES, ids=["16-bit", "fp32"])
 @pytest.mark.parametrize("sm_count", [1, 132], ids=["one-range", "many-ranges"])
 @pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "nhwc"])
 @pytest.mark.parametrize("case", CASES, ids=[f"case{i}" for i in range(len(CASES))])
-def test_the_weight_gradients_index_math(case, channels_last, sm_count):
+def test_the_weight_gradients_index_math(case, channels_last, sm_count, element_bytes):
     x, w, dy = _tensors(case, channels_last, seed=len(case) + case[2])
     _, _, _, _, _, s, p, op, d, g = case
     _, want, _ = torch.ops.aten.convolution_backward(dy, x, w, None, list(s), list(p), list(d),
                                                      True, list(op), g, [False, True, False])
-    got, splits = weight_grad_model(x, w, dy, case, sm_count)
+    got, splits = weight_grad_model(x, w, dy, case, sm_count, element_bytes)
     if sm_count > 1 and x.shape[0] * x.shape[2] * x.shape[3] >= 512:
         assert splits > 1  # the case spans more than one pixel range
     np.testing.assert_allclose(got, want.numpy(), rtol=1e-9, atol=1e-9)

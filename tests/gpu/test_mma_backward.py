@@ -1,8 +1,8 @@
 """The tensor-core backward kernels (cuda/direct_backward/grad_input_mma.cu, weight_grad_mma.cu):
-input and weight gradients in float16 and bfloat16 against float64 and ATen over
-hyperparameters and layouts (several k steps, channel blocks and pixel ranges), in memory the
-allocator has just held NaN; any strides; bit-identical repeats of the weight gradient; what
-they refuse; and a training step on them by default where planner.trains_on_kernel says."""
+input and weight gradients in float16 and bfloat16, and in float32 (3xTF32), against float64
+and ATen over hyperparameters and layouts (several k steps, channel blocks and pixel ranges), in
+memory the allocator has just held NaN; any strides; bit-identical repeats of the weight
+gradient; and a training step on them by default where planner.trains_on_kernel says."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from torch import nn
 import deconv_patch
 from deconv_patch.kernels import planner
 from deconv_patch.kernels.extension import load_units
+from deconv_patch.reference import tf32_round
 from tests.gpu.test_direct_backward import CASES as DIRECT_CASES
 from tests.gpu.test_direct_backward import Case, _aten, _poison, _tensors, assert_gradient, \
     recorded_step
@@ -99,25 +100,58 @@ def test_an_empty_batch(core):
                        torch.zeros_like(w))
 
 
-def test_refuses_float32(core):
-    x = torch.randn(2, 4, 5, 5, device="cuda")
-    w = torch.randn(4, 4, 3, 3, device="cuda")
-    dy = torch.randn(2, 4, 9, 9, device="cuda")
-    for grad in (core.mma_grad_input, core.mma_weight_grad):
-        with pytest.raises(RuntimeError, match="float16 or bfloat16"):
-            grad(x, dy, w, [2, 2], [1, 1], [1, 1], 1)
+def assert_within_tf32_bar(got: torch.Tensor, exact: torch.Tensor, pytorch: torch.Tensor,
+                           tf32: torch.Tensor) -> float:
+    """The bar with TF32 allowed: PyTorch's error counted as at least `tf32`'s (float64 on
+    TF32-rounded operands). Returns that TF32 error."""
+    assert got.dtype == torch.float32 and torch.isfinite(got).all()
+    err, tf32_err = max_error(got, exact), max_error(tf32, exact)
+    bar = allowed_error(max(max_error(pytorch, exact), tf32_err), exact, torch.float32)
+    assert err <= bar, (err, bar)
+    return tf32_err
+
+
+def assert_3xtf32(got: torch.Tensor, like: torch.Tensor, exact: torch.Tensor,
+                  pytorch: torch.Tensor, tf32: torch.Tensor) -> None:
+    """An fp32 gradient with `like`'s sizes and strides within the bar with TF32 allowed and at
+    most a tenth of TF32's own error: three TF32 products, about fp32's accuracy, not one."""
+    assert got.shape == like.shape and got.stride() == like.stride()
+    tf32_err = assert_within_tf32_bar(got, exact, pytorch, tf32)
+    if got.numel():
+        assert max_error(got, exact) <= 0.1 * tf32_err, (max_error(got, exact), tf32_err)
 
 
 @pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "nhwc"])
-@pytest.mark.parametrize("mode", ["bf16", "fp16", "tf32", "bf16-autocast"])
+@pytest.mark.parametrize("case", CASES, ids=[f"case{i}" for i in range(len(CASES))])
+def test_float32_gradients_are_3xtf32(core, case, channels_last):
+    """fp32 operands run as 3xTF32, for the layers the planner gives them with TF32 allowed:
+    both gradients within that mode's bar and far inside TF32's own error (assert_3xtf32)."""
+    x, w, dy = _tensors(case, torch.float32, channels_last, seed=hash((case, 32)) % 1000)
+    hyper = _hyper(case)
+    with torch.backends.cudnn.flags(enabled=True, allow_tf32=True):
+        pytorch_x, pytorch_w, _ = _aten(x, w, dy, case, [True, True, False])
+    _poison(4 * (x.numel() + w.numel()) * 4)
+    got_x = core.mma_grad_input(x, dy, w, *hyper)
+    _poison(4 * w.numel() * 512)
+    got_w = core.mma_weight_grad(x, dy, w, *hyper)
+    ref_x, ref_w, _ = _aten(x.double(), w.double(), dy.double(), case, [True, True, False])
+    x_r, w_r, dy_r = (tf32_round(t.double()) for t in (x, w, dy))
+    tf32_x, tf32_w, _ = _aten(x_r, w_r, dy_r, case, [True, True, False])
+    assert_3xtf32(got_x, x, ref_x, pytorch_x, tf32_x)
+    assert_3xtf32(got_w, w, ref_w, pytorch_w, tf32_w)
+
+
+@pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "nhwc"])
+@pytest.mark.parametrize("mode", ["bf16", "fp16", "tf32", "fp32", "bf16-autocast"])
 def test_a_few_output_channel_layer_trains_on_ours_by_default(mode, channels_last):
     """DCGAN's RGB output (64 > 3, k4 s2): with kernels_in_training left at None, recorded calls
     in 16-bit (and under bf16 autocast) run our forward with both gradients on the tensor-core
-    kernels; fp32 stays PyTorch's. Three steps with optimizer updates on fresh inputs (the
-    planned call, then the armed C++ path); outputs and all three gradients against float64
-    next to PyTorch's."""
+    kernels; fp32 calls with TF32 allowed our FFMA forward and the tensor-core weight gradient
+    (3xTF32, as assert_3xtf32 says); fp32 without TF32 stays PyTorch's. Three steps with
+    optimizer updates on fresh inputs (the planned call, then the armed C++ path); outputs and
+    all three gradients against float64 next to PyTorch's."""
     autocast = mode.endswith("autocast")
-    dtype = torch.float32 if mode == "tf32" or autocast else \
+    dtype = torch.float32 if mode in ("tf32", "fp32") or autocast else \
         {"bf16": torch.bfloat16, "fp16": torch.float16}[mode]
     run_dtype = torch.bfloat16 if autocast else dtype
     torch.manual_seed(3)
@@ -126,9 +160,9 @@ def test_a_few_output_channel_layer_trains_on_ours_by_default(mode, channels_las
     fast = model[0]
     assert fast.kernels_in_training is None
     layout = torch.channels_last if channels_last else torch.contiguous_format
-    ours = mode != "tf32"
+    ours = mode != "fp32"
     opt = torch.optim.SGD(fast.parameters(), lr=0.1)
-    with torch.backends.cudnn.flags(enabled=True, benchmark=False, allow_tf32=True), \
+    with torch.backends.cudnn.flags(enabled=True, benchmark=False, allow_tf32=mode != "fp32"), \
             torch.autocast("cuda", torch.bfloat16, enabled=autocast):
         for _ in range(3):
             with torch.no_grad():
@@ -140,15 +174,29 @@ def test_a_few_output_channel_layer_trains_on_ours_by_default(mode, channels_las
                 memory_format=layout)
             # (under autocast the call's plan is made for autocast's casts: the kernel names
             # below say what ran)
-            if ours and not autocast and not fast.plan_for(x).uses_kernel:
-                pytest.skip(f"the forward's plan here is {fast.plan_for(x).variant}")
+            variant = fast.plan_for(x).variant
+            if ours and not autocast and not planner.trains_on_kernel(
+                    variant, dtype, fast._args(fast.output_padding), tuple(fast.weight.shape)):
+                pytest.skip(f"the forward's plan here is {variant}")
             names, got, want, exact = recorded_step(
                 fast, ref, x, dy, lambda x, w, b: F.conv_transpose2d(x, w, b, 2, 1))
             assert ("ConvTransposeFunction" in got[0].grad_fn.name()) == ours, got[0].grad_fn
-            assert (fast.training_backend != planner.ATEN) == (ours and not autocast)
+            # (training_backend answers for the stored fp32 weight under autocast: with TF32
+            # allowed, ours too)
+            assert (fast.training_backend != planner.ATEN) == ours
             assert any("mma_weight_grad_partial" in n for n in names) == ours, names
-            assert any("mma_grad_input" in n for n in names) == ours, names
-            assert_step_within_bar(got, want, exact, run_dtype)
+            assert any("mma_grad_input" in n for n in names) == (ours and mode != "tf32"), names
+            if mode == "tf32":  # the bias's gradient is ATen's on both sides
+                x_r, w_r, dy_r = (tf32_round(t.detach().double()) for t in (x, fast.weight, dy))
+                tf32_y = F.conv_transpose2d(x_r.requires_grad_(), w_r.requires_grad_(),
+                                            fast.bias.detach().double(), 2, 1)
+                tf32_x, tf32_w = torch.autograd.grad(tf32_y, [x_r, w_r], dy_r)
+                assert_within_tf32_bar(got[0], exact[0], want[0], tf32_y)
+                assert_within_tf32_bar(got[1], exact[1], want[1], tf32_x)  # (cuDNN's)
+                assert_3xtf32(got[2], fast.weight, exact[2], want[2], tf32_w)
+                assert_step_within_bar(got[3:], want[3:], exact[3:], run_dtype)
+            else:
+                assert_step_within_bar(got, want, exact, run_dtype)
             for p, g in zip(fast.parameters(), got[2:]):
                 p.grad = g
             opt.step()
