@@ -175,8 +175,8 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
         chosen = self.kernels_in_training
         if chosen is None:
             return planner.may_train_on_kernel(
-                self.in_channels, self.out_channels, self.groups, self.stride,  # type: ignore[arg-type]
-                self.output_padding, dtype)  # type: ignore[arg-type]
+                self.in_channels, self.out_channels, self.groups, self.kernel_size,  # type: ignore[arg-type]
+                self.stride, self.output_padding, self.dilation, dtype)  # type: ignore[arg-type]
         return chosen
 
     def _records_on(self, entry: "_Entry") -> bool:

@@ -26,18 +26,22 @@ MAX_CHANNELS = 8
 TAPS = {2: 2, 3: 3}
 
 
+def fits_shape(kernel_hw: Sequence[int], stride: Sequence[int],
+               dilation: Sequence[int]) -> bool:
+    """Dilation 1, one stride s on both axes and kernel == taps x s on both: the kernel, stride
+    and dilation a config runs."""
+    return (tuple(dilation) == (1, 1) and stride[0] == stride[1]
+            and kernel_hw[0] == kernel_hw[1] == TAPS.get(stride[0], 0) * stride[0])
+
+
 def configs_for(kernel_hw: Sequence[int], args: ConvTransposeArgs,
                 channels: Optional[Tuple[int, int]]) -> Tuple[str, ...]:
     """The configs that can run a layer, else (): known channels with <= 8 output channels per
-    group, dilation 1, one stride s on both axes and kernel == taps x s on both (a config's
-    "s<stride>" family)."""
-    if channels is None or channels[1] > MAX_CHANNELS or args.dilation != (1, 1) \
-            or args.stride[0] != args.stride[1] or kernel_hw[0] != kernel_hw[1]:
+    group and a shape the kernels run (fits_shape; a config's "s<stride>" family)."""
+    if channels is None or channels[1] > MAX_CHANNELS or \
+            not fits_shape(kernel_hw, args.stride, args.dilation):
         return ()
-    s, k = args.stride[0], kernel_hw[0]
-    if TAPS.get(s, 0) * s != k:
-        return ()
-    return tuple(v for v in VARIANTS if v.startswith(f"{NAME}:s{s}q"))
+    return tuple(v for v in VARIANTS if v.startswith(f"{NAME}:s{args.stride[0]}q"))
 
 
 def untimed_config(kernel_hw: Sequence[int], args: ConvTransposeArgs,

@@ -413,9 +413,10 @@ def trains_on_kernel(variant: str, dtype: torch.dtype, args: ConvTransposeArgs,
       our forward would be TF32 where ATen's native GEMMs are fp32;
     * on a layer without groups with a few output channels and many input channels
       (direct_backward.few_output_channels): in 16-bit any kernel of ours, both gradients on
-      the tensor-core backward kernels; in fp32 with TF32 allowed the FFMA kernels (direct,
-      ffma_tile), with the tensor-core weight gradient (3xTF32) and cuDNN's input gradient, so
-      that the layer's forward and gradients keep about fp32's accuracy.
+      the tensor-core backward kernels; in fp32 with TF32 allowed the FFMA tile kernel
+      (ffma_tile, the untimed default of DCGAN's and FSRCNN's output layers on Hopper), with the
+      tensor-core weight gradient (3xTF32) and cuDNN's input gradient, so that the layer's
+      forward and gradients keep about fp32's accuracy.
     Elsewhere other kernels' training steps were not faster on every model: their recorded calls
     stay PyTorch's."""
     if variant == GROUPED:
@@ -429,17 +430,18 @@ def trains_on_kernel(variant: str, dtype: torch.dtype, args: ConvTransposeArgs,
     if dtype in direct_backward.SIXTEEN_BIT:
         return True
     return direct_backward.few_output_weight_dtype(dtype) and \
-        kernels.split_variant(variant)[0] in (DIRECT, FFMA_TILE)
+        kernels.split_variant(variant)[0] == FFMA_TILE
 
 
 def may_train_on_kernel(in_channels: int, out_channels: int, groups: int,
-                        stride: Sequence[int], output_padding: Sequence[int],
+                        kernel_size: Sequence[int], stride: Sequence[int],
+                        output_padding: Sequence[int], dilation: Sequence[int],
                         dtype: torch.dtype) -> bool:
     """A layer's hyperparameters and the input's dtype alone: False where trains_on_kernel
     can hold for none of its calls without output_size= (plan_layer gives the grouped kernel
-    only the grouped layers below), so that a recorded call of any other layer goes to
-    PyTorch's convolution before any planning. (Under CUDA autocast a float32 input's call
-    runs in autocast's dtype.)"""
+    only the grouped layers below, ffma_tile only its shapes), so that a recorded call of any
+    other layer goes to PyTorch's convolution before any planning. (Under CUDA autocast a
+    float32 input's call runs in autocast's dtype.)"""
     if _grouped_kernel_layer(groups, (in_channels // groups, out_channels // groups)) and \
             stride[0] * stride[1] <= _MAX_GROUPED_STRIDE_AREA:
         return True
@@ -447,8 +449,10 @@ def may_train_on_kernel(in_channels: int, out_channels: int, groups: int,
     tf32 = torch._C._get_cudnn_allow_tf32()
     if output_padding_reaches_stride(output_padding, stride):
         return sixteen_bit or not tf32
-    return (sixteen_bit or tf32) and \
-        direct_backward.few_output_layer(in_channels, out_channels, groups)
+    if not direct_backward.few_output_layer(in_channels, out_channels, groups):
+        return False
+    # (in fp32 the FFMA forward kernels: ffma_tile's shapes; direct is no untimed default here)
+    return sixteen_bit or (tf32 and ffma_tile.fits_shape(kernel_size, stride, dilation))
 
 
 def _grouped_kernel_layer(groups: int, channels: Optional[Tuple[int, int]]) -> bool:

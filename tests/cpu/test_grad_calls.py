@@ -99,29 +99,34 @@ def test_summary_says_where_training_runs_pytorch():
 
 
 @pytest.mark.parametrize(
-    "in_channels,out_channels,groups,stride,output_padding,may,tf32,strict", [
-        (64, 64, 64, (2, 2), 0, True, True, True),       # depthwise
-        (128, 128, 8, (2, 2), 0, True, True, True),      # 16 per group
-        (128, 128, 2, (2, 2), 0, False, False, False),   # 64 per group: not the grouped kernel's
-        (64, 64, 64, (8, 8), 0, False, False, False),    # stride area 64: cuDNN's
-        (64, 32, 1, (2, 2), 0, False, False, False),     # dense
-        (64, 32, 1, (2, 2), 1, False, False, False),     # dense, output_padding < stride
+    "in_channels,out_channels,groups,kernel,stride,output_padding,dilation,may,tf32,strict", [
+        (64, 64, 64, 4, 2, 0, 2, True, True, True),        # depthwise
+        (128, 128, 8, 4, 2, 0, 2, True, True, True),       # 16 per group
+        (128, 128, 2, 4, 2, 0, 2, False, False, False),    # 64 per group: not the grouped kernel's
+        (64, 64, 64, 4, 8, 0, 2, False, False, False),     # stride area 64: cuDNN's
+        (64, 32, 1, 4, 2, 0, 2, False, False, False),      # dense
+        (64, 32, 1, 4, 2, 1, 2, False, False, False),      # dense, output_padding < stride
         # dense, output_padding >= stride: no cuDNN kernel (fp32 with TF32 keeps PyTorch's)
-        (64, 32, 1, (1, 1), 1, True, False, True),
-        # 3 out, 64 in: the tensor-core gradients, 16-bit and 3xTF32 with TF32 allowed
-        (64, 3, 1, (2, 2), 0, True, True, False),
-        (16, 3, 1, (2, 2), 0, False, False, False),      # 3 out, 16 in
-        (128, 4, 2, (2, 2), 0, False, False, False),     # 2 out, 64 in per group: unmeasured
+        (64, 32, 1, 4, 1, 1, 2, True, False, True),
+        # 3 out, 64 in: the tensor-core gradients in 16-bit; with TF32 allowed, in fp32 where
+        # ffma_tile runs the forward (k4 s2, k9 s3, no dilation)
+        (64, 3, 1, 4, 2, 0, 1, True, True, False),
+        (56, 1, 1, 9, 3, 0, 1, True, True, False),
+        (64, 3, 1, 4, 2, 0, 2, True, False, False),        # dilated
+        (64, 3, 1, 5, 2, 1, 1, True, False, False),        # k5 s2 (WGAN-GP's output)
+        (16, 3, 1, 4, 2, 0, 1, False, False, False),       # 3 out, 16 in
+        (128, 4, 2, 4, 2, 0, 1, False, False, False),      # 2 out, 64 in per group: unmeasured
     ])
 def test_only_grouped_cudnn_less_and_few_output_layers_may_train_on_kernels_by_default(
-        in_channels, out_channels, groups, stride, output_padding, may, tf32, strict):
+        in_channels, out_channels, groups, kernel, stride, output_padding, dilation, may, tf32,
+        strict):
     from torch import nn
 
     import deconv_patch
 
     layer = deconv_patch.FastConvTranspose2d.from_module(
-        nn.ConvTranspose2d(in_channels, out_channels, 4, stride, 1, output_padding,
-                           groups=groups, dilation=2))
+        nn.ConvTranspose2d(in_channels, out_channels, kernel, stride, 1, output_padding,
+                           groups=groups, dilation=dilation))
     assert layer.kernels_in_training is None
     assert layer._may_train_on_kernel(torch.bfloat16) == may
     assert layer._may_train_on_kernel(torch.float16) == may
