@@ -44,18 +44,23 @@ def _hyper(case: Case):
     return list(s), list(p), list(d), g
 
 
+def _mma_gradients(core, case: Case, x, w, dy):
+    """Both mma gradients, each into memory the allocator has just held NaN, and float64's."""
+    _poison(4 * (x.numel() + w.numel()) * 4)
+    got_x = core.mma_grad_input(x, dy, w, *_hyper(case))
+    _poison(4 * w.numel() * 512)
+    got_w = core.mma_weight_grad(x, dy, w, *_hyper(case))
+    ref_x, ref_w, _ = _aten(x.double(), w.double(), dy.double(), case, [True, True, False])
+    return got_x, got_w, ref_x, ref_w
+
+
 @pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "nhwc"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=["bf16", "fp16"])
 @pytest.mark.parametrize("case", CASES, ids=[f"case{i}" for i in range(len(CASES))])
 def test_gradients_against_float64(core, case, dtype, channels_last):
     x, w, dy = _tensors(case, dtype, channels_last, seed=hash((case, str(dtype), 3)) % 1000)
-    hyper = _hyper(case)
     pytorch_x, pytorch_w, _ = _aten(x, w, dy, case, [True, True, False])
-    _poison(4 * (x.numel() + w.numel()) * 4)
-    got_x = core.mma_grad_input(x, dy, w, *hyper)
-    _poison(4 * w.numel() * 512)
-    got_w = core.mma_weight_grad(x, dy, w, *hyper)
-    ref_x, ref_w, _ = _aten(x.double(), w.double(), dy.double(), case, [True, True, False])
+    got_x, got_w, ref_x, ref_w = _mma_gradients(core, case, x, w, dy)
     assert_gradient(got_x, x, ref_x, pytorch_x, dtype)
     assert_gradient(got_w, w, ref_w, pytorch_w, dtype)
 
@@ -127,14 +132,9 @@ def test_float32_gradients_are_3xtf32(core, case, channels_last):
     """fp32 operands run as 3xTF32, for the layers the planner gives them with TF32 allowed:
     both gradients within that mode's bar and far inside TF32's own error (assert_3xtf32)."""
     x, w, dy = _tensors(case, torch.float32, channels_last, seed=hash((case, 32)) % 1000)
-    hyper = _hyper(case)
     with torch.backends.cudnn.flags(enabled=True, allow_tf32=True):
         pytorch_x, pytorch_w, _ = _aten(x, w, dy, case, [True, True, False])
-    _poison(4 * (x.numel() + w.numel()) * 4)
-    got_x = core.mma_grad_input(x, dy, w, *hyper)
-    _poison(4 * w.numel() * 512)
-    got_w = core.mma_weight_grad(x, dy, w, *hyper)
-    ref_x, ref_w, _ = _aten(x.double(), w.double(), dy.double(), case, [True, True, False])
+    got_x, got_w, ref_x, ref_w = _mma_gradients(core, case, x, w, dy)
     x_r, w_r, dy_r = (tf32_round(t.double()) for t in (x, w, dy))
     tf32_x, tf32_w, _ = _aten(x_r, w_r, dy_r, case, [True, True, False])
     assert_3xtf32(got_x, x, ref_x, pytorch_x, tf32_x)
