@@ -159,7 +159,8 @@ mma_grad_input_kernel(const ConvTranspose2dGradParams p) {
         for (int nj = 0; nj < 4; ++nj) {
           const int64_t c = c0 + wn * 32 + nj * 8 + (lane % 4) * 2;
           const float lo = acc[mi][nj][half * 2], hi = acc[mi][nj][half * 2 + 1];
-          if (c + 1 < p.in_per_group && reinterpret_cast<uintptr_t>(dx_p + c) % (2 * sizeof(T)) == 0) {
+          if (c + 1 < p.in_per_group &&
+              reinterpret_cast<uintptr_t>(dx_p + c) % (2 * sizeof(T)) == 0) {
             store_pair(dx_p + c, lo, hi);
           } else {
             if (c < p.in_per_group) dx_p[c] = from_float<T>(lo);

@@ -2,10 +2,10 @@
 // the columns k = (co, kh, kw) of a group's weight and the input's pixels (n, ih, iw) one at a
 // time, keeping the element offsets they read up to date by additions (index arithmetic, not
 // the tensor cores, bounds these kernels: a division or 64-bit product per element made them
-// several times slower), and the 16-bit operands moved as raw bits (the loads copy values; only
-// the mma and the output conversion know the type). fp32 operands run as 3xTF32 (three TF32
-// products a pair, fp32's accuracy): the kernels are bound by their gathers, not the tensor
-// cores. Offsets within one image are 32-bit: mma_offsets_fit says where they are.
+// several times slower), and the operands moved as raw bits (the loads copy values; only the
+// mma and the output conversion know the type). fp32 operands run as 3xTF32 (three TF32
+// products a pair, about fp32's accuracy): the kernels are bound by their gathers, not the
+// tensor cores. Offsets within one image are 32-bit: mma_offsets_fit says where they are.
 #pragma once
 
 #include <cstdint>
@@ -161,10 +161,10 @@ __device__ __forceinline__ void load_b_pair(uint32_t (&b0)[2], uint32_t (&b1)[2]
 
 // d += a * b over one chunk: m16n8k16 for 16-bit operands; for fp32 three m16n8k8 TF32
 // products (the small parts' first), from fragments split once per chunk (split_tf32). The
-// three go into a sum of their own, added to d in fp32: the tensor cores add into their
-// accumulator truncating (toward zero, to its largest term's precision), and over a long sum
-// (a weight gradient's thousands of pixels) that bias took the gradients several times past
-// fp32's error; a chunk's own sum stays small.
+// three go into a sum of their own, added to d in fp32: the tensor cores round what they add
+// into their accumulator more coarsely than an fp32 add, and over a long sum (a weight
+// gradient's thousands of pixels) one accumulator measured several times past fp32's error;
+// a chunk's own sum stays small.
 template <typename T>
 __device__ __forceinline__ void mma_chunk(float (&d)[4], const uint32_t (&a)[4],
                                           const uint32_t (&a_lo)[4], const uint32_t (&b)[2],
