@@ -229,10 +229,7 @@ bool mma_grad_input_fits(const ConvTranspose2dGradParams& p) {
 cudaError_t launch_mma_grad_input(const ConvTranspose2dGradParams& p, ScalarKind kind,
                                   cudaStream_t stream) {
   if (!mma_grad_input_fits(p)) return cudaErrorInvalidValue;
-  if (kind == ScalarKind::kFloat16) return launch_typed<__half>(p, stream);
-  if (kind == ScalarKind::kBFloat16) return launch_typed<__nv_bfloat16>(p, stream);
-  if (kind == ScalarKind::kFloat32) return launch_typed<float>(p, stream);  // 3xTF32
-  return cudaErrorInvalidValue;
+  return with_element_type(kind, [&](auto zero) { return launch_typed<decltype(zero)>(p, stream); });
 }
 
 }  // namespace deconv_patch

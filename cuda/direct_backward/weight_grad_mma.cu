@@ -187,10 +187,7 @@ cudaError_t launch_mma_weight_grad(const ConvTranspose2dGradParams& p, ScalarKin
                                    cudaStream_t stream) {
   if (!mma_weight_grad_fits(p) || p.splits < 1 || p.splits > kMostSplits)
     return cudaErrorInvalidValue;
-  if (kind == ScalarKind::kFloat16) return launch_typed<__half>(p, stream);
-  if (kind == ScalarKind::kBFloat16) return launch_typed<__nv_bfloat16>(p, stream);
-  if (kind == ScalarKind::kFloat32) return launch_typed<float>(p, stream);  // 3xTF32
-  return cudaErrorInvalidValue;
+  return with_element_type(kind, [&](auto zero) { return launch_typed<decltype(zero)>(p, stream); });
 }
 
 }  // namespace deconv_patch
