@@ -92,14 +92,17 @@ class TapWalk:
         return True
 
 
-def _fragment_cells(warp_rows: int, warp_cols: int, m_tiles: int, n_tiles: int):
-    """acc[mi][nj][r] of each lane: (row, column) within the warp's tile, mma.m16n8 order."""
-    for lane in range(32):
-        for mi in range(m_tiles):
-            for nj in range(n_tiles):
-                for r in range(4):
-                    yield (warp_rows, warp_cols, mi, nj, r, lane,
-                           mi * 16 + lane // 4 + 8 * (r // 2), nj * 8 + (lane % 4) * 2 + r % 2)
+def _block_cells(m_warps: int, warp_m: int, warp_n: int):
+    """acc[mi][nj][r] of every lane of a block's 8 warps (warp w at rows (w % m_warps) * warp_m,
+    columns (w // m_warps) * warp_n), mma.m16n8 order: its (row, column) in the block's tile."""
+    for warp in range(8):
+        row0, col0 = (warp % m_warps) * warp_m, (warp // m_warps) * warp_n
+        for lane in range(32):
+            for mi in range(warp_m // 16):
+                for nj in range(warp_n // 8):
+                    for r in range(4):
+                        yield (row0 + mi * 16 + lane // 4 + 8 * (r // 2),
+                               col0 + nj * 8 + (lane % 4) * 2 + r % 2)
 
 
 def grad_input_model(x, w, dy, case, element_bytes: int):
@@ -148,14 +151,12 @@ def grad_input_model(x, w, dy, case, element_bytes: int):
                     t.next()
             assert not np.isnan(a).any() and not np.isnan(b).any(), "a tile slot left unloaded"
             acc += a @ b.T
-        for warp in range(8):
-            wm, wn = warp % 4, warp // 4
-            for *_, row, col in _fragment_cells(wm, wn, 2, 4):
-                pix, c = p0 + wm * 32 + row, c0 + wn * 32 + col
-                if pix < geo.pixels and c < geo.cin_g:
-                    n, ih, iw = geo.pixel_at(pix)
-                    dx[n, grp * geo.cin_g + c, ih, iw] = acc[wm * 32 + row, wn * 32 + col]
-                    written[n, grp * geo.cin_g + c, ih, iw] += 1
+        for row, col in _block_cells(4, 32, 32):
+            pix, c = p0 + row, c0 + col
+            if pix < geo.pixels and c < geo.cin_g:
+                n, ih, iw = geo.pixel_at(pix)
+                dx[n, grp * geo.cin_g + c, ih, iw] = acc[row, col]
+                written[n, grp * geo.cin_g + c, ih, iw] += 1
     assert (written == 1).all(), "every dx element written once"
     return dx
 
@@ -226,12 +227,10 @@ def weight_grad_model(x, w, dy, case, sm_count: int, element_bytes: int):
                         dy_off = (oh - tap_dh) * gs[2] + (ow - tap_dw) * gs[3]
             assert not np.isnan(xt).any() and not np.isnan(gt).any(), "a slot left unloaded"
             acc += xt @ gt.T
-        for warp in range(8):
-            wm, wn = warp % 2, warp // 2
-            for *_, row, col in _fragment_cells(wm, wn, 2, 2):
-                c, k = c0 + wm * 32 + row, k0 + wn * 16 + col
-                if c < geo.cin_g and k < geo.k_n:
-                    partial[bz, grp * geo.cin_g + c, k] = acc[wm * 32 + row, wn * 16 + col]
+        for row, col in _block_cells(2, 32, 16):
+            c, k = c0 + row, k0 + col
+            if c < geo.cin_g and k < geo.k_n:
+                partial[bz, grp * geo.cin_g + c, k] = acc[row, col]
     assert not np.isnan(partial).any(), "every range's column written"
     total = partial[0].copy()
     for s in range(1, splits):  # the reduce: ranges in order
