@@ -6,10 +6,12 @@ in fp32 (TF32 allowed, PyTorch's default for convolutions) and bf16:
     median over repetitions, the two sides taking turns forward by forward so drift hits both);
   * torch.compile(original) vs torch.compile(patched): the deconv_patch op is a custom op with a
     fake kernel, so Inductor keeps it as an extern call and compiles around it.
+With --control a copy of the original takes turns with the eager pair (every order equally
+often); its ratio (original / copy, "A/A") is the timer's own spread in that run.
 Prints a table last; `--out results.json` also writes every row as JSON. Needs a CUDA GPU.
 
     python benchmarks/models.py [--models dcgan,unet] [--dtypes fp32,bf16] [--no-compile]
-                                [--no-benchmark] [--compile-mode reduce-overhead]
+                                [--no-benchmark] [--compile-mode reduce-overhead] [--control]
 
 cudnn.benchmark is on (cuDNN and deconv_patch's autotune time their choices) unless
 --no-benchmark, PyTorch's default: cuDNN's heuristic against the planner's untimed rule.
@@ -18,6 +20,7 @@ cudnn.benchmark is on (cuDNN and deconv_patch's autotune time their choices) unl
 from __future__ import annotations
 
 import argparse
+import copy
 import functools
 import json
 import sys
@@ -51,6 +54,7 @@ class Row:
     folded: int = 0
     eager_ms: Optional[float] = None
     patched_ms: Optional[float] = None
+    control_ms: Optional[float] = None  # an eager copy of the original (--control)
     compiled_ms: Optional[float] = None
     compiled_patched_ms: Optional[float] = None
     max_abs_diff: Optional[float] = None
@@ -65,9 +69,15 @@ class Row:
     def compiled_speedup(self) -> Optional[float]:
         return _ratio(self.compiled_ms, self.compiled_patched_ms)
 
+    @property
+    def control_ratio(self) -> Optional[float]:
+        """eager original / its copy: what the timer makes of two identical models."""
+        return _ratio(self.eager_ms, self.control_ms)
+
     def to_dict(self) -> Dict[str, Any]:
         data = asdict(self)
-        data.update(speedup=self.speedup, compiled_speedup=self.compiled_speedup)
+        data.update(speedup=self.speedup, compiled_speedup=self.compiled_speedup,
+                    control_ratio=self.control_ratio)
         return data
 
 
@@ -97,9 +107,13 @@ def bench(example: Example, dtype_name: str, batch: int, args: argparse.Namespac
             with torch.no_grad():
                 row.max_abs_diff = max_abs_difference(patched(*inputs), model(*inputs))
                 # (partials, not lambdas: the names are deleted at the end)
-                row.eager_ms, row.patched_ms = median_interleaved(
-                    [functools.partial(model, *inputs), functools.partial(patched, *inputs)],
-                    args.warmup, args.rounds * args.reps)
+                sides = [functools.partial(model, *inputs), functools.partial(patched, *inputs)]
+                if args.control:
+                    sides.append(functools.partial(copy.deepcopy(model), *inputs))
+                times = median_interleaved(sides, args.warmup, args.rounds * args.reps,
+                                           rotate=True)
+                row.eager_ms, row.patched_ms = times[:2]
+                row.control_ms = times[2] if args.control else None
         except Exception as exc:  # e.g. a detection op without a bf16 kernel
             row.notes.append(f"eager: {_one_line(exc)}")
             return row
@@ -137,10 +151,10 @@ def _fmt_x(value: Optional[float]) -> str:
 
 def format_table(rows: Sequence[Row]) -> str:
     header = ["model", "dtype", "batch", "path", "layers", "folded", "eager ms", "patched ms",
-              "speedup", "compiled ms", "compiled+patched ms", "speedup", "max|diff|"]
+              "speedup", "A/A", "compiled ms", "compiled+patched ms", "speedup", "max|diff|"]
     body = [[r.model, r.dtype, str(r.batch), r.path, str(r.layers), str(r.folded),
              _fmt(r.eager_ms, ".3f"), _fmt(r.patched_ms, ".3f"), _fmt_x(r.speedup),
-             _fmt(r.compiled_ms, ".3f"), _fmt(r.compiled_patched_ms, ".3f"),
+             _fmt_x(r.control_ratio), _fmt(r.compiled_ms, ".3f"), _fmt(r.compiled_patched_ms, ".3f"),
              _fmt_x(r.compiled_speedup), _fmt(r.max_abs_diff, ".2e")] for r in rows]
     widths = [max(len(line[i]) for line in [header] + body) for i in range(len(header))]
     lines = ["  ".join(c.rjust(w) for c, w in zip(line, widths)) for line in [header] + body]
@@ -172,6 +186,9 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
                         help="also torch.compile the detection model (slow)")
     parser.add_argument("--no-benchmark", action="store_true",
                         help="cudnn.benchmark off on both sides (PyTorch's default)")
+    parser.add_argument("--control", action="store_true",
+                        help="also time an eager copy of the original in turn with the eager pair "
+                             "(A/A: the timer's own spread)")
     parser.add_argument("--out", type=Path, default=None, help="write the rows as JSON here")
     return parser.parse_args(argv)
 
@@ -205,7 +222,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             rows.append(bench(example, dtype_name, batch, args))
     env = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__,
            "cuda": torch.version.cuda, "tf32": True,
-           "cudnn_benchmark": not args.no_benchmark,
+           "cudnn_benchmark": not args.no_benchmark, "control": args.control,
            "warmup": args.warmup, "reps": args.reps, "rounds": args.rounds}
     if args.out is not None:
         args.out.write_text(json.dumps({"environment": env,

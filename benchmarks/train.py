@@ -7,12 +7,15 @@ mode, eager and under torch.compile (with --graphs also captured whole in a CUDA
 replayed: the step without its host cost); per layer of benchmarks/layers.py's suite, forward +
 backward and each of grad_input and grad_weight alone, nn.ConvTranspose2d vs the layer as
 optimize() installs it. Every pair is timed in the same process, the two sides taking turns
-call by call (CUDA events, median). Ratio = original time / patched time. cudnn.benchmark is
-PyTorch's default (off) unless --benchmark. Prints a table last; --out writes JSON.
+call by call (CUDA events, median). Ratio = original time / patched time. With --control a
+copy of the original takes turns with them too (every order equally often), and its ratio
+(original / copy: two identical paths, "A/A") shows how far the timer alone moves a ratio in
+that run. cudnn.benchmark is PyTorch's default (off) unless --benchmark. Prints a table last;
+--out writes JSON.
 
     python benchmarks/train.py [--models dcgan,unet] [--modes tf32,bf16] [--layers quick|all|none]
                                [--benchmark] [--no-compile] [--graphs] [--kernels-in-training]
-                               [--out train.json]
+                               [--control] [--out train.json]
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ import sys
 import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -54,6 +57,7 @@ class Row:
     what: str  # "step", "compiled step", "graphed step", "fwd+bwd", "grad_input", "grad_weight"
     original_ms: Optional[float] = None
     patched_ms: Optional[float] = None
+    control_ms: Optional[float] = None  # a copy of the original (--control)
     notes: List[str] = field(default_factory=list)
 
     @property
@@ -62,16 +66,26 @@ class Row:
             return None
         return self.original_ms / self.patched_ms
 
+    @property
+    def control_ratio(self) -> Optional[float]:
+        """original / its copy: what the timer makes of two identical paths."""
+        if self.original_ms is None or not self.control_ms:
+            return None
+        return self.original_ms / self.control_ms
+
     def to_dict(self) -> Dict[str, Any]:
-        return {**asdict(self), "ratio": self.ratio}
+        return {**asdict(self), "ratio": self.ratio, "control_ratio": self.control_ratio}
 
 
-def _paired(fn_a: Callable[[], Any], fn_b: Callable[[], Any], rounds: int, warmup: int,
-            reps: int) -> Tuple[float, float]:
-    """Median ms per call of a and of b over rounds * reps calls each, taking turns call by call
-    (identical steps timed in blocks measured 0.95-1.09x)."""
-    a, b = median_interleaved([fn_a, fn_b], warmup, rounds * reps)
-    return a, b
+def _paired(row: Row, fn_a: Callable[[], Any], fn_b: Callable[[], Any], args: argparse.Namespace,
+            control: Optional[Callable[[], Any]] = None) -> None:
+    """Median ms per call of a (the original), b (patched) and the control, if any, over
+    rounds * reps calls each, taking turns call by call (identical steps timed in blocks
+    measured 0.95-1.09x), into `row`."""
+    fns = [fn_a, fn_b] + ([control] if control is not None else [])
+    times = median_interleaved(fns, args.warmup, args.rounds * args.reps, rotate=True)
+    row.original_ms, row.patched_ms = times[0], times[1]
+    row.control_ms = times[2] if control is not None else None
 
 
 def _autocast(mode: str, cache: bool = True):
@@ -122,11 +136,12 @@ def bench_model(example: Example, mode: str, args: argparse.Namespace) -> List[R
         inputs = example.inputs(batch, "cuda", torch.float32)
         patched = optimize(copy.deepcopy(original), inputs, progress=False,
                            kernels_in_training=args.kernels_in_training)
+        control = copy.deepcopy(original) if args.control else None
         with torch.no_grad(), _autocast(mode):
             target = torch.randn_like(_first_tensor(original(*inputs)).float())
-        eager.original_ms, eager.patched_ms = _paired(
-            _train_step(original, inputs, target, mode), _train_step(patched, inputs, target, mode),
-            args.rounds, args.warmup, args.reps)
+        _paired(eager, _train_step(original, inputs, target, mode),
+                _train_step(patched, inputs, target, mode), args,
+                None if control is None else _train_step(control, inputs, target, mode))
     except Exception as exc:
         eager.notes.append(_one_line(exc))
         return rows
@@ -136,8 +151,7 @@ def bench_model(example: Example, mode: str, args: argparse.Namespace) -> List[R
         try:  # PyTorch's whole-network capture: warm-up on a side stream, then one step captured
             a, _ = capture_graph(_train_step(original, inputs, target, mode, autocast_cache=False))
             b, _ = capture_graph(_train_step(patched, inputs, target, mode, autocast_cache=False))
-            graphed.original_ms, graphed.patched_ms = _paired(a, b, args.rounds, args.warmup,
-                                                              args.reps)
+            _paired(graphed, a, b, args)
         except Exception as exc:
             graphed.notes.append(_one_line(exc))
     if not args.no_compile:
@@ -148,11 +162,10 @@ def bench_model(example: Example, mode: str, args: argparse.Namespace) -> List[R
             a = _train_step(torch.compile(original), inputs, target, mode)
             b = _train_step(torch.compile(patched), inputs, target, mode)
             a(), b()  # compile outside the timed region
-            compiled.original_ms, compiled.patched_ms = _paired(a, b, args.rounds, args.warmup,
-                                                                args.reps)
+            _paired(compiled, a, b, args)
         except Exception as exc:
             compiled.notes.append(_one_line(exc))
-    del original, patched
+    del original, patched, control
     torch.cuda.empty_cache()
     return rows
 
@@ -177,6 +190,7 @@ def bench_layer(layer: Layer, mode: str, args: argparse.Namespace) -> List[Row]:
     conv.train()
     patched = FastConvTranspose2d.from_module(copy.deepcopy(conv))
     patched.kernels_in_training = args.kernels_in_training
+    control = copy.deepcopy(conv) if args.control else None
     x.requires_grad_(True)
     with torch.no_grad(), _autocast(mode):
         grad = torch.randn_like(conv(x).float())
@@ -185,9 +199,9 @@ def bench_layer(layer: Layer, mode: str, args: argparse.Namespace) -> List[Row]:
                       ("grad_weight", "grad_weight")):
         row = Row("layer", layer.name, mode, what)
         try:
-            row.original_ms, row.patched_ms = _paired(
-                _layer_pass(conv, x, grad, mode, wrt), _layer_pass(patched, x, grad, mode, wrt),
-                args.rounds, args.warmup, args.reps)
+            _paired(row, _layer_pass(conv, x, grad, mode, wrt),
+                    _layer_pass(patched, x, grad, mode, wrt), args,
+                    None if control is None else _layer_pass(control, x, grad, mode, wrt))
         except Exception as exc:
             row.notes.append(_one_line(exc))
         rows.append(row)
@@ -198,10 +212,15 @@ def _fmt(value: Optional[float], spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
 
+def _geomean(values: Sequence[float]) -> float:
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
 def format_table(rows: Sequence[Row]) -> str:
-    header = ["kind", "name", "mode", "what", "original ms", "patched ms", "ratio"]
+    header = ["kind", "name", "mode", "what", "original ms", "patched ms", "ratio", "A/A"]
     body = [[r.kind, r.name, r.mode, r.what, _fmt(r.original_ms, ".3f"),
-             _fmt(r.patched_ms, ".3f"), _fmt(r.ratio, ".2f") + ("x" if r.ratio else "")]
+             _fmt(r.patched_ms, ".3f"), _fmt(r.ratio, ".2f") + ("x" if r.ratio else ""),
+             _fmt(r.control_ratio, ".2f") + ("x" if r.control_ratio else "")]
             for r in rows]
     widths = [max(len(line[i]) for line in [header] + body) for i in range(len(header))]
     lines = ["  ".join(c.ljust(w) if i < 4 else c.rjust(w) for i, (c, w) in
@@ -214,9 +233,13 @@ def format_table(rows: Sequence[Row]) -> str:
         ratios = [r.ratio for r in rows if r.kind == "layer" and r.mode == mode
                   and r.what == "fwd+bwd" and r.ratio]
         if ratios:
-            geo = math.exp(sum(math.log(v) for v in ratios) / len(ratios))
-            lines.append(f"layers {mode} fwd+bwd: geomean {geo:.2f}x, min {min(ratios):.2f}x "
-                         f"over {len(ratios)}")
+            lines.append(f"layers {mode} fwd+bwd: geomean {_geomean(ratios):.2f}x, min "
+                         f"{min(ratios):.2f}x over {len(ratios)}")
+        controls = [r.control_ratio for r in rows if r.mode == mode and r.control_ratio]
+        if controls:
+            lines.append(f"A/A {mode} (original / its copy, every row): geomean "
+                         f"{_geomean(controls):.2f}x, {min(controls):.2f}-{max(controls):.2f}x "
+                         f"over {len(controls)}")
     return "\n".join(lines)
 
 
@@ -224,7 +247,8 @@ def _progress(rows: List[Row]) -> List[Row]:
     """Each row as it is measured (stderr), so a run cut short by a time limit still reports."""
     for r in rows:
         print(f"[{r.kind} {r.name} {r.mode} {r.what}] original {_fmt(r.original_ms, '.3f')} ms, "
-              f"patched {_fmt(r.patched_ms, '.3f')} ms, ratio {_fmt(r.ratio, '.2f')}",
+              f"patched {_fmt(r.patched_ms, '.3f')} ms, ratio {_fmt(r.ratio, '.2f')}"
+              + (f", A/A {r.control_ratio:.2f}" if r.control_ratio else ""),
               file=sys.stderr, flush=True)
     return rows
 
@@ -256,6 +280,9 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
                         help="optimize(kernels_in_training=...): default (None: "
                              "planner.trains_on_kernel's layers), on (True; the bare flag) or "
                              "off (False)")
+    parser.add_argument("--control", action="store_true",
+                        help="also time a copy of the original in turn with both sides (A/A: "
+                             "the timer's own spread; eager steps and layer rows)")
     parser.add_argument("--out", type=Path, default=None, help="write the rows as JSON here")
     args = parser.parse_args(argv)
     args.kernels_in_training = KERNELS_IN_TRAINING[args.kernels_in_training]
@@ -292,7 +319,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 rows += _progress(bench_layer(layer, mode, args))
     env = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__,
            "cuda": torch.version.cuda, "cudnn_benchmark": args.benchmark,
-           "kernels_in_training": args.kernels_in_training,
+           "kernels_in_training": args.kernels_in_training, "control": args.control,
            "warmup": args.warmup, "reps": args.reps, "rounds": args.rounds}
     if args.out is not None:
         args.out.write_text(json.dumps({"environment": env,

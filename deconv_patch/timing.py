@@ -19,18 +19,29 @@ class Timing:
     reps: int
 
 
-def time_interleaved(fns: Sequence[Callable[[], Any]], warmup: int, reps: int
-                     ) -> List[List[float]]:
+def turn_orders(count: int, rotate: bool = False) -> List[List[int]]:
+    """The orders in which `count` fns take turns, one per rep, cycled: forward and reversed;
+    with `rotate`, every rotation of both, so that each fn sits in each place equally often (three
+    fns: every order, so each also follows each other equally often; two: as without)."""
+    forward = list(range(count))
+    starts = range(count) if rotate else range(1)
+    orders = [forward[s:] + forward[:s] for s in starts]
+    orders += [order[::-1] for order in orders]
+    return [list(o) for o in dict.fromkeys(tuple(o) for o in orders)]
+
+
+def time_interleaved(fns: Sequence[Callable[[], Any]], warmup: int, reps: int,
+                     rotate: bool = False) -> List[List[float]]:
     """Milliseconds per call for each fn, one CUDA event pair per call, the fns taking turns
-    (order alternating every rep) so drift and ordering effects hit all of them alike."""
+    (turn_orders) so drift and ordering effects hit all of them alike."""
     for _ in range(warmup):
         for fn in fns:
             fn()
     events = [[(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
                for _ in range(reps)] for _ in fns]
-    order = list(range(len(fns)))
+    orders = turn_orders(len(fns), rotate)
     for r in range(reps):
-        for i in (order if r % 2 == 0 else order[::-1]):
+        for i in orders[r % len(orders)]:
             start, end = events[i][r]
             start.record()
             fns[i]()
@@ -39,11 +50,11 @@ def time_interleaved(fns: Sequence[Callable[[], Any]], warmup: int, reps: int
     return [[s.elapsed_time(e) for s, e in per_fn] for per_fn in events]
 
 
-def median_interleaved(fns: Sequence[Callable[[], Any]], warmup: int, reps: int
-                       ) -> List[float]:
+def median_interleaved(fns: Sequence[Callable[[], Any]], warmup: int, reps: int,
+                       rotate: bool = False) -> List[float]:
     """Median ms per call of each fn, timed as time_interleaved times them (blocks of calls
     timed one fn after the other move with the GPU clock and the host)."""
-    return [statistics.median(times) for times in time_interleaved(fns, warmup, reps)]
+    return [statistics.median(times) for times in time_interleaved(fns, warmup, reps, rotate)]
 
 
 def time_cuda(fn: Callable[[], object], warmup: int = 10, reps: int = 50) -> Timing:
