@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Every speed target for training, torch.compile and PyTorch's default settings, measured in one
-# pass of two device calls. Each part builds every unit (or unpacks a build an earlier part
-# packed), then runs two streams of steps; on a machine with two GPUs they run side by side, one
-# per GPU, else one after the other. Every ratio is original / patched within one process.
+# pass of two device calls. Each part builds every unit, then runs two streams of steps; on a
+# machine with two GPUs they run side by side, one per GPU, else one after the other. Every
+# ratio is original / patched within one process.
 #   PART=1: the layer suite. Stream A: the forward table with autotune (layers.py) and without
 #     (--no-autotune, PyTorch's default). Stream B: forward + backward per layer in every
 #     training mode (train.py --layers all --control: with an A/A control), then the GPU tests
@@ -13,14 +13,15 @@
 #     (models.py --no-benchmark --control, one model per process; Mask R-CNN eager). Stream B:
 #     the training step, eager and compiled (train.py --layers none --control, one model per
 #     process).
-# PACK_BUILD=1 packs the build cache into $OUT (build.tgz.*, 15 MB pieces) for a later part;
-# BUILD_FROM=<folder of those pieces> unpacks them first (carry the folder). Logs in
-# $OUT/logs.tgz; the tables print last.
-#   PART=1 PACK_BUILD=1 BUDGET=570 bash benchmarks/device_targets.sh
-#   PART=2 BUILD_FROM=.build_carry BUDGET=570 bash benchmarks/device_targets.sh
+#   EVAL_MODELS and TRAIN_MODELS (comma-separated) narrow the models; MASK_RCNN= leaves it out.
+# Logs in $OUT/logs.tgz; the tables print last.
+#   PART=1 BUDGET=560 bash benchmarks/device_targets.sh
+#   PART=2 EVAL_MODELS=dcgan,unet TRAIN_MODELS=dcgan MASK_RCNN= bash benchmarks/device_targets.sh
 CACHE_NAME=targets_cache source "$(dirname "$0")/device_env.sh"
 BUDGET=${BUDGET:-570}
 PART=${PART:-1}
+EVAL_MODELS=${EVAL_MODELS:-dcgan,pix2pix,unet,fsrcnn,cyclegan,simple_baseline}
+TRAIN_MODELS=${TRAIN_MODELS:-dcgan,unet,pix2pix,fsrcnn,cyclegan,simple_baseline}
 step() { echo "== $1 ($(date +%T), $(left) s left)"; }
 # cap MAX RESERVE: MAX seconds, or what is left once RESERVE seconds are kept for later steps.
 cap() {
@@ -39,20 +40,9 @@ nvidia-smi --query-gpu=index,name,driver_version --format=csv,noheader | tee "$L
 python3 -c "import torch; print('torch', torch.__version__)" | tee -a "$L/env.txt"
 gpus=$(nvidia-smi -L | wc -l)
 
-if [ -n "${BUILD_FROM:-}" ] && ls "$BUILD_FROM"/build.tgz.* > /dev/null 2>&1; then
-  step "unpack the build"
-  mkdir -p "$DECONV_PATCH_CACHE"
-  cat "$BUILD_FROM"/build.tgz.* | tar -xz -C "$DECONV_PATCH_CACHE"
-  # newer than the sources this call's tree was copied with, so ninja finds nothing to do
-  find "$DECONV_PATCH_CACHE" -type f -exec touch {} +
-fi
 step "build every unit"
 python3 -c "from deconv_patch.kernels.extension import load_units, unit_names
 load_units(unit_names())" > "$L/build.log" 2>&1 || tail -20 "$L/build.log"
-if [ -n "${PACK_BUILD:-}" ]; then
-  tar -cz -C "$DECONV_PATCH_CACHE" . | split -b 15M - "$OUT/build.tgz."
-  ls -la "$OUT"/build.tgz.* | awk '{print $5, $9}'
-fi
 
 part1_a() {
   timed layers_autotune 260 "$1" python3 benchmarks/layers.py --modes tf32,fp32,bf16,fp16 --reps 20 \
@@ -73,16 +63,16 @@ part1_b() {
 }
 part2_a() {
   local m
-  for m in dcgan pix2pix unet fsrcnn cyclegan simple_baseline; do
+  for m in ${EVAL_MODELS//,/ }; do
     timed "models_$m" 150 "$1" python3 benchmarks/models.py --models "$m" --no-benchmark \
       --rounds 2 --control --out "$L/models_$m.json"
   done
-  timed models_mask_rcnn 120 "$1" python3 benchmarks/models.py --models mask_rcnn --dtypes fp32 \
+  [ -n "${MASK_RCNN-1}" ] && timed models_mask_rcnn 120 "$1" python3 benchmarks/models.py --models mask_rcnn --dtypes fp32 \
     --no-benchmark --no-compile --control --out "$L/models_mask_rcnn.json"
 }
 part2_b() {
   local m
-  for m in dcgan unet pix2pix fsrcnn cyclegan simple_baseline; do
+  for m in ${TRAIN_MODELS//,/ }; do
     timed "train_$m" 150 "$1" python3 benchmarks/train.py --models "$m" --layers none \
       --modes tf32,bf16 --control --rounds 3 --out "$L/train_$m.json"
   done

@@ -175,8 +175,8 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
         chosen = self.kernels_in_training
         if chosen is None:
             return planner.may_train_on_kernel(
-                self.in_channels, self.out_channels, self.groups, self.kernel_size,  # type: ignore[arg-type]
-                self.stride, self.output_padding, self.dilation, dtype)  # type: ignore[arg-type]
+                self.in_channels, self.out_channels, self.groups, self.stride,  # type: ignore[arg-type]
+                self.output_padding, dtype)  # type: ignore[arg-type]
         return chosen
 
     def _records_on(self, entry: "_Entry") -> bool:
@@ -436,31 +436,43 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
     def training_backend(self) -> str:
         """What a call autograd records runs, by `backend`'s plan: that kernel where
         kernels_in_training gives it our kernel (by default planner.trains_on_kernel, for the
-        stored weight's dtype), else PyTorch's convolution ("aten")."""
+        dtype the calls run in: _call_dtype), else PyTorch's convolution ("aten")."""
         stored = self._stored_weight()
-        if self.activation != "none" or not self._may_train_on_kernel(stored.dtype):
+        dtype = self._call_dtype(stored)
+        if self.activation != "none" or not self._may_train_on_kernel(dtype):
             return planner.ATEN
         backend = self.backend
         if self.kernels_in_training is None and not planner.trains_on_kernel(
-                backend, stored.dtype, self._args(self.output_padding), stored.shape):
+                backend, dtype, self._args(self.output_padding), stored.shape):
             return planner.ATEN
         return backend
+
+    def _call_dtype(self, stored: torch.Tensor) -> torch.dtype:
+        """The dtype this module's calls run in: the stored weight's, or the 16-bit dtype of the
+        last call where that ran an fp32 weight in 16-bit on its device (CUDA autocast: a
+        bf16-autocast step trains where its 16-bit plan says, not where fp32's would)."""
+        last = self.__dict__.get("_last_plan")
+        if last is not None and last[0] == stored.device and stored.dtype == torch.float32 \
+                and last[1] in (torch.float16, torch.bfloat16):
+            return last[1]
+        return stored.dtype
 
     @property
     def backend(self) -> str:
         """Which implementation runs for this module's current device and dtype: the plan of its
         last call when that ran on them (a plan can depend on the input's size: a 1 x 1 input
         runs as a kernel == stride layer, ConvTransposeArgs.kernel_view; calls under
-        planner.use_variant, such as optimize()'s fused check, do not count), or of
-        optimize()'s example call before any ran, else the input-size independent rule
-        (planner.describe)."""
+        planner.use_variant, such as optimize()'s fused check, do not count; an fp32 module's
+        calls under CUDA autocast count in autocast's dtype: _call_dtype), or of optimize()'s
+        example call before any ran, else the input-size independent rule (planner.describe)."""
         stored = self._stored_weight()
+        dtype = self._call_dtype(stored)
         last = self.__dict__.get("_last_plan")
-        if last is not None and last[0] == stored.device and last[1] == stored.dtype:
+        if last is not None and last[0] == stored.device and last[1] == dtype:
             return last[2].variant
         args = ConvTransposeArgs(self.stride, self.padding, self.output_padding,  # type: ignore[arg-type]
                                  self.dilation, self.groups)  # type: ignore[arg-type]
-        return planner.describe(stored.device, stored.dtype, self.kernel_size, args,
+        return planner.describe(stored.device, dtype, self.kernel_size, args,
                                 (self.in_channels // self.groups, self.out_channels // self.groups))
 
 

@@ -412,13 +412,12 @@ def trains_on_kernel(variant: str, dtype: torch.dtype, args: ConvTransposeArgs,
       PyTorch's forward and backward are its native im2col kernels, except fp32 with TF32: there
       our forward would be TF32 where ATen's native GEMMs are fp32;
     * on a layer without groups with a few output channels and many input channels
-      (direct_backward.few_output_channels): in 16-bit any kernel of ours, both gradients on
-      the tensor-core backward kernels; in fp32 with TF32 allowed the FFMA tile kernel
-      (ffma_tile, the untimed default of DCGAN's and FSRCNN's output layers on Hopper), with the
-      tensor-core weight gradient (3xTF32) and cuDNN's input gradient, so that the layer's
-      forward and gradients keep about fp32's accuracy.
+      (direct_backward.few_output_channels), in 16-bit: any kernel of ours, both gradients on
+      the tensor-core backward kernels.
     Elsewhere other kernels' training steps were not faster on every model: their recorded calls
-    stay PyTorch's."""
+    stay PyTorch's. That includes the few-output layers in fp32 with TF32 allowed (an FFMA
+    forward with the 3xTF32 weight gradient): faster on FSRCNN's output layer, but slower on
+    DCGAN's in one run of three, and DCGAN's and pix2pix's steps with it were slower."""
     if variant == GROUPED:
         return True
     if variant == ATEN:
@@ -427,32 +426,24 @@ def trains_on_kernel(variant: str, dtype: torch.dtype, args: ConvTransposeArgs,
         return dtype != torch.float32 or fp32_strict(dtype)
     if not direct_backward.few_output_channels(weight_shape, args):
         return False
-    if dtype in direct_backward.SIXTEEN_BIT:
-        return True
-    return direct_backward.few_output_weight_dtype(dtype) and \
-        kernels.split_variant(variant)[0] == FFMA_TILE
+    return dtype in direct_backward.SIXTEEN_BIT
 
 
 def may_train_on_kernel(in_channels: int, out_channels: int, groups: int,
-                        kernel_size: Sequence[int], stride: Sequence[int],
-                        output_padding: Sequence[int], dilation: Sequence[int],
+                        stride: Sequence[int], output_padding: Sequence[int],
                         dtype: torch.dtype) -> bool:
     """A layer's hyperparameters and the input's dtype alone: False where trains_on_kernel
     can hold for none of its calls without output_size= (plan_layer gives the grouped kernel
-    only the grouped layers below, ffma_tile only its shapes), so that a recorded call of any
-    other layer goes to PyTorch's convolution before any planning. (Under CUDA autocast a
-    float32 input's call runs in autocast's dtype.)"""
+    only the grouped layers below), so that a recorded call of any other layer goes to
+    PyTorch's convolution before any planning. (Under CUDA autocast a float32 input's call runs
+    in autocast's dtype.)"""
     if _grouped_kernel_layer(groups, (in_channels // groups, out_channels // groups)) and \
             stride[0] * stride[1] <= _MAX_GROUPED_STRIDE_AREA:
         return True
     sixteen_bit = dtype != torch.float32 or torch.is_autocast_enabled("cuda")
-    tf32 = torch._C._get_cudnn_allow_tf32()
     if output_padding_reaches_stride(output_padding, stride):
-        return sixteen_bit or not tf32
-    if not direct_backward.few_output_layer(in_channels, out_channels, groups):
-        return False
-    # (in fp32 the FFMA forward kernels: ffma_tile's shapes; direct is no untimed default here)
-    return sixteen_bit or (tf32 and ffma_tile.fits_shape(kernel_size, stride, dilation))
+        return sixteen_bit or not torch._C._get_cudnn_allow_tf32()
+    return sixteen_bit and direct_backward.few_output_layer(in_channels, out_channels, groups)
 
 
 def _grouped_kernel_layer(groups: int, channels: Optional[Tuple[int, int]]) -> bool:

@@ -108,10 +108,10 @@ def test_summary_says_where_training_runs_pytorch():
         (64, 32, 1, 4, 2, 1, 2, False, False, False),      # dense, output_padding < stride
         # dense, output_padding >= stride: no cuDNN kernel (fp32 with TF32 keeps PyTorch's)
         (64, 32, 1, 4, 1, 1, 2, True, False, True),
-        # 3 out, 64 in: the tensor-core gradients in 16-bit; with TF32 allowed, in fp32 where
-        # ffma_tile runs the forward (k4 s2, k9 s3, no dilation)
-        (64, 3, 1, 4, 2, 0, 1, True, True, False),
-        (56, 1, 1, 9, 3, 0, 1, True, True, False),
+        # 3 out, 64 in: the tensor-core gradients in 16-bit only (fp32 keeps PyTorch's, with
+        # TF32 allowed too)
+        (64, 3, 1, 4, 2, 0, 1, True, False, False),
+        (56, 1, 1, 9, 3, 0, 1, True, False, False),
         (64, 3, 1, 4, 2, 0, 2, True, False, False),        # dilated
         (64, 3, 1, 5, 2, 1, 1, True, False, False),        # k5 s2 (WGAN-GP's output)
         (16, 3, 1, 4, 2, 0, 1, False, False, False),       # 3 out, 16 in
@@ -202,6 +202,31 @@ def test_training_backend_says_what_a_recorded_call_runs_and_the_summary_shows_i
     layer.__dict__["_last_plan"] = (layer.weight.device, layer.weight.dtype,
                                     planner.Plan(planned, "test"))
     assert layer.training_backend == "aten"
+
+
+@pytest.mark.parametrize("last_dtype,planned,want", [
+    (torch.bfloat16, "gemm_out_tile", "gemm_out_tile"),  # a bf16-autocast call: 16-bit's rule
+    (torch.float16, "direct", "direct"),
+    (torch.float32, "ffma_tile", "aten"),                # an fp32 call: fp32's rule
+])
+def test_an_fp32_layers_training_column_follows_the_dtype_its_last_call_ran_in(
+        last_dtype, planned, want):
+    """An fp32 model trained under CUDA autocast: its few-output layer's recorded calls run in
+    16-bit, where they train on ours; the summary says so, not what fp32's rule would say."""
+    from torch import nn
+
+    import deconv_patch
+
+    model = deconv_patch.optimize(nn.Sequential(nn.ConvTranspose2d(64, 3, 4, 2, 1)))
+    layer = model[0]
+    assert layer.training_backend == "aten"  # fp32, no call yet
+    layer.__dict__["_last_plan"] = (layer.weight.device, last_dtype, planner.Plan(planned, "t"))
+    assert (layer.backend, layer.training_backend) == (planned, want)
+    row = deconv_patch.summary(model, quiet=True).layers[0]
+    assert (row.backend, row.training) == (planned, want)
+    model.half()  # a 16-bit model: an fp32 call's record does not answer for it (on the CPU
+    layer.__dict__["_last_plan"] = (layer.weight.device, torch.float32, planner.Plan(planned, "t"))
+    assert layer.backend == layer.training_backend == "aten"  # every plan is PyTorch's)
 
 
 def test_the_default_records_on_the_grouped_kernel_only_once_autotune_has_timed_the_call():

@@ -768,15 +768,11 @@ def test_recorded_calls_train_on_the_grouped_kernel_and_where_cudnn_has_none(all
             assert not planner.trains_on_kernel(planner.ATEN, dtype, no_cudnn, wide)
             assert not planner.trains_on_kernel(planner.ATEN, dtype, plain, rgb)
             # few output channels: in 16-bit any kernel of ours (both gradients on the
-            # tensor-core kernels); in fp32 with TF32 allowed the FFMA tile kernel (with the
-            # 3xTF32 weight gradient), not a TF32 forward nor the unmeasured direct kernel; fp32
-            # strict keeps PyTorch's
-            assert planner.trains_on_kernel(planner.GEMM_PHASE, dtype, plain, rgb) == sixteen_bit
-            assert planner.trains_on_kernel(planner.DIRECT, dtype, plain, rgb) == sixteen_bit
-            for ffma in (planner.FFMA_TILE, planner.FFMA_TILE_CONFIGS[0]):
-                assert planner.trains_on_kernel(ffma, dtype, plain, rgb) == (
-                    sixteen_bit or allow_tf32)
-                assert not planner.trains_on_kernel(ffma, dtype, plain, narrow)  # 16 in
+            # tensor-core kernels); fp32 keeps PyTorch's, with TF32 allowed too
+            for variant in (planner.GEMM_PHASE, planner.DIRECT, planner.FFMA_TILE,
+                            planner.FFMA_TILE_CONFIGS[0]):
+                assert planner.trains_on_kernel(variant, dtype, plain, rgb) == sixteen_bit
+                assert not planner.trains_on_kernel(variant, dtype, plain, narrow)  # 16 in
             # fp32 with TF32 would put TF32 in a forward ATen computes in fp32 here
             want = sixteen_bit or not allow_tf32
             for variant in (planner.GEMM_PHASE, planner.DIRECT, planner.GROUPED):

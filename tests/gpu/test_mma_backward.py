@@ -142,25 +142,29 @@ def test_float32_gradients_are_3xtf32(core, case, channels_last):
 
 
 @pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "nhwc"])
-@pytest.mark.parametrize("mode", ["bf16", "fp16", "tf32", "fp32", "bf16-autocast"])
+@pytest.mark.parametrize("mode", ["bf16", "fp16", "tf32", "tf32-kernels", "fp32",
+                                  "bf16-autocast"])
 def test_a_few_output_channel_layer_trains_on_ours_by_default(mode, channels_last):
     """DCGAN's RGB output (64 > 3, k4 s2): with kernels_in_training left at None, recorded calls
     in 16-bit (and under bf16 autocast) run our forward with both gradients on the tensor-core
-    kernels; fp32 calls with TF32 allowed our FFMA forward and the tensor-core weight gradient
-    (3xTF32, as assert_3xtf32 says); fp32 without TF32 stays PyTorch's. Three steps with
+    kernels; fp32 calls stay PyTorch's, with TF32 allowed or not. With kernels_in_training=True
+    ("tf32-kernels") an fp32 call with TF32 allowed runs our forward and the tensor-core weight
+    gradient (3xTF32, as assert_3xtf32 says). Three steps with
     optimizer updates on fresh inputs (the planned call, then the armed C++ path); outputs and
     all three gradients against float64 next to PyTorch's."""
     autocast = mode.endswith("autocast")
-    dtype = torch.float32 if mode in ("tf32", "fp32") or autocast else \
+    tf32 = mode.startswith("tf32")
+    dtype = torch.float32 if tf32 or mode == "fp32" or autocast else \
         {"bf16": torch.bfloat16, "fp16": torch.float16}[mode]
     run_dtype = torch.bfloat16 if autocast else dtype
     torch.manual_seed(3)
     ref = nn.ConvTranspose2d(64, 3, 4, 2, 1, device="cuda", dtype=dtype)
-    model = deconv_patch.optimize(nn.Sequential(copy.deepcopy(ref)))
+    chosen = True if mode == "tf32-kernels" else None
+    model = deconv_patch.optimize(nn.Sequential(copy.deepcopy(ref)), kernels_in_training=chosen)
     fast = model[0]
-    assert fast.kernels_in_training is None
+    assert fast.kernels_in_training is chosen
     layout = torch.channels_last if channels_last else torch.contiguous_format
-    ours = mode != "fp32"
+    ours = mode not in ("tf32", "fp32")
     opt = torch.optim.SGD(fast.parameters(), lr=0.1)
     with torch.backends.cudnn.flags(enabled=True, benchmark=False, allow_tf32=mode != "fp32"), \
             torch.autocast("cuda", torch.bfloat16, enabled=autocast):
@@ -175,18 +179,17 @@ def test_a_few_output_channel_layer_trains_on_ours_by_default(mode, channels_las
             # (under autocast the call's plan is made for autocast's casts: the kernel names
             # below say what ran)
             variant = fast.plan_for(x).variant
-            if ours and not autocast and not planner.trains_on_kernel(
+            if ours and chosen is None and not autocast and not planner.trains_on_kernel(
                     variant, dtype, fast._args(fast.output_padding), tuple(fast.weight.shape)):
                 pytest.skip(f"the forward's plan here is {variant}")
             names, got, want, exact = recorded_step(
                 fast, ref, x, dy, lambda x, w, b: F.conv_transpose2d(x, w, b, 2, 1))
             assert ("ConvTransposeFunction" in got[0].grad_fn.name()) == ours, got[0].grad_fn
-            # (training_backend answers for the stored fp32 weight under autocast: with TF32
-            # allowed, ours too)
+            # (training_backend answers for the dtype the calls ran in: autocast's)
             assert (fast.training_backend != planner.ATEN) == ours
             assert any("mma_weight_grad_partial" in n for n in names) == ours, names
-            assert any("mma_grad_input" in n for n in names) == (ours and mode != "tf32"), names
-            if mode == "tf32":  # the bias's gradient is ATen's on both sides
+            assert any("mma_grad_input" in n for n in names) == (ours and not tf32), names
+            if ours and tf32:  # the bias's gradient is ATen's on both sides
                 x_r, w_r, dy_r = (tf32_round(t.detach().double()) for t in (x, fast.weight, dy))
                 tf32_y = F.conv_transpose2d(x_r.requires_grad_(), w_r.requires_grad_(),
                                             fast.bias.detach().double(), 2, 1)
