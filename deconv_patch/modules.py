@@ -333,8 +333,11 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
     def plan_for(self, input: torch.Tensor,
                  output_padding: Optional[Sequence[int]] = None) -> planner.Plan:
         """Which implementation runs for this input (and the output_padding an `output_size=`
-        implies) and why."""
-        return self._entry_for(input, output_padding, self.weight, self.bias, self.activation,
+        implies) and why; under CUDA autocast, for the arguments as autocast casts them."""
+        weight, bias = self.weight, self.bias
+        if input.is_cuda and torch.is_autocast_enabled("cuda"):
+            input, weight, bias = autocast_args(input, weight, bias)
+        return self._entry_for(input, output_padding, weight, bias, self.activation,
                                self.negative_slope).plan
 
     def _entry_for(self, input: torch.Tensor, output_padding: Optional[Sequence[int]],

@@ -436,14 +436,19 @@ def may_train_on_kernel(in_channels: int, out_channels: int, groups: int,
     can hold for none of its calls without output_size= (plan_layer gives the grouped kernel
     only the grouped layers below), so that a recorded call of any other layer goes to
     PyTorch's convolution before any planning. (Under CUDA autocast a float32 input's call runs
-    in autocast's dtype.)"""
+    in autocast's dtype.) Every recorded call asks this, so most layers are answered from their
+    hyperparameters alone, before any autocast or backend state is read."""
     if _grouped_kernel_layer(groups, (in_channels // groups, out_channels // groups)) and \
             stride[0] * stride[1] <= _MAX_GROUPED_STRIDE_AREA:
         return True
+    without_cudnn = output_padding_reaches_stride(output_padding, stride)
+    if not without_cudnn and \
+            not direct_backward.few_output_layer(in_channels, out_channels, groups):
+        return False
     sixteen_bit = dtype != torch.float32 or torch.is_autocast_enabled("cuda")
-    if output_padding_reaches_stride(output_padding, stride):
+    if without_cudnn:
         return sixteen_bit or not torch._C._get_cudnn_allow_tf32()
-    return sixteen_bit and direct_backward.few_output_layer(in_channels, out_channels, groups)
+    return sixteen_bit
 
 
 def _grouped_kernel_layer(groups: int, channels: Optional[Tuple[int, int]]) -> bool:

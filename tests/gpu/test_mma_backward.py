@@ -176,9 +176,7 @@ def test_a_few_output_channel_layer_trains_on_ours_by_default(mode, channels_las
                 memory_format=layout).requires_grad_()
             dy = torch.randn(16, 3, 48, 40, device="cuda", dtype=run_dtype).contiguous(
                 memory_format=layout)
-            # (under autocast the call's plan is made for autocast's casts: the kernel names
-            # below say what ran)
-            variant = fast.plan_for(x).variant
+            variant = fast.plan_for(x).variant  # (under autocast, for autocast's casts)
             if ours and chosen is None and not autocast and not planner.trains_on_kernel(
                     variant, dtype, fast._args(fast.output_padding), tuple(fast.weight.shape)):
                 pytest.skip(f"the forward's plan here is {variant}")
