@@ -45,8 +45,8 @@ python3 -c "from deconv_patch.kernels.extension import load_units, unit_names
 load_units(unit_names())" > "$L/build.log" 2>&1 || tail -20 "$L/build.log"
 
 part1_a() {
-  timed layers_autotune 260 "$1" python3 benchmarks/layers.py --modes tf32,fp32,bf16,fp16 --reps 20 \
-    --json "$L/layers_autotune.json"
+  timed layers_autotune 260 "$1" python3 benchmarks/layers.py --modes tf32,fp32,bf16,fp16 \
+    --reps 20 --json "$L/layers_autotune.json"
   timed layers_untimed 170 "$1" python3 benchmarks/layers.py --no-autotune --reps 20 \
     --modes tf32,fp32,bf16,fp16 --json "$L/layers_untimed.json"
 }
@@ -67,8 +67,9 @@ part2_a() {
     timed "models_$m" 150 "$1" python3 benchmarks/models.py --models "$m" --no-benchmark \
       --rounds 2 --control --out "$L/models_$m.json"
   done
-  [ -n "${MASK_RCNN-1}" ] && timed models_mask_rcnn 120 "$1" python3 benchmarks/models.py --models mask_rcnn --dtypes fp32 \
-    --no-benchmark --no-compile --control --out "$L/models_mask_rcnn.json"
+  [ -n "${MASK_RCNN-1}" ] && timed models_mask_rcnn 120 "$1" python3 benchmarks/models.py \
+    --models mask_rcnn --dtypes fp32 --no-benchmark --no-compile --control \
+    --out "$L/models_mask_rcnn.json"
 }
 part2_b() {
   local m
@@ -94,7 +95,8 @@ for f in "$L"/*.log; do
   case $name in
     layers_*) echo "-- $name"; grep -E "geomean|slowest" "$f"
       echo "   rows planned on PyTorch's path:"; grep -E " aten +$" "$f" | head -30 ;;
-    train_*) echo "-- $name"; sed -n '/^kind/,$p' "$f" | grep -vE "^layer .* (grad_input|grad_weight) " ;;
+    train_*) echo "-- $name"
+      sed -n '/^kind/,$p' "$f" | grep -vE "^layer .* (grad_input|grad_weight) " ;;
     models_*) echo "-- $name"; grep -E "^ *[a-z0-9_]+ +(fp32|bf16) |^note" "$f" ;;
     gpu_tests) echo "-- $name"; grep -E "passed|failed|^FAILED|^ERROR" "$f" | tail -12 ;;
   esac

@@ -240,8 +240,8 @@ def optimize(
             faster). None (default): only where that measured faster: layers planned on the
             grouped kernel (depthwise and grouped layers), layers cuDNN has no kernel for
             (output_padding >= stride) outside fp32 with TF32, and layers with 1-4 output
-            channels and no groups, in 16-bit and in fp32 with TF32 allowed where ffma_tile runs
-            the forward (their gradients on our tensor-core kernels); elsewhere
+            channels and no groups, in 16-bit or under CUDA autocast (their gradients on our
+            tensor-core kernels); elsewhere
             it did not make every training step faster (docs/performance/training.md). True:
             in every layer. False: in none.
 
