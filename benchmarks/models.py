@@ -154,8 +154,9 @@ def format_table(rows: Sequence[Row]) -> str:
               "speedup", "A/A", "compiled ms", "compiled+patched ms", "speedup", "max|diff|"]
     body = [[r.model, r.dtype, str(r.batch), r.path, str(r.layers), str(r.folded),
              _fmt(r.eager_ms, ".3f"), _fmt(r.patched_ms, ".3f"), _fmt_x(r.speedup),
-             _fmt_x(r.control_ratio), _fmt(r.compiled_ms, ".3f"), _fmt(r.compiled_patched_ms, ".3f"),
-             _fmt_x(r.compiled_speedup), _fmt(r.max_abs_diff, ".2e")] for r in rows]
+             _fmt_x(r.control_ratio), _fmt(r.compiled_ms, ".3f"),
+             _fmt(r.compiled_patched_ms, ".3f"), _fmt_x(r.compiled_speedup),
+             _fmt(r.max_abs_diff, ".2e")] for r in rows]
     widths = [max(len(line[i]) for line in [header] + body) for i in range(len(header))]
     lines = ["  ".join(c.rjust(w) for c, w in zip(line, widths)) for line in [header] + body]
     lines.insert(1, "  ".join("-" * w for w in widths))

@@ -21,8 +21,8 @@ class Timing:
 
 def turn_orders(count: int, rotate: bool = False) -> List[List[int]]:
     """The orders in which `count` fns take turns, one per rep, cycled: forward and reversed;
-    with `rotate`, every rotation of both, so that each fn sits in each place equally often (three
-    fns: every order, so each also follows each other equally often; two: as without)."""
+    with `rotate`, every rotation of both, so that each fn sits in each place equally often
+    (three fns: every order, so each also follows each other equally often; two: as without)."""
     forward = list(range(count))
     starts = range(count) if rotate else range(1)
     orders = [forward[s:] + forward[:s] for s in starts]

@@ -14,9 +14,10 @@ gradient, from what was measured against PyTorch's (docs/kernels.md#direct_backw
 * layers without groups with a few output channels and many input channels (DCGAN's RGB
   output, FSRCNN's last layer), where cuDNN's gradients run far from their floor: in 16-bit the
   mma kernels for both gradients; in fp32 with TF32 allowed (PyTorch's default; recorded calls
-  run ours there with kernels_in_training=True) the mma weight gradient, as 3xTF32: about fp32's accuracy, as cuDNN's weight gradient has with TF32 allowed
-  (the fp32 input gradient measured slower than cuDNN's there). fp32 without TF32 keeps ATen's:
-  3xTF32 sums of few products can miss fp32's bar.
+  run ours there with kernels_in_training=True) the mma weight gradient, as 3xTF32: about
+  fp32's accuracy, as cuDNN's weight gradient has with TF32 allowed (the fp32 input gradient
+  measured slower than cuDNN's there). fp32 without TF32 keeps ATen's: 3xTF32 sums of few
+  products can miss fp32's bar.
 Elsewhere cuDNN's tensor cores, or the tensor-core GEMMs of ATen's native kernels on the larger
 layers, were faster, and ATen's backward runs.
 """

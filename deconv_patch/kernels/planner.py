@@ -415,9 +415,8 @@ def trains_on_kernel(variant: str, dtype: torch.dtype, args: ConvTransposeArgs,
       (direct_backward.few_output_channels), in 16-bit: any kernel of ours, both gradients on
       the tensor-core backward kernels.
     Elsewhere other kernels' training steps were not faster on every model: their recorded calls
-    stay PyTorch's. That includes the few-output layers in fp32 with TF32 allowed (an FFMA
-    forward with the 3xTF32 weight gradient): faster on FSRCNN's output layer, but slower on
-    DCGAN's in one run of three, and DCGAN's and pix2pix's steps with it were slower."""
+    stay PyTorch's. So do the few-output layers in fp32 with TF32 allowed (an FFMA forward with
+    the 3xTF32 weight gradient): the steps of models with such a layer measured slower."""
     if variant == GROUPED:
         return True
     if variant == ATEN:
