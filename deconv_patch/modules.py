@@ -87,7 +87,7 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
     kernels_in_training: Optional[bool] = None
     # Per-process caches: never copied or pickled (the copy re-plans on its first call).
     TRANSIENT_STATE = ("_plan_cache", "_last_plan", "_kernel_planned", "_fast_path",
-                       "_fast_path_fused")
+                       "_fast_path_fused", "_may_ever_train")
 
     @classmethod
     def from_module(cls, module: nn.ConvTranspose2d, activation: str = "none",
@@ -173,11 +173,16 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
         the input's dtype: whether a call of this layer could be planned on a kernel that trains
         faster."""
         chosen = self.kernels_in_training
-        if chosen is None:
-            return planner.may_train_on_kernel(
+        if chosen is not None:
+            return chosen
+        ever = self.__dict__.get("_may_ever_train")  # (from the hyperparameters: __setattr__)
+        if ever is None:
+            ever = self.__dict__["_may_ever_train"] = planner.may_ever_train_on_kernel(
                 self.in_channels, self.out_channels, self.groups, self.stride,  # type: ignore[arg-type]
-                self.output_padding, dtype)  # type: ignore[arg-type]
-        return chosen
+                self.output_padding)  # type: ignore[arg-type]
+        return ever and planner.may_train_on_kernel(
+            self.in_channels, self.out_channels, self.groups, self.stride,  # type: ignore[arg-type]
+            self.output_padding, dtype)  # type: ignore[arg-type]
 
     def _records_on(self, entry: "_Entry") -> bool:
         """Whether a call autograd records runs `entry`'s kernel: kernels_in_training, with
@@ -324,6 +329,7 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
         # the fast path; the next call re-plans through Python and re-arms it.
         self.__dict__.pop("_fast_path", None)
         self.__dict__.pop("_fast_path_fused", None)
+        self.__dict__.pop("_may_ever_train", None)
         super().__setattr__(name, value)
 
     def _args(self, output_padding: Sequence[int]) -> ConvTransposeArgs:

@@ -437,8 +437,7 @@ def may_train_on_kernel(in_channels: int, out_channels: int, groups: int,
     PyTorch's convolution before any planning. (Under CUDA autocast a float32 input's call runs
     in autocast's dtype.) Every recorded call asks this, so most layers are answered from their
     hyperparameters alone, before any autocast or backend state is read."""
-    if _grouped_kernel_layer(groups, (in_channels // groups, out_channels // groups)) and \
-            stride[0] * stride[1] <= _MAX_GROUPED_STRIDE_AREA:
+    if _trains_on_grouped_kernel(in_channels, out_channels, groups, stride):
         return True
     without_cudnn = output_padding_reaches_stride(output_padding, stride)
     if not without_cudnn and \
@@ -448,6 +447,22 @@ def may_train_on_kernel(in_channels: int, out_channels: int, groups: int,
     if without_cudnn:
         return sixteen_bit or not torch._C._get_cudnn_allow_tf32()
     return sixteen_bit
+
+
+def may_ever_train_on_kernel(in_channels: int, out_channels: int, groups: int,
+                             stride: Sequence[int], output_padding: Sequence[int]) -> bool:
+    """may_train_on_kernel for some dtype and backend flags: False for most layers, which a
+    module answers once for all its recorded calls."""
+    return _trains_on_grouped_kernel(in_channels, out_channels, groups, stride) or \
+        output_padding_reaches_stride(output_padding, stride) or \
+        direct_backward.few_output_layer(in_channels, out_channels, groups)
+
+
+def _trains_on_grouped_kernel(in_channels: int, out_channels: int, groups: int,
+                              stride: Sequence[int]) -> bool:
+    """A layer the grouped kernel trains by default, whatever the dtype."""
+    return _grouped_kernel_layer(groups, (in_channels // groups, out_channels // groups)) and \
+        stride[0] * stride[1] <= _MAX_GROUPED_STRIDE_AREA
 
 
 def _grouped_kernel_layer(groups: int, channels: Optional[Tuple[int, int]]) -> bool:

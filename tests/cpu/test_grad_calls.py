@@ -140,6 +140,26 @@ def test_only_grouped_cudnn_less_and_few_output_layers_may_train_on_kernels_by_d
     assert layer._may_train_on_kernel(torch.float32)
 
 
+def test_the_prefilters_answer_from_the_hyperparameters_follows_their_changes():
+    """A layer answers may_ever_train_on_kernel once (most layers: never) and keeps it until an
+    attribute changes: a stride or output_padding set afterwards is seen."""
+    from torch import nn
+
+    import deconv_patch
+
+    layer = deconv_patch.FastConvTranspose2d.from_module(
+        nn.ConvTranspose2d(64, 32, 3, 2, 1, dilation=2))
+    assert not layer._may_train_on_kernel(torch.bfloat16)
+    assert layer.__dict__["_may_ever_train"] is False
+    layer.stride, layer.output_padding = (1, 1), (1, 1)  # no cuDNN kernel now
+    assert "_may_ever_train" not in layer.__dict__
+    assert layer._may_train_on_kernel(torch.bfloat16)
+    with torch.backends.cudnn.flags(allow_tf32=True):
+        assert not layer._may_train_on_kernel(torch.float32)  # (its own answer per call)
+    layer.stride = (2, 2)
+    assert not layer._may_train_on_kernel(torch.bfloat16)
+
+
 def test_kernels_in_training_is_set_on_every_layer_and_said_in_the_summary():
     from torch import nn
 
