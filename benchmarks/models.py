@@ -6,8 +6,8 @@ in fp32 (TF32 allowed, PyTorch's default for convolutions) and bf16:
     median over repetitions, the two sides taking turns forward by forward so drift hits both);
   * torch.compile(original) vs torch.compile(patched): the deconv_patch op is a custom op with a
     fake kernel, so Inductor keeps it as an extern call and compiles around it.
-With --control a copy of the original takes turns with the eager pair (every order equally
-often); its ratio (original / copy, "A/A") is the timer's own spread in that run.
+With --control a copy of the original takes turns with each pair, eager and compiled (every
+order equally often); its ratio (original / copy, "A/A") is the timer's own spread in that run.
 Prints a table last; `--out results.json` also writes every row as JSON. Needs a CUDA GPU.
 
     python benchmarks/models.py [--models dcgan,unet] [--dtypes fp32,bf16] [--no-compile]
@@ -57,6 +57,7 @@ class Row:
     control_ms: Optional[float] = None  # an eager copy of the original (--control)
     compiled_ms: Optional[float] = None
     compiled_patched_ms: Optional[float] = None
+    compiled_control_ms: Optional[float] = None  # the copy, compiled (--control)
     max_abs_diff: Optional[float] = None
     fallback_warnings: int = 0
     notes: List[str] = field(default_factory=list)
@@ -74,10 +75,15 @@ class Row:
         """eager original / its copy: what the timer makes of two identical models."""
         return _ratio(self.eager_ms, self.control_ms)
 
+    @property
+    def compiled_control_ratio(self) -> Optional[float]:
+        return _ratio(self.compiled_ms, self.compiled_control_ms)
+
     def to_dict(self) -> Dict[str, Any]:
         data = asdict(self)
         data.update(speedup=self.speedup, compiled_speedup=self.compiled_speedup,
-                    control_ratio=self.control_ratio)
+                    control_ratio=self.control_ratio,
+                    compiled_control_ratio=self.compiled_control_ratio)
         return data
 
 
@@ -125,14 +131,15 @@ def bench(example: Example, dtype_name: str, batch: int, args: argparse.Namespac
         else:
             try:
                 torch._dynamo.reset()
-                compiled = torch.compile(model, mode=args.compile_mode)
-                compiled_patched = torch.compile(patched, mode=args.compile_mode)
+                sides = [torch.compile(m, mode=args.compile_mode) for m in
+                         ([model, patched] + ([copy.deepcopy(model)] if args.control else []))]
                 with torch.no_grad():
-                    compiled(*inputs)  # compile outside the timed region
-                    compiled_patched(*inputs)
-                    row.compiled_ms, row.compiled_patched_ms = median_interleaved(
-                        [lambda: compiled(*inputs), lambda: compiled_patched(*inputs)],
-                        args.warmup, args.rounds * args.reps)
+                    for side in sides:  # compile outside the timed region
+                        side(*inputs)
+                    times = median_interleaved([functools.partial(s, *inputs) for s in sides],
+                                               args.warmup, args.rounds * args.reps, rotate=True)
+                row.compiled_ms, row.compiled_patched_ms = times[:2]
+                row.compiled_control_ms = times[2] if args.control else None
             except Exception as exc:
                 row.notes.append(f"compile: {_one_line(exc)}")
     row.fallback_warnings = sum(1 for w in caught if "deconv_patch" in str(w.message))
@@ -151,12 +158,13 @@ def _fmt_x(value: Optional[float]) -> str:
 
 def format_table(rows: Sequence[Row]) -> str:
     header = ["model", "dtype", "batch", "path", "layers", "folded", "eager ms", "patched ms",
-              "speedup", "A/A", "compiled ms", "compiled+patched ms", "speedup", "max|diff|"]
+              "speedup", "A/A", "compiled ms", "compiled+patched ms", "speedup", "A/A",
+              "max|diff|"]
     body = [[r.model, r.dtype, str(r.batch), r.path, str(r.layers), str(r.folded),
              _fmt(r.eager_ms, ".3f"), _fmt(r.patched_ms, ".3f"), _fmt_x(r.speedup),
              _fmt_x(r.control_ratio), _fmt(r.compiled_ms, ".3f"),
              _fmt(r.compiled_patched_ms, ".3f"), _fmt_x(r.compiled_speedup),
-             _fmt(r.max_abs_diff, ".2e")] for r in rows]
+             _fmt_x(r.compiled_control_ratio), _fmt(r.max_abs_diff, ".2e")] for r in rows]
     widths = [max(len(line[i]) for line in [header] + body) for i in range(len(header))]
     lines = ["  ".join(c.rjust(w) for c, w in zip(line, widths)) for line in [header] + body]
     lines.insert(1, "  ".join("-" * w for w in widths))
@@ -188,8 +196,8 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     parser.add_argument("--no-benchmark", action="store_true",
                         help="cudnn.benchmark off on both sides (PyTorch's default)")
     parser.add_argument("--control", action="store_true",
-                        help="also time an eager copy of the original in turn with the eager pair "
-                             "(A/A: the timer's own spread)")
+                        help="also time a copy of the original in turn with each pair, eager and "
+                             "compiled (A/A: the timer's own spread)")
     parser.add_argument("--out", type=Path, default=None, help="write the rows as JSON here")
     return parser.parse_args(argv)
 

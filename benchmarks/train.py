@@ -161,8 +161,12 @@ def bench_model(example: Example, mode: str, args: argparse.Namespace) -> List[R
             torch._dynamo.reset()
             a = _train_step(torch.compile(original), inputs, target, mode)
             b = _train_step(torch.compile(patched), inputs, target, mode)
-            a(), b()  # compile outside the timed region
-            _paired(compiled, a, b, args)
+            c = None if control is None else _train_step(torch.compile(control), inputs,
+                                                         target, mode)
+            for step in (a, b, c):  # compile outside the timed region
+                if step is not None:
+                    step()
+            _paired(compiled, a, b, args, c)
         except Exception as exc:
             compiled.notes.append(_one_line(exc))
     del original, patched, control
@@ -282,7 +286,7 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
                              "off (False)")
     parser.add_argument("--control", action="store_true",
                         help="also time a copy of the original in turn with both sides (A/A: "
-                             "the timer's own spread; eager steps and layer rows)")
+                             "the timer's own spread; eager and compiled steps, layer rows)")
     parser.add_argument("--out", type=Path, default=None, help="write the rows as JSON here")
     args = parser.parse_args(argv)
     args.kernels_in_training = KERNELS_IN_TRAINING[args.kernels_in_training]
