@@ -108,14 +108,14 @@ def bench(example: Example, dtype_name: str, batch: int, args: argparse.Namespac
             model = example.build(small=False).to(device=device, dtype=dtype).eval()
             inputs = example.inputs(batch, device, dtype)
             patched = optimize(model, inputs, progress=False)
+            control = copy.deepcopy(model) if args.control else None  # (eager and compiled)
             info = summary(patched, quiet=True)
             row.path, row.layers, row.folded = info.path, info.num_patched, info.num_fused
             with torch.no_grad():
                 row.max_abs_diff = max_abs_difference(patched(*inputs), model(*inputs))
                 # (partials, not lambdas: the names are deleted at the end)
-                sides = [functools.partial(model, *inputs), functools.partial(patched, *inputs)]
-                if args.control:
-                    sides.append(functools.partial(copy.deepcopy(model), *inputs))
+                sides = [functools.partial(m, *inputs) for m in (model, patched, control)
+                         if m is not None]
                 times = median_interleaved(sides, args.warmup, args.rounds * args.reps,
                                            rotate=True)
                 row.eager_ms, row.patched_ms = times[:2]
@@ -131,8 +131,8 @@ def bench(example: Example, dtype_name: str, batch: int, args: argparse.Namespac
         else:
             try:
                 torch._dynamo.reset()
-                sides = [torch.compile(m, mode=args.compile_mode) for m in
-                         ([model, patched] + ([copy.deepcopy(model)] if args.control else []))]
+                sides = [torch.compile(m, mode=args.compile_mode)
+                         for m in (model, patched, control) if m is not None]
                 with torch.no_grad():
                     for side in sides:  # compile outside the timed region
                         side(*inputs)
@@ -143,7 +143,7 @@ def bench(example: Example, dtype_name: str, batch: int, args: argparse.Namespac
             except Exception as exc:
                 row.notes.append(f"compile: {_one_line(exc)}")
     row.fallback_warnings = sum(1 for w in caught if "deconv_patch" in str(w.message))
-    del model, patched
+    del model, patched, control
     torch.cuda.empty_cache()
     return row
 

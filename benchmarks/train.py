@@ -24,7 +24,6 @@ import argparse
 import contextlib
 import copy
 import json
-import math
 import sys
 import warnings
 from dataclasses import asdict, dataclass, field
@@ -36,7 +35,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: `examples`
 
-from benchmarks.layers import QUICK, SUITE, SUITES, Layer  # noqa: E402
+from benchmarks.layers import QUICK, SUITE, SUITES, Layer, geomean  # noqa: E402
 from deconv_patch import FastConvTranspose2d  # noqa: E402
 from deconv_patch.optimize import optimize  # noqa: E402
 from deconv_patch.timing import capture_graph, median_interleaved  # noqa: E402
@@ -216,10 +215,6 @@ def _fmt(value: Optional[float], spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
 
-def _geomean(values: Sequence[float]) -> float:
-    return math.exp(sum(math.log(v) for v in values) / len(values))
-
-
 def format_table(rows: Sequence[Row]) -> str:
     header = ["kind", "name", "mode", "what", "original ms", "patched ms", "ratio", "A/A"]
     body = [[r.kind, r.name, r.mode, r.what, _fmt(r.original_ms, ".3f"),
@@ -237,12 +232,12 @@ def format_table(rows: Sequence[Row]) -> str:
         ratios = [r.ratio for r in rows if r.kind == "layer" and r.mode == mode
                   and r.what == "fwd+bwd" and r.ratio]
         if ratios:
-            lines.append(f"layers {mode} fwd+bwd: geomean {_geomean(ratios):.2f}x, min "
+            lines.append(f"layers {mode} fwd+bwd: geomean {geomean(ratios):.2f}x, min "
                          f"{min(ratios):.2f}x over {len(ratios)}")
         controls = [r.control_ratio for r in rows if r.mode == mode and r.control_ratio]
         if controls:
             lines.append(f"A/A {mode} (original / its copy, every row): geomean "
-                         f"{_geomean(controls):.2f}x, {min(controls):.2f}-{max(controls):.2f}x "
+                         f"{geomean(controls):.2f}x, {min(controls):.2f}-{max(controls):.2f}x "
                          f"over {len(controls)}")
     return "\n".join(lines)
 
