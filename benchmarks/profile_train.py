@@ -4,13 +4,14 @@ PyTorch's convolution) and `kernels_in_training=True`, side by side for one exam
 Per side: event time per step (the three interleaved), host time per step (from an idle GPU,
 no synchronisation inside the step, so it is the time to enqueue the step), the GPU kernels' time
 per step (torch.profiler), each conv layer's output layout and plan, the kernels whose time per
-step differs most between the original and kernels_in_training, and each transposed
+step differs most between the original and each patched side, and each transposed
 convolution's forward + backward alone (on the input it gets in the step) against the step's GPU
 time: the part of the step a faster layer can shorten. `benchmarks/train.py` measures the same
-steps; this says why they differ.
+steps; this says why they differ. --compiled does all of it for each side's step under
+torch.compile.
 
     python benchmarks/profile_train.py [--model dcgan] [--mode tf32|bf16] [--batch N]
-                                       [--steps 10] [--top 15] [--benchmark]
+                                       [--steps 10] [--top 15] [--benchmark] [--compiled]
 """
 
 from __future__ import annotations
@@ -152,6 +153,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--reps", type=int, default=30)
     p.add_argument("--top", type=int, default=15)
     p.add_argument("--benchmark", action="store_true", help="cudnn.benchmark on")
+    p.add_argument("--compiled", action="store_true",
+                   help="time and profile each side's step under torch.compile")
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
         print("profile_train.py needs a CUDA GPU", file=sys.stderr)
@@ -170,23 +173,29 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     }
     with torch.no_grad():
         target = torch.randn_like(_first_tensor(original(*inputs)).float())
-    steps = {name: _train_step(model, inputs, target, args.mode) for name, model in sides.items()}
+    steps = {name: _train_step(torch.compile(model) if args.compiled else model, inputs, target,
+                               args.mode) for name, model in sides.items()}
+    for step in steps.values():  # (compiles outside the timed region)
+        step()
     events = time_interleaved(list(steps.values()), warmup=5, reps=args.reps)
     event_ms = {name: statistics.median(t) for name, t in zip(steps, events)}
     host_ms = {name: host_ms_per_step(step, args.steps) for name, step in steps.items()}
     kernels = {name: kernel_us_per_step(step, args.steps) for name, step in steps.items()}
 
     print(f"{torch.cuda.get_device_name(0)}, torch {torch.__version__}, {args.model} "
-          f"b{batch}, {args.mode}, cudnn.benchmark {args.benchmark}")
+          f"b{batch}, {args.mode}, cudnn.benchmark {args.benchmark}"
+          f"{', compiled steps' if args.compiled else ''}")
     for name, model in sides.items():
         print(f"{name}: output of each transposed convolution")
         print("\n".join(layer_rows(model, inputs, args.mode)))
-    ours, theirs = kernels["kernels_in_training"], kernels["original"]
-    deltas = sorted((set(ours) | set(theirs)) - {LAUNCHES},
-                    key=lambda k: -abs(ours.get(k, 0.0) - theirs.get(k, 0.0)))
-    print("\nkernels whose us per step differ most (original -> kernels_in_training):")
-    for key in deltas[:args.top]:
-        print(f"  {theirs.get(key, 0.0):9.1f} -> {ours.get(key, 0.0):9.1f}  {key[:110]}")
+    theirs = kernels["original"]
+    for side in ("default", "kernels_in_training"):
+        ours = kernels[side]
+        deltas = sorted((set(ours) | set(theirs)) - {LAUNCHES},
+                        key=lambda k: -abs(ours.get(k, 0.0) - theirs.get(k, 0.0)))
+        print(f"\nkernels whose us per step differ most (original -> {side}):")
+        for key in deltas[:args.top]:
+            print(f"  {theirs.get(key, 0.0):9.1f} -> {ours.get(key, 0.0):9.1f}  {key[:110]}")
     print(f"\n{'side':<22} {'event ms':>9} {'host ms':>8} {'GPU kernels ms':>15} "
           f"{'kernels':>8}")
     for name in sides:
