@@ -20,7 +20,7 @@ from torch.utils._pytree import tree_flatten
 
 from .kernels import planner
 from .dataflow import Record
-from .derived import original_class, restore_class, set_class
+from .derived import original_class, restore_class
 from .epilogue import activation_of_module
 from .fused_chain import (ActivationGate, BatchNormGate, EscapeCheck, FusedChain, PENDING,
                           has_hooks)
@@ -124,10 +124,7 @@ def _escape_check(owner: nn.Module) -> Tuple[Optional[int], Optional[EscapeCheck
 
 def attach_chains(plan: ChainPlan) -> None:
     for name, (conv, chain) in plan.chains.items():
-        if chain.bn is not None:
-            set_class(chain.bn, BatchNormGate)
-        if chain.act is not None:
-            set_class(chain.act, ActivationGate)
+        chain.follow_mode(conv.training)
         owner = plan.owners[name]
         _, check = _escape_check(owner)
         if check is None:
@@ -217,4 +214,6 @@ def verify_chains(model: nn.Module, plan: ChainPlan, args: Tuple[Any, ...],
         attach_chains(plan)
         torch.manual_seed(0)
         got = model(*args, **kwargs)
+    for conv, chain in plan.chains.values():  # (modes were put back without train())
+        chain.follow_mode(conv.training)
     return _difference(expected, got)

@@ -6,13 +6,17 @@ BatchNorm folded into a cached copy of the weight and bias, the activation in th
 hands the result to the BatchNorm and activation modules, which then pass it through. Both keep
 their class's behaviour for any other input: their class becomes a subclass (`BatchNormGate`,
 `ActivationGate`) whose forward checks that the tensor it gets *is* the one the conv handed over.
+They carry that class only while the conv is in eval mode (`FusedChain.follow_mode`, called by
+the conv's `train()`): a training step, eager or compiled, calls the user's own classes and pays
+nothing for a chain (a gate costs a Python frame per call, and torch.compile guards on it).
 
 A call runs fused only when all of these hold, so switching to train mode, asking for
 gradients, adding a hook or calling the conv from other code gives the unfused computation:
 * the conv is called from the call expression the recorded forward called it from (the same
   code object and instruction: dataflow.call_site), so another line, branch or caller of the
   same conv runs it unfused;
-* the BatchNorm is in eval mode with running statistics;
+* the conv is in eval mode (its BatchNorm and activation carry the gate classes), and the
+  BatchNorm is in eval mode with running statistics;
 * no forward hooks on the conv, no hooks on the BatchNorm or activation, no global module hooks
   (but those a `hooks_seen_through` block names: validate()'s captures of what the model
   computes as its user runs it);
@@ -31,8 +35,10 @@ from typing import Any, FrozenSet, Iterable, Iterator, Mapping, Optional, Tuple
 
 import torch
 from torch import nn
+from torch.nn.utils import parametrize
 
 from .dataflow import CallSite, call_site
+from .derived import restore_class, set_class
 from .fusion import bn_scale_shift, fold_scale_shift
 from .kernels.kept_buffers import may_keep_buffers
 from .summary import PatchWarning
@@ -178,6 +184,26 @@ class FusedChain:
             ([self.activation] if self.activation != "none" else [])
         return "+".join(parts)
 
+    def gated(self) -> bool:
+        """Whether the BatchNorm and activation carry the gate classes (a fused call hands its
+        output over only to modules that pass it through)."""
+        return (self.bn is None or isinstance(self.bn, BatchNormGate)) and \
+            (self.act is None or isinstance(self.act, ActivationGate))
+
+    def follow_mode(self, training: bool) -> None:
+        """Gives the BatchNorm and activation their gate classes for a conv in eval mode, and
+        their own classes back for one in training mode, where no call fuses. A parametrized
+        module keeps its gate (its class is made per module; swapping it on every mode change
+        would make a new class each time). A hand-over still pending stays, so that the
+        EscapeCheck finds it and recomputes that call."""
+        for module, gate in ((self.bn, BatchNormGate), (self.act, ActivationGate)):
+            if module is None:
+                continue
+            if not training:
+                set_class(module, gate)
+            elif not parametrize.is_parametrized(module):
+                restore_class(module, gate)
+
     def folded(self, conv: nn.Module, input: torch.Tensor, weight: torch.Tensor,
                bias: Optional[torch.Tensor], recorded: bool
                ) -> Optional[Tuple[torch.Tensor, Optional[torch.Tensor]]]:
@@ -185,7 +211,7 @@ class FusedChain:
         whether autograd records the call (grad_calls.records_grad). Called only outside
         torch.compile, on every eager call of the conv, so module state is read from its dicts
         (nn.Module.__getattr__ costs about a microsecond per name)."""
-        if self.disabled is not None or recorded:
+        if self.disabled is not None or recorded or not self.gated():
             return None
         site = call_site(1)  # (this method <- forward <- nn.Module's call)
         known = self._site

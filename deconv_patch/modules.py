@@ -324,6 +324,13 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
             list(self.stride), list(self.padding), list(self.output_padding),
             list(self.dilation), self.groups, self._records_on(entry))
 
+    def train(self, mode: bool = True) -> "FastConvTranspose2d":
+        super().train(mode)
+        chain = self.__dict__.get("_fused_chain")
+        if chain is not None:  # (its BatchNorm and activation gate only in eval mode)
+            chain.follow_mode(mode)
+        return self
+
     def __setattr__(self, name: str, value: object) -> None:
         # Any attribute change (hyperparameters, activation, parameters, device moves) disarms
         # the fast path; the next call re-plans through Python and re-arms it.

@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from deconv_patch.fused_chain import ActivationGate, BatchNormGate
 from deconv_patch.kernels import plan_context
 from deconv_patch.modules import FastConvTranspose2d
 from deconv_patch.optimize import optimize
@@ -124,6 +125,111 @@ def test_training_mode_runs_unfused_with_identical_gradients_and_statistics():
     model.eval()
     with torch.no_grad():
         torch.testing.assert_close(patched(x), model(x), rtol=1e-5, atol=1e-6)
+
+
+_CHAINS = {"block1": ("block1.1", "block1.2"), "block2": ("block2.1", "block2.2")}
+
+
+def _batch_norm_calls(monkeypatch) -> list:
+    """The shapes F.batch_norm is called on from here on (a fused chain's BatchNorm is not)."""
+    calls: list = []
+    batch_norm = F.batch_norm
+
+    def counted(input, *args, **kwargs):
+        calls.append(tuple(input.shape))
+        return batch_norm(input, *args, **kwargs)
+
+    monkeypatch.setattr(F, "batch_norm", counted)
+    return calls
+
+
+def _gated(model: nn.Module, block: str) -> bool:
+    bn, act = (model.get_submodule(name) for name in _CHAINS[block])
+    return isinstance(bn, BatchNormGate) and isinstance(act, ActivationGate)
+
+
+def test_chain_gates_follow_the_convs_mode(monkeypatch):
+    """The BatchNorm and activation of a chain carry the gate classes only while the conv is in
+    eval mode: a training step calls the user's own classes (and pays nothing for the chain)."""
+    reference = Decoder().train()
+    patched = optimize(copy.deepcopy(reference), _x())
+    for names in _CHAINS.values():
+        for name, cls in zip(names, (nn.BatchNorm2d, nn.ReLU)):
+            assert type(patched.get_submodule(name)) is cls, name
+    calls = _batch_norm_calls(monkeypatch)
+    x = torch.randn(3, 8, 6, 7)
+    assert torch.equal(patched(x), reference(x))  # batch statistics, ATen on both sides
+    assert len(calls) == 4
+
+    patched.eval()
+    reference.eval()
+    assert _gated(patched, "block1") and _gated(patched, "block2")
+    calls.clear()
+    with torch.no_grad():
+        out = patched(x)
+    assert calls == []  # both chains ran fused
+    with torch.no_grad():
+        torch.testing.assert_close(out, reference(x), rtol=1e-5, atol=1e-6)
+
+    # One conv back in training mode: its chain leaves its modules their own classes and
+    # runs unfused; the other chain still fuses.
+    patched.get_submodule("block1.0").train()
+    reference.get_submodule("block1.0").train()
+    assert not _gated(patched, "block1") and _gated(patched, "block2")
+    calls.clear()
+    with torch.no_grad():
+        out = patched(x)
+    assert calls == [(3, 6, 12, 14)]  # block1's BatchNorm only
+    with torch.no_grad():
+        torch.testing.assert_close(out, reference(x), rtol=1e-5, atol=1e-6)
+
+    patched.train()
+    for names in _CHAINS.values():
+        for name, cls in zip(names, (nn.BatchNorm2d, nn.ReLU)):
+            assert type(patched.get_submodule(name)) is cls, name
+
+
+def test_a_chain_without_its_gates_never_hands_over(monkeypatch):
+    """A conv in eval mode whose BatchNorm lost its gate class (a mode set module by module)
+    computes the chain unfused rather than hand a fused output to a module that would apply
+    itself again."""
+    reference = Decoder().eval()
+    patched = optimize(copy.deepcopy(reference), _x())
+    bn = patched.get_submodule("block2.1")
+    bn.__class__ = nn.BatchNorm2d
+    calls = _batch_norm_calls(monkeypatch)
+    x = torch.randn(2, 8, 4, 5)
+    with torch.no_grad():
+        out = patched(x)
+    assert calls == [(2, 4, 16, 20)]
+    with torch.no_grad():
+        torch.testing.assert_close(out, reference(x), rtol=1e-5, atol=1e-6)
+
+
+class _Scaled(nn.Module):
+    def forward(self, weight: torch.Tensor) -> torch.Tensor:
+        return weight * 1.5
+
+
+def test_a_parametrized_batchnorm_keeps_its_gate_across_modes():
+    """Its class is made for that module: it keeps its gate in training mode (one class, not a
+    new one per mode change), and the chain still fuses in eval and matches the original."""
+    from torch.nn.utils import parametrize
+
+    reference = nn.Sequential(nn.ConvTranspose2d(8, 6, 4, 2, 1), random_bn(6), nn.ReLU()).eval()
+    parametrize.register_parametrization(reference[1], "weight", _Scaled())
+    patched = optimize(copy.deepcopy(reference), _x())
+    assert [layer.fused for layer in summary(patched, quiet=True).layers] == ["bn(folded)+relu"]
+    cls = type(patched[1])
+    x = torch.randn(2, 8, 3, 6)
+    for _ in range(2):
+        patched.train()
+        assert type(patched[1]) is cls and type(patched[2]) is nn.ReLU
+        assert torch.equal(patched(x), reference.train()(x))
+        patched.eval()
+        assert type(patched[1]) is cls and isinstance(patched[2], ActivationGate)
+        with torch.no_grad():
+            torch.testing.assert_close(patched(x), reference.eval()(x), rtol=1e-5, atol=1e-6)
 
 
 def test_eval_with_gradients_runs_unfused():
