@@ -115,37 +115,36 @@ def plan_chains(record: Record, convs: List[Tuple[str, FastConvTranspose2d]],
     return plan
 
 
-def _escape_check(owner: nn.Module) -> Tuple[Optional[int], Optional[EscapeCheck]]:
-    for key, hook in owner._forward_hooks.items():
-        if isinstance(hook, EscapeCheck):
-            return key, hook
-    return None, None
+def _escape_check(owner: nn.Module) -> Optional[EscapeCheck]:
+    """The escape check registered on `owner`, if any."""
+    return next((hook for hook in owner._forward_hooks.values()
+                 if isinstance(hook, EscapeCheck)), None)
 
 
 def attach_chains(plan: ChainPlan) -> None:
     for name, (conv, chain) in plan.chains.items():
-        chain.follow_mode(conv.training)
         owner = plan.owners[name]
-        _, check = _escape_check(owner)
+        check = chain.escape if chain.escape is not None and chain.escape.owner is owner \
+            else _escape_check(owner)
         if check is None:
-            check = EscapeCheck()
-            owner.register_forward_hook(check, with_kwargs=True)
+            check = EscapeCheck(owner)
         if chain not in check.chains:
             check.chains.append(chain)
+        chain.escape = check
         conv.__dict__[CHAIN_ATTR] = chain
+        chain.follow_mode(conv.training)  # (gates and the check's hook for an eval-mode conv)
 
 
 def detach_chains(model: nn.Module, plan: ChainPlan) -> None:
     """Undoes attach_chains (a gate shared with a chain outside `plan` stays)."""
     for name, (conv, chain) in plan.chains.items():
         conv.__dict__.pop(CHAIN_ATTR, None)
-        owner = plan.owners[name]
-        key, check = _escape_check(owner)
+        check = chain.escape if chain.escape is not None else _escape_check(plan.owners[name])
         if check is not None and chain in check.chains:
             check.chains.remove(chain)
-            if not check.chains:
-                owner._forward_hooks.pop(key, None)
-                owner._forward_hooks_with_kwargs.pop(key, None)
+            if check.owner is None and not check.chains:  # (one from an older pickle)
+                check.owner = plan.owners[name]
+            check.follow_chains()  # (off its owner once no chain left can fuse)
     still = [m.__dict__[CHAIN_ATTR] for m in model.modules() if CHAIN_ATTR in m.__dict__]
     for _, chain in plan.chains.values():
         for module, gate in ((chain.bn, BatchNormGate), (chain.act, ActivationGate)):

@@ -164,6 +164,7 @@ class FusedChain:
     `disabled` (with why) once a call showed the data flow differs from the recorded one."""
 
     disabled: Optional[str] = None
+    escape: Optional["EscapeCheck"] = None  # (set by fuse_plan.attach_chains)
 
     def __init__(self, bn: Optional[nn.Module], act: Optional[nn.Module], activation: str,
                  negative_slope: float, site: Optional[CallSite]) -> None:
@@ -192,7 +193,8 @@ class FusedChain:
 
     def follow_mode(self, training: bool) -> None:
         """Gives the BatchNorm and activation their gate classes for a conv in eval mode, and
-        their own classes back for one in training mode, where no call fuses. A parametrized
+        their own classes back for one in training mode, where no call fuses; the escape
+        check's hook follows (EscapeCheck.follow_chains). A parametrized
         module keeps its gate (its class is made per module; swapping it on every mode change
         would make a new class each time). A hand-over still pending stays, so that the
         EscapeCheck finds it and recomputes that call."""
@@ -203,6 +205,8 @@ class FusedChain:
                 set_class(module, gate)
             elif not parametrize.is_parametrized(module):
                 restore_class(module, gate)
+        if self.escape is not None:
+            self.escape.follow_chains()
 
     def folded(self, conv: nn.Module, input: torch.Tensor, weight: torch.Tensor,
                bias: Optional[torch.Tensor], recorded: bool
@@ -303,10 +307,32 @@ class EscapeCheck:
     """Forward hook on the module whose forward calls fused convs: when a call left a fused
     output unconsumed (another branch of that forward used it instead of the BatchNorm /
     activation), that chain is switched off for good and the call is made again, unfused, so
-    its result is the model's own."""
+    its result is the model's own. It is registered on `owner` only while one of its chains
+    can fuse (follow_chains): a hook takes nn.Module's call off its fast path."""
 
-    def __init__(self) -> None:
+    owner: Optional[nn.Module] = None  # (None: registered for good, as by older pickles)
+
+    def __init__(self, owner: Optional[nn.Module] = None) -> None:
         self.chains: list = []
+        self.owner = owner
+
+    def registered_key(self) -> Optional[int]:
+        """This hook's key among its owner's forward hooks, or None."""
+        hooks = self.owner._forward_hooks if self.owner is not None else {}
+        return next((key for key, hook in hooks.items() if hook is self), None)
+
+    def follow_chains(self) -> None:
+        """Registers this hook on its owner while any of its chains is gated (its conv in eval
+        mode), and takes it off while none is."""
+        if self.owner is None:
+            return
+        key = self.registered_key()
+        wanted = any(chain.gated() for chain in self.chains)
+        if wanted and key is None:
+            self.owner.register_forward_hook(self, with_kwargs=True)
+        elif key is not None and not wanted:
+            self.owner._forward_hooks.pop(key, None)
+            self.owner._forward_hooks_with_kwargs.pop(key, None)
 
     def __call__(self, module: nn.Module, args: Tuple[Any, ...], kwargs: dict, output: Any
                  ) -> Any:

@@ -43,6 +43,8 @@ from .ops import (FallbackWarning, autocast_args, conv_transpose2d, conv_transpo
 
 
 _PLAN_CACHE_SIZE = 256
+# planner.use_variant's context variable, read in forward without a Python call.
+_FORCED_VARIANT = planner.forced_variant_var()
 
 
 @dataclass
@@ -147,15 +149,21 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
             # versions, 2.11 among them, cannot trace it. Fused chains step aside.)
             return self._conv(input, weight, bias, output_size, self.activation,
                               self.negative_slope, "_fast_path")
-        recorded = grad_calls.records_grad(input, weight, bias)
-        if recorded and (self.activation != "none" or
-                         not self._may_train_on_kernel(input.dtype)) and \
-                planner.forced_variant() is None:
+        # grad_calls.records_grad, written out: a training step makes this test on every call.
+        recorded = torch.is_grad_enabled() and (
+            input.requires_grad or weight.requires_grad or
+            (bias is not None and bias.requires_grad))
+        if recorded and (
+                self.activation != "none" or
+                (self.kernels_in_training is None and
+                 self.__dict__.get("_may_ever_train") is False) or
+                not self._may_train_on_kernel(input.dtype)) and _FORCED_VARIANT.get() is None:
             # A call autograd records: PyTorch's own convolution (and activation), straight
             # away, so a training step pays nothing more than nn.ConvTranspose2d's call
             # (grad_calls). Where kernels_in_training allows, a call without an activation of
             # the module's own runs its plan, recorded with the planned backward. A fused chain
-            # never folds a recorded call.
+            # never folds a recorded call. (Most layers can never train on ours: their answer,
+            # cached from the hyperparameters, is read here without a call.)
             return self._pytorch(input, weight, bias, output_size)
         chain = self.__dict__.get("_fused_chain")
         if chain is not None:

@@ -33,7 +33,7 @@ from . import (call_rules, direct, direct_backward, ffma_tile, gemm_col2im, gemm
 from .device_info import device_capability, device_index, is_sm90
 # (use_variant and out_tile_fit_assumed are the planner's API too: planner.use_variant(...))
 from .plan_context import (assumed_out_tile_fit, forced_variant,  # noqa: F401
-                           out_tile_fit_assumed, use_variant)
+                           forced_variant_var, out_tile_fit_assumed, use_variant)
 from .precision import fp32_strict, reduction_depth, tensor_core_problem
 from ..layout import cuda_output_channels_last, is_channels_last
 

@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from deconv_patch.fused_chain import ActivationGate, BatchNormGate
+from deconv_patch.fused_chain import ActivationGate, BatchNormGate, EscapeCheck
 from deconv_patch.kernels import plan_context
 from deconv_patch.modules import FastConvTranspose2d
 from deconv_patch.optimize import optimize
@@ -230,6 +230,64 @@ def test_a_parametrized_batchnorm_keeps_its_gate_across_modes():
         assert type(patched[1]) is cls and isinstance(patched[2], ActivationGate)
         with torch.no_grad():
             torch.testing.assert_close(patched(x), reference.eval()(x), rtol=1e-5, atol=1e-6)
+
+
+class Leaky(nn.Module):
+    """The conv's output goes to its BatchNorm, unless `leak`: then the same call's output is
+    returned as it is (the recorded run, without `leak`, saw only the chain)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.up = nn.ConvTranspose2d(4, 5, 2, 2)
+        self.bn = random_bn(5)
+        self.act = nn.ReLU()
+
+    def forward(self, x: torch.Tensor, leak: bool = False) -> torch.Tensor:
+        y = self.up(x)
+        if leak:
+            return y * 2
+        return self.act(self.bn(y))
+
+
+def _escape_checks(module: nn.Module) -> int:
+    return sum(isinstance(hook, EscapeCheck) for hook in module._forward_hooks.values())
+
+
+def test_an_escaped_fused_output_is_recomputed_and_its_chain_switched_off():
+    reference = Leaky().eval()
+    patched = optimize(copy.deepcopy(reference), torch.randn(1, 4, 3, 3))
+    assert [layer.fused for layer in summary(patched, quiet=True).layers] == ["bn(folded)+relu"]
+    x = torch.randn(2, 4, 5, 4)
+    with torch.no_grad():
+        torch.testing.assert_close(patched(x), reference(x), rtol=1e-5, atol=1e-6)
+        with pytest.warns(PatchWarning, match="fusion is off"):
+            leaked = patched(x, leak=True)
+        assert torch.equal(leaked, reference(x, leak=True))  # recomputed unfused
+        assert patched.up.__dict__["_fused_chain"].disabled is not None
+        assert torch.equal(patched(x), reference(x))  # unfused from now on
+
+
+def test_the_escape_check_hook_is_on_its_module_only_in_eval_mode():
+    """A hook takes nn.Module's call off its fast path: training mode, where no call fuses,
+    runs the user's module without it; eval mode puts it back, and it still does its work."""
+    reference = Leaky().train()
+    patched = optimize(copy.deepcopy(reference), torch.randn(1, 4, 3, 3))
+    assert not patched._forward_hooks
+    patched.eval()
+    assert _escape_checks(patched) == 1
+    copied = copy.deepcopy(patched.train())  # a copy follows its own modes
+    assert not copied._forward_hooks and not patched._forward_hooks
+    copied.eval()
+    assert _escape_checks(copied) == 1 and not patched._forward_hooks
+    reference.eval()
+    x = torch.randn(3, 4, 2, 5)
+    with torch.no_grad():
+        torch.testing.assert_close(copied(x), reference(x), rtol=1e-5, atol=1e-6)
+        with pytest.warns(PatchWarning, match="fusion is off"):
+            assert torch.equal(copied(x, leak=True), reference(x, leak=True))
+    patched.eval()
+    patched.up.train()
+    assert not patched._forward_hooks  # its only chain's conv trains
 
 
 def test_eval_with_gradients_runs_unfused():
