@@ -194,10 +194,10 @@ class FusedChain:
     def follow_mode(self, training: bool) -> None:
         """Gives the BatchNorm and activation their gate classes for a conv in eval mode, and
         their own classes back for one in training mode, where no call fuses; the escape
-        check's hook follows (EscapeCheck.follow_chains). A parametrized
-        module keeps its gate (its class is made per module; swapping it on every mode change
-        would make a new class each time). A hand-over still pending stays, so that the
-        EscapeCheck finds it and recomputes that call."""
+        check's hook follows (EscapeCheck.follow_chains). A parametrized module keeps its gate
+        (its class is made per module: swapping it on every mode change would make a new class
+        each time). A hand-over still pending stays, so that the EscapeCheck finds it and
+        recomputes that call."""
         for module, gate in ((self.bn, BatchNormGate), (self.act, ActivationGate)):
             if module is None:
                 continue
