@@ -167,6 +167,9 @@ def _eval_restoring(model: nn.Module) -> Iterator[None]:
     finally:
         for m, mode in modes:
             m.training = mode
+        for m, mode in modes:  # (set without train(): chains follow their conv's mode here)
+            if CHAIN_ATTR in m.__dict__:
+                m.__dict__[CHAIN_ATTR].follow_mode(mode)
         with torch.no_grad():
             for buf, value in saved:
                 buf.copy_(value)
@@ -213,6 +216,4 @@ def verify_chains(model: nn.Module, plan: ChainPlan, args: Tuple[Any, ...],
         attach_chains(plan)
         torch.manual_seed(0)
         got = model(*args, **kwargs)
-    for conv, chain in plan.chains.values():  # (modes were put back without train())
-        chain.follow_mode(conv.training)
     return _difference(expected, got)

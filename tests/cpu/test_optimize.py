@@ -189,6 +189,18 @@ def test_chain_gates_follow_the_convs_mode(monkeypatch):
             assert type(patched.get_submodule(name)) is cls, name
 
 
+def test_a_later_optimize_leaves_earlier_chains_in_their_convs_mode():
+    """optimize()'s fused check runs the whole model in eval mode: the chains of an earlier
+    call come back to the training mode their convs are in, not gated."""
+    model = Decoder().train()
+    optimize(model, _x(), inplace=True, filter_fn=lambda name, module: name != "block2.0")
+    assert "_fused_chain" in model.get_submodule("block1.0").__dict__
+    optimize(model, _x(), inplace=True)
+    assert "_fused_chain" in model.get_submodule("block2.0").__dict__
+    assert not _gated(model, "block1") and not _gated(model, "block2")
+    assert model.training and not any(m._forward_hooks for m in model.modules())
+
+
 def test_a_chain_without_its_gates_never_hands_over(monkeypatch):
     """A conv in eval mode whose BatchNorm lost its gate class (a mode set module by module)
     computes the chain unfused rather than hand a fused output to a module that would apply
