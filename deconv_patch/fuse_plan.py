@@ -22,8 +22,7 @@ from .kernels import planner
 from .dataflow import Record
 from .derived import original_class, restore_class
 from .epilogue import activation_of_module
-from .fused_chain import (ActivationGate, BatchNormGate, EscapeCheck, FusedChain, PENDING,
-                          has_hooks)
+from .fused_chain import EscapeCheck, FusedChain, PENDING, has_hooks
 from .modules import FastConvTranspose2d
 
 CHAIN_ATTR = "_fused_chain"
@@ -147,8 +146,8 @@ def detach_chains(model: nn.Module, plan: ChainPlan) -> None:
             check.follow_chains()  # (off its owner once no chain left can fuse)
     still = [m.__dict__[CHAIN_ATTR] for m in model.modules() if CHAIN_ATTR in m.__dict__]
     for _, chain in plan.chains.values():
-        for module, gate in ((chain.bn, BatchNormGate), (chain.act, ActivationGate)):
-            if module is not None and not any(module is c.bn or module is c.act for c in still):
+        for module, gate in chain.gates():
+            if not any(module is c.bn or module is c.act for c in still):
                 module.__dict__.pop(PENDING, None)
                 restore_class(module, gate)
 

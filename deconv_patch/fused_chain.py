@@ -139,7 +139,7 @@ class _PassThroughGate(nn.Module):
         return super().__call__(*args, **kwargs)
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
-        # (the dict test first: most calls, every training call among them, have no hand-over)
+        # (the dict test first: most calls have no hand-over)
         if PENDING in self.__dict__ and _pass_through(self, input):
             return input
         return super().forward(input)  # type: ignore[misc]
@@ -185,9 +185,16 @@ class FusedChain:
             ([self.activation] if self.activation != "none" else [])
         return "+".join(parts)
 
+    def gates(self) -> Iterator[Tuple[nn.Module, type]]:
+        """(module, its gate class) for the chain's BatchNorm and activation, where present."""
+        for module, gate in ((self.bn, BatchNormGate), (self.act, ActivationGate)):
+            if module is not None:
+                yield module, gate
+
     def gated(self) -> bool:
         """Whether the BatchNorm and activation carry the gate classes (a fused call hands its
-        output over only to modules that pass it through)."""
+        output over only to modules that pass it through). Written out rather than over
+        gates(): every fused call asks."""
         return (self.bn is None or isinstance(self.bn, BatchNormGate)) and \
             (self.act is None or isinstance(self.act, ActivationGate))
 
@@ -198,9 +205,7 @@ class FusedChain:
         (its class is made per module: swapping it on every mode change would make a new class
         each time). A hand-over still pending stays, so that the EscapeCheck finds it and
         recomputes that call."""
-        for module, gate in ((self.bn, BatchNormGate), (self.act, ActivationGate)):
-            if module is None:
-                continue
+        for module, gate in self.gates():
             if not training:
                 set_class(module, gate)
             elif not parametrize.is_parametrized(module):
