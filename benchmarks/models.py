@@ -20,7 +20,6 @@ cudnn.benchmark is on (cuDNN and deconv_patch's autotune time their choices) unl
 from __future__ import annotations
 
 import argparse
-import copy
 import functools
 import json
 import sys
@@ -35,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: `
 
 from deconv_patch.optimize import optimize  # noqa: E402
 from deconv_patch.summary import summary  # noqa: E402
-from deconv_patch.timing import median_interleaved  # noqa: E402
+from deconv_patch.timing import control_copy, median_interleaved  # noqa: E402
 from examples._common import max_abs_difference  # noqa: E402
 from examples.registry import EXAMPLES, Example  # noqa: E402
 
@@ -108,7 +107,7 @@ def bench(example: Example, dtype_name: str, batch: int, args: argparse.Namespac
             model = example.build(small=False).to(device=device, dtype=dtype).eval()
             inputs = example.inputs(batch, device, dtype)
             patched = optimize(model, inputs, progress=False)
-            control = copy.deepcopy(model) if args.control else None  # (eager and compiled)
+            control = control_copy(model) if args.control else None  # (eager and compiled)
             info = summary(patched, quiet=True)
             row.path, row.layers, row.folded = info.path, info.num_patched, info.num_fused
             with torch.no_grad():

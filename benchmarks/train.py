@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: `
 from benchmarks.layers import QUICK, SUITE, SUITES, Layer, geomean  # noqa: E402
 from deconv_patch import FastConvTranspose2d  # noqa: E402
 from deconv_patch.optimize import optimize  # noqa: E402
-from deconv_patch.timing import capture_graph, median_interleaved  # noqa: E402
+from deconv_patch.timing import capture_graph, control_copy, median_interleaved  # noqa: E402
 from examples.registry import EXAMPLES, Example  # noqa: E402
 
 MODES = ("tf32", "bf16", "fp32")  # fp32: TF32 off (cuDNN and matmul)
@@ -135,7 +135,7 @@ def bench_model(example: Example, mode: str, args: argparse.Namespace) -> List[R
         inputs = example.inputs(batch, "cuda", torch.float32)
         patched = optimize(copy.deepcopy(original), inputs, progress=False,
                            kernels_in_training=args.kernels_in_training)
-        control = copy.deepcopy(original) if args.control else None
+        control = control_copy(original) if args.control else None
         with torch.no_grad(), _autocast(mode):
             target = torch.randn_like(_first_tensor(original(*inputs)).float())
         _paired(eager, _train_step(original, inputs, target, mode),
