@@ -19,7 +19,7 @@ import copy
 import statistics
 import sys
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -61,7 +61,7 @@ def _orders(names: Sequence[str]) -> List[List[str]]:
     return [list(names), list(names[half:]) + list(names[:half])]
 
 
-def main() -> None:
+def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default="pix2pix,dcgan")
     parser.add_argument("--mode", choices=("tf32", "bf16"), default="tf32")
@@ -71,7 +71,11 @@ def main() -> None:
     parser.add_argument("--passes", type=int, default=2)
     parser.add_argument("--cpu-recorded", action="store_true",
                         help="also a patched model whose optimize() ran on the CPU")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("benchmarks/compiled_steps.py needs a CUDA GPU: torch.cuda.is_available() is "
+              "False here.", file=sys.stderr)
+        return 2
     torch.backends.cudnn.benchmark = False
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, {args.mode}, "
@@ -100,7 +104,8 @@ def main() -> None:
         del models, steps
         torch._dynamo.reset()
         torch.cuda.empty_cache()
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

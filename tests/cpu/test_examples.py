@@ -97,13 +97,14 @@ def test_example_main_runs(name, capsys):
 
 
 
-def test_model_benchmark_without_gpu_exits_with_a_clear_message(capsys):
+@pytest.mark.parametrize("script", ["models.py", "compiled_steps.py"])
+def test_model_benchmark_without_gpu_exits_with_a_clear_message(capsys, script):
     if torch.cuda.is_available():
         pytest.skip("a GPU is present: the benchmark would run")
     import importlib.util
 
-    path = ROOT / "benchmarks" / "models.py"
-    spec = importlib.util.spec_from_file_location("benchmark_models", path)
+    path = ROOT / "benchmarks" / script
+    spec = importlib.util.spec_from_file_location("benchmark_" + path.stem, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up while defining
     try:
@@ -111,4 +112,4 @@ def test_model_benchmark_without_gpu_exits_with_a_clear_message(capsys):
     finally:
         del sys.modules[spec.name]
     assert module.main([]) == 2
-    assert "needs a CUDA GPU" in capsys.readouterr().err
+    assert f"benchmarks/{script} needs a CUDA GPU" in capsys.readouterr().err
