@@ -242,7 +242,7 @@ class FusedChain:
         if mean is None or var is None:
             return None
         return self._fold(conv, (weight, bias, mean, var, _member(bn, "weight"),
-                                 _member(bn, "bias")))
+                                 _member(bn, "bias"), buffers.get("num_batches_tracked")))
 
     def fold_for(self, conv: nn.Module, weight: torch.Tensor, bias: Optional[torch.Tensor]
                  ) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
@@ -251,18 +251,23 @@ class FusedChain:
         if bn is None:
             return weight, bias
         return self._fold(conv, (weight, bias, bn.running_mean, bn.running_var, bn.weight,
-                                 bn.bias))
+                                 bn.bias, bn._buffers.get("num_batches_tracked")))
 
     def _fold(self, conv: nn.Module, sources: tuple) -> Tuple[torch.Tensor, torch.Tensor]:
         """The BatchNorm folded into a copy of (weight, bias), cached until any of `sources`
-        (weight, bias, running mean and variance, BatchNorm weight and bias) or eps changes:
-        identity (the cache holds the sources themselves) or version counter, so any in-place
-        change (load_state_dict included) refolds."""
+        (weight, bias, running mean and variance, BatchNorm weight and bias, its count of
+        batches tracked) or eps changes: identity (the cache holds the sources themselves) or
+        version counter, so any in-place change (load_state_dict included) refolds. A training
+        forward updates the running statistics in the kernel, which bumps no version counter of
+        theirs; it bumps the count's (nn.BatchNorm2d's forward adds 1), so a BatchNorm without
+        that count folds on every call."""
         bn = self.bn
         try:
             key: Optional[tuple] = tuple([None if t is None else t._version for t in sources]) \
                 + (bn.eps,)  # type: ignore[union-attr]
         except RuntimeError:  # inference tensors have no version counter: fold every call
+            key = None
+        if sources[6] is None:
             key = None
         if key is not None and not may_keep_buffers(sources[0].device):
             # A CUDA graph being captured: the fold goes into the graph, so each replay folds

@@ -353,8 +353,9 @@ def test_state_dict_round_trip_fused_or_not():
 
 
 def _changes():
-    """Ways a fused chain's sources change after its first fold: in place (version counter)
-    and by a new tensor whose version counter equals the old one's (identity)."""
+    """Ways a fused chain's sources change after its first fold: in place (version counter),
+    by a new tensor whose version counter equals the old one's (identity), and by training
+    forwards, whose running statistics' update bumps no counter of theirs."""
     def in_place(m):
         with torch.no_grad():
             m.block1[0].weight.mul_(1.5)
@@ -375,7 +376,17 @@ def _changes():
     def eps(m):
         m.block2[1].eps = 0.5
 
-    return [in_place, replaced, eps]
+    def trained(m):
+        versions = [b._version for b in (m.block1[1].running_mean, m.block1[1].running_var)]
+        torch.manual_seed(5)
+        m.train()
+        for _ in range(3):  # (running statistics update with or without gradients)
+            m(torch.randn(4, 8, 5, 6) * 2 + 1)
+        m.eval()
+        assert [b._version for b in (m.block1[1].running_mean, m.block1[1].running_var)] \
+            == versions  # (what a version counter alone would miss)
+
+    return [in_place, replaced, eps, trained]
 
 
 @pytest.mark.parametrize("change", _changes(), ids=lambda f: f.__name__)
