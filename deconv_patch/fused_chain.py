@@ -198,6 +198,13 @@ class FusedChain:
         return (self.bn is None or isinstance(self.bn, BatchNormGate)) and \
             (self.act is None or isinstance(self.act, ActivationGate))
 
+    def lead_training(self) -> bool:
+        """Whether the chain's BatchNorm (else its activation) is in training mode, however that
+        was set: by train() / eval(), or by assigning `training` directly, as some training
+        loops put modes back (PyTorch Lightning after each validation run)."""
+        lead = self.bn if self.bn is not None else self.act
+        return lead is not None and lead.training
+
     def follow_mode(self, training: bool) -> None:
         """Gives the BatchNorm and activation their gate classes for a conv in eval mode, and
         their own classes back for one in training mode, where no call fuses; the escape
@@ -220,7 +227,14 @@ class FusedChain:
         whether autograd records the call (grad_calls.records_grad). Called only outside
         torch.compile, on every eager call of the conv, so module state is read from its dicts
         (nn.Module.__getattr__ costs about a microsecond per name)."""
-        if self.disabled is not None or recorded or not self.gated():
+        if self.disabled is not None or recorded:
+            return None
+        if not self.gated():
+            if not conv.training and not self.lead_training():
+                # Eval mode set without eval() (modes assigned directly): the gates come back
+                # for the next call. This one runs unfused: the escape check registered now
+                # would miss it, its owner's call having started without the hook.
+                self.follow_mode(False)
             return None
         site = call_site(1)  # (this method <- forward <- nn.Module's call)
         known = self._site
@@ -350,6 +364,13 @@ class EscapeCheck:
             return None
         escaped = [chain for chain in self.chains if chain.outstanding()]
         if not escaped:
+            for chain in self.chains:
+                if chain.lead_training() and chain.gated():
+                    # Training mode set without train() (modes assigned directly): no call of
+                    # this chain can fuse, so its modules get their own classes back, and this
+                    # hook goes once no chain of it is gated (nn.Module's call iterates over a
+                    # copy of the hooks).
+                    chain.follow_mode(True)
             return None
         for chain in escaped:
             chain.disable("a call used the conv's output elsewhere than in the recorded run")

@@ -189,6 +189,64 @@ def test_chain_gates_follow_the_convs_mode(monkeypatch):
             assert type(patched.get_submodule(name)) is cls, name
 
 
+def _assign_modes(model: nn.Module, training: bool) -> None:
+    """Modes put back as PyTorch Lightning puts them back after a validation run: by assigning
+    each module's `training`, not by train() / eval()."""
+    for module in model.modules():
+        module.training = training
+
+
+def test_modes_assigned_directly_catch_up_with_the_chains(monkeypatch):
+    """After modes are assigned without train() / eval(), a gated chain whose BatchNorm trains
+    drops its gates and escape check at its module's next call, and an ungated chain whose conv
+    and BatchNorm are in eval mode takes them back at its next call; every call computes what
+    the original computes."""
+    reference = Decoder().eval()
+    patched = optimize(copy.deepcopy(reference), _x())
+    calls = _batch_norm_calls(monkeypatch)
+    x = torch.randn(3, 8, 6, 7)
+    with torch.no_grad():
+        torch.testing.assert_close(patched(x), reference(x), rtol=1e-5, atol=1e-6)
+    assert len(calls) == 2  # the reference's two; both chains ran fused
+
+    _assign_modes(patched, True)
+    _assign_modes(reference, True)
+    assert _gated(patched, "block1") and _gated(patched, "block2")
+    for _ in range(2):  # training steps: batch statistics, gradients, ATen on both sides
+        out, expected = patched(x), reference(x)
+        assert torch.equal(out, expected)
+        out.square().sum().backward()
+        expected.square().sum().backward()
+        assert not _gated(patched, "block1") and not _gated(patched, "block2")
+        assert not any(m._forward_hooks for m in patched.modules())
+    for p, q in zip(patched.parameters(), reference.parameters()):
+        assert torch.equal(p.grad, q.grad)
+    for b, c in zip(patched.buffers(), reference.buffers()):
+        assert torch.equal(b, c)
+
+    _assign_modes(patched, False)
+    _assign_modes(reference, False)
+    calls.clear()
+    with torch.no_grad():
+        assert torch.equal(patched(x), reference(x))  # this call unfused: bit for bit
+        assert len(calls) == 4
+        assert _gated(patched, "block1") and _gated(patched, "block2")
+        assert _escape_checks(patched.block1) == 1 and _escape_checks(patched.block2) == 1
+        calls.clear()
+        torch.testing.assert_close(patched(x), reference(x), rtol=1e-5, atol=1e-6)
+        assert len(calls) == 2  # the reference's: the chains fuse again
+
+    # Only one chain's BatchNorm set to train: its chain runs unfused (batch statistics) and
+    # drops its gates; the other chain keeps fusing.
+    patched.block2[1].training = reference.block2[1].training = True
+    with torch.no_grad():
+        calls.clear()
+        torch.testing.assert_close(patched(x), reference(x), rtol=1e-5, atol=1e-6)
+        # the patched model's block2 BatchNorm, then the reference's two
+        assert calls == [(3, 4, 24, 28), (3, 6, 12, 14), (3, 4, 24, 28)]
+        assert _gated(patched, "block1") and not _gated(patched, "block2")
+
+
 def test_a_later_optimize_leaves_earlier_chains_in_their_convs_mode():
     """optimize()'s fused check runs the whole model in eval mode: the chains of an earlier
     call come back to the training mode their convs are in, not gated."""
