@@ -7,8 +7,9 @@ hands the result to the BatchNorm and activation modules, which then pass it thr
 their class's behaviour for any other input: their class becomes a subclass (`BatchNormGate`,
 `ActivationGate`) whose forward checks that the tensor it gets *is* the one the conv handed over.
 They carry that class only while the conv is in eval mode (`FusedChain.follow_mode`, called by
-the conv's `train()`): a training step, eager or compiled, calls the user's own classes and pays
-nothing for a chain (a gate costs a Python frame per call, and torch.compile guards on it).
+the conv's `train()`, and at the next eager call where modes were assigned without it): a
+training step, eager or compiled, calls the user's own classes and pays nothing for a chain (a
+gate costs a Python frame per call, and torch.compile guards on it).
 
 A call runs fused only when all of these hold, so switching to train mode, asking for
 gradients, adding a hook or calling the conv from other code gives the unfused computation:
