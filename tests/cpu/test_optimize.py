@@ -247,6 +247,45 @@ def test_modes_assigned_directly_catch_up_with_the_chains(monkeypatch):
         assert _gated(patched, "block1") and not _gated(patched, "block2")
 
 
+def test_a_training_loop_with_validation_runs_computes_as_the_original():
+    """Validation runs inside training, as PyTorch Lightning makes them: modes captured, eval(),
+    the forward under inference_mode, modes put back by assignment; between them SGD steps
+    (new weights, running statistics). Every output, loss and parameter stays the original's
+    (validation outputs within folding's rounding) and training steps run no gate."""
+    torch.manual_seed(0)
+    reference = Decoder().train()
+    patched = optimize(copy.deepcopy(reference), _x())
+    optimizers = [torch.optim.SGD(m.parameters(), lr=0.05, momentum=0.9)
+                  for m in (reference, patched)]
+
+    def validation(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
+        modes = {name: m.training for name, m in model.named_modules()}
+        model.eval()
+        with torch.inference_mode():
+            out = model(x)
+        for name, m in model.named_modules():
+            m.training = modes[name]
+        return out
+
+    for epoch in range(3):
+        x = torch.randn(2, 8, 5, 5)
+        expected, got = validation(reference, x), validation(patched, x)
+        torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+        for _ in range(2):
+            x = torch.randn(4, 8, 5, 6)
+            losses = []
+            for model, opt in zip((reference, patched), optimizers):
+                opt.zero_grad()
+                loss = model(x).square().mean()
+                loss.backward()
+                opt.step()
+                losses.append(loss)
+            assert torch.equal(losses[0], losses[1]), epoch
+            assert not _gated(patched, "block1") and not _gated(patched, "block2")
+        for a, b in zip(reference.state_dict().values(), patched.state_dict().values()):
+            assert torch.equal(a, b)
+
+
 def test_a_later_optimize_leaves_earlier_chains_in_their_convs_mode():
     """optimize()'s fused check runs the whole model in eval mode: the chains of an earlier
     call come back to the training mode their convs are in, not gated."""
