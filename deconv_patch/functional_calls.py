@@ -29,10 +29,10 @@ def routed_conv_transpose2d(input: torch.Tensor, weight: torch.Tensor,
                             padding: Any = 0, output_padding: Any = 0, groups: int = 1,
                             dilation: Any = 1) -> torch.Tensor:
     """F.conv_transpose2d on deconv_patch's op for plain CUDA tensors; PyTorch's own call
-    otherwise (CPU, tensor subclasses, graph capture, calls autograd records: grad_calls),
-    which it is then exactly."""
+    otherwise (CPU, tensor subclasses, graph capture, torch.jit.trace, whose graph would need
+    deconv_patch's op, calls autograd records: grad_calls), which it is then exactly."""
     if torch.compiler.is_compiling() or type(input) is not torch.Tensor or not input.is_cuda or \
-            runs_on_pytorch(input, weight, bias):
+            torch._C._is_tracing() or runs_on_pytorch(input, weight, bias):
         return torch.conv_transpose2d(input, weight, bias, stride, padding, output_padding,
                                       groups, dilation)
     from .ops import conv_transpose2d  # (the op layer loads lazily: CPU users never need it)

@@ -149,6 +149,11 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
             # versions, 2.11 among them, cannot trace it. Fused chains step aside.)
             return self._conv(input, weight, bias, output_size, self.activation,
                               self.negative_slope, "_fast_path")
+        if torch._C._is_tracing():
+            # torch.jit.trace (and the ONNX export built on it) records dispatcher calls, so our
+            # kernels' C++ calls would stand in its graph as constants. A trace gets what the
+            # original traces to: PyTorch's convolution, the chain unfused.
+            return self._pytorch(input, weight, bias, output_size)
         # grad_calls.records_grad, written out: a training step makes this test on every call.
         recorded = torch.is_grad_enabled() and (
             input.requires_grad or weight.requires_grad or

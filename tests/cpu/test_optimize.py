@@ -286,6 +286,30 @@ def test_a_training_loop_with_validation_runs_computes_as_the_original():
             assert torch.equal(a, b)
 
 
+def test_torch_jit_trace_records_what_the_original_traces_to(monkeypatch):
+    """A trace (TorchScript, the ONNX export built on it) records dispatcher calls only: the
+    patched model traces to PyTorch's convolution with its chains unfused, never through the
+    kernel path, so the traced graph computes the original's outputs on any input."""
+    reference = Decoder().eval()
+    patched = optimize(copy.deepcopy(reference), _x())
+
+    real = FastConvTranspose2d._conv
+
+    def no_kernel_path_in_a_trace(*args, **kwargs):
+        assert not torch._C._is_tracing(), "the kernel path ran under torch.jit.trace"
+        return real(*args, **kwargs)  # (the trace's own check runs the model as well)
+
+    with torch.no_grad():
+        patched(_x())  # fused chains armed, folds cached
+        monkeypatch.setattr(FastConvTranspose2d, "_conv", no_kernel_path_in_a_trace)
+        traced = torch.jit.trace(patched, _x())
+        ops = [node.kind() for node in traced.inlined_graph.nodes()]
+        assert ops.count("aten::batch_norm") == 2 and ops.count("aten::_convolution") == 3
+        for _ in range(2):
+            x = torch.randn(3, 8, 4, 6)  # another shape than the traced one
+            assert torch.equal(traced(x), reference(x))
+
+
 def test_a_later_optimize_leaves_earlier_chains_in_their_convs_mode():
     """optimize()'s fused check runs the whole model in eval mode: the chains of an earlier
     call come back to the training mode their convs are in, not gated."""
