@@ -150,9 +150,10 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
             return self._conv(input, weight, bias, output_size, self.activation,
                               self.negative_slope, "_fast_path")
         if torch._C._is_tracing():
-            # torch.jit.trace (and the ONNX export built on it) records dispatcher calls, so our
-            # kernels' C++ calls would stand in its graph as constants. A trace gets what the
-            # original traces to: PyTorch's convolution, the chain unfused.
+            # torch.jit.trace (and the ONNX export built on it) records dispatcher calls: our
+            # kernel launches, invisible to it, would leave its graph an allocation or a constant
+            # where the output is. A trace gets what the original traces to: PyTorch's
+            # convolution, the chain unfused.
             return self._pytorch(input, weight, bias, output_size)
         # grad_calls.records_grad, written out: a training step makes this test on every call.
         recorded = torch.is_grad_enabled() and (
