@@ -42,6 +42,7 @@ from .dataflow import CallSite, call_site
 from .derived import restore_class, set_class
 from .fusion import bn_scale_shift, fold_scale_shift
 from .kernels.kept_buffers import may_keep_buffers
+from .scripting import refuse_scripting
 from .summary import PatchWarning
 
 PENDING = "_deconv_patch_pending"  # module __dict__ key: (weakref to the handed-over output, next)
@@ -149,6 +150,10 @@ class _PassThroughGate(nn.Module):
         state = super().__getstate__()
         state.pop(PENDING, None)
         return state
+
+    def __prepare_scriptable__(self) -> nn.Module:
+        refuse_scripting(self)
+        return self
 
 
 class BatchNormGate(_PassThroughGate):

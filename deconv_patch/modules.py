@@ -35,6 +35,7 @@ from .kernels import autotune, planner
 from . import grad_calls
 from .arguments import ConvTransposeArgs, find_problem
 from .derived import set_class
+from .scripting import refuse_scripting
 from .epilogue import DEFAULT_NEGATIVE_SLOPE, Epilogue, activate, check_activation
 from .kernels.extension import loaded_extension
 from .kernel_calls import compile_units, variant_units
@@ -181,6 +182,10 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
                 return out
         return self._conv(input, weight, bias, output_size, self.activation,
                           self.negative_slope, "_fast_path")
+
+    def __prepare_scriptable__(self) -> nn.Module:
+        refuse_scripting(self)
+        return self
 
     def _may_train_on_kernel(self, dtype: torch.dtype) -> bool:
         """kernels_in_training, with None (the default) answered from the hyperparameters and

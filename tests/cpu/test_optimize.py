@@ -310,6 +310,29 @@ def test_torch_jit_trace_records_what_the_original_traces_to(monkeypatch):
             assert torch.equal(traced(x), reference(x))
 
 
+@pytest.mark.parametrize("mode", ["eval", "train"])
+def test_torch_jit_script_refuses_a_patched_model_clearly_and_leaves_it_as_it_was(mode):
+    """TorchScript compiles forward's source, which a patched layer's (and a gate's) is not
+    made for: torch.jit.script stops with deconv_patch's message before compiling anything,
+    and the model stays patched and computes as before. The original still scripts."""
+    from deconv_patch.scripting import NotScriptableError
+
+    reference = getattr(Decoder(), mode)()
+    patched = optimize(copy.deepcopy(reference), _x())
+    classes = [type(m) for m in patched.modules()]
+    with pytest.raises(NotScriptableError, match="torch.jit.script cannot compile a patched "
+                                                 "model .*torch.jit.trace"):
+        torch.jit.script(patched)
+    assert [type(m) for m in patched.modules()] == classes
+    with pytest.raises(NotScriptableError):
+        torch.jit.script(FastConvTranspose2d.from_module(nn.ConvTranspose2d(4, 3, 3)))
+    scripted = torch.jit.script(reference)
+    x = torch.randn(2, 8, 3, 4)
+    with torch.no_grad():
+        assert torch.equal(scripted(x), reference(x))
+        torch.testing.assert_close(patched(x), reference(x), rtol=1e-5, atol=1e-6)
+
+
 def test_a_later_optimize_leaves_earlier_chains_in_their_convs_mode():
     """optimize()'s fused check runs the whole model in eval mode: the chains of an earlier
     call come back to the training mode their convs are in, not gated."""
