@@ -107,6 +107,8 @@ class Record:
     uses: Dict[int, List[Use]] = field(default_factory=dict)  # token -> its consumers
     # (id(module), input token) -> output token, for BatchNorm / activation calls on a token
     produced: Dict[Tuple[int, int], int] = field(default_factory=dict)
+    # id(BatchNorm / activation module) -> the module whose forward called it (its last call)
+    callers: Dict[int, Optional[nn.Module]] = field(default_factory=dict)
     functional: List[FunctionalCall] = field(default_factory=list)
 
     def times_called(self, module: nn.Module) -> int:
@@ -114,6 +116,10 @@ class Record:
 
     def uses_of(self, token: int) -> List[Use]:
         return self.uses.get(token, [])
+
+    def caller_of(self, module: nn.Module) -> Optional[nn.Module]:
+        """The module whose forward called this BatchNorm or activation (None: the model)."""
+        return self.callers.get(id(module))
 
 
 def _tensors(obj: Any) -> Iterator[torch.Tensor]:
@@ -199,6 +205,7 @@ class Recorder(TorchFunctionMode):
                 self.record.conv_calls.setdefault(id(module), []).append(
                     ConvCall(token, call_site(1), owner, geometry))
             elif _follows(module) and len(args) == 1 and isinstance(args[0], torch.Tensor):
+                self.record.callers[id(module)] = self.stack[-1][0] if self.stack else None
                 source = self._token(args[0])
                 if source is not None:
                     # (an in-place activation returns its input: later uses are its output's)

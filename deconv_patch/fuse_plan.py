@@ -109,6 +109,10 @@ def plan_chains(record: Record, convs: List[Tuple[str, FastConvTranspose2d]],
         found = activation_of_module(act) if act is not None else None
         chain = FusedChain(bn, act, found.name if found else "none",
                            found.negative_slope if found else 0.01, calls[0].site)
+        # (the escape check, on the conv's caller, also sees whether the chain's modules that
+        # caller calls took their hand-over: one swapped out of the model would not)
+        chain.checked = tuple(m for m in (bn, act)
+                              if m is not None and record.caller_of(m) is calls[0].owner)
         plan.chains[name] = (conv, chain)
         plan.owners[name] = calls[0].owner  # type: ignore[assignment]
     return plan

@@ -171,6 +171,9 @@ class FusedChain:
 
     disabled: Optional[str] = None
     escape: Optional["EscapeCheck"] = None  # (set by fuse_plan.attach_chains)
+    # The chain's modules that the conv's caller calls itself (set by fuse_plan.plan_chains):
+    # by the end of that caller's call each took its hand-over, unless the data flow changed.
+    checked: Tuple[nn.Module, ...] = ()
 
     def __init__(self, bn: Optional[nn.Module], act: Optional[nn.Module], activation: str,
                  negative_slope: float, site: Optional[CallSite]) -> None:
@@ -317,9 +320,12 @@ class FusedChain:
             self.act.__dict__[PENDING] = (ref, None)
 
     def outstanding(self) -> bool:
-        """Whether a fused output was handed over and its first module never took it."""
+        """Whether a fused output was handed over and its first module never took it, or a
+        module of the chain that the conv's caller calls did not (one replaced in the model
+        after optimize(), say)."""
         first = self.bn if self.bn is not None else self.act
-        return first is not None and PENDING in first.__dict__
+        return (first is not None and PENDING in first.__dict__) or \
+            any([PENDING in module.__dict__ for module in self.checked])
 
     def disable(self, why: str) -> None:
         self.disabled = why

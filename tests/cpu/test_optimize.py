@@ -423,6 +423,26 @@ def test_an_escaped_fused_output_is_recomputed_and_its_chain_switched_off():
         assert torch.equal(patched(x), reference(x))  # unfused from now on
 
 
+@pytest.mark.parametrize("swapped", ["block1.1", "block1.2"], ids=["batchnorm", "activation"])
+def test_a_chain_module_swapped_out_after_optimize_is_caught_and_recomputed(swapped):
+    """Model surgery after optimize(): the chain's BatchNorm or activation replaced in its
+    Sequential. The fused conv's hand-over is then never taken; the escape check on the
+    conv's caller sees that, recomputes the call unfused and switches the chain off."""
+    reference = Decoder().eval()
+    patched = optimize(copy.deepcopy(reference), _x())
+    x = torch.randn(2, 8, 5, 3)
+    with torch.no_grad():
+        patched(x)  # fused
+        parent, index = swapped.rsplit(".", 1)
+        for model in (reference, patched):
+            model.get_submodule(parent)[int(index)] = nn.Tanh()
+        with pytest.warns(PatchWarning, match="fusion is off"):
+            out = patched(x)
+        torch.testing.assert_close(out, reference(x), rtol=1e-5, atol=1e-6)  # (block2 fused)
+        assert patched.block1[0].__dict__["_fused_chain"].disabled is not None
+        torch.testing.assert_close(patched(x), reference(x), rtol=1e-5, atol=1e-6)
+
+
 def test_the_escape_check_hook_is_on_its_module_only_in_eval_mode():
     """A hook takes nn.Module's call off its fast path: training mode, where no call fuses,
     runs the user's module without it; eval mode puts it back, and it still does its work."""
