@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import threading
 import warnings
 import weakref
 from typing import Any, FrozenSet, Iterable, Iterator, Mapping, Optional, Tuple
@@ -45,7 +46,12 @@ from .kernels.kept_buffers import may_keep_buffers
 from .scripting import refuse_scripting
 from .summary import PatchWarning
 
-PENDING = "_deconv_patch_pending"  # module __dict__ key: (weakref to the handed-over output, next)
+# Module __dict__ key: {thread id: (weakref to the output handed over, the next module)}. Per
+# thread, since threads sharing a model in eval mode (a server's workers) interleave their
+# calls: one thread's BatchNorm must take that thread's hand-over, never another's. The dict
+# stays once made (emptied, not removed), so that no thread's entry is lost to another's pop.
+PENDING = "_deconv_patch_pending"
+_thread_id = threading.get_ident
 SiteKey = Tuple[str, str, int, int]
 
 
@@ -111,15 +117,28 @@ def _global_hooks() -> bool:
                 or m._global_backward_hooks or m._global_backward_pre_hooks)
 
 
+def _hand_over(module: nn.Module, ref: weakref.ref, next_module: Optional[nn.Module]) -> None:
+    table = module.__dict__.get(PENDING)
+    if table is None:
+        table = module.__dict__.setdefault(PENDING, {})
+    table[_thread_id()] = (ref, next_module)
+
+
+def _pending(module: nn.Module) -> Optional[tuple]:
+    """This thread's hand-over to `module`, if one waits."""
+    table = module.__dict__.get(PENDING)
+    return table.get(_thread_id()) if table else None
+
+
 def _pass_through(module: nn.Module, input: Any) -> bool:
-    """Whether `input` is the output a fused conv handed to `module` (then the hand-over is
-    consumed; an unconsumed one is caught by EscapeCheck)."""
-    pending = module.__dict__.get(PENDING)
+    """Whether `input` is the output a fused conv handed to `module` in this thread (then the
+    hand-over is consumed; an unconsumed one is caught by EscapeCheck)."""
+    pending = _pending(module)
     if pending is None or pending[0]() is not input or torch.compiler.is_compiling():
         return False
-    del module.__dict__[PENDING]
+    module.__dict__[PENDING].pop(_thread_id(), None)
     if pending[1] is not None:
-        pending[1].__dict__[PENDING] = (pending[0], None)
+        _hand_over(pending[1], pending[0], None)
     return True
 
 
@@ -133,16 +152,17 @@ class _PassThroughGate(nn.Module):
         # The hand-over is taken here, before nn.Module's call machinery (two Python frames
         # per call on the fused path); a module with hooks takes it in forward, after them.
         # Cheapest test first: the tensor handed over is this call's only argument.
-        pending = self.__dict__.get(PENDING)
-        if pending is not None and len(args) == 1 and not kwargs and \
-                pending[0]() is args[0] and not (has_hooks(self) or _global_hooks()) and \
-                _pass_through(self, args[0]):
-            return args[0]
+        table = self.__dict__.get(PENDING)
+        if table and len(args) == 1 and not kwargs:
+            pending = table.get(_thread_id())
+            if pending is not None and pending[0]() is args[0] and \
+                    not (has_hooks(self) or _global_hooks()) and _pass_through(self, args[0]):
+                return args[0]
         return super().__call__(*args, **kwargs)
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         # (the dict test first: most calls have no hand-over)
-        if PENDING in self.__dict__ and _pass_through(self, input):
+        if self.__dict__.get(PENDING) and _pass_through(self, input):
             return input
         return super().forward(input)  # type: ignore[misc]
 
@@ -226,6 +246,8 @@ class FusedChain:
                 set_class(module, gate)
             elif not parametrize.is_parametrized(module):
                 restore_class(module, gate)
+                if not module.__dict__.get(PENDING, True):  # (an emptied table: none waits)
+                    del module.__dict__[PENDING]
         if self.escape is not None:
             self.escape.follow_chains()
 
@@ -315,23 +337,26 @@ class FusedChain:
         """Tells the first module of the chain that `output` already went through it."""
         ref = weakref.ref(output)
         if self.bn is not None:
-            self.bn.__dict__[PENDING] = (ref, self.act)
+            _hand_over(self.bn, ref, self.act)
         elif self.act is not None:
-            self.act.__dict__[PENDING] = (ref, None)
+            _hand_over(self.act, ref, None)
 
     def outstanding(self) -> bool:
-        """Whether a fused output was handed over and its first module never took it, or a
-        module of the chain that the conv's caller calls did not (one replaced in the model
-        after optimize(), say)."""
+        """Whether a fused output was handed over in this thread and its first module never
+        took it, or a module of the chain that the conv's caller calls did not (one replaced
+        in the model after optimize(), say)."""
         first = self.bn if self.bn is not None else self.act
-        return (first is not None and PENDING in first.__dict__) or \
-            any([PENDING in module.__dict__ for module in self.checked])
+        return (first is not None and _pending(first) is not None) or \
+            any([_pending(module) is not None for module in self.checked])
 
     def disable(self, why: str) -> None:
+        """Switches the chain off for good; this thread's hand-overs go (another thread's still
+        pass through: that call was fused before this one was found out)."""
         self.disabled = why
         for module in (self.bn, self.act):
-            if module is not None:
-                module.__dict__.pop(PENDING, None)
+            table = module.__dict__.get(PENDING) if module is not None else None
+            if table:
+                table.pop(_thread_id(), None)
 
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
