@@ -111,8 +111,8 @@ def plan_chains(record: Record, convs: List[Tuple[str, FastConvTranspose2d]],
                            found.negative_slope if found else 0.01, calls[0].site)
         # (the escape check, on the conv's caller, also sees whether the chain's modules that
         # caller calls took their hand-over: one swapped out of the model would not)
-        chain.checked = tuple(m for m in (bn, act)
-                              if m is not None and record.caller_of(m) is calls[0].owner)
+        chain.checked += tuple(m for m in (bn, act) if m is not None and
+                               m not in chain.checked and record.caller_of(m) is calls[0].owner)
         plan.chains[name] = (conv, chain)
         plan.owners[name] = calls[0].owner  # type: ignore[assignment]
     return plan

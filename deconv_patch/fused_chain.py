@@ -117,28 +117,26 @@ def _global_hooks() -> bool:
                 or m._global_backward_hooks or m._global_backward_pre_hooks)
 
 
-def _hand_over(module: nn.Module, ref: weakref.ref, next_module: Optional[nn.Module]) -> None:
+def _hand_over(module: nn.Module, ref: weakref.ref, next_module: Optional[nn.Module],
+               thread: int) -> None:
     table = module.__dict__.get(PENDING)
     if table is None:
         table = module.__dict__.setdefault(PENDING, {})
-    table[_thread_id()] = (ref, next_module)
-
-
-def _pending(module: nn.Module) -> Optional[tuple]:
-    """This thread's hand-over to `module`, if one waits."""
-    table = module.__dict__.get(PENDING)
-    return table.get(_thread_id()) if table else None
+    table[thread] = (ref, next_module)
 
 
 def _pass_through(module: nn.Module, input: Any) -> bool:
     """Whether `input` is the output a fused conv handed to `module` in this thread (then the
-    hand-over is consumed; an unconsumed one is caught by EscapeCheck)."""
-    pending = _pending(module)
+    hand-over is consumed, and the next module of the chain gets it; an unconsumed one is
+    caught by EscapeCheck)."""
+    table = module.__dict__.get(PENDING)
+    thread = _thread_id()
+    pending = table.get(thread) if table else None
     if pending is None or pending[0]() is not input or torch.compiler.is_compiling():
         return False
-    module.__dict__[PENDING].pop(_thread_id(), None)
+    table.pop(thread, None)  # type: ignore[union-attr]
     if pending[1] is not None:
-        _hand_over(pending[1], pending[0], None)
+        _hand_over(pending[1], pending[0], None, thread)
     return True
 
 
@@ -153,11 +151,9 @@ class _PassThroughGate(nn.Module):
         # per call on the fused path); a module with hooks takes it in forward, after them.
         # Cheapest test first: the tensor handed over is this call's only argument.
         table = self.__dict__.get(PENDING)
-        if table and len(args) == 1 and not kwargs:
-            pending = table.get(_thread_id())
-            if pending is not None and pending[0]() is args[0] and \
-                    not (has_hooks(self) or _global_hooks()) and _pass_through(self, args[0]):
-                return args[0]
+        if table and len(args) == 1 and not kwargs and \
+                not (has_hooks(self) or _global_hooks()) and _pass_through(self, args[0]):
+            return args[0]
         return super().__call__(*args, **kwargs)
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
@@ -191,14 +187,16 @@ class FusedChain:
 
     disabled: Optional[str] = None
     escape: Optional["EscapeCheck"] = None  # (set by fuse_plan.attach_chains)
-    # The chain's modules that the conv's caller calls itself (set by fuse_plan.plan_chains):
-    # by the end of that caller's call each took its hand-over, unless the data flow changed.
-    checked: Tuple[nn.Module, ...] = ()
 
     def __init__(self, bn: Optional[nn.Module], act: Optional[nn.Module], activation: str,
                  negative_slope: float, site: Optional[CallSite]) -> None:
         self.bn = bn
         self.act = act
+        # The modules whose hand-over the escape check looks for after the conv's caller
+        # returns: the first module, and any other the caller calls itself
+        # (fuse_plan.plan_chains adds those). Each took its hand-over unless the data flow
+        # changed.
+        self.checked: Tuple[nn.Module, ...] = tuple(m for m in (bn, act) if m is not None)[:1]
         self.activation = activation
         self.negative_slope = negative_slope
         self.site_key = site_key(site)
@@ -335,19 +333,20 @@ class FusedChain:
 
     def hand_over(self, output: torch.Tensor) -> None:
         """Tells the first module of the chain that `output` already went through it."""
-        ref = weakref.ref(output)
-        if self.bn is not None:
-            _hand_over(self.bn, ref, self.act)
-        elif self.act is not None:
-            _hand_over(self.act, ref, None)
+        first, next_module = (self.bn, self.act) if self.bn is not None else (self.act, None)
+        if first is not None:
+            _hand_over(first, weakref.ref(output), next_module, _thread_id())
 
-    def outstanding(self) -> bool:
+    def outstanding(self, thread: Optional[int] = None) -> bool:
         """Whether a fused output was handed over in this thread and its first module never
         took it, or a module of the chain that the conv's caller calls did not (one replaced
         in the model after optimize(), say)."""
-        first = self.bn if self.bn is not None else self.act
-        return (first is not None and _pending(first) is not None) or \
-            any([_pending(module) is not None for module in self.checked])
+        thread = _thread_id() if thread is None else thread
+        for module in self.checked:
+            table = module.__dict__.get(PENDING)
+            if table and thread in table:
+                return True
+        return False
 
     def disable(self, why: str) -> None:
         """Switches the chain off for good; this thread's hand-overs go (another thread's still
@@ -362,6 +361,11 @@ class FusedChain:
         state = self.__dict__.copy()
         state.update(_site=None, _folded_key=None, _folded_sources=None, _folded=None)
         return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        if "checked" not in state:  # (pickled before the escape check looked past the first)
+            self.checked = tuple(m for m in (self.bn, self.act) if m is not None)[:1]
 
 
 class EscapeCheck:
@@ -399,10 +403,12 @@ class EscapeCheck:
                  ) -> Any:
         if torch.compiler.is_compiling():
             return None
-        escaped = [chain for chain in self.chains if chain.outstanding()]
+        thread = _thread_id()
+        escaped = [chain for chain in self.chains if chain.outstanding(thread)]
         if not escaped:
             for chain in self.chains:
-                if chain.lead_training() and chain.gated():
+                lead = chain.bn if chain.bn is not None else chain.act  # (lead_training)
+                if lead is not None and lead.training and chain.gated():
                     # Training mode set without train() (modes assigned directly): no call of
                     # this chain can fuse, so its modules get their own classes back, and this
                     # hook goes once no chain of it is gated (nn.Module's call iterates over a
