@@ -1,0 +1,189 @@
+"""A patched model with fused chains through the life users give it, on the GPU with the
+kernels: eval after training steps (running statistics updated in the kernel, no version
+counter bumped), modes put back by assignment (PyTorch Lightning's validation loop), threads
+sharing the model, torch.jit.trace, and writes through `.data` brought up to date by
+load_state_dict. Every output is compared with the original model's on fresh inputs; a stale
+fold or pack, or a BatchNorm applied twice, is off by far more than the tolerance."""
+
+from __future__ import annotations
+
+import copy
+import threading
+
+import pytest
+import torch
+import torch.nn as nn
+
+from deconv_patch import optimize
+from deconv_patch.fused_chain import ActivationGate, BatchNormGate, FusedChain
+
+pytestmark = pytest.mark.cuda
+
+
+@pytest.fixture(autouse=True)
+def _defaults():
+    with torch.backends.cudnn.flags(enabled=True, benchmark=False, allow_tf32=True):
+        yield
+
+
+def _bn(channels: int) -> nn.BatchNorm2d:
+    bn = nn.BatchNorm2d(channels)
+    with torch.no_grad():
+        bn.running_mean.normal_(0, 0.5)
+        bn.running_var.uniform_(0.5, 2.0)
+        bn.weight.normal_(1, 0.3)
+        bn.bias.normal_(0, 0.3)
+    return bn
+
+
+class Decoder(nn.Module):
+    """Two conv -> BatchNorm -> activation chains on layers the planner gives kernels, then a
+    plain conv."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.block1 = nn.Sequential(nn.ConvTranspose2d(64, 64, 4, 2, 1, bias=False), _bn(64),
+                                    nn.ReLU())
+        self.block2 = nn.Sequential(nn.ConvTranspose2d(64, 32, 2, 2), _bn(32),
+                                    nn.LeakyReLU(0.2))
+        self.out = nn.ConvTranspose2d(32, 3, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.out(self.block2(self.block1(x)))
+
+
+def _x(batch: int = 4, size: int = 16) -> torch.Tensor:
+    return torch.randn(batch, 64, size, size, device="cuda")
+
+
+def _close(got: torch.Tensor, want: torch.Tensor, what: str) -> None:
+    """Within 1% of the output's largest magnitude (TF32 and folding round differently); a
+    stale fold or a BatchNorm applied twice is off by tens of percent."""
+    err = (got.float() - want.float()).abs().max().item()
+    scale = want.float().abs().max().item()
+    assert err <= 1e-2 * scale, f"{what}: max error {err:.3g} against max |output| {scale:.3g}"
+
+
+def _pair() -> tuple:
+    torch.manual_seed(0)
+    reference = Decoder().cuda().eval()
+    patched = optimize(copy.deepcopy(reference), _x(2))
+    chains = [m.__dict__.get("_fused_chain") for m in patched.modules()]
+    assert sum(c is not None for c in chains) == 2
+    return reference, patched
+
+
+def _gated(model: nn.Module) -> bool:
+    return all(isinstance(model.get_submodule(f"{b}.1"), BatchNormGate) and
+               isinstance(model.get_submodule(f"{b}.2"), ActivationGate)
+               for b in ("block1", "block2"))
+
+
+def test_eval_after_training_forwards_folds_the_new_statistics():
+    reference, patched = _pair()
+    x = _x()
+    with torch.no_grad():
+        _close(patched(x), reference(x), "before training")  # folded and cached
+        for model in (reference, patched):
+            model.train()
+            torch.manual_seed(1)
+            for _ in range(3):
+                model(_x() * 3 + 2)  # running statistics move far
+            model.eval()
+        for a, b in zip(reference.buffers(), patched.buffers()):
+            torch.testing.assert_close(a, b)
+        x = _x()
+        _close(patched(x), reference(x), "after training")
+
+
+def test_modes_put_back_by_assignment_train_without_gates_and_fuse_again():
+    """Lightning's loop: training mode set by train(); each validation run captures the modes,
+    calls eval(), runs under inference_mode and assigns the modes back."""
+    reference, patched = _pair()
+    opts = [torch.optim.SGD(m.parameters(), lr=1e-3) for m in (reference, patched)]
+    for model in (reference, patched):
+        model.train()
+    for epoch in range(2):
+        x = _x()
+        outs = []
+        for model in (reference, patched):
+            modes = {name: m.training for name, m in model.named_modules()}
+            model.eval()
+            with torch.inference_mode():
+                outs.append(model(x))
+            for name, m in model.named_modules():
+                m.training = modes[name]
+        _close(outs[1], outs[0], f"validation {epoch}")
+        assert _gated(patched)  # (until its next call)
+        for _ in range(2):
+            x = _x()
+            for model, opt in zip((reference, patched), opts):
+                opt.zero_grad()
+                model(x).square().mean().backward()
+                opt.step()
+            assert not _gated(patched)
+        for a, b in zip(reference.parameters(), patched.parameters()):
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_threads_sharing_the_model_each_take_their_own_hand_over(monkeypatch):
+    reference, patched = _pair()
+    real = FusedChain.hand_over
+    a_handed_over, b_done = threading.Event(), threading.Event()
+
+    def pausing_a(self, output):
+        real(self, output)
+        if threading.current_thread().name == "A" and not a_handed_over.is_set():
+            a_handed_over.set()
+            assert b_done.wait(30)
+
+    monkeypatch.setattr(FusedChain, "hand_over", pausing_a)
+    inputs = {"A": _x(2), "B": _x(3)}
+    outputs, errors = {}, []
+
+    def run(name):
+        try:
+            with torch.no_grad():
+                outputs[name] = patched(inputs[name])
+        except BaseException as exc:
+            errors.append(exc)
+
+    a = threading.Thread(target=run, args=("A",), name="A")
+    a.start()
+    assert a_handed_over.wait(30)
+    b = threading.Thread(target=run, args=("B",), name="B")
+    b.start()
+    b.join(30)
+    b_done.set()
+    a.join(30)
+    assert not errors and set(outputs) == {"A", "B"}
+    with torch.no_grad():
+        for name, x in inputs.items():
+            _close(outputs[name], reference(x), name)
+
+
+def test_torch_jit_trace_records_pytorchs_convolution_unfused():
+    reference, patched = _pair()
+    with torch.no_grad():
+        patched(_x())  # fused, packed weights cached
+        traced = torch.jit.trace(patched, _x())
+        kinds = [node.kind() for node in traced.inlined_graph.nodes()]
+        assert not any("deconv_patch" in k for k in kinds), sorted(set(kinds))
+        assert kinds.count("aten::batch_norm") == 2
+        for _ in range(2):
+            x = _x(3, 12)  # another batch and size than the traced call's
+            torch.testing.assert_close(traced(x), reference(x), rtol=1e-4, atol=1e-4)
+
+
+def test_load_state_dict_brings_writes_through_data_up_to_date():
+    """`.data` writes bump no version counter, so the caches keep the earlier weights until a
+    counted write; load_state_dict(state_dict()) is that write (README)."""
+    reference, patched = _pair()
+    x = _x()
+    with torch.no_grad():
+        patched(x)  # packed and folded
+        for model in (reference, patched):
+            for p in model.parameters():
+                p.data.mul_(-1.5).add_(0.25)
+        patched.load_state_dict(patched.state_dict())
+        _close(patched(x), reference(x), "after load_state_dict")
