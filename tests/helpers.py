@@ -24,7 +24,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Callable, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import pytest
 import torch
@@ -449,3 +449,49 @@ def run_cli_concurrently(calls: Iterable[Sequence[str]],
     calls = [list(c) for c in calls]
     with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
         return list(pool.map(lambda argv: run_cli(*argv, cwd=cwd), calls))
+
+
+# ---- threads sharing a patched model ---------------------------------------------------------
+
+def forwards_interleaved(model: nn.Module, inputs: Dict[str, torch.Tensor], monkeypatch,
+                         timeout: float = 30.0) -> Dict[str, torch.Tensor]:
+    """`model`'s eval forward (no gradients) on inputs["A"] in thread A and on inputs["B"] in
+    thread B, with B's whole forward run between A's first fused conv call (its hand-over made)
+    and the rest of A's: the interleaving that threads sharing a model (a server's workers)
+    can meet at any time. Returns each thread's output."""
+    import threading
+
+    from deconv_patch.fused_chain import FusedChain
+
+    real = FusedChain.hand_over
+    a_handed_over, b_done = threading.Event(), threading.Event()
+
+    def pausing_a(self, output):
+        real(self, output)
+        if threading.current_thread().name == "A" and not a_handed_over.is_set():
+            a_handed_over.set()
+            assert b_done.wait(timeout)
+
+    monkeypatch.setattr(FusedChain, "hand_over", pausing_a)
+    outputs: Dict[str, torch.Tensor] = {}
+    errors: list = []
+
+    def run(name: str) -> None:
+        try:
+            with torch.no_grad():
+                outputs[name] = model(inputs[name])
+        except BaseException as exc:  # (raised below, in the test's thread)
+            errors.append(exc)
+
+    a = threading.Thread(target=run, args=("A",), name="A")
+    a.start()
+    assert a_handed_over.wait(timeout), "thread A made no fused call"
+    b = threading.Thread(target=run, args=("B",), name="B")
+    b.start()
+    b.join(timeout)
+    b_done.set()
+    a.join(timeout)
+    if errors:
+        raise errors[0]
+    assert set(outputs) == {"A", "B"}
+    return outputs

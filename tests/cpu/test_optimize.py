@@ -16,7 +16,7 @@ from deconv_patch.kernels import plan_context
 from deconv_patch.modules import FastConvTranspose2d
 from deconv_patch.optimize import optimize
 from deconv_patch.summary import PatchSummary, PatchWarning, summary
-from tests.helpers import random_bn
+from tests.helpers import forwards_interleaved, random_bn
 
 
 _eval_bn = random_bn
@@ -447,41 +447,10 @@ def test_threads_sharing_a_model_each_get_their_own_hand_over(monkeypatch):
     """Two threads run one patched model in eval mode (a server's workers sharing it): thread
     B's whole forward runs between thread A's fused conv call and A's BatchNorm. Each thread's
     BatchNorm takes its own thread's hand-over, so both outputs are the original's."""
-    import threading
-
-    from deconv_patch.fused_chain import FusedChain
-
     reference = Decoder().eval()
     patched = optimize(copy.deepcopy(reference), _x())
-    real = FusedChain.hand_over
-    a_handed_over, b_done = threading.Event(), threading.Event()
-
-    def pausing_a(self, output):
-        real(self, output)
-        if threading.current_thread().name == "A" and not a_handed_over.is_set():
-            a_handed_over.set()
-            assert b_done.wait(10)
-
-    monkeypatch.setattr(FusedChain, "hand_over", pausing_a)
     inputs = {"A": torch.randn(2, 8, 5, 5), "B": torch.randn(3, 8, 4, 6)}
-    outputs, errors = {}, []
-
-    def run(name):
-        try:
-            with torch.no_grad():
-                outputs[name] = patched(inputs[name])
-        except BaseException as exc:  # (surfaced below)
-            errors.append(exc)
-
-    a = threading.Thread(target=run, args=("A",), name="A")
-    a.start()
-    assert a_handed_over.wait(10)
-    b = threading.Thread(target=run, args=("B",), name="B")
-    b.start()
-    b.join(10)
-    b_done.set()
-    a.join(10)
-    assert not errors and set(outputs) == {"A", "B"}
+    outputs = forwards_interleaved(patched, inputs, monkeypatch)
     with torch.no_grad():
         for name, x in inputs.items():
             torch.testing.assert_close(outputs[name], reference(x), rtol=1e-5, atol=1e-6)

@@ -8,14 +8,14 @@ fold or pack, or a BatchNorm applied twice, is off by far more than the toleranc
 from __future__ import annotations
 
 import copy
-import threading
 
 import pytest
 import torch
 import torch.nn as nn
 
 from deconv_patch import optimize
-from deconv_patch.fused_chain import ActivationGate, BatchNormGate, FusedChain
+from deconv_patch.fused_chain import ActivationGate, BatchNormGate
+from tests.helpers import forwards_interleaved, random_bn
 
 pytestmark = pytest.mark.cuda
 
@@ -26,25 +26,15 @@ def _defaults():
         yield
 
 
-def _bn(channels: int) -> nn.BatchNorm2d:
-    bn = nn.BatchNorm2d(channels)
-    with torch.no_grad():
-        bn.running_mean.normal_(0, 0.5)
-        bn.running_var.uniform_(0.5, 2.0)
-        bn.weight.normal_(1, 0.3)
-        bn.bias.normal_(0, 0.3)
-    return bn
-
-
 class Decoder(nn.Module):
     """Two conv -> BatchNorm -> activation chains on layers the planner gives kernels, then a
     plain conv."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.block1 = nn.Sequential(nn.ConvTranspose2d(64, 64, 4, 2, 1, bias=False), _bn(64),
+        self.block1 = nn.Sequential(nn.ConvTranspose2d(64, 64, 4, 2, 1, bias=False), random_bn(64),
                                     nn.ReLU())
-        self.block2 = nn.Sequential(nn.ConvTranspose2d(64, 32, 2, 2), _bn(32),
+        self.block2 = nn.Sequential(nn.ConvTranspose2d(64, 32, 2, 2), random_bn(32),
                                     nn.LeakyReLU(0.2))
         self.out = nn.ConvTranspose2d(32, 3, 3, padding=1)
 
@@ -128,35 +118,8 @@ def test_modes_put_back_by_assignment_train_without_gates_and_fuse_again():
 
 def test_threads_sharing_the_model_each_take_their_own_hand_over(monkeypatch):
     reference, patched = _pair()
-    real = FusedChain.hand_over
-    a_handed_over, b_done = threading.Event(), threading.Event()
-
-    def pausing_a(self, output):
-        real(self, output)
-        if threading.current_thread().name == "A" and not a_handed_over.is_set():
-            a_handed_over.set()
-            assert b_done.wait(30)
-
-    monkeypatch.setattr(FusedChain, "hand_over", pausing_a)
     inputs = {"A": _x(2), "B": _x(3)}
-    outputs, errors = {}, []
-
-    def run(name):
-        try:
-            with torch.no_grad():
-                outputs[name] = patched(inputs[name])
-        except BaseException as exc:
-            errors.append(exc)
-
-    a = threading.Thread(target=run, args=("A",), name="A")
-    a.start()
-    assert a_handed_over.wait(30)
-    b = threading.Thread(target=run, args=("B",), name="B")
-    b.start()
-    b.join(30)
-    b_done.set()
-    a.join(30)
-    assert not errors and set(outputs) == {"A", "B"}
+    outputs = forwards_interleaved(patched, inputs, monkeypatch)
     with torch.no_grad():
         for name, x in inputs.items():
             _close(outputs[name], reference(x), name)
