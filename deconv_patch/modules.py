@@ -150,12 +150,6 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
             # versions, 2.11 among them, cannot trace it. Fused chains step aside.)
             return self._conv(input, weight, bias, output_size, self.activation,
                               self.negative_slope, "_fast_path")
-        if torch._C._is_tracing():
-            # torch.jit.trace (and the ONNX export built on it) records dispatcher calls: our
-            # kernel launches, invisible to it, would leave its graph an allocation or a constant
-            # where the output is. A trace gets what the original traces to: PyTorch's
-            # convolution, the chain unfused.
-            return self._pytorch(input, weight, bias, output_size)
         # grad_calls.records_grad, written out: a training step makes this test on every call.
         recorded = torch.is_grad_enabled() and (
             input.requires_grad or weight.requires_grad or
@@ -171,6 +165,12 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
             # the module's own runs its plan, recorded with the planned backward. A fused chain
             # never folds a recorded call. (Most layers can never train on ours: their answer,
             # cached from the hyperparameters, is read here without a call.)
+            return self._pytorch(input, weight, bias, output_size)
+        if torch._C._is_tracing():
+            # torch.jit.trace (and the ONNX export built on it) records dispatcher calls: our
+            # kernel launches, invisible to it, would leave its graph an allocation or a constant
+            # where the output is. A trace gets what the original traces to: PyTorch's
+            # convolution, the chain unfused.
             return self._pytorch(input, weight, bias, output_size)
         chain = self.__dict__.get("_fused_chain")
         if chain is not None:
