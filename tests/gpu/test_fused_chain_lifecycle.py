@@ -80,8 +80,11 @@ def test_eval_after_training_forwards_folds_the_new_statistics():
             for _ in range(3):
                 model(_x() * 3 + 2)  # running statistics move far
             model.eval()
-        for a, b in zip(reference.buffers(), patched.buffers()):
-            torch.testing.assert_close(a, b)
+        for a, b in zip(reference.buffers(), patched.buffers()):  # (TF32 convs on both sides)
+            if a.is_floating_point():
+                _close(b, a, "running statistics")
+            else:
+                assert torch.equal(a, b)
         x = _x()
         _close(patched(x), reference(x), "after training")
 
