@@ -117,14 +117,6 @@ def _global_hooks() -> bool:
                 or m._global_backward_hooks or m._global_backward_pre_hooks)
 
 
-def _hand_over(module: nn.Module, ref: weakref.ref, next_module: Optional[nn.Module],
-               thread: int) -> None:
-    table = module.__dict__.get(PENDING)
-    if table is None:
-        table = module.__dict__.setdefault(PENDING, {})
-    table[thread] = (ref, next_module)
-
-
 def _pass_through(module: nn.Module, input: Any) -> bool:
     """Whether `input` is the output a fused conv handed to `module` in this thread (then the
     hand-over is consumed, and the next module of the chain gets it; an unconsumed one is
@@ -135,8 +127,12 @@ def _pass_through(module: nn.Module, input: Any) -> bool:
     if pending is None or pending[0]() is not input or torch.compiler.is_compiling():
         return False
     table.pop(thread, None)  # type: ignore[union-attr]
-    if pending[1] is not None:
-        _hand_over(pending[1], pending[0], None, thread)
+    next_module = pending[1]
+    if next_module is not None:  # (written out, as in FusedChain.hand_over: every fused call)
+        table = next_module.__dict__.get(PENDING)
+        if table is None:
+            table = next_module.__dict__.setdefault(PENDING, {})
+        table[thread] = (pending[0], None)
     return True
 
 
@@ -335,7 +331,10 @@ class FusedChain:
         """Tells the first module of the chain that `output` already went through it."""
         first, next_module = (self.bn, self.act) if self.bn is not None else (self.act, None)
         if first is not None:
-            _hand_over(first, weakref.ref(output), next_module, _thread_id())
+            table = first.__dict__.get(PENDING)
+            if table is None:
+                table = first.__dict__.setdefault(PENDING, {})
+            table[_thread_id()] = (weakref.ref(output), next_module)
 
     def outstanding(self, thread: Optional[int] = None) -> bool:
         """Whether a fused output was handed over in this thread and its first module never
