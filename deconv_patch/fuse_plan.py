@@ -198,7 +198,7 @@ def _difference(expected: Any, got: Any) -> Optional[str]:
         if e.numel() == 0:
             continue
         tol = _FOLD_TOLERANCE.get(e.dtype, 1e-4)
-        if e.dtype == torch.float32 and e.is_cuda and torch.backends.cudnn.allow_tf32:
+        if e.dtype == torch.float32 and e.is_cuda and planner.conv_tf32():
             tol = _TF32_TOLERANCE
         scale = e.detach().abs().max().double().item()
         err = (e.double() - g.double()).abs().max().item()

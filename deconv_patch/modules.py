@@ -383,7 +383,7 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
         forced = planner.forced_variant()  # (a check's or a benchmark's choice)
         key = (input.shape, input.stride(), input.device, input.dtype,
                weight.stride(), weight.dtype, weight.device, bias is None,
-               torch._C._get_cudnn_enabled(), torch._C._get_cudnn_allow_tf32(),
+               torch._C._get_cudnn_enabled(), planner.conv_tf32(),
                torch._C._get_cudnn_benchmark(), forced, self.stride,
                self.padding, out_pad, self.dilation, self.groups, activation, negative_slope)
         cache = self.__dict__.setdefault("_plan_cache", {})

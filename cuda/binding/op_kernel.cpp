@@ -26,6 +26,7 @@
 #include <c10/util/Exception.h>
 #include <torch/library.h>
 
+#include "binding/conv_tf32.hpp"
 #include "binding/op_kernel.hpp"
 #include "binding/prepared_call.hpp"
 #include "binding/recorded_call.hpp"
@@ -115,7 +116,7 @@ bool make_key(CallKey& k, const at::Tensor& input, const at::Tensor& weight,
   k[at + 8] = groups;
   const at::Context& ctx = at::globalContext();
   k[at + 9] = ctx.userEnabledCuDNN();
-  k[at + 10] = ctx.allowTF32CuDNN();
+  k[at + 10] = conv_allows_tf32(ctx);
   k[at + 11] = ctx.benchmarkCuDNN();
   return true;
 }

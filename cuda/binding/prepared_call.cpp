@@ -36,6 +36,7 @@
 #include <torch/csrc/autograd/python_variable.h>
 #include <torch/csrc/jit/frontend/tracer.h>
 
+#include "binding/conv_tf32.hpp"
 #include "binding/direct_backward_call.hpp"
 #include "binding/kept_buffers.hpp"
 #include "binding/prepared_call.hpp"
@@ -199,7 +200,7 @@ class ModuleFastPath {
         stride_(std::move(stride)), padding_(std::move(padding)),
         output_padding_(std::move(output_padding)), dilation_(std::move(dilation)),
         groups_(groups), record_(record), cudnn_enabled_(at::globalContext().userEnabledCuDNN()),
-        allow_tf32_(at::globalContext().allowTF32CuDNN()),
+        allow_tf32_(conv_allows_tf32(at::globalContext())),
         benchmark_(at::globalContext().benchmarkCuDNN()),
         autocast_(at::autocast::is_autocast_enabled(at::kCUDA)),
         autocast_dtype_(at::autocast::get_autocast_dtype(at::kCUDA)) {}
@@ -244,7 +245,7 @@ class ModuleFastPath {
   // Backend flags as armed, and nothing active that must see PyTorch ops.
   bool context_unchanged() const {
     const at::Context& ctx = at::globalContext();
-    return ctx.userEnabledCuDNN() == cudnn_enabled_ && ctx.allowTF32CuDNN() == allow_tf32_ &&
+    return ctx.userEnabledCuDNN() == cudnn_enabled_ && conv_allows_tf32(ctx) == allow_tf32_ &&
            ctx.benchmarkCuDNN() == benchmark_ &&
            at::autocast::is_autocast_enabled(at::kCUDA) == autocast_ &&
            (!autocast_ || at::autocast::get_autocast_dtype(at::kCUDA) == autocast_dtype_) &&

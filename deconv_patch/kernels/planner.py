@@ -34,7 +34,7 @@ from .device_info import device_capability, device_index, is_sm90
 # (use_variant and out_tile_fit_assumed are the planner's API too: planner.use_variant(...))
 from .plan_context import (assumed_out_tile_fit, forced_variant,  # noqa: F401
                            forced_variant_var, out_tile_fit_assumed, use_variant)
-from .precision import fp32_strict, reduction_depth, tensor_core_problem
+from .precision import conv_tf32, fp32_strict, reduction_depth, tensor_core_problem
 from ..layout import cuda_output_channels_last, is_channels_last
 
 KERNEL_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -445,7 +445,7 @@ def may_train_on_kernel(in_channels: int, out_channels: int, groups: int,
         return False
     sixteen_bit = dtype != torch.float32 or torch.is_autocast_enabled("cuda")
     if without_cudnn:
-        return sixteen_bit or not torch._C._get_cudnn_allow_tf32()
+        return sixteen_bit or not conv_tf32()
     return sixteen_bit
 
 

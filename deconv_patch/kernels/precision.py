@@ -17,11 +17,24 @@ from ..arguments import ConvTransposeArgs
 # as 1/sqrt(depth); 64 keeps a 1.7x margin and every layer of the benchmark suite (>= 128).
 MIN_3XTF32_DEPTH = 64
 
+# torch 2.9 and later set TF32 per backend and operator (torch.backends.cudnn.conv.fp32_precision);
+# ATen's convolutions read the "conv" setting, and the legacy flag's getter raises once conv and
+# RNN are set apart. Where that API is missing the legacy flag is the setting.
+_FP32_PRECISION = getattr(torch._C, "_get_fp32_precision_getter", None)
+
+
+def conv_tf32() -> bool:
+    """Whether PyTorch's float32 convolutions on CUDA may use TF32, the setting our kernels
+    follow (read on every planned call: a C getter, no torch.backends property)."""
+    if _FP32_PRECISION is None:
+        return torch._C._get_cudnn_allow_tf32()
+    return _FP32_PRECISION("cuda", "conv") == "tf32"
+
 
 def fp32_strict(dtype: torch.dtype) -> bool:
-    """fp32 with TF32 not allowed (torch.backends.cudnn.allow_tf32 False): the tensor-core
-    variants run 3xTF32 there."""
-    return dtype == torch.float32 and not torch.backends.cudnn.allow_tf32
+    """fp32 with TF32 not allowed for convolutions (conv_tf32 False): the tensor-core variants
+    run 3xTF32 there."""
+    return dtype == torch.float32 and not conv_tf32()
 
 
 def reduction_depth(in_per_group: int, kernel_hw: Sequence[int], args: ConvTransposeArgs) -> int:
@@ -36,7 +49,7 @@ def tensor_core_problem(dtype: torch.dtype, depth: Optional[int] = None) -> Opti
     runs 3xTF32 when each output sums at least MIN_3XTF32_DEPTH products (`depth`, unknown =
     not)."""
     if fp32_strict(dtype) and (depth is None or depth < MIN_3XTF32_DEPTH):
-        return ("fp32 without TF32 (torch.backends.cudnn.allow_tf32 is False) in a sum of fewer "
+        return ("fp32 without TF32 (PyTorch's convolutions run full fp32) in a sum of fewer "
                 f"than {MIN_3XTF32_DEPTH} products")
     return None
 

@@ -27,7 +27,7 @@ import torch
 from torch import nn
 
 from ..patching import copy_model
-from ..kernels.planner import ATEN
+from ..kernels.planner import ATEN, conv_tf32
 from ..timing import capture_graph, time_interleaved
 from .report import LayerResult, SpeedComparison, TimingStats, Tolerances, ValidationReport
 from .capture import _Capture, _capturing
@@ -148,7 +148,7 @@ def validate(
     models = _Models(original, patched, reference, device, args, kwargs,
                      _cast_floats(args, torch.float64), _cast_floats(kwargs, torch.float64))
     if reference is not None and device.type == "cuda" and env.dtype == "float32" \
-            and torch.backends.cudnn.allow_tf32:
+            and conv_tf32():
         models.tf32_reference = _tf32_reference(reference, [p.name for p in pairs])
     try:
         with _buffers_restored(original, patched):

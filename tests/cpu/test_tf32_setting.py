@@ -1,0 +1,89 @@
+"""The TF32 setting our kernels follow is the one PyTorch's convolutions read: with the
+per-operator API (torch.backends.cudnn.conv.fp32_precision), the conv setting. Setting conv
+and RNN apart that way makes torch.backends.cudnn.allow_tf32's getter raise; a patched model
+(optimize, training and eval calls, validate, the op) keeps working and reads the conv
+setting."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from torch import nn
+
+from deconv_patch import optimize, validate
+from deconv_patch.kernels.planner import conv_tf32
+
+needs_api = pytest.mark.skipif(not hasattr(torch._C, "_get_fp32_precision_getter"),
+                               reason="torch without the per-operator fp32_precision API")
+
+
+@pytest.fixture
+def restored_tf32():
+    legacy = torch.backends.cudnn.allow_tf32
+    yield
+    if hasattr(torch._C, "_get_fp32_precision_getter"):
+        for name in ("conv", "rnn"):
+            getattr(torch.backends.cudnn, name).fp32_precision = "tf32" if legacy else "ieee"
+    torch.backends.cudnn.allow_tf32 = legacy
+
+
+def test_the_legacy_flag_is_the_setting(restored_tf32):
+    torch.backends.cudnn.allow_tf32 = False
+    assert conv_tf32() is False
+    torch.backends.cudnn.allow_tf32 = True
+    assert conv_tf32() is True
+
+
+@needs_api
+@pytest.mark.parametrize("conv", ["ieee", "tf32"])
+def test_conv_set_apart_from_rnn_is_read_without_the_legacy_getter(restored_tf32, conv):
+    torch.backends.cudnn.allow_tf32 = True
+    torch.backends.cudnn.conv.fp32_precision = conv
+    torch.backends.cudnn.rnn.fp32_precision = "tf32" if conv == "ieee" else "ieee"
+    with pytest.raises(RuntimeError, match="allow_tf32"):
+        torch._C._get_cudnn_allow_tf32()  # (what a read of the legacy flag meets)
+    assert conv_tf32() is (conv == "tf32")
+
+
+class _Model(nn.Module):
+    """A chain to fuse and a layer without a cuDNN kernel (output_padding >= stride), whose
+    training calls ask the TF32 setting."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.up = nn.ConvTranspose2d(4, 6, 4, 2, 1)
+        self.bn = nn.BatchNorm2d(6)
+        self.act = nn.ReLU()
+        self.odd = nn.ConvTranspose2d(6, 3, 3, stride=1, padding=1, output_padding=1,
+                                      dilation=2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.odd(self.act(self.bn(self.up(x))))
+
+
+@needs_api
+def test_a_patched_model_runs_with_conv_and_rnn_set_apart(restored_tf32):
+    torch.backends.cudnn.conv.fp32_precision = "ieee"
+    torch.manual_seed(0)
+    reference = _Model().train()
+    patched = optimize(copy.deepcopy(reference), torch.randn(2, 4, 5, 5))
+    x = torch.randn(3, 4, 6, 5)
+    out, expected = patched(x), reference(x)
+    assert torch.equal(out, expected)
+    out.sum().backward()
+    expected.sum().backward()
+    assert all(torch.equal(p.grad, q.grad)
+               for p, q in zip(patched.parameters(), reference.parameters()))
+    patched.eval()
+    reference.eval()
+    with torch.no_grad():
+        torch.testing.assert_close(patched(x), reference(x), rtol=1e-5, atol=1e-6)
+    report = validate(reference, patched, (x,), speed=False)
+    assert report.passed, report.failures
+    assert report.environment.tf32_cudnn is False
+    w = torch.randn(4, 6, 4, 4)
+    torch.testing.assert_close(
+        torch.ops.deconv_patch.conv_transpose2d(x, w, None, [2, 2], [1, 1], [0, 0], 1, [1, 1]),
+        torch.nn.functional.conv_transpose2d(x, w, None, 2, 1))
