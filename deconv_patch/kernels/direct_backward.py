@@ -29,7 +29,7 @@ from typing import Optional, Sequence, Tuple
 import torch
 
 from ..arguments import ConvTransposeArgs
-from .precision import fp32_strict
+from .precision import fp32_strict, matmul_tf32
 
 NAME = "direct_backward"
 TILED_NAME = "tiled_backward"
@@ -127,7 +127,7 @@ def grad_input_kernel(weight_shape: Sequence[int], args: ConvTransposeArgs, dtyp
     if dtype in SIXTEEN_BIT and few_output_channels(weight_shape, args):
         return MMA_NAME, ("few output channels, 16-bit: the tensor-core input gradient measured "
                           "faster than cuDNN's")
-    if args.without_cudnn and dtype == torch.float32 and not torch._C._get_cublas_allow_tf32() \
+    if args.without_cudnn and dtype == torch.float32 and not matmul_tf32() \
             and _macs_per_pixel(weight_shape, args) <= MAX_TILED_INPUT_MACS:
         # (where ATen's native GEMMs run on tensor cores, 16-bit or TF32, they measured faster)
         return TILED_NAME, ("output_padding >= stride (no cuDNN kernel), fp32: the tiled input "

@@ -31,6 +31,14 @@ def conv_tf32() -> bool:
     return _FP32_PRECISION("cuda", "conv") == "tf32"
 
 
+def matmul_tf32() -> bool:
+    """Whether PyTorch's float32 matmuls on CUDA may use TF32 (cuBLAS; ATen's native
+    convolution kernels run their GEMMs there), read as conv_tf32 reads the conv setting."""
+    if _FP32_PRECISION is None:
+        return torch._C._get_cublas_allow_tf32()
+    return _FP32_PRECISION("cuda", "matmul") == "tf32"
+
+
 def fp32_strict(dtype: torch.dtype) -> bool:
     """fp32 with TF32 not allowed for convolutions (conv_tf32 False): the tensor-core variants
     run 3xTF32 there."""

@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from .._version import __version__
-from ..kernels.planner import conv_tf32
+from ..kernels.precision import conv_tf32, matmul_tf32
 from .report import Environment, dtype_name
 from .layers import _LayerPair, declared_fusion
 from .values import Args, Kwargs, _flatten
@@ -31,7 +31,7 @@ def _environment(device: torch.device, dtype: Optional[torch.dtype], args: Args,
         cuda_version=torch.version.cuda,
         cudnn_version=torch.backends.cudnn.version() if torch.backends.cudnn.is_available()
         else None,
-        tf32_matmul=bool(torch.backends.cuda.matmul.allow_tf32),
+        tf32_matmul=matmul_tf32(),
         tf32_cudnn=conv_tf32(),
         float32_matmul_precision=torch.get_float32_matmul_precision(),
         cudnn_benchmark=bool(torch.backends.cudnn.benchmark),

@@ -13,7 +13,10 @@ import torch
 from torch import nn
 
 from deconv_patch import optimize, validate
+from deconv_patch.arguments import ConvTransposeArgs
+from deconv_patch.kernels import direct_backward
 from deconv_patch.kernels.planner import conv_tf32
+from deconv_patch.kernels.precision import matmul_tf32
 
 needs_api = pytest.mark.skipif(not hasattr(torch._C, "_get_fp32_precision_getter"),
                                reason="torch without the per-operator fp32_precision API")
@@ -22,11 +25,16 @@ needs_api = pytest.mark.skipif(not hasattr(torch._C, "_get_fp32_precision_getter
 @pytest.fixture
 def restored_tf32():
     legacy = torch.backends.cudnn.allow_tf32
+    legacy_matmul = torch.backends.cuda.matmul.allow_tf32
     yield
     if hasattr(torch._C, "_get_fp32_precision_getter"):
+        for backend, op in (("generic", "all"), ("cuda", "all")):
+            torch._C._set_fp32_precision_setter(backend, op, "none")
         for name in ("conv", "rnn"):
             getattr(torch.backends.cudnn, name).fp32_precision = "tf32" if legacy else "ieee"
+        torch.backends.cuda.matmul.fp32_precision = "tf32" if legacy_matmul else "ieee"
     torch.backends.cudnn.allow_tf32 = legacy
+    torch.backends.cuda.matmul.allow_tf32 = legacy_matmul
 
 
 def test_the_legacy_flag_is_the_setting(restored_tf32):
@@ -87,3 +95,21 @@ def test_a_patched_model_runs_with_conv_and_rnn_set_apart(restored_tf32):
     torch.testing.assert_close(
         torch.ops.deconv_patch.conv_transpose2d(x, w, None, [2, 2], [1, 1], [0, 0], 1, [1, 1]),
         torch.nn.functional.conv_transpose2d(x, w, None, 2, 1))
+
+
+@needs_api
+def test_matmul_set_apart_from_the_backend_is_read_without_the_legacy_getter(restored_tf32):
+    """The matmul setting (cuBLAS: the GEMMs of ATen's native convolution kernels, which the
+    input gradient of a layer without a cuDNN kernel is chosen against)."""
+    torch.backends.fp32_precision = "ieee"
+    torch.backends.cuda.matmul.fp32_precision = "tf32"
+    with pytest.raises(RuntimeError, match="tf32"):
+        torch._C._get_cublas_allow_tf32()
+    assert matmul_tf32() is True
+    args = ConvTransposeArgs(stride=(1, 1), padding=(1, 1), output_padding=(1, 1),
+                             dilation=(2, 2))  # (output_padding >= stride: no cuDNN kernel)
+    assert direct_backward.grad_input_kernel((6, 3, 3, 3), args, torch.float32, False) is None
+    torch.backends.cuda.matmul.fp32_precision = "ieee"
+    assert matmul_tf32() is False
+    assert direct_backward.grad_input_kernel((6, 3, 3, 3), args, torch.float32, False) \
+        is not None
