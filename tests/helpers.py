@@ -24,7 +24,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 import pytest
 import torch
@@ -495,3 +495,27 @@ def forwards_interleaved(model: nn.Module, inputs: Dict[str, torch.Tensor], monk
         raise errors[0]
     assert set(outputs) == {"A", "B"}
     return outputs
+
+
+# ---- TF32 settings --------------------------------------------------------------------------
+
+HAS_FP32_PRECISION_API = hasattr(torch._C, "_get_fp32_precision_getter")
+
+
+@contextlib.contextmanager
+def tf32_settings_restored() -> Iterator[None]:
+    """The block may set TF32 through either API (the legacy allow_tf32 flags, or the
+    per-operator fp32_precision settings of torch 2.9+); afterwards both read as before it,
+    with conv, RNN and matmul back in step (the legacy getters raise while they are not)."""
+    conv, matmul = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    try:
+        yield
+    finally:
+        if HAS_FP32_PRECISION_API:
+            for backend, op in (("generic", "all"), ("cuda", "all")):
+                torch._C._set_fp32_precision_setter(backend, op, "none")
+            for name in ("conv", "rnn"):
+                getattr(torch.backends.cudnn, name).fp32_precision = "tf32" if conv else "ieee"
+            torch.backends.cuda.matmul.fp32_precision = "tf32" if matmul else "ieee"
+        torch.backends.cudnn.allow_tf32 = conv
+        torch.backends.cuda.matmul.allow_tf32 = matmul

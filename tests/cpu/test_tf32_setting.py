@@ -17,24 +17,16 @@ from deconv_patch.arguments import ConvTransposeArgs
 from deconv_patch.kernels import direct_backward
 from deconv_patch.kernels.planner import conv_tf32
 from deconv_patch.kernels.precision import matmul_tf32
+from tests.helpers import HAS_FP32_PRECISION_API, tf32_settings_restored
 
-needs_api = pytest.mark.skipif(not hasattr(torch._C, "_get_fp32_precision_getter"),
+needs_api = pytest.mark.skipif(not HAS_FP32_PRECISION_API,
                                reason="torch without the per-operator fp32_precision API")
 
 
 @pytest.fixture
 def restored_tf32():
-    legacy = torch.backends.cudnn.allow_tf32
-    legacy_matmul = torch.backends.cuda.matmul.allow_tf32
-    yield
-    if hasattr(torch._C, "_get_fp32_precision_getter"):
-        for backend, op in (("generic", "all"), ("cuda", "all")):
-            torch._C._set_fp32_precision_setter(backend, op, "none")
-        for name in ("conv", "rnn"):
-            getattr(torch.backends.cudnn, name).fp32_precision = "tf32" if legacy else "ieee"
-        torch.backends.cuda.matmul.fp32_precision = "tf32" if legacy_matmul else "ieee"
-    torch.backends.cudnn.allow_tf32 = legacy
-    torch.backends.cuda.matmul.allow_tf32 = legacy_matmul
+    with tf32_settings_restored():
+        yield
 
 
 def test_the_legacy_flag_is_the_setting(restored_tf32):

@@ -14,23 +14,20 @@ import torch.nn.functional as F
 from torch import nn
 
 from deconv_patch import FastConvTranspose2d, optimize
-from tests.helpers import bound_check
+from tests.helpers import HAS_FP32_PRECISION_API, bound_check, tf32_settings_restored
 
 pytestmark = [pytest.mark.cuda,
-              pytest.mark.skipif(not hasattr(torch._C, "_get_fp32_precision_getter"),
+              pytest.mark.skipif(not HAS_FP32_PRECISION_API,
                                  reason="torch without the per-operator fp32_precision API")]
 
 
 @pytest.fixture(autouse=True)
 def conv_in_ieee():
-    legacy = torch.backends.cudnn.allow_tf32
     benchmark = torch.backends.cudnn.benchmark
     torch.backends.cudnn.benchmark = False
-    torch.backends.cudnn.conv.fp32_precision = "ieee"
-    yield
-    for name in ("conv", "rnn"):
-        getattr(torch.backends.cudnn, name).fp32_precision = "tf32" if legacy else "ieee"
-    torch.backends.cudnn.allow_tf32 = legacy
+    with tf32_settings_restored():
+        torch.backends.cudnn.conv.fp32_precision = "ieee"
+        yield
     torch.backends.cudnn.benchmark = benchmark
 
 
