@@ -336,11 +336,10 @@ class FusedChain:
                 table = first.__dict__.setdefault(PENDING, {})
             table[_thread_id()] = (weakref.ref(output), next_module)
 
-    def outstanding(self, thread: Optional[int] = None) -> bool:
-        """Whether a fused output was handed over in this thread and its first module never
-        took it, or a module of the chain that the conv's caller calls did not (one replaced
-        in the model after optimize(), say)."""
-        thread = _thread_id() if thread is None else thread
+    def outstanding(self, thread: int) -> bool:
+        """Whether a fused output was handed over in `thread` and its first module never took
+        it, or a module of the chain that the conv's caller calls did not (one replaced in the
+        model after optimize(), say)."""
         for module in self.checked:
             table = module.__dict__.get(PENDING)
             if table and thread in table:
