@@ -22,6 +22,7 @@ from torch import nn
 
 from .dataflow import CONV_TRANSPOSE_FUNCTIONS
 from .grad_calls import runs_on_pytorch
+from .jit_trace import in_jit_trace
 
 
 def routed_conv_transpose2d(input: torch.Tensor, weight: torch.Tensor,
@@ -32,7 +33,7 @@ def routed_conv_transpose2d(input: torch.Tensor, weight: torch.Tensor,
     otherwise (CPU, tensor subclasses, graph capture, torch.jit.trace, whose graph would need
     deconv_patch's op, calls autograd records: grad_calls), which it is then exactly."""
     if torch.compiler.is_compiling() or type(input) is not torch.Tensor or not input.is_cuda or \
-            torch._C._is_tracing() or runs_on_pytorch(input, weight, bias):
+            in_jit_trace() or runs_on_pytorch(input, weight, bias):
         return torch.conv_transpose2d(input, weight, bias, stride, padding, output_padding,
                                       groups, dilation)
     from .ops import conv_transpose2d  # (the op layer loads lazily: CPU users never need it)

@@ -35,6 +35,7 @@ from .kernels import autotune, planner
 from . import grad_calls
 from .arguments import ConvTransposeArgs, find_problem
 from .derived import set_class
+from .jit_trace import in_jit_trace
 from .scripting import refuse_scripting
 from .epilogue import DEFAULT_NEGATIVE_SLOPE, Epilogue, activate, check_activation
 from .kernels.extension import loaded_extension
@@ -166,11 +167,11 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
             # never folds a recorded call. (Most layers can never train on ours: their answer,
             # cached from the hyperparameters, is read here without a call.)
             return self._pytorch(input, weight, bias, output_size)
-        if torch._C._is_tracing():
+        if in_jit_trace():
             # torch.jit.trace (and the ONNX export built on it) records dispatcher calls: our
             # kernel launches, invisible to it, would leave its graph an allocation or a constant
             # where the output is. A trace gets what the original traces to: PyTorch's
-            # convolution, the chain unfused.
+            # convolution, the chain unfused (and so does the run its check compares it to).
             return self._pytorch(input, weight, bias, output_size)
         chain = self.__dict__.get("_fused_chain")
         if chain is not None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import io
+import warnings
 
 import pytest
 import torch
@@ -289,20 +290,28 @@ def test_a_training_loop_with_validation_runs_computes_as_the_original():
 def test_torch_jit_trace_records_what_the_original_traces_to(monkeypatch):
     """A trace (TorchScript, the ONNX export built on it) records dispatcher calls only: the
     patched model traces to PyTorch's convolution with its chains unfused, never through the
-    kernel path, so the traced graph computes the original's outputs on any input."""
+    kernel path, so the traced graph computes the original's outputs on any input. The run
+    the trace's own check compares the record to takes PyTorch's path too (on the kernels it
+    would differ by their rounding, and the check would warn)."""
     reference = Decoder().eval()
     patched = optimize(copy.deepcopy(reference), _x())
 
     real = FastConvTranspose2d._conv
+    kernel_path_calls = []
 
-    def no_kernel_path_in_a_trace(*args, **kwargs):
-        assert not torch._C._is_tracing(), "the kernel path ran under torch.jit.trace"
-        return real(*args, **kwargs)  # (the trace's own check runs the model as well)
+    def counted(*args, **kwargs):
+        kernel_path_calls.append(torch._C._is_tracing())
+        return real(*args, **kwargs)
 
     with torch.no_grad():
         patched(_x())  # fused chains armed, folds cached
-        monkeypatch.setattr(FastConvTranspose2d, "_conv", no_kernel_path_in_a_trace)
-        traced = torch.jit.trace(patched, _x())
+        monkeypatch.setattr(FastConvTranspose2d, "_conv", counted)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", torch.jit.TracerWarning)
+            traced = torch.jit.trace(patched, _x(), check_inputs=[(_x(),), (_x(),)])
+        assert kernel_path_calls == [], "the kernel path ran in torch.jit.trace or its check"
+        patched(_x())
+        assert kernel_path_calls and not any(kernel_path_calls), "the kernel path after it"
         ops = [node.kind() for node in traced.inlined_graph.nodes()]
         assert ops.count("aten::batch_norm") == 2 and ops.count("aten::_convolution") == 3
         for _ in range(2):
