@@ -22,7 +22,7 @@ from .kernels import planner
 from .dataflow import Record
 from .derived import original_class, restore_class
 from .epilogue import activation_of_module
-from .fused_chain import EscapeCheck, FusedChain, PENDING, has_hooks
+from .fused_chain import EscapeCheck, FusedChain, PENDING, folding_on_any_device, has_hooks
 from .modules import FastConvTranspose2d
 
 CHAIN_ATTR = "_fused_chain"
@@ -209,10 +209,11 @@ def _difference(expected: Any, got: Any) -> Optional[str]:
 
 def verify_chains(model: nn.Module, plan: ChainPlan, args: Tuple[Any, ...],
                   kwargs: Dict[str, Any]) -> Optional[str]:
-    """Runs `model` unfused and fused on the same inputs; the problem, or None when they agree."""
+    """Runs `model` unfused and fused on the same inputs; the problem, or None when they agree.
+    Chains fold on the inputs' device, whichever it is: the check is of the data flow."""
     if not plan.chains:
         return None
-    with _eval_restoring(model):
+    with _eval_restoring(model), folding_on_any_device():
         detach_chains(model, plan)
         torch.manual_seed(0)
         expected = model(*args, **kwargs)

@@ -23,7 +23,11 @@ gradients, adding a hook or calling the conv from other code gives the unfused c
   computes as its user runs it);
 * no tensor involved needs a gradient (with grad mode on);
 * not while torch.compile traces (the compiled graph keeps PyTorch's modules, which Inductor
-  fuses itself).
+  fuses itself);
+* the input is a CUDA tensor: on other devices every layer runs PyTorch's own computation, and a
+  fold would round differently from it (outputs stay bit-identical to the original's there).
+  The check that a fused run agrees with the unfused one folds on any device
+  (`folding_on_any_device`): it proves the data flow, wherever the model was optimized.
 """
 
 from __future__ import annotations
@@ -73,6 +77,22 @@ def has_hooks(module: nn.Module) -> bool:
 # The ids of the hooks (their handles' ids) a fused chain looks through in this context.
 _seen_through: contextvars.ContextVar[FrozenSet[int]] = contextvars.ContextVar(
     "deconv_patch_hooks_seen_through", default=frozenset())
+
+
+_fold_anywhere: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "deconv_patch_fold_on_any_device", default=False)
+
+
+@contextlib.contextmanager
+def folding_on_any_device() -> Iterator[None]:
+    """Inside the block, chains fold and hand over on every device, not only on CUDA: for the
+    check that fused and unfused runs agree (fuse_plan.verify_chains), which proves the data
+    flow on a model optimized on the CPU, and for tests of the chain's logic without a GPU."""
+    token = _fold_anywhere.set(True)
+    try:
+        yield
+    finally:
+        _fold_anywhere.reset(token)
 
 
 @contextlib.contextmanager
@@ -252,7 +272,8 @@ class FusedChain:
         whether autograd records the call (grad_calls.records_grad). Called only outside
         torch.compile, on every eager call of the conv, so module state is read from its dicts
         (nn.Module.__getattr__ costs about a microsecond per name)."""
-        if self.disabled is not None or recorded:
+        if self.disabled is not None or recorded or (
+                not input.is_cuda and not _fold_anywhere.get()):
             return None
         if not self.gated():
             if not conv.training and not self.lead_training():

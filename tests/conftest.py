@@ -55,3 +55,14 @@ def pytest_collection_modifyitems(config, items):
 def _seed():
     torch.manual_seed(0)
     yield
+
+
+@pytest.fixture
+def chains_fold_on_cpu():
+    """Fused chains fold and hand over on the CPU too: by default they do so only on CUDA (on
+    the CPU a patched model's outputs stay bit-identical to the original's), so tests of the
+    chains' own logic without a GPU ask for it."""
+    from deconv_patch.fused_chain import folding_on_any_device
+
+    with folding_on_any_device():
+        yield

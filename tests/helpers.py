@@ -459,6 +459,7 @@ def forwards_interleaved(model: nn.Module, inputs: Dict[str, torch.Tensor], monk
     thread B, with B's whole forward run between A's first fused conv call (its hand-over made)
     and the rest of A's: the interleaving that threads sharing a model (a server's workers)
     can meet at any time. Returns each thread's output."""
+    import contextvars
     import threading
 
     from deconv_patch.fused_chain import FusedChain
@@ -483,10 +484,12 @@ def forwards_interleaved(model: nn.Module, inputs: Dict[str, torch.Tensor], monk
         except BaseException as exc:  # (raised below, in the test's thread)
             errors.append(exc)
 
-    a = threading.Thread(target=run, args=("A",), name="A")
+    # Each thread runs in a copy of the caller's context (as asyncio.to_thread's workers do),
+    # so context variables the test set (tests/conftest.py: chains_fold_on_cpu) hold there too.
+    a = threading.Thread(target=contextvars.copy_context().run, args=(run, "A"), name="A")
     a.start()
     assert a_handed_over.wait(timeout), "thread A made no fused call"
-    b = threading.Thread(target=run, args=("B",), name="B")
+    b = threading.Thread(target=contextvars.copy_context().run, args=(run, "B"), name="B")
     b.start()
     b.join(timeout)
     b_done.set()

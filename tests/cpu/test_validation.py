@@ -96,6 +96,7 @@ def test_diff_shows_up_in_exactly_the_changed_layer():
     assert str(report).splitlines()[-1].startswith("FAIL")
 
 
+@pytest.mark.usefixtures("chains_fold_on_cpu")
 def test_the_output_compared_end_to_end_is_the_fused_models_own(monkeypatch):
     """validate() captures each layer's call with hooks, which switch fused chains off inside
     the model's forward; the output it compares end to end comes from a run without them, so a
@@ -117,6 +118,7 @@ def test_the_output_compared_end_to_end_is_the_fused_models_own(monkeypatch):
     assert report.outputs[0].comparisons[0].max_abs_diff > 1e-3
 
 
+@pytest.mark.usefixtures("chains_fold_on_cpu")
 def test_validate_runs_every_fused_layer_fused(monkeypatch):
     """Fused chains look through validate()'s capture hooks: each patched layer runs its chain
     fused in the model's forward and in its own row, so validate() needs no unfused kernel of
