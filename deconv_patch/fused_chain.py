@@ -46,7 +46,7 @@ from torch.nn.utils import parametrize
 from .dataflow import CallSite, call_site
 from .derived import restore_class, set_class
 from .fusion import bn_scale_shift, fold_scale_shift
-from .kernels.kept_buffers import may_keep_buffers
+from .kernels.kept_buffers import may_keep_buffers, stream_key
 from .scripting import refuse_scripting
 from .summary import PatchWarning
 
@@ -317,14 +317,15 @@ class FusedChain:
         """The BatchNorm folded into a copy of (weight, bias), cached until any of `sources`
         (weight, bias, running mean and variance, BatchNorm weight and bias, its count of
         batches tracked) or eps changes: identity (the cache holds the sources themselves) or
-        version counter, so any in-place change (load_state_dict included) refolds. A training
-        forward updates the running statistics in the kernel, which bumps no version counter of
-        theirs; it bumps the count's (nn.BatchNorm2d's forward adds 1), so a BatchNorm without
-        that count folds on every call."""
+        version counter, so any in-place change (load_state_dict included) refolds; and until
+        the current stream changes (a fold is read only on the stream that made it:
+        kept_buffers). A training forward updates the running statistics in the kernel, which
+        bumps no version counter of theirs; it bumps the count's (nn.BatchNorm2d's forward adds
+        1), so a BatchNorm without that count folds on every call."""
         bn = self.bn
         try:
             key: Optional[tuple] = tuple([None if t is None else t._version for t in sources]) \
-                + (bn.eps,)  # type: ignore[union-attr]
+                + (bn.eps, stream_key(sources[0].device))  # type: ignore[union-attr]
         except RuntimeError:  # inference tensors have no version counter: fold every call
             key = None
         if sources[6] is None:

@@ -135,13 +135,18 @@ class PreparedCall {
   // load_state_dict, an EMA or optimizer step - bumps no counter a graph could check), and the
   // buffer is the call's alone. Where a buffer may not be kept (binding/kept_buffers.hpp: a
   // graph's warm-up) a changed weight is packed for the call alone too.
+  // A packed copy is read only on the stream it was packed on (Python's cache keeps one per
+  // stream): another stream could read it before the pack ran, or after the caching allocator,
+  // which orders a freed block's reuse by the stream that made it, handed its memory out again.
   at::Tensor packed_for(const at::Tensor& weight, bool recorded) {
     const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(weight.get_device()).stream();
     if (stream_capturing(stream)) return pack(weight);
-    if (packed_.defined() && same_weight(weight, seen_)) return packed_;
+    if (packed_.defined() && stream == packed_stream_ && same_weight(weight, seen_))
+      return packed_;
     if (!may_keep_buffers(stream)) return pack(weight);
     packed_ = recorded ? pack(weight) : repack_(weight).cast<at::Tensor>();
     seen_ = seen(weight);
+    packed_stream_ = stream;
     return packed_;
   }
 
@@ -160,6 +165,7 @@ class PreparedCall {
   const double negative_slope_;
   const py::object repack_;  // None: the variant reads the weight as it is
   at::Tensor packed_;
+  cudaStream_t packed_stream_ = nullptr;  // the stream packed_ was made on
   WeightSeen seen_;
 };
 

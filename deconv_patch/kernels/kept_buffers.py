@@ -1,5 +1,6 @@
 """Whether a device tensor made now may be kept past the call that makes it (a packed weight, a
-folded BatchNorm): the Python side of cuda/binding/kept_buffers.hpp, which says why.
+folded BatchNorm): the Python side of cuda/binding/kept_buffers.hpp, which says why; and the
+stream a kept tensor belongs to.
 
 Not while a CUDA graph is being captured (the graph's replays alone write it), and not while
 Inductor's CUDA-graph trees (torch.compile's "reduce-overhead") warm a graph up: the thread's
@@ -13,6 +14,12 @@ from __future__ import annotations
 
 import torch
 
+# A kept tensor is read only on the stream that made it, so the caches keep one per stream:
+# another stream could read it before the kernels that make it ran, or after the caching
+# allocator, which orders a freed block's reuse by the stream that made it, gave its memory to
+# that stream's next allocation (threads on streams of their own sharing a model).
+_CURRENT_RAW_STREAM = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+
 # The trees' flag's getter, looked up once (a fused chain asks on every call); None in a torch
 # without it.
 _CONV_CACHE_EMPTYING = getattr(torch._C, "_cuda_get_conv_benchmark_empty_cache", None)
@@ -25,3 +32,12 @@ def may_keep_buffers(device: torch.device) -> bool:
     if torch.cuda.is_current_stream_capturing():
         return False
     return _CONV_CACHE_EMPTYING is None or bool(_CONV_CACHE_EMPTYING())
+
+
+def stream_key(device: torch.device) -> int:
+    """The current stream on a CUDA `device` as a number (0 on other devices): part of the key
+    of every cache of kept tensors (see above)."""
+    if device.type != "cuda" or _CURRENT_RAW_STREAM is None:
+        return 0
+    return _CURRENT_RAW_STREAM(device.index if device.index is not None else
+                               torch.cuda.current_device())

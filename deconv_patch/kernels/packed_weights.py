@@ -3,7 +3,8 @@
 Packing reads the whole weight, so it happens once per weight and hyperparameters, not per call:
 the packed copy is cached against the weight tensor and its version counter, which PyTorch bumps
 on every in-place change (optimizer steps, `load_state_dict`, `copy_`), so a changed weight is
-re-packed on its next use and a stale copy is never read. Inference tensors (made under
+re-packed on its next use and a stale copy is never read. Each stream gets its own copy
+(kept_buffers.stream_key says why). Inference tensors (made under
 torch.inference_mode) have no version counter, so theirs are packed afresh on every call. A call
 made while a CUDA graph is captured does not ask here: it packs inside the graph, so that every
 replay reads the weight as it is then (cuda/binding/prepared_call.cpp). Nothing is kept while a
@@ -20,7 +21,7 @@ import torch
 from .. import kernels
 from ..arguments import ConvTransposeArgs
 from .extension import load_family_any
-from .kept_buffers import may_keep_buffers
+from .kept_buffers import may_keep_buffers, stream_key
 
 _MAX_ENTRIES = 1024
 
@@ -44,7 +45,8 @@ class LayoutKey:
 
 
 class PackedWeightCache:
-    """Packed weights keyed by (weight tensor identity, variant, hyperparameters, TF32)."""
+    """Packed weights keyed by (weight tensor identity, variant, hyperparameters, TF32, the
+    current stream)."""
 
     def __init__(self) -> None:
         # key -> (weak reference to the weight, its version when packed, packed tensor)
@@ -63,7 +65,7 @@ class PackedWeightCache:
             self.packs += 1
             return self._pack(variant, weight, args, allow_tf32)
         key = (id(weight), weight.data_ptr(), weight.dtype, weight.shape, weight.stride(),
-               layout_key)
+               layout_key, stream_key(weight.device))  # (one copy per stream: kept_buffers)
         version = weight._version
         found = self._entries.get(key)
         if found is not None and found[0]() is weight and found[1] == version:

@@ -61,6 +61,7 @@ def test_every_conv_transpose_is_patched_and_output_is_identical(small_example):
 @pytest.mark.parametrize("small_example", [
     pytest.param(e, id=e.name, marks=[pytest.mark.extended] if e.name == "mask_rcnn" else [])
     for e in EXAMPLES], indirect=True)
+@pytest.mark.usefixtures("chains_fold_on_cpu")
 def test_fused_output_within_float64_bound(small_example):
     example, model, inputs = small_example
     patched = optimize(model, inputs)

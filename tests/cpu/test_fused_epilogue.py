@@ -124,6 +124,7 @@ class FunctionalActs(nn.Module):
         return torch.relu(self.d(y))
 
 
+@pytest.mark.usefixtures("chains_fold_on_cpu")
 @pytest.mark.parametrize("name", list(MODULES))
 def test_optimize_moves_each_activation_module_into_the_conv(name):
     torch.manual_seed(0)
@@ -181,6 +182,7 @@ def test_no_fusion_when_the_output_is_shared_or_the_conv_is_reused():
         assert torch.equal(patched(fresh), model(fresh))
 
 
+@pytest.mark.usefixtures("chains_fold_on_cpu")
 def test_training_models_and_fuse_false_keep_activations_separate():
     model = UpAct(nn.ReLU())
     x = torch.randn(2, 4, 3, 3)
@@ -194,6 +196,7 @@ def test_training_models_and_fuse_false_keep_activations_separate():
     assert trained.get_submodule("up").activation == "none"
 
 
+@pytest.mark.usefixtures("chains_fold_on_cpu")
 def test_optimize_twice_does_not_fuse_twice():
     model = UpAct(nn.Tanh()).eval()
     once = optimize(model, torch.randn(1, 4, 3, 3))

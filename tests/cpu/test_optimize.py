@@ -111,6 +111,7 @@ def test_mode_device_dtype_and_values_kept():
             assert torch.equal(patched.state_dict()[key], value), key
 
 
+@pytest.mark.usefixtures("chains_fold_on_cpu")
 def test_training_mode_runs_unfused_with_identical_gradients_and_statistics():
     model = Decoder().train()
     patched = optimize(model, _x())
@@ -251,6 +252,7 @@ def test_modes_assigned_directly_catch_up_with_the_chains(monkeypatch):
         assert _gated(patched, "block1") and not _gated(patched, "block2")
 
 
+@pytest.mark.usefixtures("chains_fold_on_cpu")
 def test_a_training_loop_with_validation_runs_computes_as_the_original():
     """Validation runs inside training, as PyTorch Lightning makes them: modes captured, eval(),
     the forward under inference_mode, modes put back by assignment; between them SGD steps
@@ -380,6 +382,7 @@ class _Scaled(nn.Module):
         return weight * 1.5
 
 
+@pytest.mark.usefixtures("chains_fold_on_cpu")
 def test_a_parametrized_batchnorm_keeps_its_gate_across_modes():
     """Its class is made for that module: it keeps its gate in training mode (one class, not a
     new one per mode change), and the chain still fuses in eval and matches the original."""
@@ -498,6 +501,7 @@ def test_the_escape_check_hook_is_on_its_module_only_in_eval_mode():
     assert not patched._forward_hooks  # its only chain's conv trains
 
 
+@pytest.mark.usefixtures("chains_fold_on_cpu")
 def test_eval_with_gradients_runs_unfused():
     model = Decoder().eval()
     patched = optimize(model, _x())
@@ -533,6 +537,7 @@ def test_idempotent():
     assert summary(again, quiet=True).layers == summary(branchy, quiet=True).layers
 
 
+@pytest.mark.usefixtures("chains_fold_on_cpu")
 def test_state_dict_round_trip_fused_or_not():
     for fuse in (False, True):
         model = Decoder().eval()
@@ -585,6 +590,7 @@ def _changes():
     return [in_place, replaced, eps, trained]
 
 
+@pytest.mark.usefixtures("chains_fold_on_cpu")
 @pytest.mark.parametrize("change", _changes(), ids=lambda f: f.__name__)
 def test_fused_chain_refolds_when_a_source_changes(change):
     model = Decoder().eval()
@@ -597,6 +603,33 @@ def test_fused_chain_refolds_when_a_source_changes(change):
         torch.testing.assert_close(patched(x), model(x), rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.usefixtures("chains_fold_on_cpu")
+def test_each_stream_gets_its_own_fold(monkeypatch):
+    """A fold is read only on the stream that made it (kept_buffers.stream_key): another
+    stream could read it before the fold ran. The current stream is stood in for here; on the
+    GPU, tests/gpu/test_streams.py runs the race itself."""
+    from deconv_patch import fused_chain
+
+    stream = [1]
+    monkeypatch.setattr(fused_chain, "stream_key", lambda device: stream[0])
+    folds = []
+    real = fused_chain.fold_scale_shift
+    monkeypatch.setattr(fused_chain, "fold_scale_shift",
+                        lambda *args: folds.append(stream[0]) or real(*args))
+    model = Decoder().eval()
+    patched = optimize(copy.deepcopy(model), _x())
+    x = _x()
+    with torch.no_grad():
+        patched(x)
+        folds.clear()
+        patched(x)
+        assert folds == []  # cached on this stream
+        stream[0] = 2
+        out = patched(x)
+        assert folds == [2, 2]  # both chains fold again for the other stream
+        torch.testing.assert_close(out, model(x), rtol=1e-5, atol=1e-6)
+
+
 def test_inplace():
     model = Decoder().eval()
     patched = optimize(model, inplace=True, fuse=False)
@@ -606,6 +639,7 @@ def test_inplace():
     assert isinstance(branchy.up, FastConvTranspose2d)
 
 
+@pytest.mark.usefixtures("chains_fold_on_cpu")
 def test_data_dependent_branches_run_as_written():
     model = Branchy().eval()
     patched = optimize(model, torch.rand(2, 3, 4, 4) + 0.1)

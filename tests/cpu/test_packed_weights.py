@@ -54,3 +54,23 @@ def test_one_pack_per_weight_version_and_layout(monkeypatch):
     # packing loads a unit of the family's own (gemm_kxs: one per element type, every
     # activation)
     assert set(units) == {("gemm_kxs", ("gemm_kxs.f32",))}
+
+
+def test_each_stream_gets_its_own_pack(monkeypatch):
+    """A pack is read only on the stream that made it (kept_buffers.stream_key): another stream
+    could read it before the pack ran. The current stream is stood in for here; on the GPU,
+    tests/gpu/test_streams.py runs the race itself."""
+    recorder = _Recorder()
+    monkeypatch.setattr(packed_weights, "load_family_any", lambda family, asked: recorder)
+    stream = [7]
+    monkeypatch.setattr(packed_weights, "stream_key", lambda device: stream[0])
+    cache = PackedWeightCache()
+    w = torch.randn(4, 3, 2, 2)
+    args = ConvTransposeArgs.from_values(2, 0, 0, 1, 1)
+    on_7 = cache.get("gemm_kxs", w, args, True)
+    assert cache.get("gemm_kxs", w, args, True) is on_7 and len(recorder.calls) == 1
+    stream[0] = 9
+    on_9 = cache.get("gemm_kxs", w, args, True)
+    assert on_9 is not on_7 and len(recorder.calls) == 2
+    stream[0] = 7
+    assert cache.get("gemm_kxs", w, args, True) is on_7 and len(recorder.calls) == 2

@@ -63,6 +63,7 @@ class _Model(nn.Module):
         return self.odd(self.act(self.bn(self.up(x))))
 
 
+@pytest.mark.usefixtures("chains_fold_on_cpu")
 @needs_api
 def test_a_patched_model_runs_with_conv_and_rnn_set_apart(restored_tf32):
     torch.backends.cudnn.conv.fp32_precision = "ieee"

@@ -141,6 +141,7 @@ def test_validate_runs_every_fused_layer_fused(monkeypatch):
         assert layer.in_model_max_abs_diff is not None and layer.in_model_max_abs_diff < 1e-4
 
 
+@pytest.mark.usefixtures("chains_fold_on_cpu")
 def test_a_users_hook_still_sees_its_convs_own_output_during_validate():
     """Only validate()'s own hooks are looked through: a user's forward hook on a fused conv
     keeps it unfused in validate()'s run too, and sees the conv's own output (before its
