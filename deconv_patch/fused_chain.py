@@ -316,15 +316,17 @@ class FusedChain:
     def _fold(self, conv: nn.Module, sources: tuple) -> Tuple[torch.Tensor, torch.Tensor]:
         """The BatchNorm folded into a copy of (weight, bias), cached until any of `sources`
         (weight, bias, running mean and variance, BatchNorm weight and bias, its count of
-        batches tracked) or eps changes: identity (the cache holds the sources themselves) or
-        version counter, so any in-place change (load_state_dict included) refolds; and until
-        the current stream changes (a fold is read only on the stream that made it:
-        kept_buffers). A training forward updates the running statistics in the kernel, which
-        bumps no version counter of theirs; it bumps the count's (nn.BatchNorm2d's forward adds
-        1), so a BatchNorm without that count folds on every call."""
+        batches tracked) or eps changes: identity (the cache holds the sources themselves),
+        version counter or storage (`.data =` keeps the first two), so any in-place change
+        (load_state_dict included) refolds; and until the current stream changes (a fold is
+        read only on the stream that made it: kept_buffers). A training forward updates the
+        running statistics in the kernel, which bumps no version counter of theirs; it bumps
+        the count's (nn.BatchNorm2d's forward adds 1), so a BatchNorm without that count folds
+        on every call."""
         bn = self.bn
         try:
-            key: Optional[tuple] = tuple([None if t is None else t._version for t in sources]) \
+            key: Optional[tuple] = tuple([None if t is None else (t._version, t.data_ptr())
+                                          for t in sources]) \
                 + (bn.eps, stream_key(sources[0].device))  # type: ignore[union-attr]
         except RuntimeError:  # inference tensors have no version counter: fold every call
             key = None

@@ -555,8 +555,9 @@ def test_state_dict_round_trip_fused_or_not():
 
 def _changes():
     """Ways a fused chain's sources change after its first fold: in place (version counter),
-    by a new tensor whose version counter equals the old one's (identity), and by training
-    forwards, whose running statistics' update bumps no counter of theirs."""
+    by a new tensor whose version counter equals the old one's (identity), by `.data =` (new
+    storage, same tensor and version), and by training forwards, whose running statistics'
+    update bumps no counter of theirs."""
     def in_place(m):
         with torch.no_grad():
             m.block1[0].weight.mul_(1.5)
@@ -577,6 +578,14 @@ def _changes():
     def eps(m):
         m.block2[1].eps = 0.5
 
+    def data_assigned(m):
+        # `.data =` swaps a tensor's storage under the same object and version counter
+        # (older training code, conversion helpers); in-place writes through `.data` are not
+        # seen (README)
+        bn = m.block1[1]
+        bn.running_mean.data = bn.running_mean.data * 0.5 + 1.0
+        m.block2[0].weight.data = m.block2[0].weight.data.flip(0).contiguous()
+
     def trained(m):
         versions = [b._version for b in (m.block1[1].running_mean, m.block1[1].running_var)]
         torch.manual_seed(5)
@@ -587,7 +596,7 @@ def _changes():
         assert [b._version for b in (m.block1[1].running_mean, m.block1[1].running_var)] \
             == versions  # (what a version counter alone would miss)
 
-    return [in_place, replaced, eps, trained]
+    return [in_place, replaced, data_assigned, eps, trained]
 
 
 @pytest.mark.usefixtures("chains_fold_on_cpu")

@@ -1,7 +1,7 @@
-"""A patched model with fused chains through the life users give it, on the GPU with the
-kernels: eval after training steps (running statistics updated in the kernel, no version
-counter bumped), modes put back by assignment (PyTorch Lightning's validation loop), threads
-sharing the model, torch.jit.trace, and writes through `.data` brought up to date by
+"""A patched model with fused chains through the life users give it, on the GPU with the kernels:
+eval after training steps (running statistics updated in the kernel, no version counter bumped),
+modes put back by assignment (PyTorch Lightning's validation loop), threads sharing the model,
+torch.jit.trace, `.data` assignments, and writes through `.data` brought up to date by
 load_state_dict. Every output is compared with the original model's on fresh inputs; a stale
 fold or pack, or a BatchNorm applied twice, is off by far more than the tolerance."""
 
@@ -156,3 +156,20 @@ def test_load_state_dict_brings_writes_through_data_up_to_date():
                 p.data.mul_(-1.5).add_(0.25)
         patched.load_state_dict(patched.state_dict())
         _close(patched(x), reference(x), "after load_state_dict")
+
+
+def test_tensors_given_new_storage_through_data_are_refolded_and_repacked():
+    """`.data = new` keeps the tensor object and its version counter but swaps its storage
+    (older training code, dtype or device helpers): folds and packs made from the old storage
+    are not read again."""
+    reference, patched = _pair()
+    x = _x()
+    with torch.no_grad():
+        patched(x)  # packed and folded
+        for model in (reference, patched):
+            bn, conv = model.block1[1], model.block1[0]
+            bn.running_mean.data = bn.running_mean.data * 0.5 + 1.0
+            conv.weight.data = conv.weight.data.flip(0).contiguous()
+            out = model.out
+            out.weight.data = out.weight.data * -1.5
+        _close(patched(x), reference(x), "after .data assignments")
