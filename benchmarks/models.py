@@ -12,6 +12,7 @@ Prints a table last; `--out results.json` also writes every row as JSON. Needs a
 
     python benchmarks/models.py [--models dcgan,unet] [--dtypes fp32,bf16] [--no-compile]
                                 [--no-benchmark] [--compile-mode reduce-overhead] [--control]
+                                [--data-parallel]
 
 cudnn.benchmark is on (cuDNN and deconv_patch's autotune time their choices) unless
 --no-benchmark, PyTorch's default: cuDNN's heuristic against the planner's untimed rule.
@@ -29,6 +30,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
 import torch
+from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: `examples`
 
@@ -110,11 +112,12 @@ def bench(example: Example, dtype_name: str, batch: int, args: argparse.Namespac
             control = control_copy(model) if args.control else None  # (eager and compiled)
             info = summary(patched, quiet=True)
             row.path, row.layers, row.folded = info.path, info.num_patched, info.num_fused
+            run = [nn.DataParallel(m) if args.data_parallel else m
+                   for m in (model, patched, control) if m is not None]
             with torch.no_grad():
-                row.max_abs_diff = max_abs_difference(patched(*inputs), model(*inputs))
+                row.max_abs_diff = max_abs_difference(run[1](*inputs), run[0](*inputs))
                 # (partials, not lambdas: the names are deleted at the end)
-                sides = [functools.partial(m, *inputs) for m in (model, patched, control)
-                         if m is not None]
+                sides = [functools.partial(m, *inputs) for m in run]
                 times = median_interleaved(sides, args.warmup, args.rounds * args.reps,
                                            rotate=True)
                 row.eager_ms, row.patched_ms = times[:2]
@@ -122,7 +125,10 @@ def bench(example: Example, dtype_name: str, batch: int, args: argparse.Namespac
         except Exception as exc:  # e.g. a detection op without a bf16 kernel
             row.notes.append(f"eager: {_one_line(exc)}")
             return row
-        if args.no_compile:
+        if args.data_parallel:
+            row.notes.append(f"eager under nn.DataParallel over {torch.cuda.device_count()} "
+                             "GPU(s); compile skipped")
+        elif args.no_compile:
             row.notes.append("compile skipped (--no-compile)")
         elif not example.dense_output and not args.compile_all:
             row.notes.append("compile skipped for the detection model (data-dependent graph "
@@ -142,7 +148,7 @@ def bench(example: Example, dtype_name: str, batch: int, args: argparse.Namespac
             except Exception as exc:
                 row.notes.append(f"compile: {_one_line(exc)}")
     row.fallback_warnings = sum(1 for w in caught if "deconv_patch" in str(w.message))
-    del model, patched, control
+    del model, patched, control, run
     torch.cuda.empty_cache()
     return row
 
@@ -197,6 +203,9 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     parser.add_argument("--control", action="store_true",
                         help="also time a copy of the original in turn with each pair, eager and "
                              "compiled (A/A: the timer's own spread)")
+    parser.add_argument("--data-parallel", action="store_true",
+                        help="eager sides under nn.DataParallel over every visible GPU (the "
+                             "batch is split between them; no compiled columns)")
     parser.add_argument("--out", type=Path, default=None, help="write the rows as JSON here")
     return parser.parse_args(argv)
 

@@ -134,6 +134,7 @@ def attach_chains(plan: ChainPlan) -> None:
         if chain not in check.chains:
             check.chains.append(chain)
         chain.escape = check
+        chain.conv = conv
         conv.__dict__[CHAIN_ATTR] = chain
         chain.follow_mode(conv.training)  # (gates and the check's hook for an eval-mode conv)
 

@@ -24,6 +24,8 @@ gradients, adding a hook or calling the conv from other code gives the unfused c
 * no tensor involved needs a gradient (with grad mode on);
 * not while torch.compile traces (the compiled graph keeps PyTorch's modules, which Inductor
   fuses itself);
+* the conv is the chain's own module, not an object sharing its __dict__ (nn.DataParallel's
+  replicas), whose model calls other BatchNorm and activation objects;
 * the input is a CUDA tensor: on other devices every layer runs PyTorch's own computation, and a
   fold would round differently from it (outputs stay bit-identical to the original's there).
   The check that a fused run agrees with the unfused one folds on any device
@@ -203,6 +205,10 @@ class FusedChain:
 
     disabled: Optional[str] = None
     escape: Optional["EscapeCheck"] = None  # (set by fuse_plan.attach_chains)
+    # The conv the chain hangs on (set by attach_chains). A module object sharing the conv's
+    # __dict__ (nn.DataParallel's replicas, copy.copy) shares the chain, whose BatchNorm and
+    # activation are not the ones that object's model calls: its calls run unfused.
+    conv: Optional[nn.Module] = None
 
     def __init__(self, bn: Optional[nn.Module], act: Optional[nn.Module], activation: str,
                  negative_slope: float, site: Optional[CallSite]) -> None:
@@ -275,6 +281,11 @@ class FusedChain:
         if self.disabled is not None or recorded or (
                 not input.is_cuda and not _fold_anywhere.get()):
             return None
+        own = self.conv
+        if own is not conv:
+            if own is not None:
+                return None  # a replica's (or a shallow copy's) call
+            self.conv = conv  # (a chain pickled before it knew its conv: the first caller)
         if not self.gated():
             if not conv.training and not self.lead_training():
                 # Eval mode set without eval() (modes assigned directly): the gates come back

@@ -477,6 +477,45 @@ def test_threads_sharing_a_model_each_get_their_own_hand_over(monkeypatch):
                is None for m in patched.modules())  # (no escape: nothing was recomputed)
 
 
+def _replicate(model: nn.Module) -> nn.Module:
+    """What nn.DataParallel makes for each GPU (torch.nn.parallel.replicate), made on the CPU:
+    per module an object sharing the contents of its __dict__ (its fused chain included), with
+    its own children and copies of the parameters and buffers."""
+    replicas = {m: m._replicate_for_data_parallel() for m in model.modules()}
+    for m, replica in replicas.items():
+        for name, child in m._modules.items():
+            replica._modules[name] = None if child is None else replicas[child]
+        for name, p in m._parameters.items():
+            replica._parameters[name] = None if p is None else p.detach().clone()
+        for name, b in m._buffers.items():
+            replica._buffers[name] = None if b is None else b.clone()
+    return replicas[model]
+
+
+@pytest.mark.usefixtures("chains_fold_on_cpu")
+def test_a_data_parallel_replica_runs_its_chains_unfused(monkeypatch):
+    """A replica's conv shares the original conv's chain, whose BatchNorm and activation (and,
+    on the GPU, their device) are the original's, not the ones the replica's model calls: its
+    calls run unfused, bit for bit the original's, while the model itself still fuses."""
+    from deconv_patch.fused_chain import FusedChain
+
+    reference = Decoder().eval()
+    patched = optimize(copy.deepcopy(reference), _x())
+    replica = _replicate(patched)
+    handed_over = []
+    real = FusedChain.hand_over
+    monkeypatch.setattr(FusedChain, "hand_over",
+                        lambda self, output: handed_over.append(self) or real(self, output))
+    x = torch.randn(3, 8, 4, 6)
+    with torch.no_grad():
+        for _ in range(2):
+            assert torch.equal(replica(x), reference(x))
+        assert handed_over == []
+        torch.testing.assert_close(patched(x), reference(x), rtol=1e-5, atol=1e-6)
+        assert len(handed_over) == 2  # (both chains of the model itself)
+        assert torch.equal(replica(x), reference(x))
+
+
 @pytest.mark.usefixtures("chains_fold_on_cpu")
 def test_the_escape_check_hook_is_on_its_module_only_in_eval_mode():
     """A hook takes nn.Module's call off its fast path: training mode, where no call fuses,
