@@ -393,6 +393,21 @@ def random_bn(channels: int) -> nn.BatchNorm2d:
         bn.bias.normal_()
     return bn
 
+class ChainDecoder(nn.Module):
+    """Two conv -> BatchNorm -> activation chains on layers the planner gives kernels (64
+    channels in), then a plain conv: the GPU tests' model with fused chains."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.block1 = nn.Sequential(nn.ConvTranspose2d(64, 64, 4, 2, 1, bias=False), random_bn(64),
+                                    nn.ReLU())
+        self.block2 = nn.Sequential(nn.ConvTranspose2d(64, 32, 2, 2), random_bn(32),
+                                    nn.LeakyReLU(0.2))
+        self.out = nn.ConvTranspose2d(32, 3, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.out(self.block2(self.block1(x)))
+
 
 def randomize_bn(model: nn.Module) -> None:
     """Every BatchNorm2d of `model` gets random running statistics and affine parameters."""

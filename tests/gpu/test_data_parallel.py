@@ -12,7 +12,7 @@ import torch
 import torch.nn as nn
 
 from deconv_patch import optimize
-from tests.helpers import random_bn
+from tests.helpers import ChainDecoder
 
 pytestmark = [
     pytest.mark.cuda,
@@ -26,19 +26,6 @@ def _defaults():
         yield
 
 
-class Decoder(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.block1 = nn.Sequential(nn.ConvTranspose2d(64, 64, 4, 2, 1, bias=False), random_bn(64),
-                                    nn.ReLU())
-        self.block2 = nn.Sequential(nn.ConvTranspose2d(64, 32, 2, 2), random_bn(32),
-                                    nn.LeakyReLU(0.2))
-        self.out = nn.ConvTranspose2d(32, 3, 3, padding=1)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.tanh(self.out(self.block2(self.block1(x))))
-
-
 def _close(got: torch.Tensor, want: torch.Tensor, what: str) -> None:
     """Within 1% of the largest magnitude (TF32 and folding round differently); a BatchNorm
     applied twice or statistics from the wrong replica are off by tens of percent."""
@@ -49,7 +36,7 @@ def _close(got: torch.Tensor, want: torch.Tensor, what: str) -> None:
 
 def _pair(train: bool) -> tuple:
     torch.manual_seed(0)
-    reference = Decoder().cuda().train(train)
+    reference = ChainDecoder().cuda().train(train)
     patched = optimize(copy.deepcopy(reference), torch.randn(2, 64, 8, 8, device="cuda"))
     assert sum("_fused_chain" in m.__dict__ for m in patched.modules()) == 2
     return reference, patched
@@ -71,7 +58,7 @@ def test_eval_under_data_parallel_computes_the_originals_outputs():
 def test_a_training_step_under_data_parallel_matches_the_originals():
     reference, patched = _pair(train=True)
     x = torch.randn(6, 64, 8, 8, device="cuda")
-    target = torch.randn(6, 3, 32, 32, device="cuda")
+    target = torch.randn(6, 3, 32, 32, device="cuda")  # (8 x 8 -> 16 -> 32)
     for model in (reference, patched):
         loss = nn.functional.mse_loss(nn.DataParallel(model)(x), target)
         loss.backward()

@@ -16,7 +16,7 @@ import torch.nn as nn
 
 from deconv_patch import optimize
 from deconv_patch.fused_chain import ActivationGate, BatchNormGate
-from tests.helpers import forwards_interleaved, random_bn
+from tests.helpers import ChainDecoder, forwards_interleaved
 
 pytestmark = pytest.mark.cuda
 
@@ -25,22 +25,6 @@ pytestmark = pytest.mark.cuda
 def _defaults():
     with torch.backends.cudnn.flags(enabled=True, benchmark=False, allow_tf32=True):
         yield
-
-
-class Decoder(nn.Module):
-    """Two conv -> BatchNorm -> activation chains on layers the planner gives kernels, then a
-    plain conv."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.block1 = nn.Sequential(nn.ConvTranspose2d(64, 64, 4, 2, 1, bias=False), random_bn(64),
-                                    nn.ReLU())
-        self.block2 = nn.Sequential(nn.ConvTranspose2d(64, 32, 2, 2), random_bn(32),
-                                    nn.LeakyReLU(0.2))
-        self.out = nn.ConvTranspose2d(32, 3, 3, padding=1)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.out(self.block2(self.block1(x)))
 
 
 def _x(batch: int = 4, size: int = 16) -> torch.Tensor:
@@ -57,7 +41,7 @@ def _close(got: torch.Tensor, want: torch.Tensor, what: str) -> None:
 
 def _pair() -> tuple:
     torch.manual_seed(0)
-    reference = Decoder().cuda().eval()
+    reference = ChainDecoder().cuda().eval()
     patched = optimize(copy.deepcopy(reference), _x(2))
     chains = [m.__dict__.get("_fused_chain") for m in patched.modules()]
     assert sum(c is not None for c in chains) == 2
