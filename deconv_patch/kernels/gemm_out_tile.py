@@ -11,7 +11,7 @@ import torch
 
 from ..arguments import ConvTransposeArgs
 from .family import KernelFamily, configs
-from .precision import depth_of, fp32_strict, tensor_core_problem
+from .precision import depth_of, tensor_core_problem
 
 NAME = "gemm_out_tile"
 # In the kernel's order (the extension's gemm_out_tile_config_names): phase rows x phase columns
@@ -30,30 +30,30 @@ MAX_CHANNELS = 32
 # stay (see planner._plan_layer).
 DEFAULT_MAX_CHANNELS = 32
 _DEFAULT_DTYPES = (torch.float16, torch.bfloat16)
-# fp32 with TF32: the default from this many output channels per group (up to the maximum above)
-# on layers whose stride area is at least TF32_DEFAULT_MIN_STRIDE_AREA (FCN's x8
-# up-sampling kind, where cuDNN writes a phase-major temporary). Measured on the H200
-# (docs/performance/out-tile.md): fcn8s.up8 (21 ch, k16 s8) 2.9x NCHW / 3.4x NHWC cuDNN. Below
-# 8 channels TF32 wastes most of an n8 tile and cuDNN's TF32 kernels are strong (DCGAN's 64 > 3,
-# stride 2: 1.0-1.2x NCHW; FSRCNN's 56 > 1: 0.5-0.7x); dense stride-2 layers with 8-32 channels
-# are unmeasured: autotune candidates only.
-TF32_DEFAULT_MIN_CHANNELS = 8
-TF32_DEFAULT_MIN_STRIDE_AREA = 16
+# fp32 (TF32, or 3xTF32 without it): the default from this many output channels per group (up to
+# the maximum above) on layers whose stride area is at least FP32_DEFAULT_MIN_STRIDE_AREA (FCN's
+# x8 up-sampling kind, where cuDNN writes a phase-major temporary). Measured on the H200
+# (docs/performance/out-tile.md): fcn8s.up8 (21 ch, k16 s8) 2.9x NCHW / 3.4x NHWC cuDNN in TF32,
+# 3.1x NHWC in 3xTF32 against cuDNN's fp32 kernel (2.8-3.5x on the H100). Below 8 channels TF32
+# wastes most of an n8 tile and cuDNN's kernels are strong (DCGAN's 64 > 3, stride 2: 1.0-1.2x
+# NCHW; FSRCNN's 56 > 1: 0.5-0.7x; 3xTF32 loses on both); dense stride-2 layers with 8-32
+# channels are unmeasured: autotune candidates only.
+FP32_DEFAULT_MIN_CHANNELS = 8
+FP32_DEFAULT_MIN_STRIDE_AREA = 16
 
 
 def is_untimed_default(dtype: torch.dtype, channels: Optional[Tuple[int, int]],
                        args: ConvTransposeArgs) -> bool:
     """Whether gemm_out_tile is a layer's untimed default (where its shared memory holds the
-    layer): <= DEFAULT_MAX_CHANNELS output channels per group in 16-bit; in fp32 with TF32
-    from TF32_DEFAULT_MIN_CHANNELS of them, on strides of area >=
-    TF32_DEFAULT_MIN_STRIDE_AREA."""
+    layer, and in fp32 without TF32 where its 3xTF32 runs the sums): <= DEFAULT_MAX_CHANNELS
+    output channels per group in 16-bit; in fp32 from FP32_DEFAULT_MIN_CHANNELS of them, on
+    strides of area >= FP32_DEFAULT_MIN_STRIDE_AREA."""
     if channels is None or channels[1] > DEFAULT_MAX_CHANNELS:
         return False
     if dtype in _DEFAULT_DTYPES:
         return True
-    return dtype == torch.float32 and not fp32_strict(dtype) and \
-        channels[1] >= TF32_DEFAULT_MIN_CHANNELS and \
-        args.stride[0] * args.stride[1] >= TF32_DEFAULT_MIN_STRIDE_AREA
+    return dtype == torch.float32 and channels[1] >= FP32_DEFAULT_MIN_CHANNELS and \
+        args.stride[0] * args.stride[1] >= FP32_DEFAULT_MIN_STRIDE_AREA
 
 
 def problem(dtype: torch.dtype, out_per_group: int,

@@ -267,13 +267,15 @@ def _plan_layer(device: torch.device, dtype: torch.dtype, kernel_hw: Sequence[in
     if ffma_default is not None:
         return Plan(ffma_default, _FFMA_REASON, candidates=(*tma, *col2im, *out_tile, *grouped,
                                                             ATEN))
-    # (gemm_out_tile's 3xTF32, for <= 32 output channels per group, is an autotune candidate
-    # only: measured against cuDNN's FFMA it wins on FCN x8 (2.8-3.5x) and loses on DCGAN's
-    # 64 > 3 and FSRCNN's 56 > 1, docs/performance/out-tile.md.)
+    # (gemm_out_tile's 3xTF32, for <= 32 output channels per group: the untimed default where
+    # gemm_out_tile.is_untimed_default says, FCN's x8 kind, 2.8-3.5x cuDNN's FFMA; it loses on
+    # DCGAN's 64 > 3 and FSRCNN's 56 > 1, docs/performance/out-tile.md. Elsewhere plan() may
+    # give the call gemm_col2im's 3xTF32.)
     if tma or out_tile:
-        return Plan(ATEN, "fp32 without TF32: cuDNN unless autotune times a 3xTF32 kernel "
-                    "faster (cudnn.benchmark)", candidates=(*tma, *col2im, *out_tile, *grouped,
-                                                            ATEN))
+        return _out_tile_default(Plan(
+            ATEN, "fp32 without TF32: cuDNN unless autotune times a 3xTF32 kernel faster "
+            "(cudnn.benchmark)", candidates=(*tma, *col2im, *out_tile, *grouped, ATEN)),
+            channels, out_tile_first)
     return Plan(ATEN, f"fp32 without TF32: cuDNN (3xTF32 only on k == stride layers, on "
                 f"Hopper, and for <= {_MAX_OUT_TILE_CHANNELS} output channels per group, whose "
                 f"outputs sum >= {MIN_3XTF32_DEPTH} products)",
@@ -575,6 +577,15 @@ def plan(input: torch.Tensor, weight: torch.Tensor, args: ConvTransposeArgs) -> 
             col2im_buffer_bytes(input, weight) > _MAX_COL2IM_BYTES:
         chosen = Plan(chosen.variant, chosen.reason, chosen.fallback,
                       tuple(v for v in chosen.candidates if v not in col2im))
+    if chosen.variant == ATEN and COL2IM_3XTF32_CONFIGS[0] in chosen.candidates and \
+            forced_variant() is None and weight.shape[0] % 4 == 0:
+        # fp32 without TF32 on Hopper where no other kernel of ours is the default (phase
+        # layers with few rows per stride phase or few output channels): gemm_col2im's 3xTF32
+        # measured 1.05-2.9x cuDNN's fp32 kernels (pix2pix u2, Keypoint R-CNN's head, DCGAN's
+        # g2 at batch 1, Linknet's dec4; H200, candidates.py; docs/performance/col2im.md). Its
+        # GEMM loads the input channels in 16-byte rows.
+        chosen = Plan(COL2IM_3XTF32_CONFIGS[0], "fp32 without TF32: one 3xTF32 GEMM over "
+                      "every tap, then col2im", candidates=chosen.candidates)
     return chosen
 
 

@@ -250,8 +250,8 @@ def test_few_output_channel_layers_list_gemm_out_tile(capability, name, kernel, 
     assert listed == list(planner.OUT_TILE_CONFIGS), (name, chosen)
     assert chosen.candidates.index(planner.OUT_TILE_CONFIGS[-1]) < \
         chosen.candidates.index(planner.ATEN)
-    tf32_default = channels[1] >= gemm_out_tile.TF32_DEFAULT_MIN_CHANNELS and \
-        args.stride[0] * args.stride[1] >= gemm_out_tile.TF32_DEFAULT_MIN_STRIDE_AREA
+    tf32_default = channels[1] >= gemm_out_tile.FP32_DEFAULT_MIN_CHANNELS and \
+        args.stride[0] * args.stride[1] >= gemm_out_tile.FP32_DEFAULT_MIN_STRIDE_AREA
     if (dtype == torch.float32 and not tf32_default) or name in ("depthwise k4 s2", "64>3 k2 s2"):
         assert chosen.variant != planner.GEMM_OUT_TILE, (name, chosen)
     else:
@@ -304,8 +304,8 @@ def test_gemm_out_tile_config_names_split_into_kernel_and_index():
 def test_out_tile_default_follows_its_constant(capability, monkeypatch):
     """gemm_out_tile.DEFAULT_MAX_CHANNELS makes gemm_out_tile (its heuristic config) the untimed
     16-bit default in place of cuDNN / gemm_phase up to that many output channels per group, and
-    the TF32 one from TF32_DEFAULT_MIN_CHANNELS; the grouped kernel's and gemm_kxs's
-    defaults and fp32 strict stay as they are; plan_layer(out_tile_default=False) is the plan it
+    the fp32 one (TF32, or 3xTF32 on sums deep enough) from FP32_DEFAULT_MIN_CHANNELS; the
+    grouped kernel's and gemm_kxs's defaults stay; plan_layer(out_tile_default=False) is the plan it
     replaces (plan() falls back to it where the kernel's shared memory cannot hold the layer)."""
     monkeypatch.setattr(gemm_out_tile, "DEFAULT_MAX_CHANNELS", 21)
     k4s2 = ConvTransposeArgs.from_values(stride=2, padding=1)
@@ -315,14 +315,17 @@ def test_out_tile_default_follows_its_constant(capability, monkeypatch):
                               out_tile_default=False).variant == planner.ATEN
     fcn = ConvTransposeArgs.from_values(stride=8, padding=4)
     assert _plan(torch.float32, (16, 16), fcn, (21, 21)).variant == planner.GEMM_OUT_TILE
-    assert _plan(torch.float32, (16, 16), fcn, (21, 21), tf32=False).variant == planner.ATEN
+    # (fp32 strict too: 3xTF32, the sums 84 deep)
+    assert _plan(torch.float32, (16, 16), fcn, (21, 21), tf32=False).variant == \
+        planner.GEMM_OUT_TILE
+    assert _plan(torch.float32, (16, 16), fcn, (3, 21), tf32=False).variant == planner.ATEN
     assert _plan(torch.float32, (16, 16), fcn, (21, 7)).variant == planner.ATEN  # < 8 in TF32
     assert _plan(torch.float32, (4, 4), k4s2, (64, 16)).variant == _untimed_phase(capability)
-    monkeypatch.setattr(gemm_out_tile, "TF32_DEFAULT_MIN_CHANNELS", 3)
-    monkeypatch.setattr(gemm_out_tile, "TF32_DEFAULT_MIN_STRIDE_AREA", 4)
+    monkeypatch.setattr(gemm_out_tile, "FP32_DEFAULT_MIN_CHANNELS", 3)
+    monkeypatch.setattr(gemm_out_tile, "FP32_DEFAULT_MIN_STRIDE_AREA", 4)
     assert _plan(torch.float32, (4, 4), k4s2, (64, 3)).variant == planner.GEMM_OUT_TILE
-    monkeypatch.setattr(gemm_out_tile, "TF32_DEFAULT_MIN_CHANNELS", 8)
-    monkeypatch.setattr(gemm_out_tile, "TF32_DEFAULT_MIN_STRIDE_AREA", 16)
+    monkeypatch.setattr(gemm_out_tile, "FP32_DEFAULT_MIN_CHANNELS", 8)
+    monkeypatch.setattr(gemm_out_tile, "FP32_DEFAULT_MIN_STRIDE_AREA", 16)
     no_cudnn = ConvTransposeArgs.from_values(stride=1, output_padding=1, dilation=2)
     assert _plan(torch.bfloat16, (3, 3), no_cudnn, (8, 4)).variant == planner.GEMM_OUT_TILE
     assert _plan(torch.bfloat16, (4, 4), k4s2, (64, 24)).variant == _untimed_phase(capability)
@@ -500,8 +503,10 @@ def test_untimed_phase_default_is_gemm_phase_tma_sized_by_waves_on_hopper(capabi
         strict = planner.plan(_fake_input(batch, cin, hw, torch.float32),
                               _fake_weight(cin, cout, (4, 4), torch.float32), args)
     rows = batch * hw[0] * hw[1]
-    assert strict.variant == (planner.GEMM_PHASE_TMA if capability == (9, 0) and
-                              rows >= gemm_phase_tma.MIN_UNTIMED_STRICT_ROWS else planner.ATEN)
+    # (fp32 strict below the rows gemm_phase_tma needs: gemm_col2im's 3xTF32 on Hopper)
+    assert strict.variant == (
+        planner.ATEN if capability != (9, 0) else planner.GEMM_PHASE_TMA
+        if rows >= gemm_phase_tma.MIN_UNTIMED_STRICT_ROWS else planner.COL2IM_3XTF32_CONFIGS[0])
 
 
 @pytest.mark.parametrize("channels_last", [False, True])
@@ -532,12 +537,11 @@ def test_fp32_untimed_tma_defaults_need_enough_work(capability, channels_last):
     for half in (torch.bfloat16, torch.float16):  # 16-bit: any size (here 0.07 GFLOP)
         tiny = plan(1, 512, 256, (4, 4), half, False)
         assert tiny.variant == (planner.PHASE_TMA_UNTIMED if hopper else planner.ATEN), tiny
-    # fp32 strict: Linknet's 512 > 256 k3s2 on 8 x 8 at batch 4 (256 rows per phase) and 8 (512)
+    # fp32 strict: Linknet's 512 > 256 k3s2 on 8 x 8 at batch 4 (256 rows per phase) and 8
+    # (512); below the rows, gemm_col2im's 3xTF32 on Hopper
     k3s2 = ConvTransposeArgs.from_values(stride=2, padding=1, output_padding=1)
     few = plan(4, 512, 256, (8, 8), torch.float32, False, (3, 3), k3s2)
-    assert few.variant == planner.ATEN, few
-    if hopper:
-        assert "rows per stride phase" in few.reason
+    assert few.variant == (planner.COL2IM_3XTF32_CONFIGS[0] if hopper else planner.ATEN), few
     enough = plan(8, 512, 256, (8, 8), torch.float32, False, (3, 3), k3s2)
     assert enough.variant == (planner.GEMM_PHASE_TMA if hopper else planner.ATEN), enough
     # TF32 channels_last input, 33-64 output channels, sums >= 1,024 deep (pix2pix u6, 256 > 64

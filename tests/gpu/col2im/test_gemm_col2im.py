@@ -18,8 +18,10 @@ from deconv_patch.kernels import planner
 from deconv_patch.arguments import ConvTransposeArgs
 from deconv_patch.epilogue import ACTIVATIONS
 from deconv_patch.ops import run_variant
+from deconv_patch.reference import conv_transpose2d_float64
 from tests.cases import Case, random_case
-from tests.helpers import check_epilogue, check_full_layer, check_variant
+from tests.helpers import (allowed_error, check_epilogue, check_full_layer, check_variant,
+                           max_error)
 
 pytestmark = pytest.mark.cuda
 VARIANTS = planner.COL2IM_CONFIGS
@@ -171,3 +173,35 @@ def test_planner_leaves_it_out_where_its_buffer_would_be_large():
         plan = planner.plan(x, w, ConvTransposeArgs.from_values(stride=2, padding=1))
         assert not set(VARIANTS) & set(plan.candidates), plan
         assert planner.PHASE_TMA_CONFIGS[0] in plan.candidates, plan
+
+
+@pytest.mark.parametrize("channels_last", [False, True])
+@pytest.mark.parametrize("layer", [
+    (4, 512, 17, (14, 14), (4, 4), ConvTransposeArgs.from_values(stride=2, padding=1)),
+    (4, 512, 256, (8, 8), (3, 3),  # Linknet's dec4: 256 rows per stride phase
+     ConvTransposeArgs.from_values(stride=2, padding=1, output_padding=1)),
+], ids=["keypoint-head", "linknet-dec4"])
+def test_the_op_runs_its_3xtf32_by_default_where_fp32_strict_had_cudnn(layer, channels_last):
+    """fp32 without TF32, cudnn.benchmark off, phase layers where no other kernel of ours is the
+    untimed default (few output channels; too few rows per phase for gemm_phase_tma): the
+    planner gives the call gemm_col2im's 3xTF32, and through the op its output is within fp32's
+    bound against float64 (2x PyTorch's error plus an ulp of the largest output)."""
+    _needs_sm90()
+    batch, cin, cout, hw, kernel, args = layer
+    gen = torch.Generator().manual_seed(cout)
+    x = torch.randn(batch, cin, *hw, generator=gen).cuda()
+    if channels_last:
+        x = x.contiguous(memory_format=torch.channels_last)
+    w = (torch.randn(cin, cout, *kernel, generator=gen) / cin ** 0.5).cuda()
+    b = torch.randn(cout, generator=gen).cuda()
+    with torch.backends.cudnn.flags(enabled=True, allow_tf32=False, benchmark=False):
+        chosen = planner.plan(x, w, args)
+        assert chosen.variant == STRICT_VARIANTS[0], chosen
+        got = torch.ops.deconv_patch.conv_transpose2d(
+            x, w, b, list(args.stride), list(args.padding), list(args.output_padding), 1,
+            list(args.dilation))
+        expected = torch.nn.functional.conv_transpose2d(
+            x, w, b, args.stride, args.padding, args.output_padding, 1, args.dilation)
+    assert got.shape == expected.shape and got.stride() == expected.stride()
+    ref = conv_transpose2d_float64(x, w, b, args)
+    assert max_error(got, ref) <= allowed_error(max_error(expected, ref), ref, torch.float32)
