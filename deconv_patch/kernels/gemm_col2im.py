@@ -10,6 +10,7 @@ from typing import Optional
 import torch
 
 from ..arguments import ConvTransposeArgs
+from ..layout import is_channels_last
 from . import gemm_kxs_sm90, gemm_phase_tma
 from .family import Config, KernelFamily
 from .precision import fp32_strict, strict_refusal
@@ -30,6 +31,29 @@ STRICT_VARIANTS = tuple(c.variant for c in STRICT_CONFIGS)
 # Its fp32 buffer holds every tap's product of every input pixel (KH*KW/(SH*SW) times the
 # output's elements): above this autotune does not try it (SimpleBaseline d3: 400 MB).
 MAX_BUFFER_BYTES = 256 * 2**20
+
+
+# fp32 without TF32 on Hopper, where the planner's rules leave a phase layer to cuDNN (too few
+# rows per stride phase for gemm_phase_tma, or too few output channels): the 3xTF32 form is the
+# untimed default on channels_last input with at least this many output channels and input
+# pixels (batch x height x width). Measured on the H200 (candidates.py, suite, held-out and fresh
+# layers, against cuDNN's fp32 kernels): on channels_last input 1.6-3.0x by event time and
+# 1.0-2.1x by GPU time (each graph replay re-packs its weight) on pix2pix u2, Keypoint R-CNN's
+# head, ENet's 64 > 16, Linknet's dec4, CenterNet's 256 > 256 at batch 1; NCHW input lost on
+# small layers by GPU time (0.41-0.84x), DCGAN's g2 at batch 1 (16 pixels) lost in NCHW and by GPU
+# time, WGAN-GP's 64 > 3 output layer in both (docs/performance/col2im.md).
+STRICT_DEFAULT_MIN_OUT_CHANNELS = 8
+STRICT_DEFAULT_MIN_PIXELS = 64
+
+
+def is_strict_untimed_default(input: torch.Tensor, weight: torch.Tensor) -> bool:
+    """Whether the 3xTF32 form is the untimed default of a call the planner's layer rules left
+    to cuDNN in fp32 without TF32 (see above; its GEMM also loads the input channels in 16-byte
+    rows)."""
+    pixels = input.numel() // max(1, input.shape[-3])
+    return is_channels_last(input) and weight.shape[0] % 4 == 0 and \
+        weight.shape[1] >= STRICT_DEFAULT_MIN_OUT_CHANNELS and \
+        pixels >= STRICT_DEFAULT_MIN_PIXELS
 
 
 def buffer_bytes(input: torch.Tensor, weight: torch.Tensor) -> int:

@@ -349,10 +349,12 @@ _OUT_TILE_FITS: Dict[Tuple[object, ...], bool] = {}
 
 def _out_tile_fits(weight: torch.Tensor, args: ConvTransposeArgs) -> bool:
     """Whether gemm_out_tile's smallest tile's shared memory holds this layer's weights at once
-    on the weight's device, in the mode it would run (fp32: TF32 when allowed, else 3xTF32,
-    whose packed weight is twice as large)."""
+    on the weight's device, as TF32 or 16-bit operands. In fp32 without TF32 its 3xTF32 packed
+    weight is twice as large and the kernel loops over channel blocks where that does not fit,
+    which still measured 2.9-3.1x cuDNN's fp32 kernel on FCN's x8 layer (H200, candidates.py):
+    the fit of the TF32 form decides there too."""
     index = device_index(weight.device)
-    tf32 = weight.dtype == torch.float32 and not fp32_strict(weight.dtype)
+    tf32 = weight.dtype == torch.float32
     key = (index, weight.dtype, tf32, tuple(weight.shape), args)
     fits = assumed_out_tile_fit()
     if fits is None:
@@ -578,14 +580,12 @@ def plan(input: torch.Tensor, weight: torch.Tensor, args: ConvTransposeArgs) -> 
         chosen = Plan(chosen.variant, chosen.reason, chosen.fallback,
                       tuple(v for v in chosen.candidates if v not in col2im))
     if chosen.variant == ATEN and COL2IM_3XTF32_CONFIGS[0] in chosen.candidates and \
-            forced_variant() is None and weight.shape[0] % 4 == 0:
+            forced_variant() is None and gemm_col2im.is_strict_untimed_default(input, weight):
         # fp32 without TF32 on Hopper where no other kernel of ours is the default (phase
-        # layers with few rows per stride phase or few output channels): gemm_col2im's 3xTF32
-        # measured 1.05-2.9x cuDNN's fp32 kernels (pix2pix u2, Keypoint R-CNN's head, DCGAN's
-        # g2 at batch 1, Linknet's dec4; H200, candidates.py; docs/performance/col2im.md). Its
-        # GEMM loads the input channels in 16-byte rows.
-        chosen = Plan(COL2IM_3XTF32_CONFIGS[0], "fp32 without TF32: one 3xTF32 GEMM over "
-                      "every tap, then col2im", candidates=chosen.candidates)
+        # layers with few rows per stride phase or few output channels): gemm_col2im's 3xTF32,
+        # where it measured faster than cuDNN's fp32 kernels (gemm_col2im.py).
+        chosen = Plan(COL2IM_3XTF32_CONFIGS[0], "fp32 without TF32, channels_last: one 3xTF32 "
+                      "GEMM over every tap, then col2im", candidates=chosen.candidates)
     return chosen
 
 

@@ -503,10 +503,9 @@ def test_untimed_phase_default_is_gemm_phase_tma_sized_by_waves_on_hopper(capabi
         strict = planner.plan(_fake_input(batch, cin, hw, torch.float32),
                               _fake_weight(cin, cout, (4, 4), torch.float32), args)
     rows = batch * hw[0] * hw[1]
-    # (fp32 strict below the rows gemm_phase_tma needs: gemm_col2im's 3xTF32 on Hopper)
-    assert strict.variant == (
-        planner.ATEN if capability != (9, 0) else planner.GEMM_PHASE_TMA
-        if rows >= gemm_phase_tma.MIN_UNTIMED_STRICT_ROWS else planner.COL2IM_3XTF32_CONFIGS[0])
+    # (NCHW input: below the rows gemm_phase_tma needs, cuDNN)
+    assert strict.variant == (planner.GEMM_PHASE_TMA if capability == (9, 0) and
+                              rows >= gemm_phase_tma.MIN_UNTIMED_STRICT_ROWS else planner.ATEN)
 
 
 @pytest.mark.parametrize("channels_last", [False, True])
@@ -538,10 +537,13 @@ def test_fp32_untimed_tma_defaults_need_enough_work(capability, channels_last):
         tiny = plan(1, 512, 256, (4, 4), half, False)
         assert tiny.variant == (planner.PHASE_TMA_UNTIMED if hopper else planner.ATEN), tiny
     # fp32 strict: Linknet's 512 > 256 k3s2 on 8 x 8 at batch 4 (256 rows per phase) and 8
-    # (512); below the rows, gemm_col2im's 3xTF32 on Hopper
+    # (512); below the rows, gemm_col2im's 3xTF32 on Hopper for channels_last input, else cuDNN
     k3s2 = ConvTransposeArgs.from_values(stride=2, padding=1, output_padding=1)
     few = plan(4, 512, 256, (8, 8), torch.float32, False, (3, 3), k3s2)
-    assert few.variant == (planner.COL2IM_3XTF32_CONFIGS[0] if hopper else planner.ATEN), few
+    assert few.variant == (planner.COL2IM_3XTF32_CONFIGS[0] if hopper and channels_last
+                           else planner.ATEN), few
+    if hopper and not channels_last:
+        assert "rows per stride phase" in few.reason
     enough = plan(8, 512, 256, (8, 8), torch.float32, False, (3, 3), k3s2)
     assert enough.variant == (planner.GEMM_PHASE_TMA if hopper else planner.ATEN), enough
     # TF32 channels_last input, 33-64 output channels, sums >= 1,024 deep (pix2pix u6, 256 > 64
@@ -789,3 +791,33 @@ def test_backward_plan_off_cuda_is_atens_fallback(capability):
     on_cpu = planner.backward_plan(torch.device("cpu"), torch.float32, (16, 1, 4, 4), args, True)
     assert on_cpu.grad_input.variant == on_cpu.weight_grad.variant == planner.ATEN
     assert on_cpu.grad_input.fallback and on_cpu.weight_grad.fallback
+
+
+def test_fp32_strict_phase_layers_left_to_cudnn_take_gemm_col2im_on_channels_last_input(
+        capability, monkeypatch):
+    """fp32 without TF32, cudnn.benchmark off, on Hopper: a phase layer the layer rules leave to
+    cuDNN (here Keypoint R-CNN's 512 > 17 head: too few output channels for gemm_phase_tma)
+    runs gemm_col2im's 3xTF32 on channels_last input with >= STRICT_DEFAULT_MIN_OUT_CHANNELS
+    output channels and >= STRICT_DEFAULT_MIN_PIXELS input pixels; NCHW input, fewer channels
+    or pixels, input channels off 16-byte rows, and other GPUs keep cuDNN."""
+    from deconv_patch.kernels import gemm_col2im
+
+    k4s2 = ConvTransposeArgs.from_values(stride=2, padding=1)
+    least_out = gemm_col2im.STRICT_DEFAULT_MIN_OUT_CHANNELS
+
+    def plan(batch, cin, cout, hw, channels_last=True):
+        with torch.backends.cudnn.flags(enabled=True, allow_tf32=False, benchmark=False):
+            return planner.plan(_fake_input(batch, cin, hw, torch.float32, channels_last),
+                                _fake_weight(cin, cout, (4, 4), torch.float32), k4s2)
+
+    col2im = planner.COL2IM_3XTF32_CONFIGS[0] if capability == (9, 0) else planner.ATEN
+    assert plan(4, 512, 17, (14, 14)).variant == col2im
+    assert plan(1, 512, least_out, (8, 8)).variant == col2im  # 64 pixels
+    assert plan(4, 512, 17, (14, 14), channels_last=False).variant == planner.ATEN
+    assert plan(1, 512, 17, (7, 9)).variant == planner.ATEN  # 63 pixels
+    monkeypatch.setattr(gemm_col2im, "STRICT_DEFAULT_MIN_OUT_CHANNELS", 18)
+    assert plan(4, 512, 17, (14, 14)).variant == planner.ATEN  # 17 < 18 output channels
+    monkeypatch.setattr(gemm_col2im, "STRICT_DEFAULT_MIN_OUT_CHANNELS", least_out)
+    assert plan(4, 510, 17, (14, 14)).variant == planner.ATEN  # 510 channels: not 16-byte rows
+    with planner.use_variant(planner.ATEN):
+        assert plan(4, 512, 17, (14, 14)).variant == planner.ATEN
