@@ -15,6 +15,7 @@ from torch.jit import _trace
 
 
 def in_jit_trace() -> bool:
+    """Whether a torch.jit.trace records now, or checks its record (see above)."""
     return torch._C._is_tracing() or getattr(_trace, "_trace_module_map", None) is not None
 
 

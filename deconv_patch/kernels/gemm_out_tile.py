@@ -34,7 +34,7 @@ _DEFAULT_DTYPES = (torch.float16, torch.bfloat16)
 # the maximum above) on layers whose stride area is at least FP32_DEFAULT_MIN_STRIDE_AREA (FCN's
 # x8 up-sampling kind, where cuDNN writes a phase-major temporary). Measured on the H200
 # (docs/performance/out-tile.md): fcn8s.up8 (21 ch, k16 s8) 2.9x NCHW / 3.4x NHWC cuDNN in TF32,
-# 3.1x NHWC in 3xTF32 against cuDNN's fp32 kernel (2.8-3.5x on the H100). Below 8 channels TF32
+# 2.7-3.1x in 3xTF32 against cuDNN's fp32 kernel (3.1-3.5x on the H100). Below 8 channels TF32
 # wastes most of an n8 tile and cuDNN's kernels are strong (DCGAN's 64 > 3, stride 2: 1.0-1.2x
 # NCHW; FSRCNN's 56 > 1: 0.5-0.7x; 3xTF32 loses on both); dense stride-2 layers with 8-32
 # channels are unmeasured: autotune candidates only.
