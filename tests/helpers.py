@@ -393,6 +393,7 @@ def random_bn(channels: int) -> nn.BatchNorm2d:
         bn.bias.normal_()
     return bn
 
+
 class ChainDecoder(nn.Module):
     """Two conv -> BatchNorm -> activation chains on layers the planner gives kernels (64
     channels in), then a plain conv: the GPU tests' model with fused chains."""
@@ -407,6 +408,18 @@ class ChainDecoder(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.out(self.block2(self.block1(x)))
+
+
+def assert_within_scale(got: torch.Tensor, want: torch.Tensor, what: str,
+                        fraction: float = 1e-2) -> None:
+    """Every element of `got` within `fraction` of `want`'s largest magnitude: our kernels and
+    cuDNN (or a fold and the unfused modules) round differently, by an ulp of the larger term,
+    which an elementwise tolerance fails where terms cancel; a stale pack or fold, or a
+    BatchNorm applied twice, is off by far more."""
+    err = (got.float() - want.float()).abs().max().item()
+    scale = want.float().abs().max().item()
+    assert err <= fraction * scale, \
+        f"{what}: max error {err:.3g} against max |output| {scale:.3g}"
 
 
 def randomize_bn(model: nn.Module) -> None:

@@ -12,7 +12,7 @@ import torch
 import torch.nn as nn
 
 from deconv_patch import optimize
-from tests.helpers import ChainDecoder
+from tests.helpers import ChainDecoder, assert_within_scale
 
 pytestmark = [
     pytest.mark.cuda,
@@ -24,14 +24,6 @@ pytestmark = [
 def _defaults():
     with torch.backends.cudnn.flags(enabled=True, benchmark=False, allow_tf32=True):
         yield
-
-
-def _close(got: torch.Tensor, want: torch.Tensor, what: str) -> None:
-    """Within 1% of the largest magnitude (TF32 and folding round differently); a BatchNorm
-    applied twice or statistics from the wrong replica are off by tens of percent."""
-    err = (got.float() - want.float()).abs().max().item()
-    scale = want.float().abs().max().item()
-    assert err <= 1e-2 * scale, f"{what}: max error {err:.3g} against max |value| {scale:.3g}"
 
 
 def _pair(train: bool) -> tuple:
@@ -48,9 +40,9 @@ def test_eval_under_data_parallel_computes_the_originals_outputs():
     with torch.no_grad():
         for batch, size in ((4, 8), (7, 11), (2, 16)):
             x = torch.randn(batch, 64, size, size, device="cuda")
-            _close(parallel(x), parallel_reference(x), f"batch {batch}")
+            assert_within_scale(parallel(x), parallel_reference(x), f"batch {batch}")
         x = torch.randn(3, 64, 8, 8, device="cuda")
-        _close(patched(x), reference(x), "the model itself")
+        assert_within_scale(patched(x), reference(x), "the model itself")
     assert all(m.__dict__["_fused_chain"].disabled is None
                for m in patched.modules() if "_fused_chain" in m.__dict__)
 
@@ -63,11 +55,12 @@ def test_a_training_step_under_data_parallel_matches_the_originals():
         loss = nn.functional.mse_loss(nn.DataParallel(model)(x), target)
         loss.backward()
     for (name, p_ref), p in zip(reference.named_parameters(), patched.parameters()):
-        _close(p.grad, p_ref.grad, name)
+        assert_within_scale(p.grad, p_ref.grad, name)
     for (name, b_ref), b in zip(reference.named_buffers(), patched.buffers()):
-        _close(b, b_ref, name)
+        assert_within_scale(b, b_ref, name)
     reference.eval()
     patched.eval()
     with torch.no_grad():
         x = torch.randn(5, 64, 8, 8, device="cuda")
-        _close(nn.DataParallel(patched)(x), nn.DataParallel(reference)(x), "eval after")
+        assert_within_scale(nn.DataParallel(patched)(x), nn.DataParallel(reference)(x),
+                            "eval after")

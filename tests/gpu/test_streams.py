@@ -16,11 +16,14 @@ import torch.nn as nn
 
 from deconv_patch import FastConvTranspose2d, optimize
 from deconv_patch.kernels import packed_weights, planner
-from tests.helpers import random_bn
+from tests.helpers import assert_within_scale, random_bn
 
 pytestmark = pytest.mark.cuda
 
 SLEEP_CYCLES = 1_000_000_000  # about half a second of GPU clock: far longer than either call
+# TF32 on both sides (PyTorch's default for convolutions): a pack or fold read before it was
+# written is off by the output's whole magnitude.
+WITHIN = 5e-3
 
 
 @pytest.fixture(autouse=True)
@@ -51,14 +54,6 @@ def _race(call: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor
     return first, second
 
 
-def _close(got: torch.Tensor, expected: torch.Tensor, what: str) -> None:
-    # TF32 on both sides (PyTorch's default for convolutions): a pack or fold read before it
-    # was written is off by the output's whole magnitude.
-    scale = expected.abs().max().item()
-    err = (got - expected).abs().max().item()
-    assert err <= 5e-3 * scale, f"{what}: off by {err:.3g} (largest output {scale:.3g})"
-
-
 def test_a_packed_weight_is_never_read_on_another_stream_before_it_is_packed():
     torch.manual_seed(0)
     reference = nn.ConvTranspose2d(64, 32, 4, 2, 1).cuda().eval()
@@ -73,8 +68,8 @@ def test_a_packed_weight_is_never_read_on_another_stream_before_it_is_packed():
         first, second = _race(layer, x)
     with torch.no_grad():
         expected = reference(x)
-    _close(first, expected, "first stream")
-    _close(second, expected, "second stream")
+    assert_within_scale(first, expected, "first stream", WITHIN)
+    assert_within_scale(second, expected, "second stream", WITHIN)
     assert packed_weights.cache().packs == packs + 2  # one pack per stream
 
 
@@ -102,5 +97,5 @@ def test_a_folded_batchnorm_is_never_read_on_another_stream_before_it_is_folded(
         x = torch.randn(8, 64, 16, 16, device="cuda")
         first, second = _race(patched, x)
         expected = reference(x)
-    _close(first, expected, "first stream")
-    _close(second, expected, "second stream")
+    assert_within_scale(first, expected, "first stream", WITHIN)
+    assert_within_scale(second, expected, "second stream", WITHIN)
