@@ -354,8 +354,8 @@ def _out_tile_fits(weight: torch.Tensor, args: ConvTransposeArgs) -> bool:
     which still measured 2.9-3.1x cuDNN's fp32 kernel on FCN's x8 layer (H200, candidates.py):
     the fit of the TF32 form decides there too."""
     index = device_index(weight.device)
-    tf32 = weight.dtype == torch.float32
-    key = (index, weight.dtype, tf32, tuple(weight.shape), args)
+    tf32 = weight.dtype == torch.float32  # (so the key's dtype decides it)
+    key = (index, weight.dtype, tuple(weight.shape), args)
     fits = assumed_out_tile_fit()
     if fits is None:
         fits = _OUT_TILE_FITS.get(key)
