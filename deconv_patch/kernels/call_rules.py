@@ -10,7 +10,7 @@ import torch
 
 from ..arguments import ConvTransposeArgs
 from ..layout import is_channels_last
-from . import device_info, gemm_phase_tma
+from . import device_info, gemm_col2im, gemm_phase_tma
 from .precision import fp32_strict, reduction_depth
 
 
@@ -27,6 +27,23 @@ def phase_rows(input: torch.Tensor, weight: torch.Tensor, args: ConvTransposeArg
     return batch * -(-out_h // args.stride[0]) * -(-out_w // args.stride[1])
 
 
+def fills_16_byte_rows(input: torch.Tensor, weight: torch.Tensor) -> bool:
+    """Whether the input's channels fill whole 16-byte rows, as the TMA loads of gemm_phase_tma
+    (and of gemm_col2im's 3xTF32 GEMM, which is its) read them."""
+    return weight.shape[0] % (16 // input.element_size()) == 0
+
+
+def strict_col2im_default(input: torch.Tensor, weight: torch.Tensor) -> bool:
+    """Whether gemm_col2im's 3xTF32 form is the untimed default of a call the planner's layer
+    rules left to cuDNN in fp32 without TF32: channels_last input with enough output channels
+    and input pixels (gemm_col2im.STRICT_DEFAULT_*, which say where it measured faster), in
+    16-byte rows."""
+    pixels = input.numel() // max(1, input.shape[-3])
+    return is_channels_last(input) and fills_16_byte_rows(input, weight) and \
+        weight.shape[1] >= gemm_col2im.STRICT_DEFAULT_MIN_OUT_CHANNELS and \
+        pixels >= gemm_col2im.STRICT_DEFAULT_MIN_PIXELS
+
+
 def untimed_tma_problem(input: torch.Tensor, weight: torch.Tensor, args: ConvTransposeArgs
                          ) -> Optional[str]:
     """Why gemm_phase_tma is not this call's untimed default, or None: its TMA loads read the
@@ -34,8 +51,7 @@ def untimed_tma_problem(input: torch.Tensor, weight: torch.Tensor, args: ConvTra
     small for it go to cuDNN, whose fp32 kernels win there
     (gemm_phase_tma.MIN_UNTIMED_TF32_FLOPS / MIN_UNTIMED_STRICT_ROWS), and so do TF32 deep sums
     into 33-64 channels on channels_last input (gemm_phase_tma.NHWC_TF32_CUDNN_*)."""
-    per_row = 16 // input.element_size()
-    if weight.shape[0] % per_row:
+    if not fills_16_byte_rows(input, weight):
         return f"{weight.shape[0]} input channels do not fill 16-byte rows (TMA)"
     if input.dtype != torch.float32:
         return None

@@ -10,7 +10,6 @@ from typing import Optional
 import torch
 
 from ..arguments import ConvTransposeArgs
-from ..layout import is_channels_last
 from . import gemm_kxs_sm90, gemm_phase_tma
 from .family import Config, KernelFamily
 from .precision import fp32_strict, strict_refusal
@@ -43,17 +42,7 @@ MAX_BUFFER_BYTES = 256 * 2**20
 # small layers by GPU time (0.41-0.84x), DCGAN's g2 at batch 1 (16 pixels) lost in NCHW and by GPU
 # time, WGAN-GP's 64 > 3 output layer in both (docs/performance/col2im.md).
 STRICT_DEFAULT_MIN_OUT_CHANNELS = 8
-STRICT_DEFAULT_MIN_PIXELS = 64
-
-
-def is_strict_untimed_default(input: torch.Tensor, weight: torch.Tensor) -> bool:
-    """Whether the 3xTF32 form is the untimed default of a call the planner's layer rules left
-    to cuDNN in fp32 without TF32 (see above; its GEMM also loads the input channels in 16-byte
-    rows)."""
-    pixels = input.numel() // max(1, input.shape[-3])
-    return is_channels_last(input) and weight.shape[0] % 4 == 0 and \
-        weight.shape[1] >= STRICT_DEFAULT_MIN_OUT_CHANNELS and \
-        pixels >= STRICT_DEFAULT_MIN_PIXELS
+STRICT_DEFAULT_MIN_PIXELS = 64  # (call_rules.strict_col2im_default reads both)
 
 
 def buffer_bytes(input: torch.Tensor, weight: torch.Tensor) -> int:

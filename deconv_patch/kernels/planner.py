@@ -580,10 +580,10 @@ def plan(input: torch.Tensor, weight: torch.Tensor, args: ConvTransposeArgs) -> 
         chosen = Plan(chosen.variant, chosen.reason, chosen.fallback,
                       tuple(v for v in chosen.candidates if v not in col2im))
     if chosen.variant == ATEN and COL2IM_3XTF32_CONFIGS[0] in chosen.candidates and \
-            forced_variant() is None and gemm_col2im.is_strict_untimed_default(input, weight):
+            forced_variant() is None and call_rules.strict_col2im_default(input, weight):
         # fp32 without TF32 on Hopper where no other kernel of ours is the default (phase
         # layers with few rows per stride phase or few output channels): gemm_col2im's 3xTF32,
-        # where it measured faster than cuDNN's fp32 kernels (gemm_col2im.py).
+        # where it measured faster than cuDNN's fp32 kernels (gemm_col2im.STRICT_DEFAULT_*).
         chosen = Plan(COL2IM_3XTF32_CONFIGS[0], "fp32 without TF32, channels_last: one 3xTF32 "
                       "GEMM over every tap, then col2im", candidates=chosen.candidates)
     return chosen
