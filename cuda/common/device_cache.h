@@ -1,14 +1,14 @@
 // Per-device answers the kernel launchers need on every call (compute capability, SM count,
-// opt-in shared memory, whether a kernel's dynamic shared memory limit was raised), asked of the
+// opt-in shared memory, how far a kernel's dynamic shared memory limit was raised), asked of the
 // CUDA runtime once per device and kept here: the explicit cache of the launch path. Every
 // launcher includes this one copy (inline functions: one cache per process). Host-only; no torch
-// headers. Thread-safe: the values are per device and never change, so racing first queries
-// store the same value.
+// headers. Thread-safe: the device values never change, so racing first queries store the same
+// value; the raised limits are kept under a lock.
 #pragma once
 
 #include <atomic>
+#include <map>
 #include <mutex>
-#include <set>
 #include <type_traits>
 #include <utility>
 
@@ -92,23 +92,22 @@ inline bool current_device_is_sm90() { return device_is_sm90(current_device()); 
 
 // Lets `kernel` launch with `bytes` of dynamic shared memory on `device` (the opt-in above
 // 48 KiB): checks the device's opt-in limit (cudaErrorInvalidConfiguration when it is smaller)
-// and sets cudaFuncAttributeMaxDynamicSharedMemorySize once per (kernel, device, bytes).
+// and raises cudaFuncAttributeMaxDynamicSharedMemorySize when `bytes` is above what was set for
+// (kernel, device) before. The limit only grows: a kernel whose plans ask for different amounts
+// (the grouped kernel's do) keeps the largest, because lowering it would make the launches of
+// larger plans fail, this thread's next one or another thread's at the same time.
 inline cudaError_t ensure_dynamic_smem(const void* kernel, int bytes, int device) {
   if (device < 0) return cudaErrorInvalidDevice;
   if (device_optin_smem(device) < bytes) return cudaErrorInvalidConfiguration;
-  using Key = std::pair<std::pair<const void*, int>, int>;
   static std::mutex mutex;
-  static std::set<Key> done;
-  const Key key{{kernel, device}, bytes};
-  {
-    const std::lock_guard<std::mutex> lock(mutex);
-    if (done.count(key) != 0) return cudaSuccess;
-  }
+  static std::map<std::pair<const void*, int>, int> raised_to;  // (kernel, device) -> bytes
+  const std::lock_guard<std::mutex> lock(mutex);  // held while setting: no raise undoes another
+  int& limit = raised_to[{kernel, device}];
+  if (bytes <= limit) return cudaSuccess;
   const cudaError_t err =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
   if (err != cudaSuccess) return err;
-  const std::lock_guard<std::mutex> lock(mutex);
-  done.insert(key);
+  limit = bytes;
   return cudaSuccess;
 }
 template <typename... Args>

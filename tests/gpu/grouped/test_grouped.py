@@ -63,3 +63,26 @@ def test_grouped_kernel_runs_the_benchmark_layers(layer, dtype):
         got = run_variant(planner.GROUPED, x, w, None, args,
                           out=torch.full_like(expected, float("nan")))
     assert max_error(got, ref) <= allowed_error(max_error(expected, ref), ref, dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_grouped_kernel_keeps_the_largest_shared_memory_opt_in(dtype):
+    """Plans of one kernel instance (16 output channels a thread) that opt in to different
+    amounts of shared memory above 48 KiB, run larger, smaller, larger in one process: the
+    third launch needs the limit the first one raised, which setting the second one's smaller
+    amount would have lowered ("launch failed: invalid argument")."""
+    # (in, out, kernel): 32 > 16 k3 s2 plans 62,400 bytes, k4 s2 58,304 (fp32 and 16-bit alike:
+    # the kernel stages fp32)
+    layers = [(32, 16, 3), (32, 16, 4), (32, 16, 3), (32, 16, 4)]
+    gen = torch.Generator().manual_seed(7)
+    args = ConvTransposeArgs.from_values(2, 1, 0, 1)
+    for cin, cout, k in layers:
+        x = torch.randn(2, cin, 16, 16, generator=gen).cuda().to(dtype)
+        w = torch.randn(cin, cout, k, k, generator=gen).cuda().to(dtype)
+        ref = conv_transpose2d_float64(x, w, None, args)
+        with torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
+            expected = F.conv_transpose2d(x, w, None, 2, 1)
+            got = run_variant(planner.GROUPED, x, w, None, args,
+                              out=torch.full_like(expected, float("nan")))
+        assert max_error(got, ref) <= allowed_error(max_error(expected, ref), ref, dtype), \
+            (cin, cout, k)
