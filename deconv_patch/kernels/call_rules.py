@@ -33,6 +33,13 @@ def fills_16_byte_rows(input: torch.Tensor, weight: torch.Tensor) -> bool:
     return weight.shape[0] % (16 // input.element_size()) == 0
 
 
+def reads_in_place(input: torch.Tensor) -> bool:
+    """Whether a family that reads 16-byte channel rows reads this input as it is: the binding
+    gives it a channels_last copy of any input not already laid out so (a 1 x 1 image is both)."""
+    batched = input if input.dim() == 4 else input.unsqueeze(0)
+    return batched.is_contiguous(memory_format=torch.channels_last)
+
+
 def strict_col2im_default(input: torch.Tensor, weight: torch.Tensor) -> bool:
     """Whether gemm_col2im's 3xTF32 form is the untimed default of a call the planner's layer
     rules left to cuDNN in fp32 without TF32: channels_last input with enough output channels
@@ -49,15 +56,21 @@ def untimed_tma_problem(input: torch.Tensor, weight: torch.Tensor, args: ConvTra
     """Why gemm_phase_tma is not this call's untimed default, or None: its TMA loads read the
     input's channels in 16-byte rows (the kernel refuses other channel counts); fp32 calls too
     small for it go to cuDNN, whose fp32 kernels win there
-    (gemm_phase_tma.MIN_UNTIMED_TF32_FLOPS / MIN_UNTIMED_STRICT_ROWS), and so do TF32 deep sums
+    (gemm_phase_tma.MIN_UNTIMED_TF32_FLOPS / MIN_UNTIMED_STRICT_ROWS, more rows for NCHW
+    input, which it reads through a channels_last copy), and so do TF32 deep sums
     into 33-64 channels on channels_last input (gemm_phase_tma.NHWC_TF32_CUDNN_*)."""
     if not fills_16_byte_rows(input, weight):
         return f"{weight.shape[0]} input channels do not fill 16-byte rows (TMA)"
     if input.dtype != torch.float32:
         return None
     if fp32_strict(input.dtype):
-        rows, least = phase_rows(input, weight, args), gemm_phase_tma.MIN_UNTIMED_STRICT_ROWS
-        return f"3xTF32 on {rows} rows per stride phase (< {least})" if rows < least else None
+        rows = phase_rows(input, weight, args)
+        if reads_in_place(input):
+            least, layout = gemm_phase_tma.MIN_UNTIMED_STRICT_ROWS, ""
+        else:
+            least, layout = gemm_phase_tma.MIN_UNTIMED_STRICT_ROWS_NCHW, ", NCHW input"
+        return f"3xTF32 on {rows} rows per stride phase (< {least}{layout})" \
+            if rows < least else None
     flops, least = flops_of(input, weight), gemm_phase_tma.MIN_UNTIMED_TF32_FLOPS
     if flops < least:
         return f"TF32 layer of {flops / 1e9:.2g} GFLOP (< {least / 1e9:g})"

@@ -33,6 +33,11 @@ MAX_UNTIMED_STRIDE_AREA = 4
 # docs/performance/autotune.md).
 MIN_UNTIMED_TF32_FLOPS = 5 * 10**8
 MIN_UNTIMED_STRICT_ROWS = 512
+# ... and on NCHW input, which the kernel reads through a channels_last copy, this many: DCGAN
+# g3 at batch 8 (512 rows) measured 0.86x / 0.77x cuDNN's choice there (events / GPU time),
+# 1.37x / 1.13x on channels_last input; from 1,024 rows (WGAN-GP g2, DCGAN g2 at batch 64) NCHW
+# won 1.4-3.7x (H200, candidates.py --suite fresh / suite).
+MIN_UNTIMED_STRICT_ROWS_NCHW = 1024
 # TF32 on channels_last input with this many output channels per group (up to the 128x64 tile's
 # width) on sums at least this deep: cuDNN's NHWC kernel is as fast. pix2pix u6 (256 > 64, k4 s2:
 # 1,024 products per output) measured 0.97-0.99x there in four runs (H200), the one suite row

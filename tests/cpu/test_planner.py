@@ -503,9 +503,10 @@ def test_untimed_phase_default_is_gemm_phase_tma_sized_by_waves_on_hopper(capabi
         strict = planner.plan(_fake_input(batch, cin, hw, torch.float32),
                               _fake_weight(cin, cout, (4, 4), torch.float32), args)
     rows = batch * hw[0] * hw[1]
-    # (NCHW input: below the rows gemm_phase_tma needs, cuDNN)
+    # (NCHW input: below the rows gemm_phase_tma needs there, cuDNN)
     assert strict.variant == (planner.GEMM_PHASE_TMA if capability == (9, 0) and
-                              rows >= gemm_phase_tma.MIN_UNTIMED_STRICT_ROWS else planner.ATEN)
+                              rows >= gemm_phase_tma.MIN_UNTIMED_STRICT_ROWS_NCHW
+                              else planner.ATEN)
 
 
 @pytest.mark.parametrize("channels_last", [False, True])
@@ -536,15 +537,23 @@ def test_fp32_untimed_tma_defaults_need_enough_work(capability, channels_last):
     for half in (torch.bfloat16, torch.float16):  # 16-bit: any size (here 0.07 GFLOP)
         tiny = plan(1, 512, 256, (4, 4), half, False)
         assert tiny.variant == (planner.PHASE_TMA_UNTIMED if hopper else planner.ATEN), tiny
-    # fp32 strict: Linknet's 512 > 256 k3s2 on 8 x 8 at batch 4 (256 rows per phase) and 8
-    # (512); below the rows, gemm_col2im's 3xTF32 on Hopper for channels_last input, else cuDNN
+    # fp32 strict: Linknet's 512 > 256 k3s2 on 8 x 8 at batch 4 (256 rows per phase), 8 (512)
+    # and 16 (1,024); below the rows (1,024 on NCHW input, which the kernel reads through a
+    # copy), gemm_col2im's 3xTF32 on Hopper for channels_last input, else cuDNN
+    assert (gemm_phase_tma.MIN_UNTIMED_STRICT_ROWS, gemm_phase_tma.MIN_UNTIMED_STRICT_ROWS_NCHW) \
+        == (512, 1024)
     k3s2 = ConvTransposeArgs.from_values(stride=2, padding=1, output_padding=1)
     few = plan(4, 512, 256, (8, 8), torch.float32, False, (3, 3), k3s2)
     assert few.variant == (planner.COL2IM_3XTF32_CONFIGS[0] if hopper and channels_last
                            else planner.ATEN), few
     if hopper and not channels_last:
         assert "rows per stride phase" in few.reason
-    enough = plan(8, 512, 256, (8, 8), torch.float32, False, (3, 3), k3s2)
+    enough_nhwc = plan(8, 512, 256, (8, 8), torch.float32, False, (3, 3), k3s2)
+    assert enough_nhwc.variant == (planner.GEMM_PHASE_TMA if hopper and channels_last
+                                   else planner.ATEN), enough_nhwc
+    if hopper and not channels_last:
+        assert "NCHW input" in enough_nhwc.reason
+    enough = plan(16, 512, 256, (8, 8), torch.float32, False, (3, 3), k3s2)
     assert enough.variant == (planner.GEMM_PHASE_TMA if hopper else planner.ATEN), enough
     # TF32 channels_last input, 33-64 output channels, sums >= 1,024 deep (pix2pix u6, 256 > 64
     # k4 s2): cuDNN's NHWC kernel; NCHW input, 512-deep sums or 16-bit keep gemm_phase_tma.
