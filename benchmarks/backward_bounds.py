@@ -14,7 +14,9 @@ replayed, as layers.py's GPU column) of:
     `direct`: the same gradients on the direct backward kernels (cuda/direct_backward, every
     layer, whether or not the planner would give it them), `tiled` both gradients as GEMMs
     per group on CUDA cores (grad_input_tiled.cu, weight_grad_tiled.cu), and `mma` on tensor
-    cores (grad_input_mma.cu, weight_grad_mma.cu; fp32 as 3xTF32);
+    cores (grad_input_mma.cu, weight_grad_mma.cu; fp32 as 3xTF32); `dgrad tma`: grad_input as
+    the strided correlation on gemm_phase_tma's kernel (Hopper, one group; its weight pack
+    included, as a training step would pay it);
   * for kernel == stride layers (no padding, dilation or groups), the two gradients as one
     cuBLAS GEMM each over grad_output rearranged so each input pixel's k*k output pixels form
     one row (`mm` columns: the rearranging copy included).
@@ -114,6 +116,9 @@ def bench(layer: Layer, mode: str, layout: str, ceil: Ceilings, l2: int,
     columns["wgrad tiled"] = lambda p: core.tiled_weight_grad(p[0], p[1], w, *direct_hyper)
     columns["dgrad mma"] = lambda p: core.mma_grad_input(p[0], p[1], w, *direct_hyper)
     columns["wgrad mma"] = lambda p: core.mma_weight_grad(p[0], p[1], w, *direct_hyper)
+    if torch.cuda.get_device_capability() == (9, 0):  # gemm_phase_tma's kernel: Hopper only
+        tma = load_units(["gemm_phase_tma"])
+        columns["dgrad tma"] = lambda p: tma.phase_tma_grad_input(p[0], p[1], w, *direct_hyper)
     if layout == "nchw":
         columns["dgrad cl"] = backward([True, False, False], via_cl=True)
         columns["wgrad cl"] = backward([False, True, b is not None], via_cl=True)
@@ -140,7 +145,7 @@ def bench(layer: Layer, mode: str, layout: str, ceil: Ceilings, l2: int,
 
 
 COLUMNS = ["fwd", "fwd ours", "dgrad", "dgrad mm", "dgrad cl", "dgrad direct", "dgrad tiled",
-           "dgrad mma", "wgrad", "wgrad mm", "wgrad cl", "wgrad direct", "wgrad tiled",
+           "dgrad mma", "dgrad tma", "wgrad", "wgrad mm", "wgrad cl", "wgrad direct", "wgrad tiled",
            "wgrad mma", "bwd", "bwd cl"]
 
 
@@ -200,7 +205,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                     ratio = geomean([r.us[grad] / r.us[f"{grad} mm"] for r in mm])
                     parts.append(f"{grad} aten/mm {ratio:.2f}x")
             for grad, kind in (("dgrad", "direct"), ("dgrad", "tiled"), ("dgrad", "mma"),
-                               ("wgrad", "direct"), ("wgrad", "tiled"), ("wgrad", "mma")):
+                               ("dgrad", "tma"), ("wgrad", "direct"), ("wgrad", "tiled"),
+                               ("wgrad", "mma")):
                 col = f"{grad} {kind}"  # the backward kernels of cuda/direct_backward
                 ok = [r for r in sel if math.isfinite(r.us.get(col, math.nan))
                       and math.isfinite(r.us.get(grad, math.nan))]

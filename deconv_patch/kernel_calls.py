@@ -334,7 +334,7 @@ def run_variant(
 # A recorded call's gradient kernel as the binding names it (PreparedCall's grad_input_kernel
 # and weight_grad_kernel; cuda/binding/direct_backward_call.cpp's gradient_kernel).
 _BACKWARD_KERNEL_CODES = {planner.ATEN: 0, planner.DIRECT_BACKWARD: 1, planner.TILED_BACKWARD: 2,
-                          planner.MMA_BACKWARD: 3}
+                          planner.MMA_BACKWARD: 3, planner.PHASE_TMA_BACKWARD: 4}
 
 
 def kernel_call(variant: str, input: torch.Tensor, weight: torch.Tensor,
@@ -371,11 +371,14 @@ def kernel_call(variant: str, input: torch.Tensor, weight: torch.Tensor,
     # tensors.
     family = kernels.BY_NAME[kernel]
     # A recorded call's gradients (kernels_in_training): the direct, tiled or mma backward
-    # kernels, or ATen's.
+    # kernels, gemm_phase_tma's input gradient, or ATen's.
     backward = planner.backward_plan(
         input.device, input.dtype, weight.shape, args,
         channels_last and x.is_contiguous(memory_format=torch.channels_last))
-    return load_units(family.units_for(epilogue.activation, input.dtype)).PreparedCall(
+    units = family.units_for(epilogue.activation, input.dtype)
+    if backward.grad_input.variant == planner.PHASE_TMA_BACKWARD:  # its gradient's kernel
+        units += kernels.BY_NAME[planner.GEMM_PHASE_TMA].units_for("none", input.dtype)
+    return load_units(units).PreparedCall(
         family.code, config, list(args.stride), list(args.padding), list(args.output_padding),
         list(args.dilation), args.groups, channels_last, allow_tf32, scale, shift, activation,
         slope, repack, _BACKWARD_KERNEL_CODES[backward.grad_input.variant],

@@ -9,6 +9,7 @@
 #include <c10/cuda/CUDAStream.h>
 
 #include "binding/direct_backward_call.hpp"
+#include "binding/phase_tma_grad_input.hpp"
 #include "binding/torch_binding.hpp"
 #include "direct_backward/direct_backward.h"
 
@@ -86,6 +87,10 @@ at::Tensor compute_gradient(Gradient which, GradientKernel kernel, const at::Ten
                             at::IntArrayRef dilation, int64_t groups) {
   const ScalarKind kind =
       checked_kind(input, grad_output, weight, stride, padding, dilation, groups);
+  if (kernel == GradientKernel::kPhaseTma) {
+    refuse_unless(which == Gradient::kInput, "gemm_phase_tma computes the input gradient only");
+    return phase_tma_grad_input(input, grad_output, weight, stride, padding, dilation, groups);
+  }
   const c10::cuda::CUDAGuard guard(input.device());
   const bool of_input = which == Gradient::kInput;
   at::Tensor grad = at::empty_like(of_input ? input : weight, at::MemoryFormat::Preserve);
@@ -109,6 +114,8 @@ at::Tensor compute_gradient(Gradient which, GradientKernel kernel, const at::Ten
         refuse_unless(mma_grad_input_fits(p), "a grid the tensor-core input gradient can launch");
         C10_CUDA_CHECK(launch_mma_grad_input(p, kind, stream));
         break;
+      case GradientKernel::kPhaseTma:
+        break;  // (above)
     }
     return grad;
   }
@@ -127,6 +134,8 @@ at::Tensor compute_gradient(Gradient which, GradientKernel kernel, const at::Ten
       refuse_unless(mma_weight_grad_fits(p), "a grid the tensor-core weight gradient can launch");
       p.splits = mma_weight_grad_splits(p, sms);
       break;
+    case GradientKernel::kPhaseTma:
+      break;  // (refused above)
   }
   at::Tensor partial = at::empty({weight_grad_workspace_floats(p)},
                                  input.options().dtype(at::kFloat));
@@ -141,6 +150,8 @@ at::Tensor compute_gradient(Gradient which, GradientKernel kernel, const at::Ten
     case GradientKernel::kMma:
       C10_CUDA_CHECK(launch_mma_weight_grad(p, kind, stream));
       break;
+    case GradientKernel::kPhaseTma:
+      break;  // (refused above)
   }
   return grad;
 }
@@ -163,6 +174,7 @@ KernelGradient kernel_gradient(GradientKernel kernel) {
     case GradientKernel::kDirect: return &gradient_or_undefined<G, GradientKernel::kDirect>;
     case GradientKernel::kTiled: return &gradient_or_undefined<G, GradientKernel::kTiled>;
     case GradientKernel::kMma: return &gradient_or_undefined<G, GradientKernel::kMma>;
+    case GradientKernel::kPhaseTma: return &gradient_or_undefined<G, GradientKernel::kPhaseTma>;
   }
   return nullptr;
 }
@@ -183,6 +195,7 @@ at::Tensor gradient(const at::Tensor& input, const at::Tensor& grad_output,
 DECONV_PATCH_GRADIENT(kInput, kDirect)
 DECONV_PATCH_GRADIENT(kInput, kTiled)
 DECONV_PATCH_GRADIENT(kInput, kMma)
+DECONV_PATCH_GRADIENT(kInput, kPhaseTma)
 DECONV_PATCH_GRADIENT(kWeight, kDirect)
 DECONV_PATCH_GRADIENT(kWeight, kTiled)
 DECONV_PATCH_GRADIENT(kWeight, kMma)
@@ -190,7 +203,7 @@ DECONV_PATCH_GRADIENT(kWeight, kMma)
 
 KernelGradient gradient_kernel(bool of_input, int64_t code) {
   if (code == 0) return nullptr;
-  TORCH_CHECK(code >= 1 && code <= 3, "deconv_patch: unknown backward kernel code ", code);
+  TORCH_CHECK(code >= 1 && code <= 4, "deconv_patch: unknown backward kernel code ", code);
   const auto kernel = static_cast<GradientKernel>(code);
   return of_input ? kernel_gradient<Gradient::kInput>(kernel)
                   : kernel_gradient<Gradient::kWeight>(kernel);

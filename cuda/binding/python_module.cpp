@@ -94,6 +94,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
                "conv_transpose2d's input gradient as an implicit GEMM per group on tensor cores "
                "(float16, bfloat16; float32 as 3xTF32), in the input's layout; KernelRefused "
                "where it does not run");
+  def_gradient("phase_tma_grad_input",
+               &deconv_patch::gradient<Gradient::kInput, GradientKernel::kPhaseTma>,
+               "conv_transpose2d's input gradient as a strided correlation on gemm_phase_tma's "
+               "TMA + wgmma kernel (one group; Hopper; that family's unit registered)");
   def_gradient("mma_weight_grad",
                &deconv_patch::gradient<Gradient::kWeight, GradientKernel::kMma>,
                "conv_transpose2d's weight gradient as a GEMM per group on tensor cores over "

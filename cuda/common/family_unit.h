@@ -16,8 +16,9 @@
 
 namespace deconv_patch {
 
-// Bumped whenever FamilyUnit or UnitCall changes, so a unit built from other sources is refused.
-constexpr int kFamilyUnitAbi = 4;
+// Bumped whenever FamilyUnit, UnitCall or ConvTranspose2dParams changes, so a unit built from
+// other sources is refused.
+constexpr int kFamilyUnitAbi = 5;
 
 // The fused activation a unit's kernels were compiled for, where its build holds one
 // (-DDECONV_PATCH_UNIT_ACTIVATION=<Activation code>: a first use compiles what its layers fuse,

@@ -52,6 +52,20 @@ struct AxisPhase {
   int inv;       // (dil/gcd)^-1 mod step  (0 when step == 1)
 };
 
+// How a call reads its input along one axis when it is not a transposed convolution's own
+// call. scale >= 1 makes the call a strided correlation (conv2d) along that axis:
+//     out[y] = sum over k of in[y * scale + offset + k * dil] * weight[k]
+// which is a transposed convolution's input gradient (scale: its stride, offset: minus its
+// padding, dil: its dilation, the weight's two channel dims swapped). ph_h / ph_w then
+// describe the weight side only: stride 1, padding 0, dilation 1, one phase holding every tap.
+// scale 0: the transposed convolution of ph_h / ph_w. Only gemm_phase_tma runs scale >= 1
+// (the binding's input gradient sends such calls nowhere else).
+struct InputGather {
+  int scale = 0;
+  int offset = 0;
+  int dil = 1;
+};
+
 struct ConvTranspose2dParams {
   // Tensors. Element strides are given for every tensor, so any memory layout (NCHW,
   // channels_last, or a non-contiguous view) is read and written in place.
@@ -77,6 +91,8 @@ struct ConvTranspose2dParams {
   bool out_channels_last = false;        // output layout hint for kernels that specialise on it
 
   EpilogueParams epi{};  // bias is above; scale, shift and activation here
+
+  InputGather gather_h{}, gather_w{};  // (a strided correlation: above)
 };
 
 // Fills AxisPhase from the hyperparameters of one axis (host or device).

@@ -60,6 +60,11 @@ namespace deconv_patch {
 //     largest phase reduction below 2^31 elements; tiles below 2^30 and their k blocks, summed,
 //     below 2^31 (int32 tile indices and ring counters)
 //   * any non-negative output strides (64-bit offsets)
+//   * a strided correlation (p.gather_h / gather_w set, common/params.h: a transposed
+//     convolution's input gradient): on both axes, scale 1..8 (TMA's element strides), ph_h /
+//     ph_w of stride 1, padding 0 and dilation 1 (the weight side: one phase of every tap),
+//     output size * scale + dil * kernel + |offset| below 2^31; the rest as above, the input being
+//     the correlation's (grad_output) and the output its result
 bool gemm_phase_tma_supports(const ConvTranspose2dParams& p, ScalarKind kind, bool allow_tf32);
 
 // Number of configs; launch_conv_transpose2d_gemm_phase_tma takes 0..num-1 (or -1).

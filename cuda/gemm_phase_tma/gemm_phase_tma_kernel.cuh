@@ -29,6 +29,12 @@
 //     B[k, oc] = weight[g*Cin_g + c, oc, kh0_h(rh) + th*step_h, kh0_w(rw) + tw*step_w]
 //     output[n, g*Cout_g + oc, rh + SH*i, rw + SW*j] = epilogue(sum_k A*B)  for the real pixels
 //     (n < N, i < rows_h(rh), j < rows_w(rw)), 64-bit offsets, any output strides.
+// A strided correlation (ConvTranspose2dParams::gather_h / gather_w: a transposed convolution's
+// input gradient) is the same GEMM with one phase (the weight side: stride 1, padding 0,
+// dilation 1, every tap in kh order) whose tap (th, tw) reads input row
+//     ih = i * scale_h + offset_h + th * dil_h      (off0 = offset, in_step = -dil)
+// and likewise along w: the A box of a block of output pixels starts at (i0 * scale_h + ...,
+// j0 * scale_w + ...) and takes every scale-th pixel (TMA element strides; PtArgs::a_sh, a_sw).
 // Groups > 1 need Cin_g % BK == 0 (a box never reaches the next group's channels); with one
 // group the channel tail of the last block lies past C = Cin and is zero-filled by TMA.
 // A phase without taps (kernel < stride, or gcd(S, dil) > 1) has 0 k blocks: its tiles store
@@ -367,6 +373,10 @@ struct PtArgs {
   // Packed rows of one weight block (groups * group_rows): strict's lo block starts there. Last,
   // so the fields the 16-bit / TF32 kernels read keep their parameter offsets.
   int b_split_rows;
+  // Input coordinate scale per axis: 1 for a transposed convolution, the gather's scale for a
+  // strided correlation (ConvTranspose2dParams::gather_h / gather_w; its TMA map then steps
+  // `scale` pixels per box element).
+  int a_sh, a_sw;
 };
 static_assert(sizeof(PtArgs) + 2 * 128 <= 4096, "kernel arguments stay below 4 KiB");
 
@@ -478,8 +488,8 @@ struct PtKCursor {
                                                                       const PtKCursor& k, int bk,
                                                                       int (&x)[4]) {
   x[0] = tl.g * a.cin_g + k.cb * bk;
-  x[1] = tl.j0 + ph.off_w - k.tw * a.in_step_w;
-  x[2] = tl.i0 + ph.off_h - k.th * a.in_step_h;
+  x[1] = tl.j0 * a.a_sw + ph.off_w - k.tw * a.in_step_w;
+  x[2] = tl.i0 * a.a_sh + ph.off_h - k.th * a.in_step_h;
   x[3] = tl.n0;
 }
 // B box row coordinate of the tile (the k coordinate of block kb is kb*BK).
@@ -1226,9 +1236,33 @@ bool pt_is_split(ScalarKind kind, bool allow_tf32) {
   return kind == ScalarKind::kFloat32 && !allow_tf32;
 }
 
+// Whether the call is a strided correlation (ConvTranspose2dParams::gather_h / gather_w).
+bool pt_gathers(const ConvTranspose2dParams& p) { return p.gather_h.scale > 0; }
+
+// The A side's axis plan of a call producing `out_size` along the axis: the transposed
+// convolution's phases, or for a strided correlation its one phase over every tap, read at
+// y * scale + offset + t * dil (off0 = offset, in_step = -dil; the kernel scales the phase
+// index by PtArgs::a_sh / a_sw). The weight side (packing) keeps plan_axis(ph, 0) alone.
+AxisPlan pt_io_plan(const AxisPhase& ph, const InputGather& gather, int64_t out_size) {
+  AxisPlan r = plan_axis(ph, out_size);
+  if (gather.scale > 0) {
+    r.in_step = -gather.dil;
+    r.ph[0].off0 = gather.offset;
+  }
+  return r;
+}
+
 struct PtBox {
   int w, h, n;  // phase columns, phase rows, images; product 128, powers of two
 };
+
+// The largest box extent (log2) along an axis whose input is read every `scale` pixels: a TMA
+// box spans extent * scale pixels, at most 256.
+int pt_box_log2_cap(int scale) {
+  int lg = 7;
+  while (lg > 0 && (1 << lg) * (scale > 1 ? scale : 1) > 256) --lg;
+  return lg;
+}
 
 // Box tiles of one phase image set (per group).
 int64_t pt_box_tiles(const PtBox& b, int64_t batch, int64_t rows_h, int64_t rows_w) {
@@ -1238,11 +1272,12 @@ int64_t pt_box_tiles(const PtBox& b, int64_t batch, int64_t rows_h, int64_t rows
 // The box with BW >= min_w with the fewest padded rows over the launched phases (= the fewest
 // m tiles, returned in `tiles`); ties go to the wider box, then the taller one.
 PtBox pt_best_box(int64_t batch, const AxisPlan& h, const AxisPlan& w, int min_w,
-                  int64_t& best_tiles) {
-  PtBox best{16, 8, 1};
+                  int64_t& best_tiles, int max_lw = 7, int max_lh = 7) {
+  PtBox best{1 << (max_lw < 4 ? max_lw : 4), 1 << (max_lh < 3 ? max_lh : 3), 1};
+  best.n = 128 / (best.w * best.h);
   best_tiles = -1;
-  for (int lw = 7; lw >= 0 && (1 << lw) >= min_w; --lw) {
-    for (int lh = 7 - lw; lh >= 0; --lh) {
+  for (int lw = max_lw; lw >= 0 && (1 << lw) >= min_w; --lw) {
+    for (int lh = (7 - lw < max_lh ? 7 - lw : max_lh); lh >= 0; --lh) {
       const PtBox b{1 << lw, 1 << lh, 1 << (7 - lw - lh)};
       int64_t tiles = 0;
       for (int rh = 0; rh < h.stride; ++rh)
@@ -1261,17 +1296,18 @@ PtBox pt_best_box(int64_t batch, const AxisPlan& h, const AxisPlan& w, int min_w
 // The box of the launch (rule at the top): the fewest padded rows; for the staged store the
 // widest BW <= min(16, widest phase rounded up to a power of two) whose best box has at most
 // 1.25x the tiles of the overall best.
-PtBox pt_pick_box(int64_t batch, const AxisPlan& h, const AxisPlan& w, bool staged) {
+PtBox pt_pick_box(int64_t batch, const AxisPlan& h, const AxisPlan& w, bool staged,
+                  int max_lw = 7, int max_lh = 7) {
   int64_t best_tiles = 0;
-  const PtBox best = pt_best_box(batch, h, w, 1, best_tiles);
+  const PtBox best = pt_best_box(batch, h, w, 1, best_tiles, max_lw, max_lh);
   if (!staged) return best;
   int64_t widest = 0;
   for (int rw = 0; rw < w.stride; ++rw) widest = w.ph[rw].rows > widest ? w.ph[rw].rows : widest;
   int target = 1;
-  while (target < 16 && target < widest) target *= 2;
+  while (target < 16 && target < widest && target < (1 << max_lw)) target *= 2;
   for (int min_w = target; min_w > best.w; min_w /= 2) {
     int64_t tiles = 0;
-    const PtBox b = pt_best_box(batch, h, w, min_w, tiles);
+    const PtBox b = pt_best_box(batch, h, w, min_w, tiles, max_lw, max_lh);
     if (tiles * 4 <= best_tiles * 5) return b;
   }
   return best;
@@ -1287,6 +1323,14 @@ int pt_store_mode(const ConvTranspose2dParams& p, ScalarKind kind) {
                        stride_multiple(os[0], p.batch, vec) &&
                        stride_multiple(os[2], p.out_h, vec) && stride_multiple(os[3], p.out_w, vec);
   return out_vec ? kPtStoreVec : (os[1] < os[3] ? kPtStoreDirect : kPtStoreStaged);
+}
+
+// The box of a call (pt_pick_box), within the TMA's 256-pixel extent where the input is read
+// every `scale` pixels.
+PtBox pt_call_box(const ConvTranspose2dParams& p, ScalarKind kind, const AxisPlan& h,
+                  const AxisPlan& w) {
+  return pt_pick_box(p.batch, h, w, pt_store_mode(p, kind) == kPtStoreStaged,
+                     pt_box_log2_cap(p.gather_w.scale), pt_box_log2_cap(p.gather_h.scale));
 }
 
 int pt_log2(int v) {
@@ -1326,6 +1370,8 @@ bool pt_fill_args(PtArgs& a, const ConvTranspose2dParams& p, ScalarKind kind, in
   a.group_rows = (int)(geo.phases * geo.cout_pad);
   a.n_tiles = (int)((p.out_per_group + bn - 1) / bn);
   a.b_split_rows = (int)geo.rows;  // < 2^31 - 512 (pt_weight_side_ok)
+  a.a_sh = p.gather_h.scale > 0 ? p.gather_h.scale : 1;
+  a.a_sw = p.gather_w.scale > 0 ? p.gather_w.scale : 1;
 
   a.mode = pt_store_mode(p, kind);
 
@@ -1469,9 +1515,23 @@ bool pt_output_empty(const ConvTranspose2dParams& p) {
 }
 
 // Everything supports() checks except the build, the driver and the device.
+// A strided correlation's gather, on both axes or neither: TMA steps at most 8 pixels per box
+// element, the weight side is the one-phase axis (stride 1, padding 0, dilation 1), and every
+// input coordinate y * scale + offset + t * dil stays an int32.
+bool pt_gather_ok(const ConvTranspose2dParams& p) {
+  if (p.gather_h.scale == 0 && p.gather_w.scale == 0) return true;
+  auto axis_ok = [](const InputGather& g, const AxisPhase& a, int64_t out) {
+    const int64_t reach = (int64_t)g.dil * a.kernel + (g.offset < 0 ? -g.offset : g.offset);
+    return g.scale >= 1 && g.scale <= 8 && g.dil >= 1 && a.stride == 1 && a.pad == 0 &&
+           a.dil == 1 && reach < (1 << 24) && out * g.scale + reach < kPtInt32Limit - 4096;
+  };
+  return axis_ok(p.gather_h, p.ph_h, p.out_h) && axis_ok(p.gather_w, p.ph_w, p.out_w);
+}
+
 [[maybe_unused]] bool pt_geometry_ok(const ConvTranspose2dParams& p, ScalarKind kind,
                                      bool split = false) {
   if (!pt_weight_side_ok(p, kind, split)) return false;
+  if (!pt_gather_ok(p)) return false;
   const int act = (int)p.epi.activation;
   if (act < (int)Activation::kNone || act > (int)Activation::kHardswish) return false;
   if (p.batch < 0 || p.in_h < 0 || p.in_w < 0 || p.out_h < 0 || p.out_w < 0) return false;
@@ -1494,10 +1554,10 @@ bool pt_output_empty(const ConvTranspose2dParams& p) {
       !tma_stride_ok(p.in_stride[3], p.in_w))
     return false;
   // int32 tile indices and k block counters: the most tiles come with the narrowest tile.
-  const AxisPlan h = plan_axis(p.ph_h, p.out_h), w = plan_axis(p.ph_w, p.out_w);
+  const AxisPlan h = pt_io_plan(p.ph_h, p.gather_h, p.out_h);
+  const AxisPlan w = pt_io_plan(p.ph_w, p.gather_w, p.out_w);
   PtArgs a;
-  return pt_fill_args(a, p, kind, 64,
-                      pt_pick_box(p.batch, h, w, pt_store_mode(p, kind) == kPtStoreStaged), h, w);
+  return pt_fill_args(a, p, kind, 64, pt_call_box(p, kind, h, w), h, w);
 }
 
 CUtensorMapDataType pt_tma_type(ScalarKind kind) {
@@ -1508,19 +1568,24 @@ CUtensorMapDataType pt_tma_type(ScalarKind kind) {
 
 // Tiled map with the 128-byte swizzle (matches smem_desc_k128), out-of-bounds elements read as
 // zero. fp32 is plain FLOAT32 (a byte copy: the kernel rounds A to TF32 itself).
+// `elem_strides` (rank values, or null for 1): a box element every that many along a dim.
 bool pt_encode(CUtensorMap* map, ScalarKind kind, const void* ptr, int rank,
-               const cuuint64_t* dims, const cuuint64_t* strides, const cuuint32_t* box) {
+               const cuuint64_t* dims, const cuuint64_t* strides, const cuuint32_t* box,
+               const cuuint32_t* elem_strides = nullptr) {
   const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
   if (encode == nullptr) return false;
-  const cuuint32_t elem_strides[4] = {1, 1, 1, 1};
+  const cuuint32_t ones[4] = {1, 1, 1, 1};
+  if (elem_strides == nullptr) elem_strides = ones;
   return encode(map, pt_tma_type(kind), (cuuint32_t)rank, const_cast<void*>(ptr), dims, strides,
                 box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                 CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-// Input map: dims {C, W, H, N} (innermost first), box {BK, BW, BH, BNI}. A size-1 dim may carry
-// any stride in PyTorch; it gets the dense one (its only coordinate in range is 0).
+// Input map: dims {C, W, H, N} (innermost first), box {BK, BW, BH, BNI}; a strided correlation
+// reads every scale-th pixel: box {BK, BW * scale_w, BH * scale_h, BNI} with those element
+// strides (BW x BH pixels land in shared memory as before). A size-1 dim may carry any stride in
+// PyTorch; it gets the dense one (its only coordinate in range is 0).
 bool pt_encode_input(CUtensorMap* map, const ConvTranspose2dParams& p, ScalarKind kind,
                      const PtBox& box) {
   const int64_t eb = pt_elem_bytes(kind);
@@ -1533,9 +1598,12 @@ bool pt_encode_input(CUtensorMap* map, const ConvTranspose2dParams& p, ScalarKin
   const cuuint64_t dims[4] = {(cuuint64_t)p.in_channels, (cuuint64_t)p.in_w, (cuuint64_t)p.in_h,
                               (cuuint64_t)p.batch};
   const cuuint64_t strides[3] = {sw, sh, sn};
-  const cuuint32_t boxd[4] = {(cuuint32_t)pt_stage_k(kind), (cuuint32_t)box.w, (cuuint32_t)box.h,
-                              (cuuint32_t)box.n};
-  return pt_encode(map, kind, p.input, 4, dims, strides, boxd);
+  const cuuint32_t sw_px = p.gather_w.scale > 0 ? (cuuint32_t)p.gather_w.scale : 1;
+  const cuuint32_t sh_px = p.gather_h.scale > 0 ? (cuuint32_t)p.gather_h.scale : 1;
+  const cuuint32_t boxd[4] = {(cuuint32_t)pt_stage_k(kind), (cuuint32_t)box.w * sw_px,
+                              (cuuint32_t)box.h * sh_px, (cuuint32_t)box.n};
+  const cuuint32_t elem_strides[4] = {1, sw_px, sh_px, 1};
+  return pt_encode(map, kind, p.input, 4, dims, strides, boxd, elem_strides);
 }
 
 // Packed weight map: [rows][Kmax] (split: [2 * rows][Kmax], the hi block then the lo block),
@@ -1619,8 +1687,9 @@ int pt_resolve_config(const ConvTranspose2dParams& p, ScalarKind kind, int confi
   if (config >= 0) return config < kPtNumConfigs ? config : -1;
   const int sms = device_sm_count(current_device());
   if (sms <= 0) return -1;
-  const AxisPlan h = plan_axis(p.ph_h, p.out_h), w = plan_axis(p.ph_w, p.out_w);
-  const PtBox box = pt_pick_box(p.batch, h, w, pt_store_mode(p, kind) == kPtStoreStaged);
+  const AxisPlan h = pt_io_plan(p.ph_h, p.gather_h, p.out_h);
+  const AxisPlan w = pt_io_plan(p.ph_w, p.gather_w, p.out_w);
+  const PtBox box = pt_call_box(p, kind, h, w);
   int64_t m_tiles = 0;
   for (int rh = 0; rh < h.stride; ++rh)
     for (int rw = 0; rw < w.stride; ++rw)
@@ -1638,8 +1707,9 @@ cudaError_t pt_launch_config(const ConvTranspose2dParams& p, ScalarKind kind, co
   const int device = current_device();
   const int sms = device_sm_count(device);
   if (sms <= 0) return cudaErrorInvalidValue;
-  const AxisPlan h = plan_axis(p.ph_h, p.out_h), w = plan_axis(p.ph_w, p.out_w);
-  const PtBox box = pt_pick_box(p.batch, h, w, pt_store_mode(p, kind) == kPtStoreStaged);
+  const AxisPlan h = pt_io_plan(p.ph_h, p.gather_h, p.out_h);
+  const AxisPlan w = pt_io_plan(p.ph_w, p.gather_w, p.out_w);
+  const PtBox box = pt_call_box(p, kind, h, w);
   return pt_launch_cfg<T, typename PtConfigAt<SPLIT, I>::type>(p, kind, packed, h, w, box, device,
                                                                 sms, stream);
 }

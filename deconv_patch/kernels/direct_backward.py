@@ -9,8 +9,10 @@ They run a recorded call's backward (`kernels_in_training`) where the rules belo
 gradient, from what was measured against PyTorch's (docs/kernels.md#direct_backward):
 * depthwise layers, where cuDNN's gradients run furthest from their floor: the direct kernels;
 * layers cuDNN has no kernel for (output_padding >= stride), where ATen runs its native
-  im2col kernels, with few enough multiply-adds per pixel: in 16-bit the mma kernels; in fp32
-  the tiled weight gradient, and with fp32 GEMMs the tiled input gradient;
+  im2col kernels: on Hopper without groups the input gradient on gemm_phase_tma's kernel (the
+  strided correlation; 16-bit, fp32 as 3xTF32, TF32 where ATen's GEMMs are TF32 too); else,
+  with few enough multiply-adds per pixel, in 16-bit the mma kernels; in fp32 the tiled weight
+  gradient, and with fp32 GEMMs the tiled input gradient;
 * layers without groups with a few output channels and many input channels (DCGAN's RGB
   output, FSRCNN's last layer), where cuDNN's gradients run far from their floor: in 16-bit the
   mma kernels for both gradients; in fp32 with TF32 allowed (PyTorch's default; recorded calls
@@ -29,11 +31,15 @@ from typing import Optional, Sequence, Tuple
 import torch
 
 from ..arguments import ConvTransposeArgs
-from .precision import fp32_strict, matmul_tf32
+from .precision import MIN_3XTF32_DEPTH, fp32_strict, matmul_tf32
 
 NAME = "direct_backward"
 TILED_NAME = "tiled_backward"
 MMA_NAME = "mma_backward"
+# The input gradient as a strided correlation on gemm_phase_tma's kernel (Hopper; the binding's
+# phase_tma_grad_input): one group, grad_output channels in 16-byte rows, strides up to 8.
+PHASE_TMA_NAME = "phase_tma_backward"
+MAX_PHASE_TMA_STRIDE = 8
 # Multiply-adds per input pixel (Cin x Cout/groups x KH x KW) above which the direct kernels are
 # not used: the largest measured depthwise layer had 1,024.
 MAX_MACS_PER_PIXEL = 8192
@@ -112,12 +118,36 @@ def weight_grad_kernel(weight_shape: Sequence[int], args: ConvTransposeArgs,
     return None
 
 
+def _phase_tma_without_cudnn(weight_shape: Sequence[int], args: ConvTransposeArgs,
+                             dtype: torch.dtype) -> bool:
+    """A layer without a cuDNN kernel whose input gradient gemm_phase_tma's kernel takes (on
+    Hopper): one group, grad_output's channels in whole 16-byte rows (its TMA loads), strides up
+    to MAX_PHASE_TMA_STRIDE; 16-bit, fp32 without TF32 on sums of at least MIN_3XTF32_DEPTH
+    products (grad_output channels x taps: 3xTF32's bar), or TF32 where ATen's native GEMMs run
+    TF32 as well (with fp32 GEMMs its input gradient is fp32's)."""
+    _, out_channels, kh, kw = weight_shape
+    if not args.without_cudnn or args.groups != 1 or max(args.stride) > MAX_PHASE_TMA_STRIDE:
+        return False
+    if out_channels % (16 // torch.tensor([], dtype=dtype).element_size()) != 0:
+        return False
+    if dtype in SIXTEEN_BIT:
+        return True
+    if fp32_strict(dtype):
+        return out_channels * kh * kw >= MIN_3XTF32_DEPTH
+    return dtype == torch.float32 and matmul_tf32()
+
+
 def grad_input_kernel(weight_shape: Sequence[int], args: ConvTransposeArgs, dtype: torch.dtype,
-                      channels_last: bool) -> Optional[Tuple[str, str]]:
+                      channels_last: bool, hopper: bool = False) -> Optional[Tuple[str, str]]:
     """The kernel computing this layer's input gradient and why, or None where ATen's does.
     `channels_last`: the call's input and output are channels_last (a warp of the direct kernel
     then reads 32 neighbouring channels of grad_output per tap; in NCHW cuDNN's measured
-    faster)."""
+    faster). `hopper`: the device runs gemm_phase_tma's kernel."""
+    if hopper and _phase_tma_without_cudnn(weight_shape, args, dtype):
+        return PHASE_TMA_NAME, ("output_padding >= stride (no cuDNN kernel), one group: the "
+                                "input gradient as a strided correlation on gemm_phase_tma's "
+                                "kernel measured faster than ATen's native one and the mma "
+                                "kernel")
     if channels_last and _depthwise(weight_shape, args):
         return NAME, ("depthwise, channels_last: the direct input gradient measured faster than "
                       "cuDNN's")

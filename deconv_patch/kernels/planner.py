@@ -53,6 +53,7 @@ ATEN = kernels.ATEN
 DIRECT_BACKWARD = direct_backward.NAME  # the backward kernels (not forward variants)
 TILED_BACKWARD = direct_backward.TILED_NAME
 MMA_BACKWARD = direct_backward.MMA_NAME
+PHASE_TMA_BACKWARD = direct_backward.PHASE_TMA_NAME
 PHASE_TILES = gemm_phase.TILES
 PHASE_CONFIGS = gemm_phase.VARIANTS
 KXS_TAP_MAJOR = gemm_kxs.TAP_MAJOR
@@ -399,7 +400,8 @@ def backward_plan(device: torch.device, dtype: torch.dtype, weight_shape: Sequen
         return Plan(ATEN, f"ATen's {gradient}: the backward kernels measured slower here")
 
     return BackwardPlan(
-        chosen(direct_backward.grad_input_kernel(weight_shape, args, dtype, channels_last),
+        chosen(direct_backward.grad_input_kernel(weight_shape, args, dtype, channels_last,
+                                                 hopper=is_sm90(device)),
                "input gradient"),
         chosen(direct_backward.weight_grad_kernel(weight_shape, args, dtype), "weight gradient"))
 

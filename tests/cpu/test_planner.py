@@ -708,7 +708,8 @@ def test_fp32_strict_untimed_defaults_on_hopper(capability, channels_last):
 # 16-bit (36,864) and the tiled ones in fp32 (weight gradient: 36,864; input gradient, with fp32
 # GEMMs: 73,728); on layers without groups with at most 4 output and at least 32 input channels
 # the mma kernels in 16-bit, and their weight gradient in fp32 with TF32 allowed (3xTF32);
-# ATen's elsewhere.
+# on Hopper the input gradient of dense layers without a cuDNN kernel on gemm_phase_tma's
+# kernel; ATen's elsewhere.
 @pytest.mark.parametrize("weight_shape,stride,padding,output_padding,groups,kind", [
     ((64, 1, 4, 4), (2, 2), (1, 1), (0, 0), 64, "depthwise"),
     ((32, 1, 3, 3), (1, 1), (1, 1), (0, 0), 32, "depthwise"),     # k3 s1
@@ -762,6 +763,14 @@ def test_backward_plan_gives_the_backward_kernels_the_layers_they_won(
         "input only": (aten, aten) if sixteen_bit else (aten, tiled_x),
         "aten": (aten, aten),
     }[kind]
+    # On Hopper, dense layers without a cuDNN kernel: the input gradient on gemm_phase_tma's
+    # kernel, where grad_output's channels fill 16-byte rows, in 16-bit, in fp32 strict on sums
+    # of >= 64 products (3xTF32) and in TF32 where ATen's GEMMs are TF32 too.
+    _, out_channels, kh, kw = weight_shape
+    if capability == (9, 0) and no_cudnn and groups == 1 and \
+            out_channels % (8 if sixteen_bit else 4) == 0 and \
+            (sixteen_bit or (out_channels * kh * kw >= 64 if not allow_tf32 else tf32_matmul)):
+        want_x = planner.PHASE_TMA_BACKWARD
     assert (chosen.weight_grad.variant, chosen.grad_input.variant) == (want_w, want_x), chosen
     for gradient in (chosen.grad_input, chosen.weight_grad):
         assert gradient.reason and not gradient.fallback

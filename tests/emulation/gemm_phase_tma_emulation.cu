@@ -21,6 +21,9 @@
 //     offsets, expect_tx bytes, alignment), the consumers' in-place A split, every wgmma read
 //     through its descriptor, the partial-accumulator bookkeeping (pt_group_mi / pt_group_nb /
 //     pt_part_acc_index), tensor-core sums modelled as truncating (or rounded to nearest).
+//   * the strided correlation (a transposed convolution's input gradient, gather_h / gather_w):
+//     its one-phase plan (pt_io_plan), box caps (pt_call_box) and TMA element strides, against a
+//     float64 correlation.
 // 16-bit / TF32 runs keep every value in double (an exact index check, to 1e-9 relative); strict
 // runs use fp32 operands and must stay within 1e-5 * |scale| * sum |products| per element.
 //
@@ -136,6 +139,10 @@ struct Case {
   bool bias, affine;
   int in_pad;           // extra channels in the input's pixel stride (non-dense input)
   bool strict = false;  // fp32 without TF32: the 3xTF32 kernels (kind must be kFloat32)
+  // The transposed convolution's input gradient instead: the strided correlation of its
+  // grad_output (Cout channels, its output size) with the weight, into Cin channels of H x W
+  // (ConvTranspose2dParams::gather_h / gather_w; groups 1).
+  bool gather = false;
 };
 
 // Which launch variations run_case emulates besides the picked box at the first grid.
@@ -342,7 +349,8 @@ void strict_tile(const ConvTranspose2dParams& p, const PtArgs& a, const PtGeom& 
           "regions disjoint, in order, inside the stage");
     for (int m = 0; m < 128; ++m) {
       const int nl = m / (box.w * box.h), hl = (m / box.w) % box.h, wl = m % box.w;
-      const int64_t n = rec.ax[3] + nl, yy = rec.ax[2] + hl, xx = rec.ax[1] + wl;
+      const int64_t n = rec.ax[3] + nl, yy = rec.ax[2] + (int64_t)hl * a.a_sh,
+                    xx = rec.ax[1] + (int64_t)wl * a.a_sw;  // (TMA element strides)
       const bool pix = n >= 0 && n < p.batch && yy >= 0 && yy < p.in_h && xx >= 0 && xx < p.in_w;
       for (int k = 0; k < BK; ++k) {
         const int64_t ch = rec.ax[0] + k;
@@ -440,7 +448,8 @@ void run_config(const Case& cs, const CaseData& d, const PtBox& box, int sms,
   constexpr int BN = Cfg::kBN;
   constexpr bool PP = Cfg::kPingPong;
   const int BK = (int)pt_stage_k(cs.kind);
-  const AxisPlan h = plan_axis(p.ph_h, p.out_h), w = plan_axis(p.ph_w, p.out_w);
+  const AxisPlan h = pt_io_plan(p.ph_h, p.gather_h, p.out_h);
+  const AxisPlan w = pt_io_plan(p.ph_w, p.gather_w, p.out_w);
   PtArgs a;
   int64_t kbt = 0;
   const bool ok = pt_fill_args(a, p, cs.kind, BN, box, h, w, &kbt);
@@ -606,7 +615,8 @@ void run_config(const Case& cs, const CaseData& d, const PtBox& box, int sms,
             // TMA A box: rows m = (nl*BH + hl)*BW + wl, elements k (zero fill out of bounds)
             for (int m = r0; m < r1; ++m) {
               const int nl = m / (box.w * box.h), hl = (m / box.w) % box.h, wl = m % box.w;
-              const int64_t n = r.ax[3] + nl, yy = r.ax[2] + hl, xx = r.ax[1] + wl;
+              const int64_t n = r.ax[3] + nl, yy = r.ax[2] + (int64_t)hl * a.a_sh,
+                            xx = r.ax[1] + (int64_t)wl * a.a_sw;  // (TMA element strides)
               const bool pix =
                   n >= 0 && n < p.batch && yy >= 0 && yy < p.in_h && xx >= 0 && xx < p.in_w;
               for (int k = 0; k < BK; ++k) {
@@ -856,30 +866,43 @@ void run_case(const Case& cs) {
   const auto t0 = std::chrono::steady_clock::now();
   std::mt19937 rng(1234);
   std::uniform_real_distribution<double> U(-1, 1);
-  const int N = cs.N, Cin = cs.Cin, Cout = cs.Cout, G = cs.groups;
+  CHECK(!cs.gather || cs.groups == 1, "a gathered case has one group");
+  // The transposed convolution's output size; a gathered case reads it (its grad_output) and
+  // writes the convolution's input size, the channel counts swapped.
+  const int conv_oh = (cs.H - 1) * cs.sh - 2 * cs.ph + cs.dh * (cs.KH - 1) + cs.oph + 1;
+  const int conv_ow = (cs.W - 1) * cs.sw - 2 * cs.pw + cs.dw * (cs.KW - 1) + cs.opw + 1;
+  const int N = cs.N, G = cs.groups;
+  const int Cin = cs.gather ? cs.Cout : cs.Cin, Cout = cs.gather ? cs.Cin : cs.Cout;
+  const int IH = cs.gather ? conv_oh : cs.H, IW = cs.gather ? conv_ow : cs.W;
+  const int OH = cs.gather ? cs.H : conv_oh, OW = cs.gather ? cs.W : conv_ow;
   const int Cin_g = Cin / G, Cout_g = Cout / G;
-  const int OH = (cs.H - 1) * cs.sh - 2 * cs.ph + cs.dh * (cs.KH - 1) + cs.oph + 1;
-  const int OW = (cs.W - 1) * cs.sw - 2 * cs.pw + cs.dw * (cs.KW - 1) + cs.opw + 1;
   CaseData d;
   ConvTranspose2dParams& p = d.p;
   p.batch = N;
   p.in_channels = Cin;
-  p.in_h = cs.H;
-  p.in_w = cs.W;
+  p.in_h = IH;
+  p.in_w = IW;
   p.out_channels = Cout;
   p.out_h = OH;
   p.out_w = OW;
   p.groups = G;
   p.in_per_group = Cin_g;
   p.out_per_group = Cout_g;
-  p.ph_h = make_axis_phase(cs.sh, cs.ph, cs.dh, cs.KH);
-  p.ph_w = make_axis_phase(cs.sw, cs.pw, cs.dw, cs.KW);
+  if (cs.gather) {
+    p.ph_h = make_axis_phase(1, 0, 1, cs.KH);
+    p.ph_w = make_axis_phase(1, 0, 1, cs.KW);
+    p.gather_h = InputGather{cs.sh, -cs.ph, cs.dh};
+    p.gather_w = InputGather{cs.sw, -cs.pw, cs.dw};
+  } else {
+    p.ph_h = make_axis_phase(cs.sh, cs.ph, cs.dh, cs.KH);
+    p.ph_w = make_axis_phase(cs.sw, cs.pw, cs.dw, cs.KW);
+  }
   // input channels_last, pixel stride Cin + in_pad
   const int64_t pix = Cin + cs.in_pad;
   p.in_stride[1] = 1;
   p.in_stride[3] = pix;
-  p.in_stride[2] = pix * cs.W;
-  p.in_stride[0] = pix * cs.W * cs.H + 8 * (int64_t)(cs.in_pad > 0);
+  p.in_stride[2] = pix * IW;
+  p.in_stride[0] = pix * IW * IH + 8 * (int64_t)(cs.in_pad > 0);
   d.in.assign(p.in_stride[0] * N, 0);
   for (auto& v : d.in) v = U(rng);
   if (cs.strict)  // fp32 operands: exact floats
@@ -998,7 +1021,34 @@ void run_case(const Case& cs) {
     const size_t nout = (size_t)N * OH * OW * Cout;
     std::vector<double> acc(nout, 0), absacc(cs.strict ? nout : 0, 0);
     std::vector<float> f32acc(cs.strict ? nout : 0, 0.f);
-    for (int n = 0; n < N; ++n)
+    if (cs.gather) {  // out[n, y, x, co] = sum of in[n, y*s - p + kh*d, ...] * w[c, co, kh, kw]
+      for (int n = 0; n < N; ++n)
+        for (int y = 0; y < OH; ++y)
+          for (int x = 0; x < OW; ++x)
+            for (int kh = 0; kh < cs.KH; ++kh) {
+              const int iy = y * cs.sh - cs.ph + kh * cs.dh;
+              if (iy < 0 || iy >= IH) continue;
+              for (int kw = 0; kw < cs.KW; ++kw) {
+                const int ix = x * cs.sw - cs.pw + kw * cs.dw;
+                if (ix < 0 || ix >= IW) continue;
+                const size_t o = (((size_t)n * OH + y) * OW + x) * Cout;
+                for (int c = 0; c < Cin; ++c) {
+                  const double v =
+                      d.in[n * p.in_stride[0] + c + iy * p.in_stride[2] + ix * p.in_stride[3]];
+                  const double* wr =
+                      &wt[c * p.w_stride[0] + kh * p.w_stride[2] + kw * p.w_stride[3]];
+                  for (int co = 0; co < Cout; ++co) {
+                    acc[o + co] += v * wr[co];
+                    if (cs.strict) {
+                      absacc[o + co] += std::fabs(v * wr[co]);
+                      f32acc[o + co] = std::fmaf((float)v, (float)wr[co], f32acc[o + co]);
+                    }
+                  }
+                }
+              }
+            }
+    }
+    for (int n = 0; n < N && !cs.gather; ++n)
       for (int y = 0; y < cs.H; ++y)
         for (int x = 0; x < cs.W; ++x)
           for (int ci = 0; ci < Cin; ++ci) {
@@ -1046,12 +1096,18 @@ void run_case(const Case& cs) {
           }
   }
   // ---- box choice ----
-  const AxisPlan h = plan_axis(p.ph_h, p.out_h), w = plan_axis(p.ph_w, p.out_w);
+  const AxisPlan h = pt_io_plan(p.ph_h, p.gather_h, p.out_h);
+  const AxisPlan w = pt_io_plan(p.ph_w, p.gather_w, p.out_w);
   const bool staged = pt_store_mode(p, cs.kind) == kPtStoreStaged;
-  const PtBox picked = pt_pick_box(p.batch, h, w, staged);
+  const PtBox picked = pt_call_box(p, cs.kind, h, w);
+  const int cap_w = pt_box_log2_cap(p.gather_w.scale), cap_h = pt_box_log2_cap(p.gather_h.scale);
+  CHECK(picked.w <= (1 << cap_w) && picked.h <= (1 << cap_h) &&
+            picked.w * (p.gather_w.scale > 1 ? p.gather_w.scale : 1) <= 256 &&
+            picked.h * (p.gather_h.scale > 1 ? p.gather_h.scale : 1) <= 256,
+        "box within TMA's 256-pixel extent");
   {
     int64_t best_tiles = 0;
-    const PtBox best = pt_best_box(p.batch, h, w, 1, best_tiles);
+    const PtBox best = pt_best_box(p.batch, h, w, 1, best_tiles, cap_w, cap_h);
     int64_t picked_tiles = 0;
     for (int rh = 0; rh < h.stride; ++rh)
       for (int rw = 0; rw < w.stride; ++rw)
@@ -1156,6 +1212,23 @@ const std::vector<Case> kLightCases = {
      3, 2, kF, kNHWCPadded, true, true, 4},
     {"s4x3 k5x4 p2x1 d1x2 fp32 NCHW", 2, 12, 10, 1, 3, 4, 5, 4, 4, 3, 2, 1, 1, 2, 3, 2, kF, kNCHW,
      true, true, 4},
+    // Input gradients (gather): Cin is what they write, Cout what they read.
+    {"grad_input k4 s2 p1 40 <- 24 NCHW", 2, 40, 24, 1, 5, 6, 4, 4, 2, 2, 1, 1, 1, 1, 0, 0, kH,
+     kNCHW, false, false, 8, false, true},
+    {"grad_input k3 s2 p1 op1 36 <- 20 NHWC vec fp32", 2, 36, 20, 1, 6, 5, 3, 3, 2, 2, 1, 1, 1, 1,
+     1, 1, kF, kNHWC, false, false, 0, false, true},
+    {"grad_input k9 s3 p4 op2 56 <- 8 NCHW", 2, 56, 8, 1, 5, 4, 9, 9, 3, 3, 4, 4, 1, 1, 2, 2, kH,
+     kNCHW, false, false, 0, false, true},
+    {"grad_input k3x5 s1x2 p1x2 d2x1 16 <- 48 (W,C,H,N) out", 2, 16, 48, 1, 6, 5, 3, 5, 1, 2, 1,
+     2, 2, 1, 0, 1, kH, kWCHN, false, false, 0, false, true},
+    {"grad_input s8x7 k2x3 p0x1 op(3,2) 136 <- 16 NHWC padded", 1, 136, 16, 1, 5, 4, 2, 3, 8, 7,
+     0, 1, 1, 1, 3, 2, kH, kNHWCPadded, false, false, 0, false, true},
+    {"grad_input 1 x 1 input k4 s1 24 <- 16 NCHW", 3, 24, 16, 1, 1, 1, 4, 4, 1, 1, 0, 0, 1, 1, 0,
+     0, kH, kNCHW, false, false, 0, false, true},
+    {"grad_input k1 s2 p1 (offset below 0) 32 <- 16 NHWC vec", 2, 32, 16, 1, 4, 3, 1, 1, 2, 2, 1,
+     1, 1, 1, 0, 0, kH, kNHWC, false, false, 0, false, true},
+    {"grad_input k4 s4 (k == s) 300 <- 8 NCHW (3 n tiles)", 2, 300, 8, 1, 3, 5, 4, 4, 4, 4, 0, 0,
+     1, 1, 0, 0, kH, kNCHW, false, false, 0, false, true},
 };
 
 // Benchmark-like shapes: hundreds of tiles, many turns per CTA at grid 132 (ring wrap-around,
@@ -1195,6 +1268,10 @@ const std::vector<Case> kStrictCases = {
      0, 1, 1, 1, 1, kF, kNHWC, true, false, 0, true},
     {"strict deep k4 s2 p1 Cin 256 Cout 64 NHWC vec (K 1024 per phase)", 1, 256, 64, 1, 6, 6, 4,
      4, 2, 2, 1, 1, 1, 1, 0, 0, kF, kNHWC, true, false, 0, true},
+    {"strict grad_input k4 s2 p1 40 <- 64 NCHW", 2, 40, 64, 1, 5, 6, 4, 4, 2, 2, 1, 1, 1, 1, 0, 0,
+     kF, kNCHW, false, false, 4, true, true},
+    {"strict grad_input k3 s2 p1 op1 d2 72 <- 32 NHWC vec", 2, 72, 32, 1, 4, 5, 3, 3, 2, 2, 1, 1,
+     2, 2, 1, 1, kF, kNHWC, false, false, 0, true, true},
 };
 
 // Host-side facts of a strict config: the stage count is as many as fit.

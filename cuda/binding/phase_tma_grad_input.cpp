@@ -1,0 +1,106 @@
+// The input gradient on gemm_phase_tma (binding/phase_tma_grad_input.hpp): the gathered call's
+// params, the weight packed for it, the launch through the family's table on the current stream.
+#include "binding/phase_tma_grad_input.hpp"
+
+#include <string>
+
+#include <ATen/Context.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+
+#include "binding/conv_tf32.hpp"
+#include "binding/family_units.hpp"
+#include "binding/torch_binding.hpp"
+#include "common/family_unit.h"
+#include "common/params.h"
+
+namespace deconv_patch {
+namespace {
+
+void refuse_unless(bool ok, const char* what) {
+  if (!ok) throw KernelRefused(std::string("deconv_patch gemm_phase_tma input gradient: ") + what);
+}
+
+ScalarKind kind_of(const at::Tensor& t) {
+  if (t.scalar_type() == at::kFloat) return ScalarKind::kFloat32;
+  if (t.scalar_type() == at::kHalf) return ScalarKind::kFloat16;
+  refuse_unless(t.scalar_type() == at::kBFloat16, "float32, float16 or bfloat16");
+  return ScalarKind::kBFloat16;
+}
+
+}  // namespace
+
+at::Tensor phase_tma_grad_input(const at::Tensor& input, const at::Tensor& grad_output,
+                                const at::Tensor& weight, at::IntArrayRef stride,
+                                at::IntArrayRef padding, at::IntArrayRef dilation,
+                                int64_t groups) {
+  refuse_unless(input.is_cuda() && grad_output.device() == input.device() &&
+                    weight.device() == input.device(),
+                "tensors on one CUDA device");
+  refuse_unless(input.dim() == 4 && grad_output.dim() == 4 && weight.dim() == 4, "4-D tensors");
+  refuse_unless(input.scalar_type() == weight.scalar_type() &&
+                    grad_output.scalar_type() == weight.scalar_type(),
+                "one dtype");
+  refuse_unless(stride.size() == 2 && padding.size() == 2 && dilation.size() == 2,
+                "2-D hyperparameters");
+  // With groups the weight read with its channel dims swapped is no strided view.
+  refuse_unless(groups == 1, "one group");
+  refuse_unless(weight.size(0) == input.size(1) && weight.size(1) == grad_output.size(1) &&
+                    grad_output.size(0) == input.size(0),
+                "the sizes of one convolution");
+  const ScalarKind kind = kind_of(weight);
+  const FamilyUnit* unit = find_family_unit("gemm_phase_tma", kind);
+  refuse_unless(unit != nullptr, "gemm_phase_tma's unit registered");
+  const c10::cuda::CUDAGuard guard(input.device());
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream().stream();
+
+  at::Tensor grad = at::empty_like(input, at::MemoryFormat::Preserve);
+  if (grad.numel() == 0) return grad;
+  if (grad_output.numel() == 0 || weight.numel() == 0) return grad.zero_();
+  const at::Tensor dy = grad_output.is_contiguous(at::MemoryFormat::ChannelsLast)
+                            ? grad_output
+                            : channels_last_copy(grad_output, stream);
+
+  // The call: dy (Cout channels) in, grad (Cin channels) out, the weight read as
+  // [Cout, Cin, kh, kw]; one phase over every tap on the weight side, the gather on the input.
+  ConvTranspose2dParams p;
+  const at::Tensor swapped = weight.transpose(0, 1);
+  p.weight = weight.data_ptr();
+  for (int i = 0; i < 4; ++i) p.w_stride[i] = swapped.stride(i);
+  p.in_channels = dy.size(1);
+  p.out_channels = grad.size(1);
+  p.groups = 1;
+  p.in_per_group = p.in_channels;
+  p.out_per_group = p.out_channels;
+  p.ph_h = make_axis_phase(1, 0, 1, (int)weight.size(2));
+  p.ph_w = make_axis_phase(1, 0, 1, (int)weight.size(3));
+  p.gather_h = InputGather{(int)stride[0], -(int)padding[0], (int)dilation[0]};
+  p.gather_w = InputGather{(int)stride[1], -(int)padding[1], (int)dilation[1]};
+  p.input = dy.data_ptr();
+  for (int i = 0; i < 4; ++i) p.in_stride[i] = dy.stride(i);
+  p.batch = dy.size(0);
+  p.in_h = dy.size(2);
+  p.in_w = dy.size(3);
+  p.output = grad.data_ptr();
+  for (int i = 0; i < 4; ++i) p.out_stride[i] = grad.stride(i);
+  p.out_h = grad.size(2);
+  p.out_w = grad.size(3);
+  p.out_channels_last = grad.is_contiguous(at::MemoryFormat::ChannelsLast);
+
+  const bool allow_tf32 = kind == ScalarKind::kFloat32 && conv_allows_tf32(at::globalContext());
+  UnitCall call{kind, kind, allow_tf32, -1, nullptr, nullptr, stream, &find_family_unit};
+  refuse_unless(unit->supports(p, call), "a call the kernel supports");
+  const int64_t bytes = unit->packed_weight_bytes(p, call);
+  refuse_unless(bytes > 0, "a weight the kernel packs");
+  // The weight changes every training step, so it is packed per call.
+  const at::Tensor packed = at::empty({bytes}, weight.options().dtype(at::kByte));
+  C10_CUDA_CHECK(unit->pack_weight(p, call, packed.data_ptr()));
+  call.packed = packed.data_ptr();
+  C10_CUDA_CHECK(unit->launch(p, call));
+  return grad;
+}
+
+}  // namespace deconv_patch

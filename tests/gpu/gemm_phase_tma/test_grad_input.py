@@ -1,0 +1,142 @@
+"""The input gradient on gemm_phase_tma's kernel (cuda/binding/phase_tma_grad_input.cpp: the
+strided correlation of grad_output with the weight, common/params.h's InputGather): against
+float64 and ATen in every dtype and fp32 mode (TF32 against the project's bar, which counts the
+error of TF32-rounded operands; 3xTF32 on sums of at least MIN_3XTF32_DEPTH products:
+grad_output channels x kernel taps), both layouts, over a random sweep of strides,
+paddings, output paddings, dilations and kernel sizes (offsets below zero, strides up to 8,
+1 x 1 inputs), in memory the allocator has just held NaN; and a clear refusal where it does not
+run."""
+
+from __future__ import annotations
+
+import random
+from typing import Tuple
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from deconv_patch.kernels.extension import load_units
+from deconv_patch.kernels.precision import MIN_3XTF32_DEPTH
+from deconv_patch.reference import tf32_round
+from tests.helpers import allowed_error, max_error
+
+pytestmark = pytest.mark.cuda
+
+# (batch, in, out, (h, w), kernel, stride, padding, output_padding, dilation)
+Case = Tuple[int, int, int, Tuple[int, int], Tuple[int, int], Tuple[int, int], Tuple[int, int],
+             Tuple[int, int], Tuple[int, int]]
+LAYERS = [
+    (4, 256, 128, (8, 8), (4, 4), (2, 2), (1, 1), (0, 0), (1, 1)),      # DCGAN g3
+    (2, 128, 64, (14, 14), (2, 2), (2, 2), (0, 0), (0, 0), (1, 1)),     # k == stride (U-Net)
+    (2, 64, 96, (9, 11), (3, 3), (2, 2), (1, 1), (1, 1), (1, 1)),       # k3 s2 op1, odd sizes
+    (2, 32, 40, (7, 9), (3, 5), (1, 2), (1, 2), (0, 1), (2, 1)),        # asymmetric, dilated
+    (2, 48, 32, (6, 5), (8, 8), (4, 4), (2, 2), (0, 0), (1, 1)),        # stride 4
+    (2, 56, 8, (10, 12), (9, 9), (3, 3), (4, 4), (2, 2), (1, 1)),       # FSRCNN-like k9 s3
+    (3, 100, 64, (1, 1), (4, 4), (1, 1), (0, 0), (0, 0), (1, 1)),       # a 1 x 1 input
+    (2, 32, 32, (8, 8), (1, 1), (2, 2), (1, 1), (0, 0), (1, 1)),        # offset below zero
+    (1, 16, 16, (5, 4), (2, 3), (8, 7), (0, 1), (3, 2), (1, 1)),        # strides 8 and 7
+    (8, 512, 256, (16, 16), (4, 4), (2, 2), (1, 1), (0, 0), (1, 1)),    # many tiles per CTA
+]
+
+
+def _random_case(seed: int) -> Case:
+    """A layer in the kernel's domain: one group, output channels filling 16-byte rows of
+    grad_output in 16-bit (a multiple of 8), strides up to 8, any padding that leaves an
+    output, output_padding below stride or dilation."""
+    r = random.Random(seed)
+    k = (r.randint(1, 6), r.randint(1, 6))
+    s = (r.randint(1, 5), r.randint(1, 5))
+    d = (r.randint(1, 3), r.randint(1, 3))
+    hw = (r.randint(1, 13), r.randint(1, 13))
+    p = tuple(r.randint(0, (ki - 1) * di + 1) for ki, di in zip(k, d))
+    op = tuple(r.randint(0, max(si, di) - 1) for si, di in zip(s, d))
+    out = [(h - 1) * si - 2 * pi + di * (ki - 1) + oi + 1
+           for h, si, pi, di, ki, oi in zip(hw, s, p, d, k, op)]
+    if min(out) < 1:
+        p = (0, 0)
+    return (r.randint(1, 3), r.choice([8, 24, 40, 72, 136]), r.choice([8, 16, 48, 80]), hw, k,
+            s, p, op, d)  # type: ignore[return-value]
+
+
+SWEEP = [_random_case(seed) for seed in range(40)]
+
+
+@pytest.fixture(scope="module")
+def core():
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("gemm_phase_tma runs on compute capability 9.0 only")
+    return load_units(["gemm_phase_tma"])
+
+
+def _tensors(case: Case, dtype: torch.dtype, channels_last: bool, seed: int):
+    n, cin, cout, hw, k, s, p, op, d = case
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    x = torch.randn(n, cin, *hw, device="cuda", generator=gen).to(dtype)
+    w = (torch.randn(cin, cout, *k, device="cuda", generator=gen) / 4).to(dtype)
+    out = F.conv_transpose2d(x.float(), w.float(), None, s, p, op, 1, d)
+    dy = torch.randn(out.shape, device="cuda", generator=gen).to(dtype)
+    if channels_last:
+        x, dy = (t.contiguous(memory_format=torch.channels_last) for t in (x, dy))
+    return x, w, dy
+
+
+def _aten_grad_input(x, w, dy, case: Case) -> torch.Tensor:
+    _, _, _, _, _, s, p, op, d = case
+    return torch.ops.aten.convolution_backward(dy, x, w, None, list(s), list(p), list(d), True,
+                                               list(op), 1, [True, False, False])[0]
+
+
+def _check(core, case: Case, dtype: torch.dtype, tf32: bool, channels_last: bool,
+           seed: int) -> None:
+    _, _, cout, _, k, _, _, _, _ = case
+    if dtype == torch.float32 and not tf32 and cout * k[0] * k[1] < MIN_3XTF32_DEPTH:
+        pytest.skip("3xTF32 on sums shallower than fp32's bar allows (planner keeps cuDNN)")
+    x, w, dy = _tensors(case, dtype, channels_last, seed)
+    _, _, _, _, _, s, p, _, d = case
+    with torch.backends.cudnn.flags(enabled=True, allow_tf32=tf32):
+        pytorch = _aten_grad_input(x, w, dy, case)
+        torch.full((4 * x.numel() + 4096,), float("nan"), device="cuda")  # poison, then free
+        got = core.phase_tma_grad_input(x, dy, w, list(s), list(p), list(d), 1)
+    exact = _aten_grad_input(x.double(), w.double(), dy.double(), case)
+    assert got.shape == x.shape and got.dtype == dtype and got.stride() == x.stride()
+    assert torch.isfinite(got).all()
+    torch_err = max_error(pytorch, exact)
+    if dtype == torch.float32 and tf32:  # the bar counts the error inherent to TF32 operands
+        rounded = _aten_grad_input(x.double(), tf32_round(w).double(), tf32_round(dy).double(),
+                                   case)
+        torch_err = max(torch_err, max_error(rounded, exact))
+    err, bar = max_error(got, exact), allowed_error(torch_err, exact, dtype)
+    assert err <= bar, f"{case} {dtype} tf32={tf32}: error {err:.3e} against a bar of {bar:.3e}"
+
+
+MODES = [(torch.float32, True), (torch.float32, False), (torch.bfloat16, False),
+         (torch.float16, False)]
+MODE_IDS = ["tf32", "fp32", "bf16", "fp16"]
+
+
+@pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "nhwc"])
+@pytest.mark.parametrize("mode", MODES, ids=MODE_IDS)
+@pytest.mark.parametrize("case", LAYERS, ids=[f"layer{i}" for i in range(len(LAYERS))])
+def test_layers_against_float64(core, case, mode, channels_last):
+    _check(core, case, *mode, channels_last, seed=LAYERS.index(case))
+
+
+@pytest.mark.parametrize("mode", MODES, ids=MODE_IDS)
+@pytest.mark.parametrize("case", SWEEP, ids=[f"sweep{i}" for i in range(len(SWEEP))])
+def test_sweep_against_float64(core, case, mode):
+    _check(core, case, *mode, SWEEP.index(case) % 2 == 1, seed=100 + SWEEP.index(case))
+
+
+def test_refuses_what_it_does_not_run(core):
+    """Groups (the swapped weight is no strided view) and grad_output channels that do not fill
+    16-byte rows are refused with KernelRefused, never computed wrong."""
+    x = torch.randn(2, 32, 8, 8, device="cuda")
+    w = torch.randn(32, 8, 4, 4, device="cuda")
+    dy = torch.randn(2, 16, 16, 16, device="cuda")
+    with pytest.raises(RuntimeError, match="one group"):
+        core.phase_tma_grad_input(x, dy, w, [2, 2], [1, 1], [1, 1], 2)
+    w3 = torch.randn(32, 3, 4, 4, device="cuda")
+    dy3 = torch.randn(2, 3, 16, 16, device="cuda")
+    with pytest.raises(RuntimeError, match="does not support|supports"):
+        core.phase_tma_grad_input(x, dy3, w3, [2, 2], [1, 1], [1, 1], 1)
