@@ -128,7 +128,7 @@ def _phase_tma_without_cudnn(weight_shape: Sequence[int], args: ConvTransposeArg
     _, out_channels, kh, kw = weight_shape
     if not args.without_cudnn or args.groups != 1 or max(args.stride) > MAX_PHASE_TMA_STRIDE:
         return False
-    if out_channels % (16 // torch.tensor([], dtype=dtype).element_size()) != 0:
+    if out_channels % (16 // dtype.itemsize) != 0:
         return False
     if dtype in SIXTEEN_BIT:
         return True
