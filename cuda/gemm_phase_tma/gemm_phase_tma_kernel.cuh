@@ -1236,9 +1236,6 @@ bool pt_is_split(ScalarKind kind, bool allow_tf32) {
   return kind == ScalarKind::kFloat32 && !allow_tf32;
 }
 
-// Whether the call is a strided correlation (ConvTranspose2dParams::gather_h / gather_w).
-bool pt_gathers(const ConvTranspose2dParams& p) { return p.gather_h.scale > 0; }
-
 // The A side's axis plan of a call producing `out_size` along the axis: the transposed
 // convolution's phases, or for a strided correlation its one phase over every tap, read at
 // y * scale + offset + t * dil (off0 = offset, in_step = -dil; the kernel scales the phase
@@ -1514,7 +1511,6 @@ bool pt_output_empty(const ConvTranspose2dParams& p) {
   return p.batch == 0 || p.out_channels == 0 || p.out_h == 0 || p.out_w == 0;
 }
 
-// Everything supports() checks except the build, the driver and the device.
 // A strided correlation's gather, on both axes or neither: TMA steps at most 8 pixels per box
 // element, the weight side is the one-phase axis (stride 1, padding 0, dilation 1), and every
 // input coordinate y * scale + offset + t * dil stays an int32.
@@ -1528,6 +1524,7 @@ bool pt_gather_ok(const ConvTranspose2dParams& p) {
   return axis_ok(p.gather_h, p.ph_h, p.out_h) && axis_ok(p.gather_w, p.ph_w, p.out_w);
 }
 
+// Everything supports() checks except the build, the driver and the device.
 [[maybe_unused]] bool pt_geometry_ok(const ConvTranspose2dParams& p, ScalarKind kind,
                                      bool split = false) {
   if (!pt_weight_side_ok(p, kind, split)) return false;
