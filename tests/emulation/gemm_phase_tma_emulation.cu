@@ -1021,6 +1021,16 @@ void run_case(const Case& cs) {
     const size_t nout = (size_t)N * OH * OW * Cout;
     std::vector<double> acc(nout, 0), absacc(cs.strict ? nout : 0, 0);
     std::vector<float> f32acc(cs.strict ? nout : 0, 0.f);
+    // Output o + co gains v * wr[co] for co < count (strict: also |v * wr[co]| and an fp32 FMA).
+    auto add = [&](size_t o, double v, const double* wr, int count) {
+      for (int co = 0; co < count; ++co) {
+        acc[o + co] += v * wr[co];
+        if (cs.strict) {
+          absacc[o + co] += std::fabs(v * wr[co]);
+          f32acc[o + co] = std::fmaf((float)v, (float)wr[co], f32acc[o + co]);
+        }
+      }
+    };
     if (cs.gather) {  // out[n, y, x, co] = sum of in[n, y*s - p + kh*d, ...] * w[c, co, kh, kw]
       for (int n = 0; n < N; ++n)
         for (int y = 0; y < OH; ++y)
@@ -1035,15 +1045,8 @@ void run_case(const Case& cs) {
                 for (int c = 0; c < Cin; ++c) {
                   const double v =
                       d.in[n * p.in_stride[0] + c + iy * p.in_stride[2] + ix * p.in_stride[3]];
-                  const double* wr =
-                      &wt[c * p.w_stride[0] + kh * p.w_stride[2] + kw * p.w_stride[3]];
-                  for (int co = 0; co < Cout; ++co) {
-                    acc[o + co] += v * wr[co];
-                    if (cs.strict) {
-                      absacc[o + co] += std::fabs(v * wr[co]);
-                      f32acc[o + co] = std::fmaf((float)v, (float)wr[co], f32acc[o + co]);
-                    }
-                  }
+                  add(o, v, &wt[c * p.w_stride[0] + kh * p.w_stride[2] + kw * p.w_stride[3]],
+                      Cout);
                 }
               }
             }
@@ -1061,16 +1064,9 @@ void run_case(const Case& cs) {
               for (int kw = 0; kw < cs.KW; ++kw) {
                 const int ox = x * cs.sw - cs.pw + kw * cs.dw;
                 if (ox < 0 || ox >= OW) continue;
-                const double* wr =
-                    &wt[ci * p.w_stride[0] + kh * p.w_stride[2] + kw * p.w_stride[3]];
                 const size_t o = (((size_t)n * OH + oy) * OW + ox) * Cout + g * Cout_g;
-                for (int co = 0; co < Cout_g; ++co) acc[o + co] += v * wr[co];
-                if (cs.strict) {
-                  for (int co = 0; co < Cout_g; ++co) {
-                    absacc[o + co] += std::fabs(v * wr[co]);
-                    f32acc[o + co] = std::fmaf((float)v, (float)wr[co], f32acc[o + co]);
-                  }
-                }
+                add(o, v, &wt[ci * p.w_stride[0] + kh * p.w_stride[2] + kw * p.w_stride[3]],
+                    Cout_g);
               }
             }
           }
