@@ -30,8 +30,8 @@ at::Tensor gradient(const at::Tensor& input, const at::Tensor& grad_output,
                     at::IntArrayRef dilation, int64_t groups);
 
 // A recorded call's gradient kernel for the planner's code (kernels/direct_backward.py's, via
-// PreparedCall): 0 ATen's (null), 1 direct, 2 tiled, 3 mma, 4 phase_tma. It returns an undefined tensor
-// where its kernel refuses the call, so that ATen's computes that gradient.
+// PreparedCall): 0 ATen's (null), 1 direct, 2 tiled, 3 mma, 4 phase_tma. It returns an
+// undefined tensor where its kernel refuses the call, so that ATen's computes that gradient.
 KernelGradient gradient_kernel(bool of_input, int64_t code);
 
 }  // namespace deconv_patch
