@@ -509,6 +509,25 @@ def test_untimed_phase_default_is_gemm_phase_tma_sized_by_waves_on_hopper(capabi
                               else planner.ATEN)
 
 
+def test_the_strict_row_threshold_asks_whether_the_kernel_reads_the_input_in_place(capability):
+    """gemm_phase_tma reads NCHW input through a channels_last copy, so its 3xTF32 default needs
+    more rows there; an input already laid out so (a 1 x 1 image, either layout) counts as read
+    in place. DCGAN g3 at batch 8 (512 rows per phase, the measured case): gemm_phase_tma on
+    Hopper for channels_last input, cuDNN for NCHW."""
+    assert call_rules.reads_in_place(_fake_input(32, 128, (1, 1), torch.float32))
+    assert call_rules.reads_in_place(_fake_input(32, 128, (8, 8), torch.float32, True))
+    assert not call_rules.reads_in_place(_fake_input(32, 128, (8, 8), torch.float32))
+    assert not call_rules.reads_in_place(_fake_input(1, 128, (8, 8), torch.float32)[0])
+    k4s2 = ConvTransposeArgs.from_values(stride=2, padding=1)
+    with torch.backends.cudnn.flags(enabled=True, allow_tf32=False, benchmark=False):
+        plans = [planner.plan(_fake_input(8, 256, (8, 8), torch.float32, channels_last),
+                              _fake_weight(256, 128, (4, 4), torch.float32), k4s2)
+                 for channels_last in (False, True)]
+    hopper = capability == (9, 0)
+    assert plans[0].variant == planner.ATEN, plans[0]
+    assert plans[1].variant == (planner.GEMM_PHASE_TMA if hopper else planner.ATEN), plans[1]
+
+
 @pytest.mark.parametrize("channels_last", [False, True])
 def test_fp32_untimed_tma_defaults_need_enough_work(capability, channels_last):
     """fp32 small layers keep cuDNN (or gemm_kxs) without autotune: TF32 under
