@@ -89,7 +89,8 @@ at::Tensor compute_gradient(Gradient which, GradientKernel kernel, const at::Ten
       checked_kind(input, grad_output, weight, stride, padding, dilation, groups);
   if (kernel == GradientKernel::kPhaseTma) {
     refuse_unless(which == Gradient::kInput, "gemm_phase_tma computes the input gradient only");
-    return phase_tma_grad_input(input, grad_output, weight, stride, padding, dilation, groups);
+    return phase_tma_grad_input(input, grad_output, weight, stride, padding, dilation, groups,
+                                kind);
   }
   const c10::cuda::CUDAGuard guard(input.device());
   const bool of_input = which == Gradient::kInput;

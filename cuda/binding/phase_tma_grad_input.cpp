@@ -24,34 +24,14 @@ void refuse_unless(bool ok, const char* what) {
   if (!ok) throw KernelRefused(std::string("deconv_patch gemm_phase_tma input gradient: ") + what);
 }
 
-ScalarKind kind_of(const at::Tensor& t) {
-  if (t.scalar_type() == at::kFloat) return ScalarKind::kFloat32;
-  if (t.scalar_type() == at::kHalf) return ScalarKind::kFloat16;
-  refuse_unless(t.scalar_type() == at::kBFloat16, "float32, float16 or bfloat16");
-  return ScalarKind::kBFloat16;
-}
-
 }  // namespace
 
 at::Tensor phase_tma_grad_input(const at::Tensor& input, const at::Tensor& grad_output,
                                 const at::Tensor& weight, at::IntArrayRef stride,
                                 at::IntArrayRef padding, at::IntArrayRef dilation,
-                                int64_t groups) {
-  refuse_unless(input.is_cuda() && grad_output.device() == input.device() &&
-                    weight.device() == input.device(),
-                "tensors on one CUDA device");
-  refuse_unless(input.dim() == 4 && grad_output.dim() == 4 && weight.dim() == 4, "4-D tensors");
-  refuse_unless(input.scalar_type() == weight.scalar_type() &&
-                    grad_output.scalar_type() == weight.scalar_type(),
-                "one dtype");
-  refuse_unless(stride.size() == 2 && padding.size() == 2 && dilation.size() == 2,
-                "2-D hyperparameters");
+                                int64_t groups, ScalarKind kind) {
   // With groups the weight read with its channel dims swapped is no strided view.
   refuse_unless(groups == 1, "one group");
-  refuse_unless(weight.size(0) == input.size(1) && weight.size(1) == grad_output.size(1) &&
-                    grad_output.size(0) == input.size(0),
-                "the sizes of one convolution");
-  const ScalarKind kind = kind_of(weight);
   const FamilyUnit* unit = find_family_unit("gemm_phase_tma", kind);
   refuse_unless(unit != nullptr, "gemm_phase_tma's unit registered");
   const c10::cuda::CUDAGuard guard(input.device());
@@ -67,16 +47,7 @@ at::Tensor phase_tma_grad_input(const at::Tensor& input, const at::Tensor& grad_
   // The call: dy (Cout channels) in, grad (Cin channels) out, the weight read as
   // [Cout, Cin, kh, kw]; one phase over every tap on the weight side, the gather on the input.
   ConvTranspose2dParams p;
-  const at::Tensor swapped = weight.transpose(0, 1);
-  p.weight = weight.data_ptr();
-  for (int i = 0; i < 4; ++i) p.w_stride[i] = swapped.stride(i);
-  p.in_channels = dy.size(1);
-  p.out_channels = grad.size(1);
-  p.groups = 1;
-  p.in_per_group = p.in_channels;
-  p.out_per_group = p.out_channels;
-  p.ph_h = make_axis_phase(1, 0, 1, (int)weight.size(2));
-  p.ph_w = make_axis_phase(1, 0, 1, (int)weight.size(3));
+  fill_weight_params(p, weight.transpose(0, 1), {1, 1}, {0, 0}, {1, 1}, 1);
   p.gather_h = InputGather{(int)stride[0], -(int)padding[0], (int)dilation[0]};
   p.gather_w = InputGather{(int)stride[1], -(int)padding[1], (int)dilation[1]};
   p.input = dy.data_ptr();

@@ -73,14 +73,13 @@ void fill_weight_geometry(ConvTranspose2dParams& p, at::IntArrayRef sizes, at::I
   for (int i = 0; i < 4; ++i) p.w_stride[i] = strides[i];
 }
 
-// The weight-side fields of the params (everything packing depends on).
+}  // namespace
+
 void fill_weight_params(ConvTranspose2dParams& p, const at::Tensor& weight, at::IntArrayRef stride,
                         at::IntArrayRef padding, at::IntArrayRef dilation, int64_t groups) {
   fill_weight_geometry(p, weight.sizes(), weight.strides(), stride, padding, dilation, groups);
   p.weight = weight.data_ptr();
 }
-
-}  // namespace
 
 // A channels_last copy of 4-D `input` for the kernels that read 16-byte channel rows: our tiled
 // transpose for dense NCHW input of 16- or 32-bit elements, PyTorch's copy for any other layout

@@ -13,6 +13,8 @@
 #include <ATen/core/Tensor.h>
 #include <c10/util/Optional.h>
 
+#include "common/params.h"
+
 namespace deconv_patch {
 
 // A kernel family's limits exclude a call (the Python side runs PyTorch instead): raised as
@@ -34,6 +36,11 @@ at::Tensor conv_transpose2d_forward(int64_t family_code, const at::Tensor& input
                                     const c10::optional<at::Tensor>& shift, int64_t activation,
                                     double negative_slope,
                                     const c10::optional<at::Tensor>& packed, int64_t config);
+
+// The weight-side fields of `p` (everything packing depends on) from a weight tensor, read
+// through its strides, and the hyperparameters.
+void fill_weight_params(ConvTranspose2dParams& p, const at::Tensor& weight, at::IntArrayRef stride,
+                        at::IntArrayRef padding, at::IntArrayRef dilation, int64_t groups);
 
 // A channels_last copy of 4-D `input` on `stream` (the row-reading kernels' input re-layout).
 at::Tensor channels_last_copy(const at::Tensor& input, cudaStream_t stream);
