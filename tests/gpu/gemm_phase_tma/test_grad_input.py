@@ -10,33 +10,30 @@ run."""
 from __future__ import annotations
 
 import random
-from typing import Tuple
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 from deconv_patch.kernels.extension import load_units
 from deconv_patch.kernels.precision import MIN_3XTF32_DEPTH
 from deconv_patch.reference import tf32_round
+from tests.gpu.test_direct_backward import Case, _aten, _poison, _tensors
 from tests.helpers import allowed_error, max_error
 
 pytestmark = pytest.mark.cuda
 
-# (batch, in, out, (h, w), kernel, stride, padding, output_padding, dilation)
-Case = Tuple[int, int, int, Tuple[int, int], Tuple[int, int], Tuple[int, int], Tuple[int, int],
-             Tuple[int, int], Tuple[int, int]]
+# (batch, in, out, (h, w), kernel, stride, padding, output_padding, dilation, groups): one group
 LAYERS = [
-    (4, 256, 128, (8, 8), (4, 4), (2, 2), (1, 1), (0, 0), (1, 1)),      # DCGAN g3
-    (2, 128, 64, (14, 14), (2, 2), (2, 2), (0, 0), (0, 0), (1, 1)),     # k == stride (U-Net)
-    (2, 64, 96, (9, 11), (3, 3), (2, 2), (1, 1), (1, 1), (1, 1)),       # k3 s2 op1, odd sizes
-    (2, 32, 40, (7, 9), (3, 5), (1, 2), (1, 2), (0, 1), (2, 1)),        # asymmetric, dilated
-    (2, 48, 32, (6, 5), (8, 8), (4, 4), (2, 2), (0, 0), (1, 1)),        # stride 4
-    (2, 56, 8, (10, 12), (9, 9), (3, 3), (4, 4), (2, 2), (1, 1)),       # FSRCNN-like k9 s3
-    (3, 100, 64, (1, 1), (4, 4), (1, 1), (0, 0), (0, 0), (1, 1)),       # a 1 x 1 input
-    (2, 32, 32, (8, 8), (1, 1), (2, 2), (1, 1), (0, 0), (1, 1)),        # offset below zero
-    (1, 16, 16, (5, 4), (2, 3), (8, 7), (0, 1), (3, 2), (1, 1)),        # strides 8 and 7
-    (8, 512, 256, (16, 16), (4, 4), (2, 2), (1, 1), (0, 0), (1, 1)),    # many tiles per CTA
+    (4, 256, 128, (8, 8), (4, 4), (2, 2), (1, 1), (0, 0), (1, 1), 1),      # DCGAN g3
+    (2, 128, 64, (14, 14), (2, 2), (2, 2), (0, 0), (0, 0), (1, 1), 1),     # k == stride (U-Net)
+    (2, 64, 96, (9, 11), (3, 3), (2, 2), (1, 1), (1, 1), (1, 1), 1),       # k3 s2 op1, odd sizes
+    (2, 32, 40, (7, 9), (3, 5), (1, 2), (1, 2), (0, 1), (2, 1), 1),        # asymmetric, dilated
+    (2, 48, 32, (6, 5), (8, 8), (4, 4), (2, 2), (0, 0), (1, 1), 1),        # stride 4
+    (2, 56, 8, (10, 12), (9, 9), (3, 3), (4, 4), (2, 2), (1, 1), 1),       # FSRCNN-like k9 s3
+    (3, 100, 64, (1, 1), (4, 4), (1, 1), (0, 0), (0, 0), (1, 1), 1),       # a 1 x 1 input
+    (2, 32, 32, (8, 8), (1, 1), (2, 2), (1, 1), (0, 0), (1, 1), 1),        # offset below zero
+    (1, 16, 16, (5, 4), (2, 3), (8, 7), (0, 1), (3, 2), (1, 1), 1),        # strides 8 and 7
+    (8, 512, 256, (16, 16), (4, 4), (2, 2), (1, 1), (0, 0), (1, 1), 1),    # many tiles per CTA
 ]
 
 
@@ -56,7 +53,7 @@ def _random_case(seed: int) -> Case:
     if min(out) < 1:
         p = (0, 0)
     return (r.randint(1, 3), r.choice([8, 24, 40, 72, 136]), r.choice([8, 16, 48, 80]), hw, k,
-            s, p, op, d)  # type: ignore[return-value]
+            s, p, op, d, 1)  # type: ignore[return-value]
 
 
 SWEEP = [_random_case(seed) for seed in range(40)]
@@ -69,42 +66,27 @@ def core():
     return load_units(["gemm_phase_tma"])
 
 
-def _tensors(case: Case, dtype: torch.dtype, channels_last: bool, seed: int):
-    n, cin, cout, hw, k, s, p, op, d = case
-    gen = torch.Generator(device="cuda").manual_seed(seed)
-    x = torch.randn(n, cin, *hw, device="cuda", generator=gen).to(dtype)
-    w = (torch.randn(cin, cout, *k, device="cuda", generator=gen) / 4).to(dtype)
-    out = F.conv_transpose2d(x.float(), w.float(), None, s, p, op, 1, d)
-    dy = torch.randn(out.shape, device="cuda", generator=gen).to(dtype)
-    if channels_last:
-        x, dy = (t.contiguous(memory_format=torch.channels_last) for t in (x, dy))
-    return x, w, dy
-
-
-def _aten_grad_input(x, w, dy, case: Case) -> torch.Tensor:
-    _, _, _, _, _, s, p, op, d = case
-    return torch.ops.aten.convolution_backward(dy, x, w, None, list(s), list(p), list(d), True,
-                                               list(op), 1, [True, False, False])[0]
+def _grad_input(x, w, dy, case: Case) -> torch.Tensor:
+    return _aten(x, w, dy, case, [True, False, False])[0]
 
 
 def _check(core, case: Case, dtype: torch.dtype, tf32: bool, channels_last: bool,
            seed: int) -> None:
-    _, _, cout, _, k, _, _, _, _ = case
+    _, _, cout, _, k, _, _, _, _, _ = case
     if dtype == torch.float32 and not tf32 and cout * k[0] * k[1] < MIN_3XTF32_DEPTH:
         pytest.skip("3xTF32 on sums shallower than fp32's bar allows (planner keeps cuDNN)")
     x, w, dy = _tensors(case, dtype, channels_last, seed)
-    _, _, _, _, _, s, p, _, d = case
+    _, _, _, _, _, s, p, _, d, _ = case
     with torch.backends.cudnn.flags(enabled=True, allow_tf32=tf32):
-        pytorch = _aten_grad_input(x, w, dy, case)
-        torch.full((4 * x.numel() + 4096,), float("nan"), device="cuda")  # poison, then free
+        pytorch = _grad_input(x, w, dy, case)
+        _poison(4 * x.numel() + 4096)
         got = core.phase_tma_grad_input(x, dy, w, list(s), list(p), list(d), 1)
-    exact = _aten_grad_input(x.double(), w.double(), dy.double(), case)
+    exact = _grad_input(x.double(), w.double(), dy.double(), case)
     assert got.shape == x.shape and got.dtype == dtype and got.stride() == x.stride()
     assert torch.isfinite(got).all()
     torch_err = max_error(pytorch, exact)
     if dtype == torch.float32 and tf32:  # the bar counts the error inherent to TF32 operands
-        rounded = _aten_grad_input(x.double(), tf32_round(w).double(), tf32_round(dy).double(),
-                                   case)
+        rounded = _grad_input(x.double(), tf32_round(w).double(), tf32_round(dy).double(), case)
         torch_err = max(torch_err, max_error(rounded, exact))
     err, bar = max_error(got, exact), allowed_error(torch_err, exact, dtype)
     assert err <= bar, f"{case} {dtype} tf32={tf32}: error {err:.3e} against a bar of {bar:.3e}"
