@@ -154,19 +154,20 @@ def phase_tma_instances() -> List[Instance]:
     for name, ctype, kind, strict, what in PHASE_TMA_MODES:
         split = "true" if strict else "false"
         cases = "".join(
-            f"    case {i}: return gemm_phase_tma_launch_{name}_c{i}(p, packed, stream);\n"
+            f"    case {i}: return gemm_phase_tma_launch_{name}_c{i}(p, packed, k_slices, stream);\n"
             for i in range(len(PHASE_TMA_CONFIGS)))
         out.append(Instance(
             "gemm_phase_tma", name, f"gemm_phase_tma's GEMM launcher for {what}: picks the config.",
-            "const void* packed, int config, cudaStream_t stream", call="",
+            "const void* packed, int config, int k_slices, cudaStream_t stream", call="",
             body=(f"  switch (pt_resolve_config<{split}>(p, ScalarKind::{kind}, config)) {{\n"
                   f"{cases}  }}\n  return cudaErrorInvalidValue;\n")))
         for i, config in enumerate(PHASE_TMA_CONFIGS):
             out.append(Instance(
                 "gemm_phase_tma", f"{name}_c{i}",
                 f"gemm_phase_tma's GEMM kernel for {what}, tile config {i} ({config}).",
-                "const void* packed, cudaStream_t stream",
-                f"pt_launch_config<{ctype}, {split}, {i}>(p, ScalarKind::{kind}, packed, stream)"))
+                "const void* packed, int k_slices, cudaStream_t stream",
+                f"pt_launch_config<{ctype}, {split}, {i}>(\n"
+                f"      p, ScalarKind::{kind}, packed, k_slices, stream)"))
     return out
 
 

@@ -70,6 +70,12 @@ at::Tensor phase_tma_grad_input(const at::Tensor& input, const at::Tensor& grad_
   const at::Tensor packed = at::empty({bytes}, weight.options().dtype(at::kByte));
   C10_CUDA_CHECK(unit->pack_weight(p, call, packed.data_ptr()));
   call.packed = packed.data_ptr();
+  // Few output tiles with deep sums run in k slices: fp32 partials reduced in order.
+  at::Tensor workspace;
+  if (const int64_t ws_bytes = unit->workspace_bytes(p, call); ws_bytes > 0) {
+    workspace = at::empty({ws_bytes}, weight.options().dtype(at::kByte));
+    call.workspace = workspace.data_ptr();
+  }
   C10_CUDA_CHECK(unit->launch(p, call));
   return grad;
 }

@@ -1,8 +1,9 @@
-// The tiled weight pack the families with a packed weight share. For a weight whose inner
-// elements (output channel, kh, kw) are contiguous - in that order, or as (kh, kw, output
-// channel) in a channels_last weight - a block moves a 32 x 32 tile of (weight row: group and
-// input channel) x (inner element) through shared memory: read along the weight's rows, written
-// along the packed layout's lines of input channels. A family supplies the layout (Layout):
+// The tiled weight pack the families with a packed weight share. For a weight whose kernel
+// positions (kh, kw) are contiguous, output channels any stride apart (a contiguous weight, or
+// the view with its two channel dims swapped that an input gradient reads), or whose inner
+// elements are contiguous as (kh, kw, output channel) (a channels_last weight), a block moves a
+// 32 x 32 tile of (weight row: group and input channel) x (inner element) through shared memory:
+// read along the weight's rows, written along the packed layout's lines of input channels. A family supplies the layout (Layout):
 //   __host__ __device__ int64_t line(int oc, int kh, int kw) const  packed offset of the line
 //                                                                   of that inner element;
 //   __host__ __device__ int64_t row(int r) const   offset of weight row r within a line;
@@ -26,15 +27,17 @@ struct TiledPackShape {
   int rows = 0;            // groups * Cin / groups
   int inner = 0;           // Cout / groups * KH * KW
   int cout_g = 0, kw = 0, khkw = 0;
+  int64_t oc_stride = 0;   // elements between output channels (w_stride[1]; not oc_inner)
   bool oc_inner = false;   // (kh, kw, output channel) order: a channels_last weight
 };
 
-// p's weight as the tiled pack reads it, or false where it cannot: inner elements not contiguous
-// in either order, more row tiles than a grid's y extent, inner elements past int32.
+// p's weight as the tiled pack reads it, or false where it cannot: kernel positions not
+// contiguous and inner elements not in channels_last order, more row tiles than a grid's y
+// extent, inner elements past int32.
 inline bool tiled_pack_shape(const ConvTranspose2dParams& p, TiledPackShape& s) {
   const int64_t kh = p.ph_h.kernel, kw = p.ph_w.kernel, cout_g = p.out_per_group;
   const int64_t* st = p.w_stride;
-  const bool plain = st[3] == 1 && st[2] == kw && st[1] == kh * kw;
+  const bool plain = st[3] == 1 && st[2] == kw && st[1] >= 0;
   const bool oc_inner = st[1] == 1 && st[3] == cout_g && st[2] == kw * cout_g;
   const int64_t rows = p.groups * p.in_per_group, inner = cout_g * kh * kw;
   if (!(plain || oc_inner) || rows < 1 || inner < 1 || (rows + 31) / 32 > 65535 ||
@@ -47,7 +50,9 @@ inline bool tiled_pack_shape(const ConvTranspose2dParams& p, TiledPackShape& s) 
   s.cout_g = (int)cout_g;
   s.kw = (int)kw;
   s.khkw = (int)(kh * kw);
-  s.oc_inner = oc_inner && !plain;  // (1 x 1 kernels: both orders are the same)
+  s.oc_stride = st[1];
+  // (1 x 1 kernels with unit output channel stride: both orders are the same)
+  s.oc_inner = oc_inner && !(plain && st[1] == kh * kw);
   return true;
 }
 
@@ -66,12 +71,19 @@ __host__ __device__ __forceinline__ void tiled_pack_inner(const TiledPackShape& 
   kw = kk - kh * s.kw;
 }
 
+// Weight offset of inner element j within its row.
+__host__ __device__ __forceinline__ int64_t tiled_pack_offset(const TiledPackShape& s, int j) {
+  if (s.oc_inner) return j;
+  const int oc = j / s.khkw;
+  return (int64_t)oc * s.oc_stride + (j - oc * s.khkw);
+}
+
 template <typename T, class Layout>
 __global__ void __launch_bounds__(256)
     tiled_pack_kernel(const __grid_constant__ TiledPackShape s,
                       const __grid_constant__ Layout layout, void* packed) {
   __shared__ T tile[32][33];
-  __shared__ int64_t line[32];
+  __shared__ int64_t line[32], source[32];
   const T* __restrict__ w = static_cast<const T*>(s.w);
   const int r0 = blockIdx.y * 32, j0 = blockIdx.x * 32;
   const int n = min(32, s.inner - j0);
@@ -79,10 +91,12 @@ __global__ void __launch_bounds__(256)
     int oc, kh, kw;
     tiled_pack_inner(s, j0 + threadIdx.x, oc, kh, kw);
     line[threadIdx.x] = layout.line(oc, kh, kw);
+    source[threadIdx.x] = tiled_pack_offset(s, j0 + threadIdx.x);
   }
+  __syncthreads();
   for (int i = threadIdx.y; i < 32; i += 8)
     if (r0 + i < s.rows && (int)threadIdx.x < n)
-      tile[i][threadIdx.x] = w[(int64_t)(r0 + i) * s.row_stride + j0 + threadIdx.x];
+      tile[i][threadIdx.x] = w[(int64_t)(r0 + i) * s.row_stride + source[threadIdx.x]];
   __syncthreads();
   const int r = r0 + threadIdx.x;
   if (r >= s.rows) return;

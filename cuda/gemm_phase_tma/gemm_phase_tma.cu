@@ -2,6 +2,7 @@
 // and the dispatch to the per-element-type GEMM launchers. The kernels, the index math and the
 // pipeline are in gemm_phase_tma/gemm_phase_tma_kernel.cuh.
 #include "gemm_phase_tma/gemm_phase_tma_kernel.cuh"
+#include "common/k_slice_reduce.cuh"
 #include "common/tiled_pack.cuh"
 #include "common/unit_kind.h"
 
@@ -123,6 +124,68 @@ cudaError_t pt_launch_pack_any(const ConvTranspose2dParams& p, ScalarKind kind, 
   });
 }
 
+// The GEMM launcher of the call's element type and fp32 mode (config -1: its own pick).
+cudaError_t pt_launch_kind(const ConvTranspose2dParams& p, ScalarKind kind, bool allow_tf32,
+                           const void* packed, int config, int k_slices, cudaStream_t stream) {
+  switch (kind) {
+#if DECONV_PATCH_UNIT_HAS_KIND(1)
+    case ScalarKind::kFloat16:
+      return gemm_phase_tma_launch_f16(p, packed, config, k_slices, stream);
+#endif
+#if DECONV_PATCH_UNIT_HAS_KIND(2)
+    case ScalarKind::kBFloat16:
+      return gemm_phase_tma_launch_bf16(p, packed, config, k_slices, stream);
+#endif
+#if DECONV_PATCH_UNIT_HAS_KIND(0)
+    case ScalarKind::kFloat32:
+      return allow_tf32 ? gemm_phase_tma_launch_tf32(p, packed, config, k_slices, stream)
+                        : gemm_phase_tma_launch_f32x3(p, packed, config, k_slices, stream);
+#endif
+  }
+  return cudaErrorInvalidValue;
+}
+
+// A call's k slices (pt_pick_slices) and the config they run: slices 1 unless the call is
+// supported and sliced.
+struct PtSlicing {
+  int config;
+  int slices;
+};
+PtSlicing pt_plan_slices(const ConvTranspose2dParams& p, ScalarKind kind, bool allow_tf32,
+                         int config) {
+  PtSlicing r{config, 1};
+  if (p.gather_h.scale == 0 || pt_output_empty(p)) return r;
+  if (!gemm_phase_tma_supports(p, kind, allow_tf32)) return r;
+  const ConvTranspose2dParams q = pt_slice_params(p, nullptr);
+  const int c = pt_is_split(kind, allow_tf32) ? pt_resolve_config<true>(q, kind, config)
+                                              : pt_resolve_config<false>(q, kind, config);
+  const int sms = device_sm_count(current_device());
+  if (c < 0 || sms <= 0) return r;
+  const AxisPlan h = pt_io_plan(q.ph_h, q.gather_h, q.out_h);
+  const AxisPlan w = pt_io_plan(q.ph_w, q.gather_w, q.out_w);
+  PtArgs a;
+  if (!pt_fill_args(a, q, kind, pt_config_bn(c), pt_call_box(q, kind, h, w), h, w)) return r;
+  r.config = c;
+  r.slices = pt_pick_slices(q, a, sms);
+  return r;
+}
+
+template <typename T>
+cudaError_t pt_reduce_slices(const ConvTranspose2dParams& p, const void* workspace, int slices,
+                             cudaStream_t stream) {
+  KSliceReduceArgs a{};
+  a.partial = static_cast<const float*>(workspace);
+  a.out = p.output;
+  a.slice_stride = pt_slice_elems(p);
+  a.pixels = p.batch * p.out_h * p.out_w;
+  a.hw = p.out_h * p.out_w;
+  a.out_w = p.out_w;
+  for (int i = 0; i < 4; ++i) a.os[i] = p.out_stride[i];
+  a.channels = (int)p.out_channels;
+  a.slices = slices;
+  return launch_k_slice_reduce<T>(a, stream);
+}
+
 }  // namespace
 
 bool gemm_phase_tma_supports(const ConvTranspose2dParams& p, ScalarKind kind, bool allow_tf32) {
@@ -167,26 +230,31 @@ cudaError_t launch_gemm_phase_tma_pack_weight(const ConvTranspose2dParams& p, Sc
   return cudaErrorInvalidValue;
 }
 
+int64_t gemm_phase_tma_workspace_bytes(const ConvTranspose2dParams& p, ScalarKind kind,
+                                       bool allow_tf32, int config) {
+  const PtSlicing s = pt_plan_slices(p, kind, allow_tf32, config);
+  return s.slices > 1 ? s.slices * pt_slice_elems(p) * (int64_t)sizeof(float) : 0;
+}
+
 cudaError_t launch_conv_transpose2d_gemm_phase_tma(const ConvTranspose2dParams& p,
                                                    ScalarKind kind, bool allow_tf32,
                                                    const void* packed, cudaStream_t stream,
-                                                   int config) {
+                                                   int config, void* workspace) {
   if (!gemm_phase_tma_supports(p, kind, allow_tf32)) return cudaErrorInvalidValue;
   if (config < -1 || config >= kPtNumConfigs) return cudaErrorInvalidValue;
   if (pt_output_empty(p)) return cudaSuccess;
   if (packed == nullptr || !pt_aligned16(packed)) return cudaErrorInvalidValue;
+  const PtSlicing s = pt_plan_slices(p, kind, allow_tf32, config);
+  if (s.slices <= 1) return pt_launch_kind(p, kind, allow_tf32, packed, config, 1, stream);
+  if (workspace == nullptr || !pt_aligned16(workspace)) return cudaErrorInvalidValue;
+  const cudaError_t err = pt_launch_kind(pt_slice_params(p, workspace), kind, allow_tf32, packed,
+                                         s.config, s.slices, stream);
+  if (err != cudaSuccess) return err;
   switch (kind) {
-#if DECONV_PATCH_UNIT_HAS_KIND(1)
-    case ScalarKind::kFloat16: return gemm_phase_tma_launch_f16(p, packed, config, stream);
-#endif
-#if DECONV_PATCH_UNIT_HAS_KIND(2)
-    case ScalarKind::kBFloat16: return gemm_phase_tma_launch_bf16(p, packed, config, stream);
-#endif
-#if DECONV_PATCH_UNIT_HAS_KIND(0)
-    case ScalarKind::kFloat32:
-      return allow_tf32 ? gemm_phase_tma_launch_tf32(p, packed, config, stream)
-                        : gemm_phase_tma_launch_f32x3(p, packed, config, stream);
-#endif
+    case ScalarKind::kFloat16: return pt_reduce_slices<__half>(p, workspace, s.slices, stream);
+    case ScalarKind::kBFloat16:
+      return pt_reduce_slices<__nv_bfloat16>(p, workspace, s.slices, stream);
+    case ScalarKind::kFloat32: return pt_reduce_slices<float>(p, workspace, s.slices, stream);
   }
   return cudaErrorInvalidValue;
 }

@@ -93,16 +93,24 @@ cudaError_t launch_gemm_phase_tma_pack_weight(const ConvTranspose2dParams& p, Sc
                                               bool allow_tf32, void* packed,
                                               cudaStream_t stream);
 
+// Bytes of the workspace a launch with these arguments needs: 0, or for a call run in k slices
+// (a strided correlation without bias or epilogue whose GEMM tiles fill at most half of the
+// current device's SMs: each tile's sums split into up to 16 slices, fp32 partial outputs
+// added in slice order afterwards) slices * N*Cout*OH*OW * 4.
+int64_t gemm_phase_tma_workspace_bytes(const ConvTranspose2dParams& p, ScalarKind kind,
+                                       bool allow_tf32, int config = -1);
+
 // Runs the convolution on `stream` without synchronising. Reads the weight only from `packed`
 // (16-byte aligned; p.weight is ignored; packed with the same kind and, for float32, the same
 // allow_tf32). config -1 picks by heuristic, else
-// 0..gemm_phase_tma_num_configs()-1. Returns cudaGetLastError() (cudaSuccess without launching
-// when the output is empty; cudaErrorInvalidValue when supports is false, config is out of range
-// or `packed` is null / misaligned; cudaErrorInvalidConfiguration when the device lacks the
-// shared memory).
+// 0..gemm_phase_tma_num_configs()-1. `workspace`: gemm_phase_tma_workspace_bytes() bytes,
+// 16-byte aligned, where that is not 0. Returns cudaGetLastError() (cudaSuccess without
+// launching when the output is empty; cudaErrorInvalidValue when supports is false, config is
+// out of range, `packed` is null / misaligned or a needed workspace is missing;
+// cudaErrorInvalidConfiguration when the device lacks the shared memory).
 cudaError_t launch_conv_transpose2d_gemm_phase_tma(const ConvTranspose2dParams& p,
                                                    ScalarKind kind, bool allow_tf32,
                                                    const void* packed, cudaStream_t stream,
-                                                   int config = -1);
+                                                   int config = -1, void* workspace = nullptr);
 
 }  // namespace deconv_patch

@@ -5,8 +5,9 @@
 namespace deconv_patch {
 
 cudaError_t gemm_phase_tma_launch_f16_c1(
-    const ConvTranspose2dParams& p, const void* packed, cudaStream_t stream) {
-  return pt_launch_config<__half, false, 1>(p, ScalarKind::kFloat16, packed, stream);
+    const ConvTranspose2dParams& p, const void* packed, int k_slices, cudaStream_t stream) {
+  return pt_launch_config<__half, false, 1>(
+      p, ScalarKind::kFloat16, packed, k_slices, stream);
 }
 
 }  // namespace deconv_patch

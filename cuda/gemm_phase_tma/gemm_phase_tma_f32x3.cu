@@ -5,12 +5,13 @@
 namespace deconv_patch {
 
 cudaError_t gemm_phase_tma_launch_f32x3(
-    const ConvTranspose2dParams& p, const void* packed, int config, cudaStream_t stream) {
+    const ConvTranspose2dParams& p, const void* packed, int config, int k_slices, cudaStream_t
+    stream) {
   switch (pt_resolve_config<true>(p, ScalarKind::kFloat32, config)) {
-    case 0: return gemm_phase_tma_launch_f32x3_c0(p, packed, stream);
-    case 1: return gemm_phase_tma_launch_f32x3_c1(p, packed, stream);
-    case 2: return gemm_phase_tma_launch_f32x3_c2(p, packed, stream);
-    case 3: return gemm_phase_tma_launch_f32x3_c3(p, packed, stream);
+    case 0: return gemm_phase_tma_launch_f32x3_c0(p, packed, k_slices, stream);
+    case 1: return gemm_phase_tma_launch_f32x3_c1(p, packed, k_slices, stream);
+    case 2: return gemm_phase_tma_launch_f32x3_c2(p, packed, k_slices, stream);
+    case 3: return gemm_phase_tma_launch_f32x3_c3(p, packed, k_slices, stream);
   }
   return cudaErrorInvalidValue;
 }

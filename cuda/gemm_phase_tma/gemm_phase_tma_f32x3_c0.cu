@@ -5,8 +5,9 @@
 namespace deconv_patch {
 
 cudaError_t gemm_phase_tma_launch_f32x3_c0(
-    const ConvTranspose2dParams& p, const void* packed, cudaStream_t stream) {
-  return pt_launch_config<float, true, 0>(p, ScalarKind::kFloat32, packed, stream);
+    const ConvTranspose2dParams& p, const void* packed, int k_slices, cudaStream_t stream) {
+  return pt_launch_config<float, true, 0>(
+      p, ScalarKind::kFloat32, packed, k_slices, stream);
 }
 
 }  // namespace deconv_patch

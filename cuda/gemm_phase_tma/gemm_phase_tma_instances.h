@@ -9,44 +9,48 @@
 namespace deconv_patch {
 
 cudaError_t gemm_phase_tma_launch_f16(
-    const ConvTranspose2dParams& p, const void* packed, int config, cudaStream_t stream);
+    const ConvTranspose2dParams& p, const void* packed, int config, int k_slices, cudaStream_t
+    stream);
 cudaError_t gemm_phase_tma_launch_f16_c0(
-    const ConvTranspose2dParams& p, const void* packed, cudaStream_t stream);
+    const ConvTranspose2dParams& p, const void* packed, int k_slices, cudaStream_t stream);
 cudaError_t gemm_phase_tma_launch_f16_c1(
-    const ConvTranspose2dParams& p, const void* packed, cudaStream_t stream);
+    const ConvTranspose2dParams& p, const void* packed, int k_slices, cudaStream_t stream);
 cudaError_t gemm_phase_tma_launch_f16_c2(
-    const ConvTranspose2dParams& p, const void* packed, cudaStream_t stream);
+    const ConvTranspose2dParams& p, const void* packed, int k_slices, cudaStream_t stream);
 cudaError_t gemm_phase_tma_launch_f16_c3(
-    const ConvTranspose2dParams& p, const void* packed, cudaStream_t stream);
+    const ConvTranspose2dParams& p, const void* packed, int k_slices, cudaStream_t stream);
 cudaError_t gemm_phase_tma_launch_bf16(
-    const ConvTranspose2dParams& p, const void* packed, int config, cudaStream_t stream);
+    const ConvTranspose2dParams& p, const void* packed, int config, int k_slices, cudaStream_t
+    stream);
 cudaError_t gemm_phase_tma_launch_bf16_c0(
-    const ConvTranspose2dParams& p, const void* packed, cudaStream_t stream);
+    const ConvTranspose2dParams& p, const void* packed, int k_slices, cudaStream_t stream);
 cudaError_t gemm_phase_tma_launch_bf16_c1(
-    const ConvTranspose2dParams& p, const void* packed, cudaStream_t stream);
+    const ConvTranspose2dParams& p, const void* packed, int k_slices, cudaStream_t stream);
 cudaError_t gemm_phase_tma_launch_bf16_c2(
-    const ConvTranspose2dParams& p, const void* packed, cudaStream_t stream);
+    const ConvTranspose2dParams& p, const void* packed, int k_slices, cudaStream_t stream);
 cudaError_t gemm_phase_tma_launch_bf16_c3(
-    const ConvTranspose2dParams& p, const void* packed, cudaStream_t stream);
+    const ConvTranspose2dParams& p, const void* packed, int k_slices, cudaStream_t stream);
 cudaError_t gemm_phase_tma_launch_tf32(
-    const ConvTranspose2dParams& p, const void* packed, int config, cudaStream_t stream);
+    const ConvTranspose2dParams& p, const void* packed, int config, int k_slices, cudaStream_t
+    stream);
 cudaError_t gemm_phase_tma_launch_tf32_c0(
-    const ConvTranspose2dParams& p, const void* packed, cudaStream_t stream);
+    const ConvTranspose2dParams& p, const void* packed, int k_slices, cudaStream_t stream);
 cudaError_t gemm_phase_tma_launch_tf32_c1(
-    const ConvTranspose2dParams& p, const void* packed, cudaStream_t stream);
+    const ConvTranspose2dParams& p, const void* packed, int k_slices, cudaStream_t stream);
 cudaError_t gemm_phase_tma_launch_tf32_c2(
-    const ConvTranspose2dParams& p, const void* packed, cudaStream_t stream);
+    const ConvTranspose2dParams& p, const void* packed, int k_slices, cudaStream_t stream);
 cudaError_t gemm_phase_tma_launch_tf32_c3(
-    const ConvTranspose2dParams& p, const void* packed, cudaStream_t stream);
+    const ConvTranspose2dParams& p, const void* packed, int k_slices, cudaStream_t stream);
 cudaError_t gemm_phase_tma_launch_f32x3(
-    const ConvTranspose2dParams& p, const void* packed, int config, cudaStream_t stream);
+    const ConvTranspose2dParams& p, const void* packed, int config, int k_slices, cudaStream_t
+    stream);
 cudaError_t gemm_phase_tma_launch_f32x3_c0(
-    const ConvTranspose2dParams& p, const void* packed, cudaStream_t stream);
+    const ConvTranspose2dParams& p, const void* packed, int k_slices, cudaStream_t stream);
 cudaError_t gemm_phase_tma_launch_f32x3_c1(
-    const ConvTranspose2dParams& p, const void* packed, cudaStream_t stream);
+    const ConvTranspose2dParams& p, const void* packed, int k_slices, cudaStream_t stream);
 cudaError_t gemm_phase_tma_launch_f32x3_c2(
-    const ConvTranspose2dParams& p, const void* packed, cudaStream_t stream);
+    const ConvTranspose2dParams& p, const void* packed, int k_slices, cudaStream_t stream);
 cudaError_t gemm_phase_tma_launch_f32x3_c3(
-    const ConvTranspose2dParams& p, const void* packed, cudaStream_t stream);
+    const ConvTranspose2dParams& p, const void* packed, int k_slices, cudaStream_t stream);
 
 }  // namespace deconv_patch

@@ -377,6 +377,10 @@ struct PtArgs {
   // strided correlation (ConvTranspose2dParams::gather_h / gather_w; its TMA map then steps
   // `scale` pixels per box element).
   int a_sh, a_sw;
+  // k slices (pt_apply_slices): tile t computes slice t % k_slices of GEMM tile t / k_slices,
+  // its fp32 sums stored slice_stride elements per slice into the workspace; 1: no slices.
+  int k_slices;
+  int64_t slice_stride;
 };
 static_assert(sizeof(PtArgs) + 2 * 128 <= 4096, "kernel arguments stay below 4 KiB");
 
@@ -467,10 +471,33 @@ struct PtTile {
   return r;
 }
 
+// k slices: tile t of the launch is slice t % k_slices of GEMM tile t / k_slices (the slices of
+// one GEMM tile adjacent, so a CTA's GEMM tiles still only increase).
+[[maybe_unused]] __host__ __device__ __forceinline__ int pt_gemm_tile(const PtArgs& a, int t) {
+  return t / a.k_slices;
+}
+[[maybe_unused]] __host__ __device__ __forceinline__ int pt_slice_of(const PtArgs& a, int t) {
+  return t % a.k_slices;
+}
+// The k blocks [k0, k1) of slice s of a phase of kb blocks: nearly equal runs, in k order.
+[[maybe_unused]] __host__ __device__ __forceinline__ void pt_slice_blocks(const PtArgs& a, int kb,
+                                                                          int s, int& k0,
+                                                                          int& k1) {
+  k0 = (int)((int64_t)kb * s / a.k_slices);
+  k1 = (int)((int64_t)kb * (s + 1) / a.k_slices);
+}
+
 // k block cursor of the producer: channel block cb of tap (th, tw), walked in k order.
 struct PtKCursor {
   int cb, tw, th;
 };
+// The cursor at k block kb (a slice's first; block 0 also of a phase without taps).
+[[maybe_unused]] __host__ __device__ __forceinline__ PtKCursor pt_cursor_at(int kb, int cbs,
+                                                                            int taps_w) {
+  if (kb == 0) return PtKCursor{0, 0, 0};
+  const int tap = kb / cbs;
+  return PtKCursor{kb - tap * cbs, tap % taps_w, tap / taps_w};
+}
 [[maybe_unused]] __host__ __device__ __forceinline__ void pt_cursor_next(PtKCursor& k, int cbs,
                                                                          int taps_w) {
   if (++k.cb == cbs) {
@@ -662,13 +689,16 @@ __global__ void __launch_bounds__(kPtThreads, 1)
         if (t64 >= p.tiles) break;
         pos = pt_next_pos(pos, i, p.rot, gridDim.x, kPP);
         const int t = (int)t64;
-        q = pt_find_segment(p, t, q);
-        const PtTile tl = pt_decode_tile(p, t, q, BN);
+        const int tg = pt_gemm_tile(p, t);
+        q = pt_find_segment(p, tg, q);
+        const PtTile tl = pt_decode_tile(p, tg, q, BN);
         if (!tl.live) continue;  // empty tile: no k blocks
         const PtPhase& ph = p.ph[tl.q];
         const int b_row = pt_b_row(p, ph, tl);
-        PtKCursor cur{0, 0, 0};
-        for (int kb = 0; kb < ph.kb; ++kb, ++c) {
+        int k0, k1;
+        pt_slice_blocks(p, ph.kb, pt_slice_of(p, t), k0, k1);
+        PtKCursor cur = pt_cursor_at(k0, p.cbs, ph.taps_w);
+        for (int kb = k0; kb < k1; ++kb, ++c) {
           const uint32_t s = c % S;
           const uint32_t bar = full_bar + 8 * s;
           mbar_wait(empty_bar + 8 * s, ((c / S) & 1) ^ 1);
@@ -724,10 +754,15 @@ __global__ void __launch_bounds__(kPtThreads, 1)
     // Whether the CTA has a turn after this one (ping-pong order barrier).
     const bool has_next = (int64_t)(i + 1) * gridDim.x + pos < p.tiles;
     const int t = (int)t64;
-    q = pt_find_segment(p, t, q);
-    const PtTile tl = pt_decode_tile(p, t, q, BN);
+    const int tg = pt_gemm_tile(p, t);
+    q = pt_find_segment(p, tg, q);
+    const PtTile tl = pt_decode_tile(p, tg, q, BN);
     const PtPhase& ph = p.ph[tl.q];
-    const int nkb = tl.live ? ph.kb : 0;
+    int k0, k1;
+    pt_slice_blocks(p, ph.kb, pt_slice_of(p, t), k0, k1);
+    const int nkb = tl.live ? k1 - k0 : 0;
+    // A slice's sums go to its own part of the workspace (0 without slices).
+    const int64_t slice_off = (int64_t)pt_slice_of(p, t) * p.slice_stride;
     if (kPP && (i & 1) != cw) {  // the other consumer's tile: only its k blocks count
       c += (uint32_t)nkb;
       continue;
@@ -956,7 +991,8 @@ __global__ void __launch_bounds__(kPtThreads, 1)
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           row_off[mi][h] =
-              pt_row_offset(p, ph, tl, pt_frag_row<kPP>(mi, cw, wv, rq, h), row_ok[mi][h]);
+              pt_row_offset(p, ph, tl, pt_frag_row<kPP>(mi, cw, wv, rq, h), row_ok[mi][h]) +
+              slice_off;
         }
       }
       // The activation and the store mode are template arguments, so a tile runs one compact
@@ -988,6 +1024,23 @@ __global__ void __launch_bounds__(kPtThreads, 1)
               for (int k = 0; k < 8; ++k) {
                 const float a = acc[mi][pt_acc_index(cg, h, k)];
                 v[k] = epilogue_value<kAct>(a, mul[k], add[k], p.epi.negative_slope);
+              }
+              if constexpr (!kTf32) {
+                // A k slice of 16-bit operands keeps its fp32 sums (the workspace is fp32; the
+                // reduce rounds once). Vec: Cout_g % 8 == 0, 32-byte aligned (os_c == 1).
+                if (p.k_slices > 1) {
+                  float* dst = static_cast<float*>(p.out) + row_off[mi][h] +
+                               pt_col_offset(p, tl, lc);
+                  if constexpr (kVec) {
+                    *reinterpret_cast<float4*>(dst) = make_float4(v[0], v[1], v[2], v[3]);
+                    *reinterpret_cast<float4*>(dst + 4) = make_float4(v[4], v[5], v[6], v[7]);
+                  } else {
+#pragma unroll
+                    for (int k = 0; k < 8; ++k)
+                      if (tl.col0 + lc + k < p.cout_g) dst[k] = v[k];
+                  }
+                  continue;
+                }
               }
               if constexpr (kVec) {
                 if constexpr (kTf32 && !Cfg::kSplit) {
@@ -1369,6 +1422,8 @@ bool pt_fill_args(PtArgs& a, const ConvTranspose2dParams& p, ScalarKind kind, in
   a.b_split_rows = (int)geo.rows;  // < 2^31 - 512 (pt_weight_side_ok)
   a.a_sh = p.gather_h.scale > 0 ? p.gather_h.scale : 1;
   a.a_sw = p.gather_w.scale > 0 ? p.gather_w.scale : 1;
+  a.k_slices = 1;
+  a.slice_stride = 0;
 
   a.mode = pt_store_mode(p, kind);
 
@@ -1478,6 +1533,70 @@ int pt_schedule(PtArgs& a, int sms, bool pingpong) {
     a.rot = (r < 0 ? r + a.ncw : r) % grid;
   }
   return grid;
+}
+
+// ---- k slices ----------------------------------------------------------------------------
+// A call whose GEMM tiles leave most SMs idle (few output rows, deep sums: an input gradient of
+// a small image) splits each tile's k blocks into slices: the tiles of slice s store their fp32
+// sums into slice s of a workspace, and common/k_slice_reduce.cuh adds the slices in order
+// (deterministic) and rounds once into the output. The slices' tiles store into the workspace
+// as into a dense channels_last fp32 output (pt_slice_params), so they take the Vec or Direct
+// store and one phase per segment.
+constexpr int kPtMaxSlices = 16;
+constexpr int kPtMinSliceBlocks = 4;  // k blocks per slice: the ring's stages stay in use
+
+// Elements of one slice of the workspace: the output's, dense.
+int64_t pt_slice_elems(const ConvTranspose2dParams& p) {
+  return p.batch * p.out_channels * p.out_h * p.out_w;
+}
+
+// The call with the workspace as its output: fp32 sums in dense channels_last order.
+ConvTranspose2dParams pt_slice_params(const ConvTranspose2dParams& p, void* workspace) {
+  ConvTranspose2dParams q = p;
+  q.output = workspace;
+  q.out_stride[1] = 1;
+  q.out_stride[3] = p.out_channels;
+  q.out_stride[2] = p.out_channels * p.out_w;
+  q.out_stride[0] = p.out_channels * p.out_w * p.out_h;
+  q.out_channels_last = true;
+  return q;
+}
+
+// No bias and no epilogue: each slice stores its plain sums (the reduce adds nothing else).
+bool pt_plain_sums(const ConvTranspose2dParams& p) {
+  return p.bias == nullptr && p.epi.scale == nullptr && p.epi.shift == nullptr &&
+         p.epi.activation == Activation::kNone;
+}
+
+// Slices of a call whose launch arguments (for the workspace output, no slices yet) are `a`:
+// only a strided correlation of plain sums (the input gradient), and only when its tiles fill
+// at most half of the SMs. Then as many as keep the sliced tiles within one wave, each slice of
+// at least kPtMinSliceBlocks k blocks.
+int pt_pick_slices(const ConvTranspose2dParams& p, const PtArgs& a, int sms) {
+  if (p.gather_h.scale == 0 || !pt_plain_sums(p) || a.ncw != 1 || a.mode == kPtStoreStaged)
+    return 1;
+  if (a.tiles <= 0 || 2 * (int64_t)a.tiles > sms) return 1;
+  int kb = 0;
+  for (int q = 0; q < a.num_phases; ++q) kb = a.ph[q].kb > kb ? a.ph[q].kb : kb;
+  int slices = sms / a.tiles < kPtMaxSlices ? sms / a.tiles : kPtMaxSlices;
+  while (slices > 1 && kb < kPtMinSliceBlocks * slices) --slices;
+  return slices;
+}
+
+// Launch arguments in `slices` k slices of `slice_stride` workspace elements each (a and p of
+// the workspace call, pt_slice_params); false for sums that are not plain, a staged store or
+// tiles beyond int32.
+bool pt_apply_slices(PtArgs& a, const ConvTranspose2dParams& p, int slices,
+                     int64_t slice_stride) {
+  if (slices <= 1) return true;
+  if (slices > kPtMaxSlices || !pt_plain_sums(p) || a.ncw != 1 || a.mode == kPtStoreStaged)
+    return false;
+  const int64_t tiles = (int64_t)a.tiles * slices;
+  if (tiles >= kPtMaxTiles) return false;
+  a.tiles = (int)tiles;
+  a.k_slices = slices;
+  a.slice_stride = slice_stride;
+  return true;
 }
 
 PtPackArgs pt_pack_args(const ConvTranspose2dParams& p, ScalarKind kind, void* packed) {
@@ -1643,9 +1762,10 @@ int pt_pick_config(int64_t cout_g, int64_t m_tiles, int sms, bool split = false)
 template <typename T, class Cfg>
 cudaError_t pt_launch_cfg(const ConvTranspose2dParams& p, ScalarKind kind, const void* packed,
                           const AxisPlan& h, const AxisPlan& w, const PtBox& box, int device,
-                          int sms, cudaStream_t stream) {
+                          int sms, int k_slices, cudaStream_t stream) {
   PtArgs a;
   if (!pt_fill_args(a, p, kind, Cfg::kBN, box, h, w)) return cudaErrorInvalidValue;
+  if (!pt_apply_slices(a, p, k_slices, pt_slice_elems(p))) return cudaErrorInvalidValue;
   if (a.tiles == 0) return cudaSuccess;
 
   void (*kernel)(const CUtensorMap, const CUtensorMap, const PtArgs) = nullptr;
@@ -1677,6 +1797,17 @@ template <> struct PtConfigAt<true, 1> { using type = PtSplitCfg1; };
 template <> struct PtConfigAt<true, 2> { using type = PtSplitCfg2; };
 template <> struct PtConfigAt<true, 3> { using type = PtSplitCfg3; };
 
+// Tile columns (BN) of config index c.
+int pt_config_bn(int c) {
+  switch (c) {
+    case 0: return PtCfg0::kBN;
+    case 1: return PtCfg1::kBN;
+    case 2: return PtCfg2::kBN;
+    case 3: return PtCfg3::kBN;
+  }
+  return 0;
+}
+
 // The config a call runs: `config` when it names one, the heuristic's for -1 (SPLIT: fp32
 // strict); -1 when the call cannot run.
 template <bool SPLIT>
@@ -1695,11 +1826,12 @@ int pt_resolve_config(const ConvTranspose2dParams& p, ScalarKind kind, int confi
   return pt_pick_config(p.out_per_group, m_tiles * p.groups, sms, SPLIT);
 }
 
-// Config I's launch (SPLIT: fp32 strict, T = float). Each (element type, config) is compiled in
-// a generated file of its own, so that a build compiles the configs' kernels in parallel.
+// Config I's launch (SPLIT: fp32 strict, T = float), in k_slices slices (p's output then the
+// workspace: pt_slice_params). Each (element type, config) is compiled in a generated file of
+// its own, so that a build compiles the configs' kernels in parallel.
 template <typename T, bool SPLIT, int I>
 cudaError_t pt_launch_config(const ConvTranspose2dParams& p, ScalarKind kind, const void* packed,
-                             cudaStream_t stream) {
+                             int k_slices, cudaStream_t stream) {
   static_assert(!SPLIT || std::is_same<T, float>::value, "3xTF32 is an fp32 mode");
   const int device = current_device();
   const int sms = device_sm_count(device);
@@ -1708,7 +1840,7 @@ cudaError_t pt_launch_config(const ConvTranspose2dParams& p, ScalarKind kind, co
   const AxisPlan w = pt_io_plan(p.ph_w, p.gather_w, p.out_w);
   const PtBox box = pt_call_box(p, kind, h, w);
   return pt_launch_cfg<T, typename PtConfigAt<SPLIT, I>::type>(p, kind, packed, h, w, box, device,
-                                                                sms, stream);
+                                                                sms, k_slices, stream);
 }
 
 }  // namespace

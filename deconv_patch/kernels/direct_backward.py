@@ -8,6 +8,8 @@ cores, the mma kernels each gradient as an implicit GEMM per group (16-bit opera
 They run a recorded call's backward (`kernels_in_training`) where the rules below say so, per
 gradient, from what was measured against PyTorch's (docs/kernels.md#direct_backward):
 * depthwise layers, where cuDNN's gradients run furthest from their floor: the direct kernels;
+* on Hopper in fp32 without TF32, layers without groups: the input gradient on gemm_phase_tma's
+  kernel (the strided correlation, 3xTF32), faster than cuDNN's fp32 one on every suite layer;
 * layers cuDNN has no kernel for (output_padding >= stride), where ATen runs its native
   im2col kernels: on Hopper without groups the input gradient on gemm_phase_tma's kernel (the
   strided correlation; 16-bit, fp32 as 3xTF32, TF32 where ATen's GEMMs are TF32 too); else,
@@ -118,23 +120,34 @@ def weight_grad_kernel(weight_shape: Sequence[int], args: ConvTransposeArgs,
     return None
 
 
-def _phase_tma_without_cudnn(weight_shape: Sequence[int], args: ConvTransposeArgs,
-                             dtype: torch.dtype) -> bool:
-    """A layer without a cuDNN kernel whose input gradient gemm_phase_tma's kernel takes (on
-    Hopper): one group, grad_output's channels in whole 16-byte rows (its TMA loads), strides up
-    to MAX_PHASE_TMA_STRIDE; 16-bit, fp32 without TF32 on sums of at least MIN_3XTF32_DEPTH
-    products (grad_output channels x taps: 3xTF32's bar), or TF32 where ATen's native GEMMs run
-    TF32 as well (with fp32 GEMMs its input gradient is fp32's)."""
+def _phase_tma_input_gradient(weight_shape: Sequence[int], args: ConvTransposeArgs,
+                              dtype: torch.dtype) -> Optional[str]:
+    """Why gemm_phase_tma's kernel takes this layer's input gradient (on Hopper), or None. It
+    needs one group, grad_output's channels in whole 16-byte rows (its TMA loads) and strides up
+    to MAX_PHASE_TMA_STRIDE; then
+    * in fp32 without TF32 on sums of at least MIN_3XTF32_DEPTH products (grad_output channels x
+      taps: 3xTF32's bar), any layer: its 3xTF32 beat cuDNN's fp32 input gradient on every
+      layer of the suite, and ATen's native one;
+    * on a layer without a cuDNN kernel, also in 16-bit, and in TF32 where ATen's native GEMMs
+      run TF32 as well (with fp32 GEMMs its input gradient is fp32's).
+    With cuDNN in 16-bit and TF32 it won and lost by layer (0.45-16x): cuDNN keeps those."""
     _, out_channels, kh, kw = weight_shape
-    if not args.without_cudnn or args.groups != 1 or max(args.stride) > MAX_PHASE_TMA_STRIDE:
-        return False
+    if args.groups != 1 or max(args.stride) > MAX_PHASE_TMA_STRIDE:
+        return None
     if out_channels % (16 // dtype.itemsize) != 0:
-        return False
-    if dtype in SIXTEEN_BIT:
-        return True
-    if fp32_strict(dtype):
-        return out_channels * kh * kw >= MIN_3XTF32_DEPTH
-    return dtype == torch.float32 and matmul_tf32()
+        return None
+    if fp32_strict(dtype) and out_channels * kh * kw >= MIN_3XTF32_DEPTH:
+        return ("fp32 without TF32, one group: the input gradient as a strided correlation on "
+                "gemm_phase_tma's kernel (3xTF32) measured faster than "
+                + ("ATen's native one" if args.without_cudnn else "cuDNN's"))
+    if not args.without_cudnn:
+        return None
+    if dtype in SIXTEEN_BIT or (dtype == torch.float32 and not fp32_strict(dtype)
+                                and matmul_tf32()):
+        return ("output_padding >= stride (no cuDNN kernel), one group: the input gradient as a "
+                "strided correlation on gemm_phase_tma's kernel measured faster than ATen's "
+                "native one and the mma kernel")
+    return None
 
 
 def grad_input_kernel(weight_shape: Sequence[int], args: ConvTransposeArgs, dtype: torch.dtype,
@@ -143,11 +156,10 @@ def grad_input_kernel(weight_shape: Sequence[int], args: ConvTransposeArgs, dtyp
     `channels_last`: the call's input and output are channels_last (a warp of the direct kernel
     then reads 32 neighbouring channels of grad_output per tap; in NCHW cuDNN's measured
     faster). `hopper`: the device runs gemm_phase_tma's kernel."""
-    if hopper and _phase_tma_without_cudnn(weight_shape, args, dtype):
-        return PHASE_TMA_NAME, ("output_padding >= stride (no cuDNN kernel), one group: the "
-                                "input gradient as a strided correlation on gemm_phase_tma's "
-                                "kernel measured faster than ATen's native one and the mma "
-                                "kernel")
+    if hopper:
+        why = _phase_tma_input_gradient(weight_shape, args, dtype)
+        if why is not None:
+            return PHASE_TMA_NAME, why
     if channels_last and _depthwise(weight_shape, args):
         return NAME, ("depthwise, channels_last: the direct input gradient measured faster than "
                       "cuDNN's")

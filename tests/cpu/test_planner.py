@@ -782,13 +782,15 @@ def test_backward_plan_gives_the_backward_kernels_the_layers_they_won(
         "input only": (aten, aten) if sixteen_bit else (aten, tiled_x),
         "aten": (aten, aten),
     }[kind]
-    # On Hopper, dense layers without a cuDNN kernel: the input gradient on gemm_phase_tma's
-    # kernel, where grad_output's channels fill 16-byte rows, in 16-bit, in fp32 strict on sums
-    # of >= 64 products (3xTF32) and in TF32 where ATen's GEMMs are TF32 too.
+    # On Hopper, dense layers where grad_output's channels fill 16-byte rows: the input gradient
+    # on gemm_phase_tma's kernel in fp32 strict on sums of >= 64 products (3xTF32), with or
+    # without cuDNN; without a cuDNN kernel also in 16-bit and in TF32 where ATen's GEMMs are
+    # TF32 too.
     _, out_channels, kh, kw = weight_shape
-    if capability == (9, 0) and no_cudnn and groups == 1 and \
+    if capability == (9, 0) and groups == 1 and max(stride) <= 8 and \
             out_channels % (8 if sixteen_bit else 4) == 0 and \
-            (sixteen_bit or (out_channels * kh * kw >= 64 if not allow_tf32 else tf32_matmul)):
+            ((not sixteen_bit and not allow_tf32 and out_channels * kh * kw >= 64) or
+             (no_cudnn and (sixteen_bit or (allow_tf32 and tf32_matmul)))):
         want_x = planner.PHASE_TMA_BACKWARD
     assert (chosen.weight_grad.variant, chosen.grad_input.variant) == (want_w, want_x), chosen
     for gradient in (chosen.grad_input, chosen.weight_grad):

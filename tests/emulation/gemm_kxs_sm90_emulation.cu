@@ -202,19 +202,19 @@ static void build(CaseData& d, const Case& c, uint32_t seed) {
     const int64_t src = kxs_pack_source(pa, idx);
     bp[idx] = src >= 0 ? d.wt[src] : 0.0;
   }
-  // The tiled pack (KxsTileLayout), for a contiguous and a channels_last weight of this shape;
-  // its row order is kxs_logical_col's inverse.
+  // The tiled pack (KxsTileLayout), for a contiguous, a channels_last and a channel-swapped
+  // weight of this shape; its row order is kxs_logical_col's inverse.
   for (int j = 0; j < 96; ++j)
     CHECK(kxs_logical_col(kxs_physical_col(j, c.es == 4), c.es == 4) == j, "physical col %d", j);
-  for (const bool channels_last : {false, true}) {
+  for (const WeightLayout layout :
+       {WeightLayout::kPlain, WeightLayout::kChannelsLast, WeightLayout::kSwapped}) {
     ConvTranspose2dParams q = p;
-    set_weight_strides(q, channels_last);
+    set_weight_strides(q, layout);
     const KxsPackArgs qa = make_pack_args(q, nullptr, c.es == 4);
     const std::string problem = tiled_pack_problem(
         q, qa.total, KxsTileLayout{qa.cin, qa.cout, qa.kw, qa.f32},
         [&qa](int64_t idx) { return kxs_pack_source(qa, idx); }, qa.nc < packed_rows(q));
-    CHECK(problem.empty(), "tiled pack, %s weight: %s", channels_last ? "channels_last" : "plain",
-          problem.c_str());
+    CHECK(problem.empty(), "tiled pack, weight layout %d: %s", (int)layout, problem.c_str());
   }
   d.gemm.assign((size_t)d.M * d.prow, 0.0);
   std::vector<double> arow(c.cin);

@@ -63,19 +63,19 @@
 namespace deconv_patch {
 // The per-type GEMM launchers are their own translation units (device code only this program
 // does not need); defined here so that the API's dispatch links. Never called.
-cudaError_t gemm_phase_tma_launch_f16(const ConvTranspose2dParams&, const void*, int,
+cudaError_t gemm_phase_tma_launch_f16(const ConvTranspose2dParams&, const void*, int, int,
                                       cudaStream_t) {
   return cudaErrorNotSupported;
 }
-cudaError_t gemm_phase_tma_launch_bf16(const ConvTranspose2dParams&, const void*, int,
+cudaError_t gemm_phase_tma_launch_bf16(const ConvTranspose2dParams&, const void*, int, int,
                                        cudaStream_t) {
   return cudaErrorNotSupported;
 }
-cudaError_t gemm_phase_tma_launch_tf32(const ConvTranspose2dParams&, const void*, int,
+cudaError_t gemm_phase_tma_launch_tf32(const ConvTranspose2dParams&, const void*, int, int,
                                        cudaStream_t) {
   return cudaErrorNotSupported;
 }
-cudaError_t gemm_phase_tma_launch_f32x3(const ConvTranspose2dParams&, const void*, int,
+cudaError_t gemm_phase_tma_launch_f32x3(const ConvTranspose2dParams&, const void*, int, int,
                                         cudaStream_t) {
   return cudaErrorNotSupported;
 }
@@ -435,10 +435,12 @@ void strict_tile(const ConvTranspose2dParams& p, const PtArgs& a, const PtGeom& 
 // ---- one kernel config on one case, box and grid ----------------------------------------------
 
 // Emulates every CTA of config Cfg (producer walk, both consumers, epilogue and stores) and
-// compares the output with the reference; also checks the static schedule.
+// compares the output with the reference; also checks the static schedule. slices > 1: the
+// launch in k slices (its tiles store into the workspace, pt_slice_params), then the reduce of
+// common/k_slice_reduce.cuh (the slices added in order).
 template <class Cfg>
 void run_config(const Case& cs, const CaseData& d, const PtBox& box, int sms,
-                const char* cfg_name) {
+                const char* cfg_name, int slices = 1) {
   ++t_tally.runs;
   const long long failures_before = t_tally.failures;
   CHECK(Cfg::kSplit == cs.strict, "strict cases run the split configs");
@@ -452,9 +454,14 @@ void run_config(const Case& cs, const CaseData& d, const PtBox& box, int sms,
   const AxisPlan w = pt_io_plan(p.ph_w, p.gather_w, p.out_w);
   PtArgs a;
   int64_t kbt = 0;
-  const bool ok = pt_fill_args(a, p, cs.kind, BN, box, h, w, &kbt);
+  const ConvTranspose2dParams q = slices > 1 ? pt_slice_params(p, nullptr) : p;
+  const bool ok = pt_fill_args(a, q, cs.kind, BN, box, h, w, &kbt) &&
+                  pt_apply_slices(a, q, slices, pt_slice_elems(p));
   CHECK(ok, "fill_args");
   if (!ok) return;
+  CHECK(a.k_slices == slices && (slices == 1 || (a.ncw == 1 && a.mode != kPtStoreStaged)),
+        "sliced launch stores from registers, one phase per segment");
+  const int64_t out_elems = slices > 1 ? slices * pt_slice_elems(p) : d.out_elems;
   const int grid = pt_schedule(a, sms, PP);
   CHECK(grid == (a.tiles < sms ? a.tiles : sms), "grid");
   CHECK(a.rot >= 0 && (grid == 0 || a.rot < grid), "rot range");
@@ -466,8 +473,8 @@ void run_config(const Case& cs, const CaseData& d, const PtBox& box, int sms,
   }
   const AxisPlan h0 = plan_axis(p.ph_h, 0), w0 = plan_axis(p.ph_w, 0);
   const PtGeom geo = pt_geom(p, cs.kind, h0, w0);
-  std::vector<double> out(d.out_elems, NAN);
-  std::vector<int> writes(d.out_elems, 0);
+  std::vector<double> out(out_elems, NAN);
+  std::vector<int> writes(out_elems, 0);
   std::vector<int> visited(a.tiles, 0);
 
   // ---- static schedule: segments, empty tiles, sibling adjacency ----
@@ -486,21 +493,32 @@ void run_config(const Case& cs, const CaseData& d, const PtBox& box, int sms,
   {
     int s = 0;
     for (int t = 0; t < a.tiles; ++t) {
-      s = pt_find_segment(a, t, s);
-      const PtTile tl = pt_decode_tile(a, t, s, BN);
+      const int tg = pt_gemm_tile(a, t);
+      s = pt_find_segment(a, tg, s);
+      const PtTile tl = pt_decode_tile(a, tg, s, BN);
       const PtPhase& ph = a.ph[tl.q];
       CHECK(tl.q >= s && tl.q < s + a.ncw, "phase in segment");
       CHECK(tl.live == (tl.j0 < ph.rows_w && tl.i0 < ph.rows_h && tl.n0 < a.batch),
             "live iff pixels");
+      int k0, k1;
+      pt_slice_blocks(a, ph.kb, pt_slice_of(a, t), k0, k1);
+      CHECK(0 <= k0 && k0 <= k1 && k1 <= ph.kb, "slice blocks in range");
+      CHECK(pt_slice_of(a, t) > 0 || k0 == 0, "first slice from block 0");
+      CHECK(pt_slice_of(a, t) + 1 < slices || k1 == ph.kb, "last slice to the end");
+      if (pt_slice_of(a, t) > 0) {  // slices of one GEMM tile adjacent and contiguous in k
+        int pk0, pk1;
+        pt_slice_blocks(a, ph.kb, pt_slice_of(a, t - 1), pk0, pk1);
+        CHECK(pt_gemm_tile(a, t - 1) == tg && pk1 == k0, "slices contiguous");
+      }
       if (tl.live) {
-        ++live_tiles;
-        live_kb += ph.kb;
+        if (pt_slice_of(a, t) == 0) ++live_tiles;
+        live_kb += k1 - k0;
       }
       // siblings: the ncw tiles of one block share (g, box, n tile), row phase, and cover x
-      const int x = (t - a.ph[s].tile_begin) % a.ncw;
+      const int x = (tg - a.ph[s].tile_begin) % a.ncw;
       CHECK(tl.q == s + x, "column phase fastest");
       if (x > 0) {
-        const PtTile t0 = pt_decode_tile(a, t - x, s, BN);
+        const PtTile t0 = pt_decode_tile(a, tg - x, s, BN);
         CHECK(t0.g == tl.g && t0.n0 == tl.n0 && t0.i0 == tl.i0 && t0.j0 == tl.j0 &&
                   t0.col0 == tl.col0,
               "siblings adjacent");
@@ -532,23 +550,26 @@ void run_config(const Case& cs, const CaseData& d, const PtBox& box, int sms,
     // ---- producer: one record per k block, in ring order ----
     std::vector<ProdRec> recs;
     {
-      int q = 0;
+      int sg = 0;
       int pos = b;
       for (int i = 0;; ++i) {
         const int64_t t64 = (int64_t)i * grid + pos;
         if (t64 >= a.tiles) break;
         pos = pt_next_pos(pos, i, a.rot, grid, PP);
         const int t = (int)t64;
-        q = pt_find_segment(a, t, q);
-        CHECK(t >= a.ph[q].tile_begin &&
-                  (q + a.ncw >= a.num_phases || t < a.ph[q + a.ncw].tile_begin),
+        const int tg = pt_gemm_tile(a, t);
+        sg = pt_find_segment(a, tg, sg);
+        CHECK(tg >= a.ph[sg].tile_begin &&
+                  (sg + a.ncw >= a.num_phases || tg < a.ph[sg + a.ncw].tile_begin),
               "segment of tile");
-        const PtTile tl = pt_decode_tile(a, t, q, BN);
+        const PtTile tl = pt_decode_tile(a, tg, sg, BN);
         if (!tl.live) continue;
         const PtPhase& ph = a.ph[tl.q];
         const int brow = pt_b_row(a, ph, tl);
-        PtKCursor cur{0, 0, 0};
-        for (int kb = 0; kb < ph.kb; ++kb) {
+        int k0, k1;
+        pt_slice_blocks(a, ph.kb, pt_slice_of(a, t), k0, k1);
+        PtKCursor cur = pt_cursor_at(k0, a.cbs, ph.taps_w);
+        for (int kb = k0; kb < k1; ++kb) {
           ProdRec r;
           r.t = t;
           r.kb = kb;
@@ -566,7 +587,7 @@ void run_config(const Case& cs, const CaseData& d, const PtBox& box, int sms,
     std::vector<int> arrive_seq[2], sync_seq[2];  // ping-pong order barrier, per owner consumer
     std::vector<int> consumed(recs.size(), 0);
     for (int cw = 0; cw < 2; ++cw) {
-      int q = 0;
+      int sg = 0;
       int pos = b;
       uint32_t c = 0;  // ring counter
       for (int i = 0;; ++i) {
@@ -577,10 +598,14 @@ void run_config(const Case& cs, const CaseData& d, const PtBox& box, int sms,
         CHECK(has_next == (i + 1 < (int)turns.size()), "has_next");
         CHECK(turns[i] == t64, "turn order");
         const int t = (int)t64;
-        q = pt_find_segment(a, t, q);
-        const PtTile tl = pt_decode_tile(a, t, q, BN);
+        const int tg = pt_gemm_tile(a, t);
+        sg = pt_find_segment(a, tg, sg);
+        const PtTile tl = pt_decode_tile(a, tg, sg, BN);
         const PtPhase& ph = a.ph[tl.q];
-        const int nkb = tl.live ? ph.kb : 0;
+        int k0, k1;
+        pt_slice_blocks(a, ph.kb, pt_slice_of(a, t), k0, k1);
+        const int nkb = tl.live ? k1 - k0 : 0;
+        const int64_t slice_off = (int64_t)pt_slice_of(a, t) * a.slice_stride;
         if (PP && (i & 1) != cw) {  // the other consumer's turn: only the counter advances
           c += nkb;
           continue;
@@ -601,7 +626,8 @@ void run_config(const Case& cs, const CaseData& d, const PtBox& box, int sms,
           CHECK(cc < recs.size(), "ring counter beyond producer");
           if (cc >= recs.size()) break;
           const ProdRec& r = recs[cc];
-          CHECK(r.t == t && r.kb == kb, "ring record mismatch t=%d/%d kb=%d/%d", r.t, t, r.kb, kb);
+          CHECK(r.t == t && r.kb == k0 + kb, "ring record mismatch t=%d/%d kb=%d/%d", r.t, t, r.kb,
+                k0 + kb);
           consumed[cc]++;
         }
         if constexpr (Cfg::kSplit) {
@@ -673,8 +699,8 @@ void run_config(const Case& cs, const CaseData& d, const PtBox& box, int sms,
           return std::make_pair(row, phys);
         };
         auto store = [&](int64_t off, double v) {
-          CHECK(off >= 0 && off < d.out_elems, "offset range %lld", (long long)off);
-          if (off < 0 || off >= d.out_elems) return;
+          CHECK(off >= 0 && off < out_elems, "offset range %lld", (long long)off);
+          if (off < 0 || off >= out_elems) return;
           out[off] = v;
           writes[off]++;
         };
@@ -689,7 +715,7 @@ void run_config(const Case& cs, const CaseData& d, const PtBox& box, int sms,
                 for (int hh = 0; hh < 2; ++hh) {
                   bool rok;
                   const int m = pt_frag_row<PP>(mi, cw, wv, rq, hh);
-                  const int64_t roff = pt_row_offset(a, ph, tl, m, rok);
+                  const int64_t roff = pt_row_offset(a, ph, tl, m, rok) + slice_off;
                   if (!rok) continue;
                   double v[8];
                   for (int k = 0; k < 8; ++k) {
@@ -785,6 +811,35 @@ void run_config(const Case& cs, const CaseData& d, const PtBox& box, int sms,
   }
   for (int t = 0; t < a.tiles; ++t)
     CHECK(visited[t] == 1, "tile %d visited %d times", t, visited[t]);
+  if (slices > 1) {
+    // Every slice wrote every workspace element once; the reduce adds the slices in order
+    // (in fp32 for strict, whose partials are fp32 values) into the output's layout.
+    int64_t bad_slice_writes = 0;
+    for (int64_t e = 0; e < out_elems; ++e) bad_slice_writes += writes[e] != 1;
+    CHECK(bad_slice_writes == 0, "%s: %lld workspace elements not written exactly once", cfg_name,
+          (long long)bad_slice_writes);
+    std::vector<double> fin(d.out_elems, NAN);
+    std::vector<int> fin_writes(d.out_elems, 0);
+    const int64_t se = pt_slice_elems(p);
+    for (int64_t n = 0; n < p.batch; ++n)
+      for (int64_t y = 0; y < p.out_h; ++y)
+        for (int64_t x = 0; x < p.out_w; ++x)
+          for (int64_t co = 0; co < p.out_channels; ++co) {
+            const int64_t src = ((n * p.out_h + y) * p.out_w + x) * p.out_channels + co;
+            double sum = 0;
+            float sum32 = 0.f;
+            for (int sl = 0; sl < slices; ++sl) {
+              sum += out[sl * se + src];
+              sum32 += (float)out[sl * se + src];
+            }
+            const int64_t off = n * p.out_stride[0] + co * p.out_stride[1] +
+                                y * p.out_stride[2] + x * p.out_stride[3];
+            fin[off] = sd != nullptr ? (double)sum32 : sum;
+            fin_writes[off]++;
+          }
+    out.swap(fin);
+    writes.swap(fin_writes);
+  }
 
   // ---- compare with the reference (strict: per element |out - ref| <= 1e-5 |mul| sum|p|) ----
   double max_err = 0, max_ref = 0, worst_rel = 0, max_err_f32 = 0;
@@ -842,8 +897,10 @@ void run_config(const Case& cs, const CaseData& d, const PtBox& box, int sms,
 
 template <class Cfg>
 std::function<void()> config_run(const Case& cs, const CaseData& d, PtBox box, int sms,
-                                 int index) {
-  return [&cs, &d, box, sms, index] { run_config<Cfg>(cs, d, box, sms, kPtConfigNames[index]); };
+                                 int index, int slices = 1) {
+  return [&cs, &d, box, sms, index, slices] {
+    run_config<Cfg>(cs, d, box, sms, kPtConfigNames[index], slices);
+  };
 }
 
 // Runs a case's config runs, in parallel when built with OpenMP. The runs are independent (own
@@ -986,16 +1043,17 @@ void run_case(const Case& cs) {
     }
     for (int v : uses) CHECK(v == 1, "weight packed %d times", v);
   }
-  // The tiled pack (PtTileLayout), for a contiguous and a channels_last weight of this shape.
-  for (const bool channels_last : {false, true}) {
+  // The tiled pack (PtTileLayout), for a contiguous, a channels_last and a channel-swapped
+  // weight of this shape.
+  for (const WeightLayout layout :
+       {WeightLayout::kPlain, WeightLayout::kChannelsLast, WeightLayout::kSwapped}) {
     ConvTranspose2dParams q = p;
-    set_weight_strides(q, channels_last);
+    set_weight_strides(q, layout);
     const PtPackArgs qa = pt_pack_args(q, cs.kind, nullptr);
     const std::string problem = tiled_pack_problem(
         q, qa.total, pt_tile_layout(q, qa, cs.strict),
         [&qa](int64_t idx) { return pt_pack_source(qa, idx); }, pt_pack_has_padding(qa));
-    CHECK(problem.empty(), "tiled pack, %s weight: %s", channels_last ? "channels_last" : "plain",
-          problem.c_str());
+    CHECK(problem.empty(), "tiled pack, weight layout %d: %s", (int)layout, problem.c_str());
   }
   // Strict: the two packed blocks exactly as the device pack kernel writes them, each element
   // checked against an independent float split of its weight.
@@ -1144,6 +1202,40 @@ void run_case(const Case& cs) {
         }
       }
     }
+  }
+  // k slices (a gathered case without bias or epilogue: an input gradient): every config in 2,
+  // 3 and 5 slices at the box the launch picks for the workspace output; and the rule's pick
+  // for 132 SMs against its conditions.
+  if (cs.gather && !cs.bias && !cs.affine) {
+    const ConvTranspose2dParams qs = pt_slice_params(p, nullptr);
+    const PtBox sbox = pt_call_box(qs, cs.kind, h, w);
+    const int sms = g_var.grids[0];
+    for (const int sl : {2, 3, 5}) {
+      if (cs.strict) {
+        runs.push_back(config_run<PtSplitCfg0>(cs, d, sbox, sms, 0, sl));
+        runs.push_back(config_run<PtSplitCfg1>(cs, d, sbox, sms, 1, sl));
+        runs.push_back(config_run<PtSplitCfg2>(cs, d, sbox, sms, 2, sl));
+        runs.push_back(config_run<PtSplitCfg3>(cs, d, sbox, sms, 3, sl));
+      } else {
+        runs.push_back(config_run<PtCfg0>(cs, d, sbox, sms, 0, sl));
+        runs.push_back(config_run<PtCfg1>(cs, d, sbox, sms, 1, sl));
+        runs.push_back(config_run<PtCfg2>(cs, d, sbox, sms, 2, sl));
+        runs.push_back(config_run<PtCfg3>(cs, d, sbox, sms, 3, sl));
+      }
+    }
+    PtArgs ra;
+    CHECK(pt_fill_args(ra, qs, cs.kind, 128, sbox, h, w), "workspace call's arguments");
+    const int picked = pt_pick_slices(qs, ra, 132);
+    const int kb = ra.ph[0].kb;
+    CHECK(picked >= 1 && picked <= kPtMaxSlices, "slices in range");
+    if (picked > 1) {
+      CHECK((int64_t)ra.tiles * picked <= 132 && kb >= kPtMinSliceBlocks * picked,
+            "picked slices: one wave, enough k blocks each");
+    } else {
+      CHECK(2 * ra.tiles > 132 || kb < 2 * kPtMinSliceBlocks, "no slices: enough tiles");
+    }
+    printf("  %d GEMM tiles of 128 columns, %d k blocks: %d slices on 132 SMs\n", ra.tiles, kb,
+           picked);
   }
   run_all(runs);  // folds every thread's counts into g_tally
   const double secs =

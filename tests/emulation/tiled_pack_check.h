@@ -37,7 +37,8 @@ std::string tiled_pack_problem(const deconv_patch::ConvTranspose2dParams& p, int
       const int64_t at = layout.line(oc, kh, kw) + row;
       const std::string where = " (row " + std::to_string(r) + ", inner " + std::to_string(j) + ")";
       if (at < 0 || at >= total) return "outside the buffer" + where;
-      if (src_of[(size_t)at] != (int64_t)r * s.row_stride + j) return "wrong element" + where;
+      if (src_of[(size_t)at] != (int64_t)r * s.row_stride + deconv_patch::tiled_pack_offset(s, j))
+        return "wrong element" + where;
       if (hits[(size_t)at]++ != 0) return "written twice" + where;
     }
   }
@@ -47,10 +48,17 @@ std::string tiled_pack_problem(const deconv_patch::ConvTranspose2dParams& p, int
   return "";
 }
 
-// Weight strides [Cin][Cout/g][KH][KW] of a contiguous weight, or of a channels_last one.
-inline void set_weight_strides(deconv_patch::ConvTranspose2dParams& p, bool channels_last) {
+// The weight layouts the tiled pack reads: [Cin][Cout/g][KH][KW] contiguous, channels_last, or
+// a contiguous [Cout/g][Cin][KH][KW] with its channel dims swapped (what an input gradient reads).
+enum class WeightLayout { kPlain, kChannelsLast, kSwapped };
+inline void set_weight_strides(deconv_patch::ConvTranspose2dParams& p, WeightLayout layout) {
   const int64_t kh = p.ph_h.kernel, kw = p.ph_w.kernel, co = p.out_per_group;
+  const int64_t ci = p.groups * p.in_per_group;
   const int64_t plain[4] = {co * kh * kw, kh * kw, kw, 1};
   const int64_t cl[4] = {co * kh * kw, 1, kw * co, co};
-  for (int i = 0; i < 4; ++i) p.w_stride[i] = channels_last ? cl[i] : plain[i];
+  const int64_t swapped[4] = {kh * kw, ci * kh * kw, kw, 1};
+  const int64_t* st = layout == WeightLayout::kPlain          ? plain
+                      : layout == WeightLayout::kChannelsLast ? cl
+                                                              : swapped;
+  for (int i = 0; i < 4; ++i) p.w_stride[i] = st[i];
 }

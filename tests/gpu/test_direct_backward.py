@@ -285,6 +285,51 @@ def test_a_layer_without_a_cudnn_kernel_trains_on_ours_by_default(mode, channels
             opt.step()
 
 
+@pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "nhwc"])
+def test_fp32_strict_input_gradient_runs_on_gemm_phase_tma_with_kernels_in_training(
+        channels_last):
+    """fp32 without TF32, kernels_in_training=True, on Hopper: a dense layer with a cuDNN kernel
+    (DCGAN's second layer at batch 64: 32 output tiles, so its sums run in k slices) takes the
+    input gradient on gemm_phase_tma's kernel (3xTF32) and the reduce of its slices; the weight
+    gradient stays cuDNN's. Three steps with optimizer updates on fresh inputs; outputs and all
+    three gradients against float64 next to PyTorch's."""
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("gemm_phase_tma runs on compute capability 9.0 only")
+    dtype = torch.float32
+    torch.manual_seed(9)
+    ref = nn.ConvTranspose2d(512, 256, 4, 2, 1, device="cuda", dtype=dtype)
+    model = deconv_patch.optimize(nn.Sequential(copy.deepcopy(ref)), kernels_in_training=True)
+    fast = model[0]
+    layout = torch.channels_last if channels_last else torch.contiguous_format
+    opt = torch.optim.SGD(fast.parameters(), lr=0.1)
+    with torch.backends.cudnn.flags(enabled=True, benchmark=False, allow_tf32=False):
+        for step in range(3):
+            with torch.no_grad():
+                ref.weight.copy_(fast.weight)
+                ref.bias.copy_(fast.bias)
+            x = torch.randn(64, 512, 4, 4, device="cuda", dtype=dtype).contiguous(
+                memory_format=layout).requires_grad_()
+            dy = torch.randn(64, 256, 8, 8, device="cuda", dtype=dtype).contiguous(
+                memory_format=layout)
+            backward = planner.backward_plan(x.device, dtype, fast.weight.shape,
+                                             fast._args(fast.output_padding), channels_last)
+            assert backward.grad_input.variant == planner.PHASE_TMA_BACKWARD, backward
+            assert backward.weight_grad.variant == planner.ATEN, backward
+            if not fast.plan_for(x).uses_kernel:
+                pytest.skip(f"the forward's plan here is {fast.plan_for(x).variant}")
+            names, got, want, exact = recorded_step(
+                fast, ref, x, dy, lambda x, w, b: F.conv_transpose2d(x, w, b, 2, 1))
+            assert "ConvTransposeFunction" in got[0].grad_fn.name(), got[0].grad_fn
+            forward_tma = fast.plan_for(x).variant.startswith(planner.GEMM_PHASE_TMA)
+            tma_gemms = sum("conv_transpose2d_gemm_phase_tma_kernel" in n for n in names)
+            assert tma_gemms == 1 + forward_tma, names
+            assert any("k_slice_reduce" in n for n in names), names
+            assert_step_within_bar(got, want, exact, dtype)
+            for p, g in zip(fast.parameters(), got[2:]):
+                p.grad = g
+            opt.step()
+
+
 def test_a_double_backward_keeps_atens_differentiable_gradients():
     """create_graph=True (a gradient penalty): the first-order gradients are recorded, so they
     come from ATen's differentiable backward, and the second-order ones match the original's."""

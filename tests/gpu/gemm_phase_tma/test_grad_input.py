@@ -5,7 +5,8 @@ error of TF32-rounded operands; 3xTF32 on sums of at least MIN_3XTF32_DEPTH prod
 grad_output channels x kernel taps), both layouts, over a random sweep of strides,
 paddings, output paddings, dilations and kernel sizes (offsets below zero, strides up to 8,
 1 x 1 inputs), in memory the allocator has just held NaN; and a clear refusal where it does not
-run."""
+run. Layers of few output tiles run in k slices (a reduce adds the slices' fp32 sums in order).
+"""
 
 from __future__ import annotations
 
@@ -108,6 +109,50 @@ def test_layers_against_float64(core, case, mode, channels_last):
 @pytest.mark.parametrize("case", SWEEP, ids=[f"sweep{i}" for i in range(len(SWEEP))])
 def test_sweep_against_float64(core, case, mode):
     _check(core, case, *mode, SWEEP.index(case) % 2 == 1, seed=100 + SWEEP.index(case))
+
+
+# Few output tiles with deep sums (DCGAN's first layers at batch 64, a 1 x 1 input): the kernel
+# splits each tile's sums into k slices, fp32 partials added in order by a reduce kernel.
+SLICED = [
+    (64, 512, 256, (4, 4), (4, 4), (2, 2), (1, 1), (0, 0), (1, 1), 1),    # DCGAN g2
+    (64, 100, 512, (1, 1), (4, 4), (1, 1), (0, 0), (0, 0), (1, 1), 1),    # DCGAN g1: 100 channels
+    (8, 256, 128, (8, 8), (3, 3), (2, 2), (1, 1), (1, 1), (1, 1), 1),     # k3 s2 op1
+]
+MANY_TILES = (8, 64, 64, (64, 64), (4, 4), (2, 2), (1, 1), (0, 0), (1, 1), 1)
+
+
+def _reduce_ran(fn) -> bool:
+    """Whether `fn` launched the k slices' reduce kernel (common/k_slice_reduce.cuh)."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    return any("k_slice_reduce" in e.name for e in prof.events())
+
+
+@pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "nhwc"])
+@pytest.mark.parametrize("mode", MODES, ids=MODE_IDS)
+@pytest.mark.parametrize("case", SLICED, ids=[f"sliced{i}" for i in range(len(SLICED))])
+def test_k_slices_against_float64(core, case, mode, channels_last):
+    _check(core, case, *mode, channels_last, seed=200 + SLICED.index(case))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_k_slices_run_where_tiles_are_few_and_repeat_exactly(core, dtype):
+    """The sliced layers run the reduce, a layer of many tiles does not; the slices' sum is the
+    same, bit for bit, on every call (a fixed order, no atomics)."""
+    sliced, many = SLICED[0], MANY_TILES
+    x, w, dy = _tensors(sliced, dtype, False, seed=7)
+    _, _, _, _, _, s, p, _, d, _ = sliced
+    call = lambda: core.phase_tma_grad_input(x, dy, w, list(s), list(p), list(d), 1)  # noqa: E731
+    assert _reduce_ran(call)
+    first = call()
+    for _ in range(3):
+        _poison(4 * x.numel() + 4096)
+        assert torch.equal(call(), first)
+    x2, w2, dy2 = _tensors(many, dtype, False, seed=8)
+    _, _, _, _, _, s2, p2, _, d2, _ = many
+    assert not _reduce_ran(
+        lambda: core.phase_tma_grad_input(x2, dy2, w2, list(s2), list(p2), list(d2), 1))
 
 
 def test_refuses_what_it_does_not_run(core):
