@@ -157,8 +157,7 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
             (bias is not None and bias.requires_grad))
         if recorded and (
                 self.activation != "none" or
-                (self.kernels_in_training is None and
-                 self.__dict__.get("_may_ever_train") is False) or
+                (self.kernels_in_training is None and self._trains_on_pytorch(input)) or
                 not self._may_train_on_kernel(input.dtype)) and _FORCED_VARIANT.get() is None:
             # A call autograd records: PyTorch's own convolution (and activation), straight
             # away, so a training step pays nothing more than nn.ConvTranspose2d's call
@@ -187,6 +186,14 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
     def __prepare_scriptable__(self) -> nn.Module:
         refuse_scripting(self)
         return self
+
+    def _trains_on_pytorch(self, input: torch.Tensor) -> bool:
+        """The answer cached from the hyperparameters, where it settles a recorded call: never
+        ours, or ours in fp32 without TF32 only and this call is not (dtype and flag tested
+        here, without planning)."""
+        ever = self.__dict__.get("_may_ever_train")
+        return ever is False or (ever is planner.FP32_STRICT_ONLY and
+                                 not planner.strict_fp32_call(input))
 
     def _may_train_on_kernel(self, dtype: torch.dtype) -> bool:
         """kernels_in_training, with None (the default) answered from the hyperparameters and
@@ -410,7 +417,8 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
                 return _Entry(chosen, tune=True)
             chosen = planner.Plan(known, "autotuned", candidates=chosen.candidates)
         found = cache[key] = _Entry(chosen, trains=planner.trains_on_kernel(
-            chosen.variant, input.dtype, args, weight.shape))
+            chosen.variant, input.dtype, args, weight.shape,
+            hopper=input.is_cuda and planner.is_sm90(input.device)))
         if forced is None:
             self.__dict__["_last_plan"] = (input.device, input.dtype, chosen)
             if chosen.uses_kernel:
@@ -478,8 +486,9 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
         if self.activation != "none" or not self._may_train_on_kernel(dtype):
             return planner.ATEN
         backend = self.backend
+        hopper = stored.is_cuda and planner.is_sm90(stored.device)
         if self.kernels_in_training is None and not planner.trains_on_kernel(
-                backend, dtype, self._args(self.output_padding), stored.shape):
+                backend, dtype, self._args(self.output_padding), stored.shape, hopper=hopper):
             return planner.ATEN
         return backend
 

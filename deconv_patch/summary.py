@@ -35,9 +35,10 @@ _UNRECORDED_CALLS = "deconv_patch's kernels run the calls without gradients."
 TRAINING_DEFAULT_NOTE = (
     f"{_RECORDED_CALLS}, except in depthwise and grouped layers planned on the grouped kernel, "
     "in layers cuDNN has no kernel for (output_padding >= stride) outside fp32 with TF32, "
-    "and in layers with 1-4 output channels and no groups (16-bit, or under CUDA autocast), "
-    "which train faster on ours: their recorded calls run the planned kernels, forward and "
-    "backward; "
+    "in layers with 1-4 output channels and no groups (16-bit, or under CUDA autocast), "
+    "and on Hopper in fp32 without TF32 in layers without groups whose input gradient runs on "
+    "gemm_phase_tma's kernel, which train faster on ours: their recorded calls run the planned "
+    "kernels, forward and backward; "
     f"{_UNRECORDED_CALLS}"
 )
 TRAINING_NOTE = f"{_RECORDED_CALLS}; {_UNRECORDED_CALLS}"

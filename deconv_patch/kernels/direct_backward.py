@@ -120,6 +120,13 @@ def weight_grad_kernel(weight_shape: Sequence[int], args: ConvTransposeArgs,
     return None
 
 
+def strict_input_gradient_on_phase_tma(weight_shape: Sequence[int], args: ConvTransposeArgs,
+                                       dtype: torch.dtype) -> bool:
+    """fp32 without TF32 (on Hopper): whether gemm_phase_tma's kernel takes this layer's input
+    gradient, with or without a cuDNN kernel (what a recorded call trains on by default)."""
+    return fp32_strict(dtype) and _phase_tma_input_gradient(weight_shape, args, dtype) is not None
+
+
 def _phase_tma_input_gradient(weight_shape: Sequence[int], args: ConvTransposeArgs,
                               dtype: torch.dtype) -> Optional[str]:
     """Why gemm_phase_tma's kernel takes this layer's input gradient (on Hopper), or None. It

@@ -407,7 +407,7 @@ def backward_plan(device: torch.device, dtype: torch.dtype, weight_shape: Sequen
 
 
 def trains_on_kernel(variant: str, dtype: torch.dtype, args: ConvTransposeArgs,
-                     weight_shape: Sequence[int]) -> bool:
+                     weight_shape: Sequence[int], hopper: bool = False) -> bool:
     """Whether a call autograd records runs the planned `variant` when the module leaves it to us
     (kernels_in_training=None), from what measured faster in training, forward and planned
     backward together (docs/performance/training.md):
@@ -419,7 +419,10 @@ def trains_on_kernel(variant: str, dtype: torch.dtype, args: ConvTransposeArgs,
       our forward would be TF32 where ATen's native GEMMs are fp32;
     * on a layer without groups with a few output channels and many input channels
       (direct_backward.few_output_channels), in 16-bit: any kernel of ours, both gradients on
-      the tensor-core backward kernels.
+      the tensor-core backward kernels;
+    * on Hopper (`hopper`) in fp32 without TF32, a layer whose input gradient gemm_phase_tma's
+      kernel takes (direct_backward.strict_input_gradient_on_phase_tma: one group, 3xTF32):
+      any kernel of ours (suite layers 1.00-2.0x forward + backward, DCGAN's step 1.70x).
     Elsewhere other kernels' training steps were not faster on every model: their recorded calls
     stay PyTorch's. So do the few-output layers in fp32 with TF32 allowed (an FFMA forward with
     the 3xTF32 weight gradient): the steps of models with such a layer measured slower."""
@@ -429,6 +432,8 @@ def trains_on_kernel(variant: str, dtype: torch.dtype, args: ConvTransposeArgs,
         return False
     if args.without_cudnn:
         return dtype != torch.float32 or fp32_strict(dtype)
+    if hopper and direct_backward.strict_input_gradient_on_phase_tma(weight_shape, args, dtype):
+        return True
     if not direct_backward.few_output_channels(weight_shape, args):
         return False
     return dtype in direct_backward.SIXTEEN_BIT
@@ -445,6 +450,9 @@ def may_train_on_kernel(in_channels: int, out_channels: int, groups: int,
     hyperparameters alone, before any autocast or backend state is read."""
     if _trains_on_grouped_kernel(in_channels, out_channels, groups, stride):
         return True
+    if groups == 1 and dtype == torch.float32 and not conv_tf32() and \
+            not torch.is_autocast_enabled("cuda"):
+        return True  # (fp32 without TF32: trains_on_kernel asks the plan and the device)
     without_cudnn = output_padding_reaches_stride(output_padding, stride)
     if not without_cudnn and \
             not direct_backward.few_output_layer(in_channels, out_channels, groups):
@@ -455,13 +463,28 @@ def may_train_on_kernel(in_channels: int, out_channels: int, groups: int,
     return sixteen_bit
 
 
+# may_ever_train_on_kernel's answer for a layer that may train on ours in fp32 without TF32 only
+FP32_STRICT_ONLY = "fp32 strict only"
+
+
 def may_ever_train_on_kernel(in_channels: int, out_channels: int, groups: int,
-                             stride: Sequence[int], output_padding: Sequence[int]) -> bool:
-    """may_train_on_kernel for some dtype and backend flags: False for most layers, which a
-    module answers once for all its recorded calls."""
-    return _trains_on_grouped_kernel(in_channels, out_channels, groups, stride) or \
-        output_padding_reaches_stride(output_padding, stride) or \
-        direct_backward.few_output_layer(in_channels, out_channels, groups)
+                             stride: Sequence[int], output_padding: Sequence[int]):
+    """may_train_on_kernel for some dtype and backend flags, which a module answers once for all
+    its recorded calls: True, False (grouped layers off the grouped kernel's ground), or
+    FP32_STRICT_ONLY for the other dense layers (a recorded call then tests its dtype and the
+    TF32 flag inline: strict_fp32_call)."""
+    if _trains_on_grouped_kernel(in_channels, out_channels, groups, stride) or \
+            output_padding_reaches_stride(output_padding, stride) or \
+            direct_backward.few_output_layer(in_channels, out_channels, groups):
+        return True
+    return FP32_STRICT_ONLY if groups == 1 else False
+
+
+def strict_fp32_call(input: torch.Tensor) -> bool:
+    """A call in fp32 without TF32 (not under CUDA autocast): what a FP32_STRICT_ONLY layer's
+    recorded call may train on ours in."""
+    return input.dtype is torch.float32 and not conv_tf32() and \
+        not torch.is_autocast_enabled("cuda")
 
 
 def _trains_on_grouped_kernel(in_channels: int, out_channels: int, groups: int,

@@ -825,6 +825,38 @@ def test_recorded_calls_train_on_the_grouped_kernel_and_where_cudnn_has_none(all
                     want or variant == planner.GROUPED)
 
 
+def test_fp32_strict_recorded_calls_train_on_ours_where_gemm_phase_tma_takes_the_input_gradient():
+    """On Hopper in fp32 without TF32, a dense layer with a cuDNN kernel trains on its planned
+    kernel where gemm_phase_tma's kernel takes the input gradient: one group, output channels in
+    16-byte rows, strides up to 8, sums of at least 64 products. Nowhere else, and never with
+    TF32 allowed, in 16-bit or where the plan is PyTorch's."""
+    plain = ConvTransposeArgs.from_values((2, 2), (1, 1), (0, 0), 1, (1, 1))
+    grouped = ConvTransposeArgs.from_values((2, 2), (1, 1), (0, 0), 2, (1, 1))
+    stride9 = ConvTransposeArgs.from_values((9, 9), (0, 0), (0, 0), 1, (1, 1))
+    dcgan, odd, shallow = (512, 256, 4, 4), (64, 6, 4, 4), (64, 4, 2, 2)
+    tma = planner.GEMM_PHASE_TMA
+    for allow_tf32 in (True, False):
+        with torch.backends.cudnn.flags(allow_tf32=allow_tf32):
+            for hopper in (False, True):
+                want = hopper and not allow_tf32
+                assert planner.trains_on_kernel(tma, torch.float32, plain, dcgan,
+                                                hopper=hopper) == want
+                assert planner.trains_on_kernel(planner.GEMM_PHASE, torch.float32, plain,
+                                                dcgan, hopper=hopper) == want
+                assert not planner.trains_on_kernel(planner.ATEN, torch.float32, plain, dcgan,
+                                                    hopper=hopper)
+                assert not planner.trains_on_kernel(tma, torch.bfloat16, plain, dcgan,
+                                                    hopper=hopper)
+                assert not planner.trains_on_kernel(tma, torch.float32, plain, odd,
+                                                    hopper=hopper)
+                assert not planner.trains_on_kernel(tma, torch.float32, plain, shallow,
+                                                    hopper=hopper)
+                assert not planner.trains_on_kernel(tma, torch.float32, grouped, (512, 128, 4, 4),
+                                                    hopper=hopper)
+                assert not planner.trains_on_kernel(tma, torch.float32, stride9, (64, 64, 9, 9),
+                                                    hopper=hopper)
+
+
 def test_backward_plan_off_cuda_is_atens_fallback(capability):
     args = ConvTransposeArgs.from_values((2, 2), (1, 1), (0, 0), 16, (1, 1))
     on_cpu = planner.backward_plan(torch.device("cpu"), torch.float32, (16, 1, 4, 4), args, True)

@@ -286,19 +286,22 @@ def test_a_layer_without_a_cudnn_kernel_trains_on_ours_by_default(mode, channels
 
 
 @pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "nhwc"])
-def test_fp32_strict_input_gradient_runs_on_gemm_phase_tma_with_kernels_in_training(
-        channels_last):
-    """fp32 without TF32, kernels_in_training=True, on Hopper: a dense layer with a cuDNN kernel
-    (DCGAN's second layer at batch 64: 32 output tiles, so its sums run in k slices) takes the
-    input gradient on gemm_phase_tma's kernel (3xTF32) and the reduce of its slices; the weight
-    gradient stays cuDNN's. Three steps with optimizer updates on fresh inputs; outputs and all
-    three gradients against float64 next to PyTorch's."""
+@pytest.mark.parametrize("kernels_in_training", [None, True], ids=["default", "on"])
+def test_fp32_strict_training_runs_the_input_gradient_on_gemm_phase_tma(
+        kernels_in_training, channels_last):
+    """fp32 without TF32 on Hopper, by default and with kernels_in_training=True: a dense layer
+    with a cuDNN kernel (DCGAN's second layer at batch 64: 32 output tiles, so its sums run in k
+    slices) trains on its planned forward with the input gradient on gemm_phase_tma's kernel
+    (3xTF32) and the reduce of its slices; the weight gradient stays cuDNN's. Three steps with
+    optimizer updates on fresh inputs; outputs and all three gradients against float64 next to
+    PyTorch's."""
     if torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("gemm_phase_tma runs on compute capability 9.0 only")
     dtype = torch.float32
     torch.manual_seed(9)
     ref = nn.ConvTranspose2d(512, 256, 4, 2, 1, device="cuda", dtype=dtype)
-    model = deconv_patch.optimize(nn.Sequential(copy.deepcopy(ref)), kernels_in_training=True)
+    model = deconv_patch.optimize(nn.Sequential(copy.deepcopy(ref)),
+                                  kernels_in_training=kernels_in_training)
     fast = model[0]
     layout = torch.channels_last if channels_last else torch.contiguous_format
     opt = torch.optim.SGD(fast.parameters(), lr=0.1)
@@ -320,6 +323,7 @@ def test_fp32_strict_input_gradient_runs_on_gemm_phase_tma_with_kernels_in_train
             names, got, want, exact = recorded_step(
                 fast, ref, x, dy, lambda x, w, b: F.conv_transpose2d(x, w, b, 2, 1))
             assert "ConvTransposeFunction" in got[0].grad_fn.name(), got[0].grad_fn
+            assert fast.training_backend != planner.ATEN, fast.training_backend
             forward_tma = fast.plan_for(x).variant.startswith(planner.GEMM_PHASE_TMA)
             tma_gemms = sum("conv_transpose2d_gemm_phase_tma_kernel" in n for n in names)
             assert tma_gemms == 1 + forward_tma, names
