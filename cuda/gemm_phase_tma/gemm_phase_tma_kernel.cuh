@@ -1543,7 +1543,9 @@ int pt_schedule(PtArgs& a, int sms, bool pingpong) {
 // as into a dense channels_last fp32 output (pt_slice_params), so they take the Vec or Direct
 // store and one phase per segment.
 constexpr int kPtMaxSlices = 16;
-constexpr int kPtMinSliceBlocks = 4;  // k blocks per slice: the ring's stages stay in use
+// k blocks per slice: fewer leave too little work to pay for the workspace and the reduce
+// (docs/performance/training.md, "k slices").
+constexpr int kPtMinSliceBlocks = 8;
 
 // Elements of one slice of the workspace: the output's, dense.
 int64_t pt_slice_elems(const ConvTranspose2dParams& p) {
