@@ -7,7 +7,7 @@ with a double backward keeping ATen's differentiable one."""
 from __future__ import annotations
 
 import copy
-from typing import Tuple
+from typing import Optional, Tuple
 
 import pytest
 import torch
@@ -164,6 +164,20 @@ def _kernel_names(fn) -> list:
     return [e.name for e in prof.events()]
 
 
+def step_inputs(fast, ref, x_shape, dy_shape, dtype: torch.dtype, layout: torch.memory_format,
+                dy_dtype: Optional[torch.dtype] = None) -> Tuple[torch.Tensor, torch.Tensor]:
+    """A training step's fresh input (requiring a gradient) and grad_output in `layout`, with
+    ref (an nn.ConvTranspose2d) given fast's parameters as the optimizer left them."""
+    with torch.no_grad():
+        ref.weight.copy_(fast.weight)
+        ref.bias.copy_(fast.bias)
+    x = torch.randn(*x_shape, device="cuda", dtype=dtype).contiguous(
+        memory_format=layout).requires_grad_()
+    dy = torch.randn(*dy_shape, device="cuda", dtype=dy_dtype or dtype).contiguous(
+        memory_format=layout)
+    return x, dy
+
+
 def recorded_step(fast, ref, x: torch.Tensor, dy: torch.Tensor, exact_conv):
     """One training call of `fast` and of `ref` (an nn.ConvTranspose2d holding fast's parameters)
     on x with grad_output dy: the CUDA kernels fast's call ran (profiled), then its output and
@@ -252,13 +266,7 @@ def test_a_layer_without_a_cudnn_kernel_trains_on_ours_by_default(mode, channels
     opt = torch.optim.SGD(fast.parameters(), lr=0.1)
     with torch.backends.cudnn.flags(enabled=True, benchmark=False, allow_tf32=mode == "tf32"):
         for step in range(3):
-            with torch.no_grad():
-                ref.weight.copy_(fast.weight)
-                ref.bias.copy_(fast.bias)
-            x = torch.randn(4, 32, 20, 18, device="cuda", dtype=dtype).contiguous(
-                memory_format=layout).requires_grad_()
-            dy = torch.randn(4, 24, 23, 21, device="cuda", dtype=dtype).contiguous(
-                memory_format=layout)
+            x, dy = step_inputs(fast, ref, (4, 32, 20, 18), (4, 24, 23, 21), dtype, layout)
             if ours and not fast.plan_for(x).uses_kernel:
                 pytest.skip(f"the forward's plan here is {fast.plan_for(x).variant}")
             names, got, want, exact = recorded_step(
@@ -307,13 +315,7 @@ def test_fp32_strict_training_runs_the_input_gradient_on_gemm_phase_tma(
     opt = torch.optim.SGD(fast.parameters(), lr=0.1)
     with torch.backends.cudnn.flags(enabled=True, benchmark=False, allow_tf32=False):
         for step in range(3):
-            with torch.no_grad():
-                ref.weight.copy_(fast.weight)
-                ref.bias.copy_(fast.bias)
-            x = torch.randn(64, 512, 4, 4, device="cuda", dtype=dtype).contiguous(
-                memory_format=layout).requires_grad_()
-            dy = torch.randn(64, 256, 8, 8, device="cuda", dtype=dtype).contiguous(
-                memory_format=layout)
+            x, dy = step_inputs(fast, ref, (64, 512, 4, 4), (64, 256, 8, 8), dtype, layout)
             backward = planner.backward_plan(x.device, dtype, fast.weight.shape,
                                              fast._args(fast.output_padding), channels_last)
             assert backward.grad_input.variant == planner.PHASE_TMA_BACKWARD, backward

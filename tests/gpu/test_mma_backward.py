@@ -19,7 +19,7 @@ from deconv_patch.kernels.extension import load_units
 from deconv_patch.reference import tf32_round
 from tests.gpu.test_direct_backward import CASES as DIRECT_CASES
 from tests.gpu.test_direct_backward import Case, _aten, _poison, _tensors, assert_gradient, \
-    recorded_step
+    recorded_step, step_inputs
 from tests.helpers import allowed_error, assert_step_within_bar, max_error
 
 pytestmark = pytest.mark.cuda
@@ -169,13 +169,8 @@ def test_a_few_output_channel_layer_trains_on_ours_by_default(mode, channels_las
     with torch.backends.cudnn.flags(enabled=True, benchmark=False, allow_tf32=mode != "fp32"), \
             torch.autocast("cuda", torch.bfloat16, enabled=autocast):
         for _ in range(3):
-            with torch.no_grad():
-                ref.weight.copy_(fast.weight)
-                ref.bias.copy_(fast.bias)
-            x = torch.randn(16, 64, 24, 20, device="cuda", dtype=dtype).contiguous(
-                memory_format=layout).requires_grad_()
-            dy = torch.randn(16, 3, 48, 40, device="cuda", dtype=run_dtype).contiguous(
-                memory_format=layout)
+            x, dy = step_inputs(fast, ref, (16, 64, 24, 20), (16, 3, 48, 40), dtype, layout,
+                                dy_dtype=run_dtype)
             variant = fast.plan_for(x).variant  # (under autocast, for autocast's casts)
             if ours and chosen is None and not autocast and not planner.trains_on_kernel(
                     variant, dtype, fast._args(fast.output_padding), tuple(fast.weight.shape)):
