@@ -193,7 +193,7 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
         here, without planning)."""
         ever = self.__dict__.get("_may_ever_train")
         return ever is False or (ever is planner.FP32_STRICT_ONLY and
-                                 not planner.strict_fp32_call(input))
+                                 not planner.strict_fp32_call(input.dtype))
 
     def _may_train_on_kernel(self, dtype: torch.dtype) -> bool:
         """kernels_in_training, with None (the default) answered from the hyperparameters and

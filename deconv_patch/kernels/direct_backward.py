@@ -137,7 +137,7 @@ def _phase_tma_input_gradient(weight_shape: Sequence[int], args: ConvTransposeAr
       layer of the suite, and ATen's native one;
     * on a layer without a cuDNN kernel, also in 16-bit, and in TF32 where ATen's native GEMMs
       run TF32 as well (with fp32 GEMMs its input gradient is fp32's).
-    With cuDNN in 16-bit and TF32 it won and lost by layer (0.45-16x): cuDNN keeps those."""
+    With cuDNN in 16-bit and TF32 it won and lost by layer: cuDNN keeps those."""
     _, out_channels, kh, kw = weight_shape
     if args.groups != 1 or max(args.stride) > MAX_PHASE_TMA_STRIDE:
         return None

@@ -450,9 +450,8 @@ def may_train_on_kernel(in_channels: int, out_channels: int, groups: int,
     hyperparameters alone, before any autocast or backend state is read."""
     if _trains_on_grouped_kernel(in_channels, out_channels, groups, stride):
         return True
-    if groups == 1 and dtype == torch.float32 and not conv_tf32() and \
-            not torch.is_autocast_enabled("cuda"):
-        return True  # (fp32 without TF32: trains_on_kernel asks the plan and the device)
+    if groups == 1 and strict_fp32_call(dtype):
+        return True  # (trains_on_kernel asks the plan and the device)
     without_cudnn = output_padding_reaches_stride(output_padding, stride)
     if not without_cudnn and \
             not direct_backward.few_output_layer(in_channels, out_channels, groups):
@@ -480,11 +479,10 @@ def may_ever_train_on_kernel(in_channels: int, out_channels: int, groups: int,
     return FP32_STRICT_ONLY if groups == 1 else False
 
 
-def strict_fp32_call(input: torch.Tensor) -> bool:
-    """A call in fp32 without TF32 (not under CUDA autocast): what a FP32_STRICT_ONLY layer's
-    recorded call may train on ours in."""
-    return input.dtype is torch.float32 and not conv_tf32() and \
-        not torch.is_autocast_enabled("cuda")
+def strict_fp32_call(dtype: torch.dtype) -> bool:
+    """A call of this input dtype runs in fp32 without TF32 (not under CUDA autocast): what a
+    dense layer's recorded call may train on ours in (FP32_STRICT_ONLY)."""
+    return fp32_strict(dtype) and not torch.is_autocast_enabled("cuda")
 
 
 def _trains_on_grouped_kernel(in_channels: int, out_channels: int, groups: int,
