@@ -62,7 +62,7 @@ at::Tensor phase_tma_grad_input(const at::Tensor& input, const at::Tensor& grad_
   p.out_channels_last = grad.is_contiguous(at::MemoryFormat::ChannelsLast);
 
   const bool allow_tf32 = kind == ScalarKind::kFloat32 && conv_allows_tf32(at::globalContext());
-  UnitCall call{kind, kind, allow_tf32, -1, nullptr, nullptr, stream, &find_family_unit};
+  UnitCall call = unit_call(kind, allow_tf32, -1);
   refuse_unless(unit->supports(p, call), "a call the kernel supports");
   const int64_t bytes = unit->packed_weight_bytes(p, call);
   refuse_unless(bytes > 0, "a weight the kernel packs");
@@ -71,11 +71,7 @@ at::Tensor phase_tma_grad_input(const at::Tensor& input, const at::Tensor& grad_
   C10_CUDA_CHECK(unit->pack_weight(p, call, packed.data_ptr()));
   call.packed = packed.data_ptr();
   // Few output tiles with deep sums run in k slices: fp32 partials reduced in order.
-  at::Tensor workspace;
-  if (const int64_t ws_bytes = unit->workspace_bytes(p, call); ws_bytes > 0) {
-    workspace = at::empty({ws_bytes}, weight.options().dtype(at::kByte));
-    call.workspace = workspace.data_ptr();
-  }
+  const at::Tensor workspace = unit_workspace(*unit, p, call, weight.options());
   C10_CUDA_CHECK(unit->launch(p, call));
   return grad;
 }

@@ -95,15 +95,20 @@ at::Tensor channels_last_copy(const at::Tensor& input, cudaStream_t stream) {
   return input.contiguous(at::MemoryFormat::ChannelsLast);
 }
 
-namespace {
-
-// A call of one family: the element types, TF32 flag and config, on the current stream.
 UnitCall unit_call(ScalarKind kind, bool allow_tf32, int64_t config) {
   return UnitCall{kind, kind, allow_tf32, static_cast<int>(config), nullptr, nullptr,
                   c10::cuda::getCurrentCUDAStream().stream(), &find_family_unit};
 }
 
-}  // namespace
+at::Tensor unit_workspace(const FamilyUnit& unit, const ConvTranspose2dParams& p, UnitCall& call,
+                          const at::TensorOptions& options) {
+  at::Tensor workspace;
+  if (const int64_t bytes = unit.workspace_bytes(p, call); bytes > 0) {
+    workspace = at::empty({bytes}, options.dtype(at::kByte));
+    call.workspace = workspace.data_ptr();
+  }
+  return workspace;
+}
 
 // The weight re-laid-out for family `family_code` (its pack_weight: the tile layouts of the
 // packed-weight GEMMs, gemm_kxs's tap-major copy, gemm_col2im's GEMM weight). Depends on the
@@ -238,11 +243,7 @@ at::Tensor conv_transpose2d_forward(int64_t family_code, const at::Tensor& input
   }
   // The workspace first: a family whose GEMM writes into it asks that GEMM about the call
   // (gemm_col2im), and the GEMM checks its output.
-  at::Tensor workspace;
-  if (const int64_t bytes = unit.workspace_bytes(p, call); bytes > 0) {
-    workspace = at::empty({bytes}, input.options().dtype(at::kByte));
-    call.workspace = workspace.data_ptr();
-  }
+  const at::Tensor workspace = unit_workspace(unit, p, call, input.options());
   refuse_unless(unit.supports(p, call), "the ", unit.name, " kernel does not support this call");
   if (unit.reads_packed(call)) {
     // pack_weight's output for this call: the right size, on the input's device.

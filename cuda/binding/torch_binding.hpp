@@ -13,6 +13,7 @@
 #include <ATen/core/Tensor.h>
 #include <c10/util/Optional.h>
 
+#include "common/family_unit.h"
 #include "common/params.h"
 
 namespace deconv_patch {
@@ -41,6 +42,15 @@ at::Tensor conv_transpose2d_forward(int64_t family_code, const at::Tensor& input
 // through its strides, and the hyperparameters.
 void fill_weight_params(ConvTranspose2dParams& p, const at::Tensor& weight, at::IntArrayRef stride,
                         at::IntArrayRef padding, at::IntArrayRef dilation, int64_t groups);
+
+// A call of one family: the element types, TF32 flag and config (-1: the family's choice), on
+// the current stream.
+UnitCall unit_call(ScalarKind kind, bool allow_tf32, int64_t config);
+
+// The scratch memory `unit` asks for the call (bytes, on `options`' device), set as
+// call.workspace; undefined where it asks for none. Keep it alive until the launch is queued.
+at::Tensor unit_workspace(const FamilyUnit& unit, const ConvTranspose2dParams& p, UnitCall& call,
+                          const at::TensorOptions& options);
 
 // A channels_last copy of 4-D `input` on `stream` (the row-reading kernels' input re-layout).
 at::Tensor channels_last_copy(const at::Tensor& input, cudaStream_t stream);

@@ -1585,11 +1585,10 @@ int pt_pick_slices(const ConvTranspose2dParams& p, const PtArgs& a, int sms) {
   return slices;
 }
 
-// Launch arguments in `slices` k slices of `slice_stride` workspace elements each (a and p of
-// the workspace call, pt_slice_params); false for sums that are not plain, a staged store or
-// tiles beyond int32.
-bool pt_apply_slices(PtArgs& a, const ConvTranspose2dParams& p, int slices,
-                     int64_t slice_stride) {
+// Launch arguments in `slices` k slices, each a whole output of workspace (a and p of the
+// workspace call, pt_slice_params); false for sums that are not plain, a staged store or tiles
+// beyond int32.
+bool pt_apply_slices(PtArgs& a, const ConvTranspose2dParams& p, int slices) {
   if (slices <= 1) return true;
   if (slices > kPtMaxSlices || !pt_plain_sums(p) || a.ncw != 1 || a.mode == kPtStoreStaged)
     return false;
@@ -1597,7 +1596,7 @@ bool pt_apply_slices(PtArgs& a, const ConvTranspose2dParams& p, int slices,
   if (tiles >= kPtMaxTiles) return false;
   a.tiles = (int)tiles;
   a.k_slices = slices;
-  a.slice_stride = slice_stride;
+  a.slice_stride = pt_slice_elems(p);
   return true;
 }
 
@@ -1767,7 +1766,7 @@ cudaError_t pt_launch_cfg(const ConvTranspose2dParams& p, ScalarKind kind, const
                           int sms, int k_slices, cudaStream_t stream) {
   PtArgs a;
   if (!pt_fill_args(a, p, kind, Cfg::kBN, box, h, w)) return cudaErrorInvalidValue;
-  if (!pt_apply_slices(a, p, k_slices, pt_slice_elems(p))) return cudaErrorInvalidValue;
+  if (!pt_apply_slices(a, p, k_slices)) return cudaErrorInvalidValue;
   if (a.tiles == 0) return cudaSuccess;
 
   void (*kernel)(const CUtensorMap, const CUtensorMap, const PtArgs) = nullptr;

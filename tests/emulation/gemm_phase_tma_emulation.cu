@@ -456,7 +456,7 @@ void run_config(const Case& cs, const CaseData& d, const PtBox& box, int sms,
   int64_t kbt = 0;
   const ConvTranspose2dParams q = slices > 1 ? pt_slice_params(p, nullptr) : p;
   const bool ok = pt_fill_args(a, q, cs.kind, BN, box, h, w, &kbt) &&
-                  pt_apply_slices(a, q, slices, pt_slice_elems(p));
+                  pt_apply_slices(a, q, slices);
   CHECK(ok, "fill_args");
   if (!ok) return;
   CHECK(a.k_slices == slices && (slices == 1 || (a.ncw == 1 && a.mode != kPtStoreStaged)),
