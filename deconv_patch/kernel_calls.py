@@ -142,7 +142,7 @@ def op_call_key(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.
             weight.stride(), weight.dtype, weight.device,
             None if bias is None else (bias.shape, bias.stride(), bias.dtype, bias.device),
             tuple(_hashable(v) for v in hyper), torch._C._get_cudnn_enabled(),
-            planner.conv_tf32(), torch._C._get_cudnn_benchmark(),
+            planner.conv_tf32(), planner.matmul_tf32(), torch._C._get_cudnn_benchmark(),
             planner.forced_variant(), epilogue.activation, epilogue.negative_slope)
 
 

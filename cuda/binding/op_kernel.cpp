@@ -26,7 +26,7 @@
 #include <c10/util/Exception.h>
 #include <torch/library.h>
 
-#include "binding/conv_tf32.hpp"
+#include "binding/tf32_settings.hpp"
 #include "binding/op_kernel.hpp"
 #include "binding/prepared_call.hpp"
 #include "binding/recorded_call.hpp"
@@ -42,9 +42,10 @@ constexpr size_t kCacheLimit = 1024;
 
 // Everything a plan depends on, as the Python key (op_call_key) has it, less the forced
 // variant (a call inside a use_variant block never reaches the cache): each tensor's dim,
-// sizes, strides, dtype and device; the hyperparameters; cuDNN's flags.
+// sizes, strides, dtype and device; the hyperparameters; cuDNN's flags and cuBLAS's TF32 setting
+// (a recorded call's input-gradient plan reads it).
 constexpr int kTensorFields = 11;  // dim, 4 sizes, 4 strides, dtype, device index
-constexpr int kKeyFields = 3 * kTensorFields + 9 + 3;
+constexpr int kKeyFields = 3 * kTensorFields + 9 + 4;
 using CallKey = std::array<int64_t, kKeyFields>;
 
 struct CallKeyHash {
@@ -118,6 +119,7 @@ bool make_key(CallKey& k, const at::Tensor& input, const at::Tensor& weight,
   k[at + 9] = ctx.userEnabledCuDNN();
   k[at + 10] = conv_allows_tf32(ctx);
   k[at + 11] = ctx.benchmarkCuDNN();
+  k[at + 12] = matmul_allows_tf32(ctx);
   return true;
 }
 

@@ -13,7 +13,7 @@
 //                   planner's per gradient: ATen's, or the direct, tiled or mma backward kernels
 //                   (binding/recorded_call.cpp).
 //   ModuleFastPath  a FastConvTranspose2d's last call geometry. An identical call (same sizes,
-//                   strides, dtypes, devices, cuDNN flags) made where the module's Python path
+//                   strides, dtypes, devices, cuDNN flags, TF32 settings) made where the module's Python path
 //                   would take the same branch (no dispatch or torch-function mode, no functorch
 //                   transform, no tracer; autocast as armed, its casts made as ATen's) runs the
 //                   planned PyTorch convolution or the PreparedCall directly (recorded, where
@@ -36,7 +36,7 @@
 #include <torch/csrc/autograd/python_variable.h>
 #include <torch/csrc/jit/frontend/tracer.h>
 
-#include "binding/conv_tf32.hpp"
+#include "binding/tf32_settings.hpp"
 #include "binding/direct_backward_call.hpp"
 #include "binding/kept_buffers.hpp"
 #include "binding/prepared_call.hpp"
@@ -207,6 +207,7 @@ class ModuleFastPath {
         output_padding_(std::move(output_padding)), dilation_(std::move(dilation)),
         groups_(groups), record_(record), cudnn_enabled_(at::globalContext().userEnabledCuDNN()),
         allow_tf32_(conv_allows_tf32(at::globalContext())),
+        matmul_tf32_(matmul_allows_tf32(at::globalContext())),
         benchmark_(at::globalContext().benchmarkCuDNN()),
         autocast_(at::autocast::is_autocast_enabled(at::kCUDA)),
         autocast_dtype_(at::autocast::get_autocast_dtype(at::kCUDA)) {}
@@ -252,7 +253,7 @@ class ModuleFastPath {
   bool context_unchanged() const {
     const at::Context& ctx = at::globalContext();
     return ctx.userEnabledCuDNN() == cudnn_enabled_ && conv_allows_tf32(ctx) == allow_tf32_ &&
-           ctx.benchmarkCuDNN() == benchmark_ &&
+           matmul_allows_tf32(ctx) == matmul_tf32_ && ctx.benchmarkCuDNN() == benchmark_ &&
            at::autocast::is_autocast_enabled(at::kCUDA) == autocast_ &&
            (!autocast_ || at::autocast::get_autocast_dtype(at::kCUDA) == autocast_dtype_) &&
            c10::impl::TorchDispatchModeTLS::stack_len() == 0 &&
@@ -268,7 +269,7 @@ class ModuleFastPath {
   const Ints stride_, padding_, output_padding_, dilation_;
   const int64_t groups_;
   const bool record_;  // calls autograd records run the kernel (the module's kernels_in_training)
-  const bool cudnn_enabled_, allow_tf32_, benchmark_;
+  const bool cudnn_enabled_, allow_tf32_, matmul_tf32_, benchmark_;
   const bool autocast_;
   const at::ScalarType autocast_dtype_;
 };

@@ -34,7 +34,7 @@ from .device_info import device_capability, device_index, is_sm90
 # (use_variant and out_tile_fit_assumed are the planner's API too: planner.use_variant(...))
 from .plan_context import (assumed_out_tile_fit, forced_variant,  # noqa: F401
                            forced_variant_var, out_tile_fit_assumed, use_variant)
-from .precision import conv_tf32, fp32_strict, reduction_depth, tensor_core_problem
+from .precision import conv_tf32, fp32_strict, matmul_tf32, reduction_depth, tensor_core_problem
 from ..layout import cuda_output_channels_last, is_channels_last
 
 KERNEL_DTYPES = (torch.float32, torch.float16, torch.bfloat16)

@@ -12,8 +12,9 @@ import pytest
 import torch
 from torch import nn
 
-from deconv_patch import optimize, validate
+from deconv_patch import ops, optimize, validate
 from deconv_patch.arguments import ConvTransposeArgs
+from deconv_patch.epilogue import IDENTITY
 from deconv_patch.kernels import direct_backward
 from deconv_patch.kernels.planner import conv_tf32
 from deconv_patch.kernels.precision import matmul_tf32
@@ -106,3 +107,22 @@ def test_matmul_set_apart_from_the_backend_is_read_without_the_legacy_getter(res
     assert matmul_tf32() is False
     assert direct_backward.grad_input_kernel((6, 3, 3, 3), args, torch.float32, False) \
         is not None
+
+
+def test_a_plan_is_kept_per_cublas_tf32_setting(restored_tf32):
+    """A recorded call's input-gradient plan reads the matmul setting (the layer without a cuDNN
+    kernel above), so the module's and the op's plan caches key on it: a plan made under one
+    setting is not reused under the other."""
+    layer = optimize(nn.Sequential(nn.ConvTranspose2d(6, 3, 3, stride=1, padding=1,
+                                                      output_padding=1, dilation=2)))[0]
+    x, w = torch.randn(2, 6, 5, 7), torch.randn(6, 3, 3, 3)
+    hyper = ([1, 1], [1, 1], [1, 1], 1, [2, 2])
+    keys, plans = [], []
+    for allowed in (True, False, True):
+        torch.backends.cuda.matmul.allow_tf32 = allowed
+        assert matmul_tf32() is allowed
+        keys.append(ops.op_call_key(x, w, None, hyper, IDENTITY))
+        layer.plan_for(x)
+        plans.append(len(layer.__dict__["_plan_cache"]))
+    assert keys[0] != keys[1] and keys[0] == keys[2]
+    assert plans == [1, 2, 2]

@@ -18,7 +18,8 @@ import deconv_patch
 from deconv_patch.arguments import ConvTransposeArgs
 from deconv_patch.kernels import planner
 from deconv_patch.kernels.extension import load_units
-from tests.helpers import allowed_error, assert_step_within_bar, max_error
+from tests.helpers import (allowed_error, assert_step_within_bar, max_error,
+                           tf32_settings_restored)
 
 pytestmark = pytest.mark.cuda
 
@@ -334,6 +335,40 @@ def test_fp32_strict_training_runs_the_input_gradient_on_gemm_phase_tma(
             for p, g in zip(fast.parameters(), got[2:]):
                 p.grad = g
             opt.step()
+
+
+def test_a_recorded_call_follows_the_cublas_tf32_setting_between_steps():
+    """A layer without a cuDNN kernel in fp32 with TF32 allowed for convolutions, training on
+    ours (kernels_in_training=True): its input gradient follows ATen's GEMMs, TF32 on Hopper's
+    gemm_phase_tma kernel where cuBLAS may use TF32, the fp32 tiled kernel where it may not.
+    The same geometry called again after the setting changed is planned again (the module's
+    armed C++ path and plan cache key on it): with fp32 GEMMs a stale TF32 input gradient would
+    miss the bar by orders of magnitude. The gradients of each step against float64 next to
+    PyTorch's under the same settings."""
+    torch.manual_seed(11)
+    dtype, hopper = torch.float32, torch.cuda.get_device_capability() == (9, 0)
+    ref = nn.ConvTranspose2d(32, 24, 3, 1, 1, 1, dilation=2, device="cuda", dtype=dtype)
+    fast = deconv_patch.FastConvTranspose2d.from_module(copy.deepcopy(ref))
+    fast.kernels_in_training = True
+    with tf32_settings_restored(), \
+            torch.backends.cudnn.flags(enabled=True, benchmark=False, allow_tf32=True):
+        for matmul_tf32 in (True, False, True, False):
+            torch.backends.cuda.matmul.allow_tf32 = matmul_tf32
+            x, dy = step_inputs(fast, ref, (4, 32, 20, 18), (4, 24, 23, 21), dtype,
+                                torch.contiguous_format)
+            if not fast.plan_for(x).uses_kernel:
+                pytest.skip(f"the forward's plan here is {fast.plan_for(x).variant}")
+            names, got, want, exact = recorded_step(
+                fast, ref, x, dy, lambda x, w, b: F.conv_transpose2d(x, w, b, 1, 1, 1, 1, 2))
+            assert "ConvTransposeFunction" in got[0].grad_fn.name(), got[0].grad_fn
+            tma_gemms = sum("conv_transpose2d_gemm_phase_tma_kernel" in n for n in names)
+            forward_tma = fast.plan_for(x).variant.startswith(planner.GEMM_PHASE_TMA)
+            on_tma = hopper and matmul_tf32
+            assert tma_gemms == forward_tma + on_tma, (matmul_tf32, names)
+            assert any("tiled_grad_input" in n for n in names) == (not matmul_tf32), names
+            # (the output: our TF32 forward next to ATen's native one, whose GEMMs are fp32
+            # where cuBLAS may not use TF32; the bar for TF32 is the forward tests')
+            assert_step_within_bar(got[1:], want[1:], exact[1:], dtype)
 
 
 def test_a_double_backward_keeps_atens_differentiable_gradients():
