@@ -189,11 +189,11 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
 
     def _trains_on_pytorch(self, input: torch.Tensor) -> bool:
         """The answer cached from the hyperparameters, where it settles a recorded call: never
-        ours, or ours in fp32 without TF32 only and this call is not (dtype and flag tested
-        here, without planning)."""
+        ours, or ours in fp32 without TF32 on Hopper only and this call is not (dtype, flag
+        and device tested here, without planning)."""
         ever = self.__dict__.get("_may_ever_train")
-        return ever is False or (ever is planner.FP32_STRICT_ONLY and
-                                 not planner.strict_fp32_call(input.dtype))
+        return ever is False or (ever is planner.FP32_STRICT_ONLY and not (
+            planner.strict_fp32_call(input.dtype) and planner.hopper_device(input.device)))
 
     def _may_train_on_kernel(self, dtype: torch.dtype) -> bool:
         """kernels_in_training, with None (the default) answered from the hyperparameters and
@@ -205,11 +205,11 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
         ever = self.__dict__.get("_may_ever_train")  # (from the hyperparameters: __setattr__)
         if ever is None:
             ever = self.__dict__["_may_ever_train"] = planner.may_ever_train_on_kernel(
-                self.in_channels, self.out_channels, self.groups, self.stride,  # type: ignore[arg-type]
-                self.output_padding)  # type: ignore[arg-type]
+                self.in_channels, self.out_channels, self.kernel_size, self.groups,  # type: ignore[arg-type]
+                self.stride, self.output_padding)  # type: ignore[arg-type]
         return ever and planner.may_train_on_kernel(
-            self.in_channels, self.out_channels, self.groups, self.stride,  # type: ignore[arg-type]
-            self.output_padding, dtype)  # type: ignore[arg-type]
+            self.in_channels, self.out_channels, self.kernel_size, self.groups,  # type: ignore[arg-type]
+            self.stride, self.output_padding, dtype)  # type: ignore[arg-type]
 
     def _records_on(self, entry: "_Entry") -> bool:
         """Whether a call autograd records runs `entry`'s kernel: kernels_in_training, with

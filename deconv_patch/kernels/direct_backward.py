@@ -120,6 +120,16 @@ def weight_grad_kernel(weight_shape: Sequence[int], args: ConvTransposeArgs,
     return None
 
 
+def strict_phase_tma_layer(out_channels: int, kernel_size: Sequence[int], groups: int,
+                           stride: Sequence[int]) -> bool:
+    """The hyperparameters of a layer whose input gradient gemm_phase_tma's kernel takes in fp32
+    without TF32 (on Hopper): one group, strides up to MAX_PHASE_TMA_STRIDE, grad_output's fp32
+    channels in whole 16-byte rows (its TMA loads) and sums of at least MIN_3XTF32_DEPTH
+    products (grad_output channels x taps: 3xTF32's bar)."""
+    return (groups == 1 and max(stride) <= MAX_PHASE_TMA_STRIDE and out_channels % 4 == 0
+            and out_channels * kernel_size[0] * kernel_size[1] >= MIN_3XTF32_DEPTH)
+
+
 def strict_input_gradient_on_phase_tma(weight_shape: Sequence[int], args: ConvTransposeArgs,
                                        dtype: torch.dtype) -> bool:
     """fp32 without TF32 (on Hopper): whether gemm_phase_tma's kernel takes this layer's input
@@ -143,7 +153,8 @@ def _phase_tma_input_gradient(weight_shape: Sequence[int], args: ConvTransposeAr
         return None
     if out_channels % (16 // dtype.itemsize) != 0:
         return None
-    if fp32_strict(dtype) and out_channels * kh * kw >= MIN_3XTF32_DEPTH:
+    if fp32_strict(dtype) and strict_phase_tma_layer(out_channels, (kh, kw), args.groups,
+                                                     args.stride):
         return ("fp32 without TF32, one group: the input gradient as a strided correlation on "
                 "gemm_phase_tma's kernel (3xTF32) measured faster than "
                 + ("ATen's native one" if args.without_cudnn else "cuDNN's"))

@@ -439,8 +439,8 @@ def trains_on_kernel(variant: str, dtype: torch.dtype, args: ConvTransposeArgs,
     return dtype in direct_backward.SIXTEEN_BIT
 
 
-def may_train_on_kernel(in_channels: int, out_channels: int, groups: int,
-                        stride: Sequence[int], output_padding: Sequence[int],
+def may_train_on_kernel(in_channels: int, out_channels: int, kernel_size: Sequence[int],
+                        groups: int, stride: Sequence[int], output_padding: Sequence[int],
                         dtype: torch.dtype) -> bool:
     """A layer's hyperparameters and the input's dtype alone: False where trains_on_kernel
     can hold for none of its calls without output_size= (plan_layer gives the grouped kernel
@@ -450,7 +450,8 @@ def may_train_on_kernel(in_channels: int, out_channels: int, groups: int,
     hyperparameters alone, before any autocast or backend state is read."""
     if _trains_on_grouped_kernel(in_channels, out_channels, groups, stride):
         return True
-    if groups == 1 and strict_fp32_call(dtype):
+    if strict_fp32_call(dtype) and direct_backward.strict_phase_tma_layer(
+            out_channels, kernel_size, groups, stride):
         return True  # (trains_on_kernel asks the plan and the device)
     without_cudnn = output_padding_reaches_stride(output_padding, stride)
     if not without_cudnn and \
@@ -466,23 +467,31 @@ def may_train_on_kernel(in_channels: int, out_channels: int, groups: int,
 FP32_STRICT_ONLY = "fp32 strict only"
 
 
-def may_ever_train_on_kernel(in_channels: int, out_channels: int, groups: int,
-                             stride: Sequence[int], output_padding: Sequence[int]):
+def may_ever_train_on_kernel(in_channels: int, out_channels: int, kernel_size: Sequence[int],
+                             groups: int, stride: Sequence[int], output_padding: Sequence[int]):
     """may_train_on_kernel for some dtype and backend flags, which a module answers once for all
-    its recorded calls: True, False (grouped layers off the grouped kernel's ground), or
-    FP32_STRICT_ONLY for the other dense layers (a recorded call then tests its dtype and the
-    TF32 flag inline: strict_fp32_call)."""
+    its recorded calls: True, FP32_STRICT_ONLY for the other layers whose input gradient
+    gemm_phase_tma's kernel takes in fp32 without TF32 (a recorded call then tests its dtype,
+    the TF32 flag and the device inline: strict_fp32_call), else False."""
     if _trains_on_grouped_kernel(in_channels, out_channels, groups, stride) or \
             output_padding_reaches_stride(output_padding, stride) or \
             direct_backward.few_output_layer(in_channels, out_channels, groups):
         return True
-    return FP32_STRICT_ONLY if groups == 1 else False
+    if direct_backward.strict_phase_tma_layer(out_channels, kernel_size, groups, stride):
+        return FP32_STRICT_ONLY
+    return False
 
 
 def strict_fp32_call(dtype: torch.dtype) -> bool:
     """A call of this input dtype runs in fp32 without TF32 (not under CUDA autocast): what a
     dense layer's recorded call may train on ours in (FP32_STRICT_ONLY)."""
     return fp32_strict(dtype) and not torch.is_autocast_enabled("cuda")
+
+
+def hopper_device(device: torch.device) -> bool:
+    """A CUDA device of compute capability 9.0, where gemm_phase_tma's kernels run (False off
+    CUDA): the device test of a FP32_STRICT_ONLY layer's recorded call."""
+    return device.type == "cuda" and is_sm90(device)
 
 
 def _trains_on_grouped_kernel(in_channels: int, out_channels: int, groups: int,

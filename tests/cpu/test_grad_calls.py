@@ -104,17 +104,22 @@ def test_summary_says_where_training_runs_pytorch():
         (128, 128, 8, 4, 2, 0, 2, True, True, True),       # 16 per group
         (128, 128, 2, 4, 2, 0, 2, False, False, False),    # 64 per group: not the grouped kernel's
         (64, 64, 64, 4, 8, 0, 2, False, False, False),     # stride area 64: cuDNN's
-        # dense: in fp32 without TF32 (the plan and the device decide: trains_on_kernel)
+        # dense: in fp32 without TF32 where gemm_phase_tma's kernel takes the input gradient
+        # (the plan and the device then decide: trains_on_kernel)
         (64, 32, 1, 4, 2, 0, 2, False, False, True),
         (64, 32, 1, 4, 2, 1, 2, False, False, True),       # dense, output_padding < stride
+        (64, 30, 1, 4, 2, 0, 1, False, False, False),      # 30 fp32 channels: no 16-byte rows
+        (64, 8, 1, 2, 2, 0, 1, False, False, False),       # sums of 32 products: below 3xTF32's
+        (64, 32, 1, 16, 16, 0, 1, False, False, False),    # stride 16
         # dense, output_padding >= stride: no cuDNN kernel (fp32 with TF32 keeps PyTorch's)
         (64, 32, 1, 4, 1, 1, 2, True, False, True),
-        # 3 out, 64 in: the tensor-core gradients in 16-bit (fp32 with TF32 keeps PyTorch's)
-        (64, 3, 1, 4, 2, 0, 1, True, False, True),
-        (56, 1, 1, 9, 3, 0, 1, True, False, True),
-        (64, 3, 1, 4, 2, 0, 2, True, False, True),         # dilated
-        (64, 3, 1, 5, 2, 1, 1, True, False, True),         # k5 s2 (WGAN-GP's output)
-        (16, 3, 1, 4, 2, 0, 1, False, False, True),        # 3 out, 16 in
+        # 3 out, 64 in: the tensor-core gradients in 16-bit (fp32 keeps PyTorch's)
+        (64, 3, 1, 4, 2, 0, 1, True, False, False),
+        (56, 1, 1, 9, 3, 0, 1, True, False, False),
+        (64, 3, 1, 4, 2, 0, 2, True, False, False),        # dilated
+        (64, 3, 1, 5, 2, 1, 1, True, False, False),        # k5 s2 (WGAN-GP's output)
+        (64, 4, 1, 4, 2, 0, 1, True, False, True),         # 4 out: also in fp32 without TF32
+        (16, 3, 1, 4, 2, 0, 1, False, False, False),       # 3 out, 16 in
         (128, 4, 2, 4, 2, 0, 1, False, False, False),      # 2 out, 64 in per group: unmeasured
     ])
 def test_only_grouped_cudnn_less_and_few_output_layers_may_train_on_kernels_by_default(
@@ -160,10 +165,12 @@ def test_the_prefilters_answer_from_the_hyperparameters_follows_their_changes():
     assert not layer._may_train_on_kernel(torch.bfloat16)
 
 
-def test_a_dense_layers_recorded_call_asks_the_plan_only_in_fp32_without_tf32():
-    """A dense layer with a cuDNN kernel may train on ours only in fp32 without TF32 (the plan and
-    the device then decide): its cached answer says so, and a recorded call in another dtype or
-    with TF32 allowed goes to PyTorch's convolution from the dtype and the flag alone."""
+def test_a_dense_layers_recorded_call_asks_the_plan_only_in_fp32_without_tf32(monkeypatch):
+    """A dense layer with a cuDNN kernel may train on ours only in fp32 without TF32 on Hopper
+    (the plan then decides): its cached answer says so, and a recorded call in another dtype,
+    with TF32 allowed or on another device goes to PyTorch's convolution from the dtype, the
+    flag and the device alone. A layer whose input gradient gemm_phase_tma's kernel cannot take
+    (30 fp32 output channels fill no 16-byte rows) is answered never."""
     from torch import nn
 
     import deconv_patch
@@ -173,11 +180,19 @@ def test_a_dense_layers_recorded_call_asks_the_plan_only_in_fp32_without_tf32():
     x = torch.randn(2, 64, 5, 5)
     assert not layer._may_train_on_kernel(torch.bfloat16)
     assert layer.__dict__["_may_ever_train"] is planner.FP32_STRICT_ONLY
+    with torch.backends.cudnn.flags(allow_tf32=False):  # (a CPU input: never Hopper)
+        assert layer._trains_on_pytorch(x)
+    monkeypatch.setattr(planner, "hopper_device", lambda device: device == x.device)
     with torch.backends.cudnn.flags(allow_tf32=True):
         assert layer._trains_on_pytorch(x) and not layer._may_train_on_kernel(torch.float32)
     with torch.backends.cudnn.flags(allow_tf32=False):
         assert not layer._trains_on_pytorch(x) and layer._may_train_on_kernel(torch.float32)
         assert layer._trains_on_pytorch(x.bfloat16()) and layer._trains_on_pytorch(x.double())
+        assert layer._trains_on_pytorch(x.to("meta"))
+    odd = deconv_patch.FastConvTranspose2d.from_module(nn.ConvTranspose2d(64, 30, 4, 2, 1))
+    with torch.backends.cudnn.flags(allow_tf32=False):
+        assert not odd._may_train_on_kernel(torch.float32)
+        assert odd.__dict__["_may_ever_train"] is False and odd._trains_on_pytorch(x)
     grouped = deconv_patch.FastConvTranspose2d.from_module(
         nn.ConvTranspose2d(128, 128, 4, 2, 1, groups=2))
     with torch.backends.cudnn.flags(allow_tf32=False):
