@@ -419,7 +419,9 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
             chosen = planner.Plan(known, "autotuned", candidates=chosen.candidates)
         found = cache[key] = _Entry(chosen, trains=planner.trains_on_kernel(
             chosen.variant, input.dtype, args, weight.shape,
-            hopper=input.is_cuda and planner.is_sm90(input.device)))
+            hopper=input.is_cuda and planner.is_sm90(input.device),
+            call=(input.shape, input.dim() == 4 and
+                  input.is_contiguous(memory_format=torch.channels_last))))
         if forced is None:
             self.__dict__["_last_plan"] = (input.device, input.dtype, chosen)
             if chosen.uses_kernel:
@@ -481,16 +483,23 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
     def training_backend(self) -> str:
         """What a call autograd records runs, by `backend`'s plan: that kernel where
         kernels_in_training gives it our kernel (by default planner.trains_on_kernel, for the
-        dtype the calls run in: _call_dtype), else PyTorch's convolution ("aten")."""
+        dtype the calls run in: _call_dtype; for the last call's size and layout where that
+        call's plan is `backend`'s), else PyTorch's convolution ("aten")."""
         stored = self._stored_weight()
         dtype = self._call_dtype(stored)
         if self.activation != "none" or not self._may_train_on_kernel(dtype):
             return planner.ATEN
         backend = self.backend
-        hopper = stored.is_cuda and planner.is_sm90(stored.device)
-        if self.kernels_in_training is None and not planner.trains_on_kernel(
-                backend, dtype, self._args(self.output_padding), stored.shape, hopper=hopper):
-            return planner.ATEN
+        if self.kernels_in_training is None:
+            last = self.__dict__.get("_last_plan")
+            planned = [entry.trains for entry in self.__dict__.get("_plan_cache", {}).values()
+                       if last is not None and entry.plan is last[2]]
+            hopper = stored.is_cuda and planner.is_sm90(stored.device)
+            trains = planned[0] if planned and last[2].variant == backend else \
+                planner.trains_on_kernel(backend, dtype, self._args(self.output_padding),
+                                         stored.shape, hopper=hopper)
+            if not trains:
+                return planner.ATEN
         return backend
 
     def _call_dtype(self, stored: torch.Tensor) -> torch.dtype:

@@ -28,6 +28,7 @@ layers, were faster, and ATen's backward runs.
 
 from __future__ import annotations
 
+import math
 from typing import Optional, Sequence, Tuple
 
 import torch
@@ -42,6 +43,10 @@ MMA_NAME = "mma_backward"
 # phase_tma_grad_input): one group, grad_output channels in 16-byte rows, strides up to 8.
 PHASE_TMA_NAME = "phase_tma_backward"
 MAX_PHASE_TMA_STRIDE = 8
+# fp32 without TF32 in NCHW, a recorded call trains on ours by default only from this many
+# multiply-adds or this sum depth on (strict_input_gradient_repays_host; training.md).
+MIN_STRICT_NCHW_MACS = 1 << 30
+MIN_STRICT_NCHW_DEPTH = 4096
 # Multiply-adds per input pixel (Cin x Cout/groups x KH x KW) above which the direct kernels are
 # not used: the largest measured depthwise layer had 1,024.
 MAX_MACS_PER_PIXEL = 8192
@@ -128,6 +133,21 @@ def strict_phase_tma_layer(out_channels: int, kernel_size: Sequence[int], groups
     products (grad_output channels x taps: 3xTF32's bar)."""
     return (groups == 1 and max(stride) <= MAX_PHASE_TMA_STRIDE and out_channels % 4 == 0
             and out_channels * kernel_size[0] * kernel_size[1] >= MIN_3XTF32_DEPTH)
+
+
+def strict_input_gradient_repays_host(weight_shape: Sequence[int], input_shape: Sequence[int],
+                                      channels_last: bool) -> bool:
+    """fp32 without TF32: whether a call's input gradient on gemm_phase_tma's kernel repays its
+    host work where cuDNN's would run. In channels_last ours took less host time than cuDNN's;
+    in NCHW more (grad_output's copy to channels_last, the weight's pack, the GEMM), so there
+    the call needs MIN_STRICT_NCHW_MACS multiply-adds or sums of MIN_STRICT_NCHW_DEPTH products
+    (grad_output channels x taps), where cuDNN's fp32 input gradient measured 2-7x slower."""
+    if channels_last:
+        return True
+    cin, cout, kh, kw = weight_shape
+    pixels = math.prod(input_shape[-2:]) * (input_shape[0] if len(input_shape) == 4 else 1)
+    return (pixels * cin * cout * kh * kw >= MIN_STRICT_NCHW_MACS
+            or cout * kh * kw >= MIN_STRICT_NCHW_DEPTH)
 
 
 def strict_input_gradient_on_phase_tma(weight_shape: Sequence[int], args: ConvTransposeArgs,

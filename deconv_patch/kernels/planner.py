@@ -407,7 +407,8 @@ def backward_plan(device: torch.device, dtype: torch.dtype, weight_shape: Sequen
 
 
 def trains_on_kernel(variant: str, dtype: torch.dtype, args: ConvTransposeArgs,
-                     weight_shape: Sequence[int], hopper: bool = False) -> bool:
+                     weight_shape: Sequence[int], hopper: bool = False,
+                     call: Optional[Tuple[Sequence[int], bool]] = None) -> bool:
     """Whether a call autograd records runs the planned `variant` when the module leaves it to us
     (kernels_in_training=None), from what measured faster in training, forward and planned
     backward together (docs/performance/training.md):
@@ -422,7 +423,9 @@ def trains_on_kernel(variant: str, dtype: torch.dtype, args: ConvTransposeArgs,
       the tensor-core backward kernels;
     * on Hopper (`hopper`) in fp32 without TF32, a layer whose input gradient gemm_phase_tma's
       kernel takes (direct_backward.strict_input_gradient_on_phase_tma: one group, 3xTF32):
-      any kernel of ours (suite layers 1.00-2.0x forward + backward, DCGAN's step 1.70x).
+      any kernel of ours (DCGAN's step 1.70x), where the call (`call`: the input's shape and
+      whether it is channels_last; None: not known) repays that gradient's host work
+      (direct_backward.strict_input_gradient_repays_host).
     Elsewhere other kernels' training steps were not faster on every model: their recorded calls
     stay PyTorch's. So do the few-output layers in fp32 with TF32 allowed (an FFMA forward with
     the 3xTF32 weight gradient): the steps of models with such a layer measured slower."""
@@ -433,7 +436,8 @@ def trains_on_kernel(variant: str, dtype: torch.dtype, args: ConvTransposeArgs,
     if args.without_cudnn:
         return dtype != torch.float32 or fp32_strict(dtype)
     if hopper and direct_backward.strict_input_gradient_on_phase_tma(weight_shape, args, dtype):
-        return True
+        return call is None or direct_backward.strict_input_gradient_repays_host(
+            weight_shape, *call)
     if not direct_backward.few_output_channels(weight_shape, args):
         return False
     return dtype in direct_backward.SIXTEEN_BIT

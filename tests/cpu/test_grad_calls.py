@@ -288,6 +288,28 @@ def test_an_fp32_layers_training_column_follows_the_dtype_its_last_call_ran_in(
     assert layer.backend == layer.training_backend == "aten"  # every plan is PyTorch's)
 
 
+def test_the_training_column_takes_the_last_calls_own_answer():
+    """A layer whose default answer depends on the call (fp32 without TF32 in NCHW: its size):
+    training_backend reads the cached answer of the call its last plan came from, and the
+    layer's answer where that call is not cached (here on the CPU: not Hopper, PyTorch's)."""
+    from torch import nn
+
+    import deconv_patch
+    from deconv_patch.modules import _Entry
+
+    layer = deconv_patch.optimize(nn.Sequential(nn.ConvTranspose2d(64, 64, 3, 1, 2,
+                                                                   dilation=2)))[0]
+    tma = planner.Plan(planner.GEMM_PHASE_TMA, "test")
+    with torch.backends.cudnn.flags(allow_tf32=False):
+        layer.__dict__["_last_plan"] = (layer.weight.device, torch.float32, tma)
+        assert layer.training_backend == planner.ATEN
+        for trains in (False, True, False):
+            layer.__dict__["_plan_cache"] = {"a call": _Entry(tma, trains=trains)}
+            assert layer.training_backend == (planner.GEMM_PHASE_TMA if trains else planner.ATEN)
+        other = planner.Plan(planner.GEMM_PHASE_TMA, "another call's plan")
+        layer.__dict__["_plan_cache"] = {"a call": _Entry(other, trains=True)}
+        assert layer.training_backend == planner.ATEN
+
 def test_the_default_records_on_the_grouped_kernel_only_once_autotune_has_timed_the_call():
     """A plan autotune has yet to time (the op would time it on the recorded call itself and
     could return a TF32 candidate's output) runs PyTorch's under the default; True keeps it."""

@@ -857,6 +857,33 @@ def test_fp32_strict_recorded_calls_train_on_ours_where_gemm_phase_tma_takes_the
                                                     hopper=hopper)
 
 
+
+@pytest.mark.parametrize("input_shape,channels_last,trains", [
+    ((16, 64, 32, 32), False, False),     # 0.6 G multiply-adds, sums of 576: cuDNN keeps it
+    ((16, 64, 32, 32), True, True),       # channels_last: ours took less host time than cuDNN's
+    ((64, 64, 32, 32), False, True),      # 2.4 G multiply-adds
+    ((64, 32, 32), False, False),         # unbatched
+    ((1, 64, 171, 171), False, True),     # 1.08 G
+])
+def test_fp32_strict_training_in_nchw_needs_a_call_that_repays_the_input_gradients_host_work(
+        input_shape, channels_last, trains):
+    """In NCHW our input gradient (grad_output copied to channels_last, the weight packed, the
+    GEMM) took more host time than cuDNN's: a recorded call trains on ours by default only from
+    MIN_STRICT_NCHW_MACS multiply-adds or sums of MIN_STRICT_NCHW_DEPTH products on; a call of
+    unknown size (the layer's report before any call) is answered from the layer."""
+    dilated = ConvTransposeArgs.from_values((1, 1), (2, 2), (0, 0), 1, (2, 2))
+    weight = (64, 64, 3, 3)
+    with torch.backends.cudnn.flags(allow_tf32=False):
+        assert planner.trains_on_kernel(planner.GEMM_PHASE_TMA, torch.float32, dilated, weight,
+                                        hopper=True, call=(input_shape, channels_last)) == trains
+        assert planner.trains_on_kernel(planner.GEMM_PHASE_TMA, torch.float32, dilated, weight,
+                                        hopper=True)
+        deep = (100, 512, 4, 4)  # DCGAN's first layer: sums of 8,192 on a 1 x 1 input
+        assert planner.trains_on_kernel(planner.GEMM_PHASE_TMA, torch.float32,
+                                        ConvTransposeArgs(), deep, hopper=True,
+                                        call=((64, 100, 1, 1), False))
+
+
 def test_backward_plan_off_cuda_is_atens_fallback(capability):
     args = ConvTransposeArgs.from_values((2, 2), (1, 1), (0, 0), 16, (1, 1))
     on_cpu = planner.backward_plan(torch.device("cpu"), torch.float32, (16, 1, 4, 4), args, True)
