@@ -11,9 +11,12 @@ its variants forced, plus the pieces of our call path (plan-cache lookup, prepar
 --training measures a training call instead (the forward autograd records, alone and with the
 backward of the input and parameters) for nn.ConvTranspose2d, FastConvTranspose2d's default
 (PyTorch's convolution) and its kernels_in_training path (our forward kernel in a C++ node).
+--input-gradient measures the input gradient alone: ATen's (cuDNN's where it has a kernel)
+against gemm_phase_tma's (the binding's phase_tma_grad_input, its weight pack included), with
+fewer calls per timing (a call's three launches must not fill the launch queue).
 
     python benchmarks/host_overhead.py [--only dcgan.g2,simplebl.d2] [--modes bf16,tf32]
-                                       [--training]
+                                       [--training | --input-gradient]
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ from layers import MODES, SUITE, Layer  # noqa: E402
 import deconv_patch  # noqa: E402
 from deconv_patch import kernels, ops
 from deconv_patch.kernels import packed_weights, planner  # noqa: E402
-from deconv_patch.kernels.extension import load_extension  # noqa: E402
+from deconv_patch.kernels.extension import load_extension, load_units  # noqa: E402
 from deconv_patch.timing import capture_graph, time_cuda  # noqa: E402
 
 DEFAULT_ONLY = "dcgan.g2,dcgan.g4,pix2pix.u6,simplebl.d2,vae.dec,maskrcnn"
@@ -192,6 +195,32 @@ def measure_training(layer: Layer, mode: str, layout: str) -> None:
                   f"{'-' if g is None else f'{g:8.1f}':>8s} {event_us(fn):9.1f}", flush=True)
 
 
+def measure_input_gradient(layer: Layer, mode: str, layout: str) -> None:
+    """Host and GPU time of the input gradient alone, ATen's and gemm_phase_tma's: host us as
+    the least of 7 timings of 40 unsynchronised calls."""
+    x, reference = layer_and_input(layer, mode, layout)
+    w = reference.weight.detach()
+    dy = torch.randn_like(reference(x)).contiguous(
+        memory_format=torch.channels_last if layout == "nhwc" else torch.contiguous_format)
+    s, p, d = list(layer.stride), list(layer.padding), list(layer.dilation)
+    core = load_units(kernels.BY_NAME[planner.GEMM_PHASE_TMA].units_for("none", x.dtype))
+    paths = {"ATen": lambda: torch.ops.aten.convolution_backward(
+                 dy, x, w, None, s, p, d, True, list(layer.output_padding), layer.groups,
+                 [True, False, False]),
+             "gemm_phase_tma": lambda: core.phase_tma_grad_input(x, dy, w, s, p, d,
+                                                                 layer.groups)}
+    print(f"{layer.name:28s} {mode} {layout} input gradient", end="")
+    for name, fn in paths.items():
+        try:
+            host = min(host_us(fn, calls=40) for _ in range(7))
+        except Exception as e:  # noqa: BLE001 - a layer the kernel refuses is reported
+            print(f" | {name}: {str(e)[:60]}", end="")
+            continue
+        g = gpu_us(fn)
+        print(f" | {name} host {host:6.1f} gpu {'-' if g is None else f'{g:6.1f}'}", end="")
+    print(flush=True)
+
+
 def print_trace(fn: Callable[[], object], calls: int = 50) -> None:
     """The host side of `calls` calls under torch.profiler: the ATen ops and CUDA runtime /
     driver calls one call makes, by self CPU time per call (what the host time above is made
@@ -220,10 +249,14 @@ def main(argv: Optional[List[str]] = None) -> int:
                    "gemm_kxs_sm90,direct,gemm_kxs")
     p.add_argument("--trace", action="store_true",
                    help="also print the host calls of one planner call (torch.profiler)")
-    p.add_argument("--training", action="store_true",
-                   help="a training call per path instead (recorded forward, + backward)")
+    what = p.add_mutually_exclusive_group()
+    what.add_argument("--training", action="store_true",
+                      help="a training call per path instead (recorded forward, + backward)")
+    what.add_argument("--input-gradient", action="store_true",
+                      help="the input gradient alone, ATen's and gemm_phase_tma's")
     args = p.parse_args(argv)
-    torch.backends.cudnn.benchmark = not args.training  # training: PyTorch's default, as train.py
+    # training and its gradients: PyTorch's default, as train.py
+    torch.backends.cudnn.benchmark = not (args.training or args.input_gradient)
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}")
     wanted = args.only.split(",")
     for layer in SUITE:
@@ -231,8 +264,9 @@ def main(argv: Optional[List[str]] = None) -> int:
             continue
         for mode in args.modes.split(","):
             for layout in args.formats.split(","):
-                if args.training:
-                    measure_training(layer, mode, layout)
+                if args.training or args.input_gradient:
+                    (measure_training if args.training else measure_input_gradient)(
+                        layer, mode, layout)
                     continue
                 variants = [v for v in args.variants.split(",")
                             if not (v.startswith("gemm_phase_sm90") and mode == "tf32")]
