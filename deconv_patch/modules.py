@@ -323,7 +323,9 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
                                    output_padding, self.groups, self.dilation)
             if fused:
                 return activate(y, activation, negative_slope)
-            if entry is not None and not entry.plan.uses_kernel:  # (after PyTorch accepted it)
+            if entry is not None and (not entry.plan.uses_kernel or recorded):
+                # (after PyTorch accepted it; a recorded call that does not train on the
+                # planned kernel arms the path for such calls)
                 self._arm_fast_path(entry, input, weight, bias, output_size, fast_slot)
             return y
         if fused:
@@ -340,16 +342,19 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
         the entry's prepared kernel call, or for PyTorch's convolution when that is the plan
         (CUDA inputs only, and only once the extension is loaded: never a reason to build it).
         Not for output_size= calls, forced variants or plans autotune has yet to time."""
+        record = self._records_on(entry)
         if output_size is not None or entry.tune or planner.forced_variant() is not None or \
-                not input.is_cuda or (entry.plan.uses_kernel and entry.call is None):
+                not input.is_cuda or (entry.plan.uses_kernel and entry.call is None and record):
             return
         ext = loaded_extension()
         if ext is None:
             return
+        # (a kernel plan without a prepared call yet is armed for the recorded calls that do
+        # not train on it: they run PyTorch's convolution in C++ too)
         self.__dict__[fast_slot] = ext.ModuleFastPath(
             entry.call if entry.plan.uses_kernel else None, input, weight, bias,
             list(self.stride), list(self.padding), list(self.output_padding),
-            list(self.dilation), self.groups, self._records_on(entry))
+            list(self.dilation), self.groups, record, entry.plan.uses_kernel)
 
     def train(self, mode: bool = True) -> "FastConvTranspose2d":
         super().train(mode)

@@ -13,13 +13,14 @@
 //                   planner's per gradient: ATen's, or the direct, tiled or mma backward kernels
 //                   (binding/recorded_call.cpp).
 //   ModuleFastPath  a FastConvTranspose2d's last call geometry. An identical call (same sizes,
-//                   strides, dtypes, devices, cuDNN flags, TF32 settings) made where the module's Python path
-//                   would take the same branch (no dispatch or torch-function mode, no functorch
-//                   transform, no tracer; autocast as armed, its casts made as ATen's) runs the
-//                   planned PyTorch convolution or the PreparedCall directly (recorded, where
-//                   autograd records the call and the module runs kernels in training).
-//                   Anything else returns None and the module's Python path (which plans and
-//                   re-arms it) runs.
+//                   strides, dtypes, devices, cuDNN flags, TF32 settings) made where the
+//                   module's Python path would take the same branch (no dispatch or
+//                   torch-function mode, no functorch transform, no tracer; autocast as armed,
+//                   its casts made as ATen's) runs the planned PyTorch convolution or the
+//                   PreparedCall directly (recorded, where autograd records the call and the
+//                   module runs kernels in training; PyTorch's convolution where it records a
+//                   call that does not train on ours). Anything else returns None and the
+//                   module's Python path (which plans and re-arms it) runs.
 #include <memory>
 #include <optional>
 #include <string>
@@ -198,14 +199,16 @@ class ModuleFastPath {
   // Armed under CUDA autocast, `input`, `weight` and `bias` are the tensors after its casts.
   ModuleFastPath(const py::object& call, const at::Tensor& input, const at::Tensor& weight,
                  const c10::optional<at::Tensor>& bias, Ints stride, Ints padding,
-                 Ints output_padding, Ints dilation, int64_t groups, bool record)
+                 Ints output_padding, Ints dilation, int64_t groups, bool record,
+                 bool planned_kernel)
       : call_(call.is_none() ? nullptr : call.cast<std::shared_ptr<PreparedCall>>()),
         input_(input), weight_(weight),
         bias_(bias.has_value() && bias->defined() ? std::optional<TensorShape>(*bias)
                                                   : std::nullopt),
         stride_(std::move(stride)), padding_(std::move(padding)),
         output_padding_(std::move(output_padding)), dilation_(std::move(dilation)),
-        groups_(groups), record_(record), cudnn_enabled_(at::globalContext().userEnabledCuDNN()),
+        groups_(groups), record_(record), planned_kernel_(planned_kernel),
+        cudnn_enabled_(at::globalContext().userEnabledCuDNN()),
         allow_tf32_(conv_allows_tf32(at::globalContext())),
         matmul_tf32_(matmul_allows_tf32(at::globalContext())),
         benchmark_(at::globalContext().benchmarkCuDNN()),
@@ -235,15 +238,19 @@ class ModuleFastPath {
     }
     if (is_wrapped(x) || is_wrapped(w) || (b.has_value() && is_wrapped(*b))) return py::none();
     at::Tensor y;
-    if (call_ == nullptr) {
+    const bool recorded = planned_kernel_ && records_grad(x, w, b);
+    if (!planned_kernel_ || (recorded && !record_)) {
+      // PyTorch's convolution: the plan, or a recorded call that does not train on ours (a
+      // kernel plan armed without a prepared call comes from such a call, with no epilogue)
+      if (call_ != nullptr && !call_->plain_epilogue()) return py::none();
       y = at::conv_transpose2d(x, w, b, stride_, padding_, output_padding_, groups_, dilation_);
+    } else if (call_ == nullptr) {
+      return py::none();  // (no prepared call yet: the module's Python path makes one)
+    } else if (recorded) {
+      if (!call_->plain_epilogue()) return py::none();
+      y = call_->recorded(x, w, b);
     } else {
-      if (records_grad(x, w, b)) {
-        if (!record_ || !call_->plain_epilogue()) return py::none();
-        y = call_->recorded(x, w, b);
-      } else {
-        y = (*call_)(x, w, b, c10::nullopt);
-      }
+      y = (*call_)(x, w, b, c10::nullopt);
     }
     return py::reinterpret_steal<py::object>(THPVariable_Wrap(std::move(y)));
   }
@@ -269,6 +276,7 @@ class ModuleFastPath {
   const Ints stride_, padding_, output_padding_, dilation_;
   const int64_t groups_;
   const bool record_;  // calls autograd records run the kernel (the module's kernels_in_training)
+  const bool planned_kernel_;  // the plan is a kernel of ours (call_ may still be null)
   const bool cudnn_enabled_, allow_tf32_, matmul_tf32_, benchmark_;
   const bool autocast_;
   const at::ScalarType autocast_dtype_;
@@ -304,10 +312,12 @@ void bind_prepared_call(py::module& m) {
   py::class_<ModuleFastPath>(m, "ModuleFastPath",
                              "A FastConvTranspose2d's last call geometry, run without Python")
       .def(py::init<const py::object&, const at::Tensor&, const at::Tensor&,
-                    const c10::optional<at::Tensor>&, Ints, Ints, Ints, Ints, int64_t, bool>(),
+                    const c10::optional<at::Tensor>&, Ints, Ints, Ints, Ints, int64_t, bool,
+                    bool>(),
            py::arg("call"), py::arg("input"), py::arg("weight"), py::arg("bias"),
            py::arg("stride"), py::arg("padding"), py::arg("output_padding"),
-           py::arg("dilation"), py::arg("groups"), py::arg("record") = false)
+           py::arg("dilation"), py::arg("groups"), py::arg("record"),
+           py::arg("planned_kernel"))
       .def("__call__", &ModuleFastPath::operator(), py::arg("input"), py::arg("weight"),
            py::arg("bias"));
 }

@@ -123,6 +123,54 @@ def test_recorded_calls_and_the_armed_fast_path(kernels_in_training):
     torch.testing.assert_close(xg.grad.float(), xr.grad.float(), rtol=5e-2, atol=5e-2)
 
 
+def test_recorded_calls_that_do_not_train_on_the_planned_kernel_run_pytorch_from_cpp():
+    """fp32 without TF32 on Hopper, a layer planned on a kernel of ours whose small NCHW
+    training calls stay PyTorch's by default (planner.trains_on_kernel): its first recorded
+    call arms the path, the next ones run PyTorch's convolution from C++ without planning in
+    Python; an unrecorded call then prepares the kernel, and recorded calls stay PyTorch's."""
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the default trains such layers on ours on Hopper only")
+    torch.manual_seed(4)
+    ref = torch.nn.ConvTranspose2d(64, 64, 3, 1, 2, dilation=2, device="cuda")
+    m = FastConvTranspose2d.from_module(copy.deepcopy(ref))
+    x = _input(n=16, c=64, hw=32, dtype=torch.float32, channels_last=False)
+    planned = []
+    entry_for = m._entry_for
+    m.__dict__["_entry_for"] = lambda *a: planned.append(1) or entry_for(*a)
+
+    def step(fresh: torch.Tensor) -> torch.Tensor:
+        xg = fresh.clone().requires_grad_()
+        y = m(xg)
+        assert "ConvTransposeFunction" not in y.grad_fn.name(), y.grad_fn
+        xr = fresh.clone().requires_grad_()
+        want = ref(xr)
+        torch.testing.assert_close(y, want, rtol=1e-5, atol=1e-5)
+        dy = torch.randn_like(y)
+        y.backward(dy)
+        want.backward(dy)
+        torch.testing.assert_close(xg.grad, xr.grad, rtol=1e-5, atol=1e-5)
+        return y
+
+    with torch.backends.cudnn.flags(enabled=True, benchmark=False, allow_tf32=False):
+        if not m.plan_for(x).uses_kernel:
+            pytest.skip(f"the plan here is {m.plan_for(x).variant}")
+        planned.clear()
+        step(x)
+        assert planned and "_fast_path" in m.__dict__ and m.training_backend == planner.ATEN
+        planned.clear()
+        step(torch.randn_like(x))
+        assert not planned  # (answered in C++)
+        with torch.no_grad():
+            fresh = torch.randn_like(x)
+            torch.testing.assert_close(m(fresh), ref(fresh), rtol=1e-4, atol=1e-4)
+        assert planned  # (the kernel's call prepared and armed)
+        planned.clear()
+        step(torch.randn_like(x))
+        with torch.no_grad():
+            m(torch.randn_like(x))
+        assert not planned
+
+
 def test_pytorch_plan_armed_too_and_keeps_autograd():
     m = _layer(cin=64, cout=12, k=4, s=2, p=1, dtype=torch.float32)  # cuDNN by plan
     x = _input(c=64, hw=16, dtype=torch.float32, channels_last=False)
