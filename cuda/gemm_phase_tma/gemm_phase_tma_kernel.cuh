@@ -1319,21 +1319,34 @@ int64_t pt_box_tiles(const PtBox& b, int64_t batch, int64_t rows_h, int64_t rows
   return (batch + b.n - 1) / b.n * ((rows_h + b.h - 1) / b.h) * ((rows_w + b.w - 1) / b.w);
 }
 
+// Box extents along one axis summed over its phases with rows: sum of ceil(rows / extent).
+int64_t pt_axis_blocks(const AxisPlan& a, int extent) {
+  int64_t blocks = 0;
+  for (int r = 0; r < a.stride; ++r)
+    if (a.ph[r].rows > 0) blocks += ((int64_t)a.ph[r].rows + extent - 1) / extent;
+  return blocks;
+}
+
 // The box with BW >= min_w with the fewest padded rows over the launched phases (= the fewest
-// m tiles, returned in `tiles`); ties go to the wider box, then the taller one.
+// m tiles, returned in `tiles`); ties go to the wider box, then the taller one. Every row phase
+// with rows is launched with every column phase with rows, so the sum of pt_box_tiles over
+// those pairs is ceil(batch / n) x the row phases' blocks x the column phases' blocks (the
+// same integers, a few divisions instead of a pass over the phase pairs per box: every launch
+// asks this several times).
 PtBox pt_best_box(int64_t batch, const AxisPlan& h, const AxisPlan& w, int min_w,
                   int64_t& best_tiles, int max_lw = 7, int max_lh = 7) {
   PtBox best{1 << (max_lw < 4 ? max_lw : 4), 1 << (max_lh < 3 ? max_lh : 3), 1};
   best.n = 128 / (best.w * best.h);
   best_tiles = -1;
+  int64_t blocks_h[8], blocks_w[8];
+  for (int l = 0; l < 8; ++l) {
+    blocks_h[l] = pt_axis_blocks(h, 1 << l);
+    blocks_w[l] = pt_axis_blocks(w, 1 << l);
+  }
   for (int lw = max_lw; lw >= 0 && (1 << lw) >= min_w; --lw) {
     for (int lh = (7 - lw < max_lh ? 7 - lw : max_lh); lh >= 0; --lh) {
       const PtBox b{1 << lw, 1 << lh, 1 << (7 - lw - lh)};
-      int64_t tiles = 0;
-      for (int rh = 0; rh < h.stride; ++rh)
-        for (int rw = 0; rw < w.stride; ++rw)
-          if (h.ph[rh].rows > 0 && w.ph[rw].rows > 0)
-            tiles += pt_box_tiles(b, batch, h.ph[rh].rows, w.ph[rw].rows);
+      const int64_t tiles = (batch + b.n - 1) / b.n * blocks_h[lh] * blocks_w[lw];
       if (best_tiles < 0 || tiles < best_tiles) {
         best = b;
         best_tiles = tiles;

@@ -1159,6 +1159,31 @@ void run_case(const Case& cs) {
             picked.w * (p.gather_w.scale > 1 ? p.gather_w.scale : 1) <= 256 &&
             picked.h * (p.gather_h.scale > 1 ? p.gather_h.scale : 1) <= 256,
         "box within TMA's 256-pixel extent");
+  // pt_best_box's factored tile count against the sum over every launched phase pair, for
+  // every cap and minimum width.
+  for (int max_lw = 0; max_lw <= 7; ++max_lw)
+    for (int max_lh = 0; max_lh <= 7; ++max_lh)
+      for (int min_w = 1; min_w <= (1 << max_lw); min_w *= 2) {
+        int64_t tiles = 0, want_tiles = -1;
+        const PtBox got = pt_best_box(p.batch, h, w, min_w, tiles, max_lw, max_lh);
+        PtBox want{1 << (max_lw < 4 ? max_lw : 4), 1 << (max_lh < 3 ? max_lh : 3), 1};
+        want.n = 128 / (want.w * want.h);
+        for (int lw = max_lw; lw >= 0 && (1 << lw) >= min_w; --lw)
+          for (int lh = (7 - lw < max_lh ? 7 - lw : max_lh); lh >= 0; --lh) {
+            const PtBox b{1 << lw, 1 << lh, 1 << (7 - lw - lh)};
+            int64_t t = 0;
+            for (int rh = 0; rh < h.stride; ++rh)
+              for (int rw = 0; rw < w.stride; ++rw)
+                if (h.ph[rh].rows > 0 && w.ph[rw].rows > 0)
+                  t += pt_box_tiles(b, p.batch, h.ph[rh].rows, w.ph[rw].rows);
+            if (want_tiles < 0 || t < want_tiles) {
+              want = b;
+              want_tiles = t;
+            }
+          }
+        CHECK(got.w == want.w && got.h == want.h && got.n == want.n && tiles == want_tiles,
+              "best box: factored tile count as the sum over phase pairs");
+      }
   {
     int64_t best_tiles = 0;
     const PtBox best = pt_best_box(p.batch, h, w, 1, best_tiles, cap_w, cap_h);
