@@ -26,10 +26,10 @@
 #include <c10/util/Exception.h>
 #include <torch/library.h>
 
-#include "binding/tf32_settings.hpp"
 #include "binding/op_kernel.hpp"
 #include "binding/prepared_call.hpp"
 #include "binding/recorded_call.hpp"
+#include "binding/tf32_settings.hpp"
 
 namespace deconv_patch {
 namespace py = pybind11;

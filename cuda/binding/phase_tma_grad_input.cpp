@@ -11,8 +11,8 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
-#include "binding/tf32_settings.hpp"
 #include "binding/family_units.hpp"
+#include "binding/tf32_settings.hpp"
 #include "binding/torch_binding.hpp"
 #include "common/family_unit.h"
 #include "common/params.h"

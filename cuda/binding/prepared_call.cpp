@@ -37,11 +37,11 @@
 #include <torch/csrc/autograd/python_variable.h>
 #include <torch/csrc/jit/frontend/tracer.h>
 
-#include "binding/tf32_settings.hpp"
 #include "binding/direct_backward_call.hpp"
 #include "binding/kept_buffers.hpp"
 #include "binding/prepared_call.hpp"
 #include "binding/recorded_call.hpp"
+#include "binding/tf32_settings.hpp"
 #include "binding/torch_binding.hpp"
 
 namespace deconv_patch {
