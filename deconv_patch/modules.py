@@ -424,7 +424,7 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
             chosen = planner.Plan(known, "autotuned", candidates=chosen.candidates)
         found = cache[key] = _Entry(chosen, trains=planner.trains_on_kernel(
             chosen.variant, input.dtype, args, weight.shape,
-            hopper=input.is_cuda and planner.is_sm90(input.device),
+            hopper=planner.hopper_device(input.device),
             call=(input.shape, input.dim() == 4 and
                   input.is_contiguous(memory_format=torch.channels_last))))
         if forced is None:
@@ -497,12 +497,13 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
         backend = self.backend
         if self.kernels_in_training is None:
             last = self.__dict__.get("_last_plan")
-            planned = [entry.trains for entry in self.__dict__.get("_plan_cache", {}).values()
-                       if last is not None and entry.plan is last[2]]
-            hopper = stored.is_cuda and planner.is_sm90(stored.device)
-            trains = planned[0] if planned and last[2].variant == backend else \
-                planner.trains_on_kernel(backend, dtype, self._args(self.output_padding),
-                                         stored.shape, hopper=hopper)
+            last_plan = last[2] if last is not None and last[2].variant == backend else None
+            trains = next((entry.trains for entry in self.__dict__.get("_plan_cache", {}).values()
+                           if entry.plan is last_plan), None)
+            if trains is None:
+                trains = planner.trains_on_kernel(
+                    backend, dtype, self._args(self.output_padding), stored.shape,
+                    hopper=planner.hopper_device(stored.device))
             if not trains:
                 return planner.ATEN
         return backend

@@ -154,7 +154,9 @@ def strict_input_gradient_on_phase_tma(weight_shape: Sequence[int], args: ConvTr
                                        dtype: torch.dtype) -> bool:
     """fp32 without TF32 (on Hopper): whether gemm_phase_tma's kernel takes this layer's input
     gradient, with or without a cuDNN kernel (what a recorded call trains on by default)."""
-    return fp32_strict(dtype) and _phase_tma_input_gradient(weight_shape, args, dtype) is not None
+    _, out_channels, kh, kw = weight_shape
+    return fp32_strict(dtype) and strict_phase_tma_layer(out_channels, (kh, kw), args.groups,
+                                                         args.stride)
 
 
 def _phase_tma_input_gradient(weight_shape: Sequence[int], args: ConvTransposeArgs,

@@ -310,6 +310,7 @@ def test_the_training_column_takes_the_last_calls_own_answer():
         layer.__dict__["_plan_cache"] = {"a call": _Entry(other, trains=True)}
         assert layer.training_backend == planner.ATEN
 
+
 def test_the_default_records_on_the_grouped_kernel_only_once_autotune_has_timed_the_call():
     """A plan autotune has yet to time (the op would time it on the recorded call itself and
     could return a TF32 candidate's output) runs PyTorch's under the default; True keeps it."""

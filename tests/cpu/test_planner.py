@@ -857,7 +857,6 @@ def test_fp32_strict_recorded_calls_train_on_ours_where_gemm_phase_tma_takes_the
                                                     hopper=hopper)
 
 
-
 @pytest.mark.parametrize("input_shape,channels_last,trains", [
     ((16, 64, 32, 32), False, False),     # 0.6 G multiply-adds, sums of 576: cuDNN keeps it
     ((16, 64, 32, 32), True, True),       # channels_last: ours took less host time than cuDNN's
