@@ -41,7 +41,11 @@ from deconv_patch.optimize import optimize  # noqa: E402
 from deconv_patch.timing import capture_graph, control_copy, median_interleaved  # noqa: E402
 from examples.registry import EXAMPLES, Example  # noqa: E402
 
-MODES = ("tf32", "bf16", "fp32")  # fp32: TF32 off (cuDNN and matmul)
+# tf32: TF32 allowed for convolutions and matmuls; fp32: off for both; defaults: PyTorch's
+# (convolutions TF32, cuBLAS fp32: the precision of the layers PyTorch runs on its native kernels)
+MODES = ("tf32", "bf16", "fp32", "defaults")
+# (cuDNN's, cuBLAS's TF32 flag) per fp32 mode; bf16 runs under autocast with TF32 allowed
+_TF32_FLAGS = {"fp32": (False, False), "defaults": (True, False)}
 # --kernels-in-training's values: optimize(kernels_in_training=...)
 KERNELS_IN_TRAINING = {"default": None, "on": True, "off": False}
 
@@ -257,7 +261,8 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     dense = [e.name for e in EXAMPLES if e.dense_output]
     parser.add_argument("--models", default=",".join(dense),
                         help="comma-separated example names (default: the dense-output ones)")
-    parser.add_argument("--modes", default="tf32,bf16", help="comma-separated: tf32, bf16, fp32")
+    parser.add_argument("--modes", default="tf32,bf16",
+                        help="comma-separated: tf32, bf16, fp32, defaults")
     parser.add_argument("--layers", default="quick",
                         choices=("quick", "all", "none", *sorted(set(SUITES) - {"suite"})),
                         help="all: the suite; or another layer set of benchmarks/layers.py")
@@ -309,9 +314,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     rows: List[Row] = []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # fallback and patch warnings: the table says it all
-        for mode in modes:  # TF32 allowed everywhere but in fp32 mode
-            torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = \
-                mode != "fp32"
+        for mode in modes:
+            torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = \
+                _TF32_FLAGS.get(mode, (True, True))
             for name in names:
                 rows += _progress(bench_model(known[name], mode, args))
             for layer in layers:

@@ -143,6 +143,7 @@ def op_call_key(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.
             None if bias is None else (bias.shape, bias.stride(), bias.dtype, bias.device),
             tuple(_hashable(v) for v in hyper), torch._C._get_cudnn_enabled(),
             planner.conv_tf32(), planner.matmul_tf32(), torch._C._get_cudnn_benchmark(),
+            torch._C._get_deterministic_algorithms(), torch._C._get_cudnn_deterministic(),
             planner.forced_variant(), epilogue.activation, epilogue.negative_slope)
 
 
@@ -353,7 +354,7 @@ def kernel_call(variant: str, input: torch.Tensor, weight: torch.Tensor,
     out_hw = args.output_hw(x.shape[-2:], weight.shape[-2:])
     channels_last = cuda_output_channels_last(
         x, weight, args, weight.shape[1] * args.groups * out_hw[0] * out_hw[1])
-    allow_tf32 = planner.conv_tf32()
+    allow_tf32 = planner.tf32_allowed(args)  # (PyTorch's own call's setting: conv or matmul)
     refused = kernels.refusal(variant, input.dtype, weight, args)  # the family's own limits
     if refused is not None:
         raise KernelRefusal(f"deconv_patch: {kernel} does not support {refused}")

@@ -91,7 +91,7 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
     kernels_in_training: Optional[bool] = None
     # Per-process caches: never copied or pickled (the copy re-plans on its first call).
     TRANSIENT_STATE = ("_plan_cache", "_last_plan", "_kernel_planned", "_fast_path",
-                       "_fast_path_fused", "_may_ever_train")
+                       "_fast_path_fused", "_may_ever_train", "_layer_args")
 
     @classmethod
     def from_module(cls, module: nn.ConvTranspose2d, activation: str = "none",
@@ -193,7 +193,8 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
         and device tested here, without planning)."""
         ever = self.__dict__.get("_may_ever_train")
         return ever is False or (ever is planner.FP32_STRICT_ONLY and not (
-            planner.strict_fp32_call(input.dtype) and planner.hopper_device(input.device)))
+            planner.strict_fp32_call(input.dtype, self.__dict__["_layer_args"]) and
+            planner.hopper_device(input.device)))
 
     def _may_train_on_kernel(self, dtype: torch.dtype) -> bool:
         """kernels_in_training, with None (the default) answered from the hyperparameters and
@@ -204,12 +205,13 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
             return chosen
         ever = self.__dict__.get("_may_ever_train")  # (from the hyperparameters: __setattr__)
         if ever is None:
+            self.__dict__["_layer_args"] = self._args(self.output_padding)
             ever = self.__dict__["_may_ever_train"] = planner.may_ever_train_on_kernel(
                 self.in_channels, self.out_channels, self.kernel_size, self.groups,  # type: ignore[arg-type]
                 self.stride, self.output_padding)  # type: ignore[arg-type]
         return ever and planner.may_train_on_kernel(
-            self.in_channels, self.out_channels, self.kernel_size, self.groups,  # type: ignore[arg-type]
-            self.stride, self.output_padding, dtype)  # type: ignore[arg-type]
+            self.in_channels, self.out_channels, self.kernel_size,  # type: ignore[arg-type]
+            self.__dict__["_layer_args"], dtype)
 
     def _records_on(self, entry: "_Entry") -> bool:
         """Whether a call autograd records runs `entry`'s kernel: kernels_in_training, with
@@ -369,6 +371,7 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
         self.__dict__.pop("_fast_path", None)
         self.__dict__.pop("_fast_path_fused", None)
         self.__dict__.pop("_may_ever_train", None)
+        self.__dict__.pop("_layer_args", None)
         super().__setattr__(name, value)
 
     def _args(self, output_padding: Sequence[int]) -> ConvTransposeArgs:
@@ -389,8 +392,9 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
                    weight: torch.Tensor, bias: Optional[torch.Tensor], activation: str,
                    negative_slope: float) -> _Entry:
         """The plan (and prepared call) for this input geometry. Cached per geometry, device,
-        dtype, weight/bias, epilogue and backend flags (cuBLAS's TF32 setting among them: a
-        recorded call's input-gradient plan reads it): this runs on every call, so a hit is
+        dtype, weight/bias, epilogue and backend flags (cuBLAS's TF32 setting and deterministic
+        mode among them: where PyTorch runs its native kernels, its precision follows cuBLAS's,
+        precision.tf32_allowed): this runs on every call, so a hit is
         one dict lookup (the flags are read through torch._C's getters, ~10x cheaper than the
         torch.backends.cudnn properties)."""
         out_pad = tuple(output_padding) if output_padding is not None else self.output_padding
@@ -398,6 +402,7 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
         key = (input.shape, input.stride(), input.device, input.dtype,
                weight.stride(), weight.dtype, weight.device, bias is None,
                torch._C._get_cudnn_enabled(), planner.conv_tf32(), planner.matmul_tf32(),
+               torch._C._get_deterministic_algorithms(), torch._C._get_cudnn_deterministic(),
                torch._C._get_cudnn_benchmark(), forced, self.stride,
                self.padding, out_pad, self.dilation, self.groups, activation, negative_slope)
         cache = self.__dict__.setdefault("_plan_cache", {})

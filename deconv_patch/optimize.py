@@ -239,7 +239,7 @@ def optimize(
             forward kernel, with the planned backward (PyTorch's, or ours where it measured
             faster). None (default): only where that measured faster: layers planned on the
             grouped kernel (depthwise and grouped layers), layers cuDNN has no kernel for
-            (output_padding >= stride) outside fp32 with TF32, layers with 1-4 output
+            (output_padding >= stride) unless cuBLAS may use TF32, layers with 1-4 output
             channels and no groups, in 16-bit or under CUDA autocast (their gradients on our
             tensor-core kernels), and on Hopper in fp32 without TF32 layers without groups
             whose input gradient runs on gemm_phase_tma's kernel (3xTF32; NCHW calls from

@@ -34,7 +34,7 @@ _RECORDED_CALLS = ("calls that autograd records (training steps, or inference ou
 _UNRECORDED_CALLS = "deconv_patch's kernels run the calls without gradients."
 TRAINING_DEFAULT_NOTE = (
     f"{_RECORDED_CALLS}, except in depthwise and grouped layers planned on the grouped kernel, "
-    "in layers cuDNN has no kernel for (output_padding >= stride) outside fp32 with TF32, "
+    "in layers cuDNN has no kernel for (output_padding >= stride) unless cuBLAS may use TF32, "
     "in layers with 1-4 output channels and no groups (16-bit, or under CUDA autocast), "
     "and on Hopper in fp32 without TF32 in layers without groups whose input gradient runs on "
     "gemm_phase_tma's kernel (NCHW calls from about 10^9 multiply-adds or sums of 4,096 "

@@ -36,7 +36,8 @@ import deconv_patch  # noqa: F401  (registers the ops)
 from deconv_patch.kernels import packed_weights, planner
 from deconv_patch.arguments import ConvTransposeArgs
 from deconv_patch.epilogue import ACTIVATIONS, Epilogue
-from deconv_patch.ops import run_variant
+from deconv_patch.kernels.precision import tf32_allowed
+from deconv_patch.ops import KernelRefusal, run_variant
 from deconv_patch.reference import conv_transpose2d_float64, tf32_round
 
 from tests.cases import Case, call_args, random_case
@@ -104,24 +105,46 @@ def check_tiled_pack(variant: str, case: Case, fp32_strict: bool) -> None:
 
 # ---- one variant forced on the GPU -------------------------------------------------------------
 
+def runs_tf32(dtype: torch.dtype, args: ConvTransposeArgs, tf32: bool) -> bool:
+    """Whether PyTorch's own call may use TF32 with cuDNN enabled and its TF32 flag `tf32`
+    (precision.tf32_allowed: where PyTorch runs its native kernels, cuBLAS's setting decides,
+    fp32 by default). Only then does a bar widen to the error of TF32 operands."""
+    with torch.backends.cudnn.flags(enabled=True, allow_tf32=tf32):
+        return dtype == torch.float32 and tf32_allowed(args)
+
+
+def refused_as_fp32(case, tf32: bool, refused: KernelRefusal) -> bool:
+    """Whether a forced variant's refusal is that of a TF32 case PyTorch computes in fp32 (no
+    cuDNN kernel, fp32 GEMMs: tf32 False) by a family without an fp32 mode for it, which the
+    planner would not give the call either. Other refusals are the caller's to raise (fp32
+    strict's: check_strict)."""
+    return case.tf32 and not tf32 and "without TF32" in str(refused)
+
+
 def check_variant(variant: str, seed: int, make_case=random_case) -> None:
     """`variant` forced on make_case(seed), NaN-poisoned output, against float64 with the bound
     above; the op (with the variant forced) and the fake kernel give PyTorch's shape and
     strides, and the op the same values."""
     case = make_case(seed)
     x, w, b = case.make("cuda", seed)
+    tf32 = runs_tf32(case.dtype, case.args, case.tf32)
     # PyTorch and the variant run under the case's TF32 setting (an fp32 kernel reads it: with
     # TF32 off it runs its strict mode, or refuses).
     with torch.backends.cudnn.flags(enabled=True, allow_tf32=case.tf32):
         expected = F.conv_transpose2d(*call_args(case, x, w, b))
         poisoned = torch.full_like(expected, float("nan"))  # same shape and strides as PyTorch's
-        got = run_variant(variant, x, w, b, case.args, out=poisoned)
+        try:
+            got = run_variant(variant, x, w, b, case.args, out=poisoned)
+        except KernelRefusal as refused:
+            if refused_as_fp32(case, tf32, refused):
+                return
+            raise
     ref = conv_transpose2d_float64(x, w, b, case.args)
     torch.cuda.synchronize()
     assert got.data_ptr() == poisoned.data_ptr()
     assert not torch.isnan(got).any(), f"{case}: unwritten output elements"
     err, torch_err = max_error(got, ref), max_error(expected, ref)
-    if case.dtype == torch.float32 and case.tf32 and x.numel():
+    if tf32 and x.numel():
         # TF32 is allowed: the bar is the error inherent to TF32 operands (cuDNN may or may
         # not have used TF32 for this shape, so its own error is no guide).
         ref_tf32 = conv_transpose2d_float64(tf32_round(x), tf32_round(w), b, case.args)
@@ -161,7 +184,7 @@ def check_full_layer(variant: str, layer: tuple, channels_last: bool, dtype: tor
     torch.cuda.synchronize()
     assert not torch.isnan(got).any(), f"{variant} {layer}: unwritten output elements"
     torch_err = max_error(expected, ref)
-    if dtype == torch.float32 and tf32:  # the bar is the error inherent to TF32 operands
+    if runs_tf32(dtype, args, tf32):  # the bar is the error inherent to TF32 operands
         torch_err = max(torch_err, max_error(
             conv_transpose2d_float64(tf32_round(x), tf32_round(w), b, args), ref))
     err = max_error(got, ref)
@@ -278,10 +301,16 @@ def check_epilogue(variant: str, case, seed: int, via_op: bool = False) -> None:
     variant) must be as accurate and return PyTorch's shape and strides."""
     x, w, b = case.make("cuda", seed)
     epi = random_epilogue(seed, case.out_channels, "cuda")
+    tf32 = runs_tf32(case.dtype, case.args, case.tf32)
     with torch.backends.cudnn.flags(enabled=True, allow_tf32=case.tf32):
         unfused = epi.apply(F.conv_transpose2d(*call_args(case, x, w, b)))
         poisoned = torch.full_like(unfused, float("nan"))
-        got = run_variant(variant, x, w, b, case.args, out=poisoned, epilogue=epi)
+        try:
+            got = run_variant(variant, x, w, b, case.args, out=poisoned, epilogue=epi)
+        except KernelRefusal as refused:
+            if refused_as_fp32(case, tf32, refused):
+                return
+            raise
         fused = FUSED(*call_args(case, x, w, b), epi.scale, epi.shift, epi.activation,
                       epi.negative_slope) if via_op else None
     torch.cuda.synchronize()
@@ -290,7 +319,7 @@ def check_epilogue(variant: str, case, seed: int, via_op: bool = False) -> None:
                     epi.activation, epi.negative_slope)
     ref = wide.apply(conv_transpose2d_float64(x, w, b, case.args))
     err, torch_err = max_error(got, ref), max_error(unfused, ref)
-    if case.dtype == torch.float32 and case.tf32 and x.numel():
+    if tf32 and x.numel():
         ref_tf32 = wide.apply(conv_transpose2d_float64(tf32_round(x), tf32_round(w), b, case.args))
         torch_err = max(torch_err, max_error(ref_tf32, ref))
     assert err <= allowed_error(torch_err, ref, case.dtype), (

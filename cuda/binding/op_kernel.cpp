@@ -42,10 +42,10 @@ constexpr size_t kCacheLimit = 1024;
 
 // Everything a plan depends on, as the Python key (op_call_key) has it, less the forced
 // variant (a call inside a use_variant block never reaches the cache): each tensor's dim,
-// sizes, strides, dtype and device; the hyperparameters; cuDNN's flags and cuBLAS's TF32 setting
-// (a recorded call's input-gradient plan reads it).
+// sizes, strides, dtype and device; the hyperparameters; cuDNN's flags, cuBLAS's TF32 setting
+// and deterministic mode (which of the TF32 settings a call follows: tf32_settings.hpp).
 constexpr int kTensorFields = 11;  // dim, 4 sizes, 4 strides, dtype, device index
-constexpr int kKeyFields = 3 * kTensorFields + 9 + 4;
+constexpr int kKeyFields = 3 * kTensorFields + 9 + 5;
 using CallKey = std::array<int64_t, kKeyFields>;
 
 struct CallKeyHash {
@@ -120,6 +120,7 @@ bool make_key(CallKey& k, const at::Tensor& input, const at::Tensor& weight,
   k[at + 10] = conv_allows_tf32(ctx);
   k[at + 11] = ctx.benchmarkCuDNN();
   k[at + 12] = matmul_allows_tf32(ctx);
+  k[at + 13] = deterministic_convolutions(ctx);
   return true;
 }
 

@@ -61,7 +61,18 @@ at::Tensor phase_tma_grad_input(const at::Tensor& input, const at::Tensor& grad_
   p.out_w = grad.size(3);
   p.out_channels_last = grad.is_contiguous(at::MemoryFormat::ChannelsLast);
 
-  const bool allow_tf32 = kind == ScalarKind::kFloat32 && conv_allows_tf32(at::globalContext());
+  // TF32 as PyTorch's own call would have it: the forward's output_padding, from the sizes,
+  // tells whether cuDNN could run it.
+  bool output_padding_reaches_stride = false;
+  for (int d = 0; d < 2; ++d) {
+    const int64_t exact = (input.size(2 + d) - 1) * stride[d] - 2 * padding[d] +
+                          dilation[d] * (weight.size(2 + d) - 1) + 1;
+    output_padding_reaches_stride |= grad_output.size(2 + d) - exact >= stride[d];
+  }
+  const bool allow_tf32 =
+      kind == ScalarKind::kFloat32 &&
+      call_allows_tf32(at::globalContext(), output_padding_reaches_stride,
+                       dilation[0] != 1 || dilation[1] != 1);
   UnitCall call = unit_call(kind, allow_tf32, -1);
   refuse_unless(unit->supports(p, call), "a call the kernel supports");
   const int64_t bytes = unit->packed_weight_bytes(p, call);

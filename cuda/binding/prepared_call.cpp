@@ -211,6 +211,7 @@ class ModuleFastPath {
         cudnn_enabled_(at::globalContext().userEnabledCuDNN()),
         allow_tf32_(conv_allows_tf32(at::globalContext())),
         matmul_tf32_(matmul_allows_tf32(at::globalContext())),
+        deterministic_(deterministic_convolutions(at::globalContext())),
         benchmark_(at::globalContext().benchmarkCuDNN()),
         autocast_(at::autocast::is_autocast_enabled(at::kCUDA)),
         autocast_dtype_(at::autocast::get_autocast_dtype(at::kCUDA)) {}
@@ -261,6 +262,7 @@ class ModuleFastPath {
     const at::Context& ctx = at::globalContext();
     return ctx.userEnabledCuDNN() == cudnn_enabled_ && conv_allows_tf32(ctx) == allow_tf32_ &&
            matmul_allows_tf32(ctx) == matmul_tf32_ && ctx.benchmarkCuDNN() == benchmark_ &&
+           deterministic_convolutions(ctx) == deterministic_ &&
            at::autocast::is_autocast_enabled(at::kCUDA) == autocast_ &&
            (!autocast_ || at::autocast::get_autocast_dtype(at::kCUDA) == autocast_dtype_) &&
            c10::impl::TorchDispatchModeTLS::stack_len() == 0 &&
@@ -277,7 +279,7 @@ class ModuleFastPath {
   const int64_t groups_;
   const bool record_;  // calls autograd records run the kernel (the module's kernels_in_training)
   const bool planned_kernel_;  // the plan is a kernel of ours (call_ may still be null)
-  const bool cudnn_enabled_, allow_tf32_, matmul_tf32_, benchmark_;
+  const bool cudnn_enabled_, allow_tf32_, matmul_tf32_, deterministic_, benchmark_;
   const bool autocast_;
   const at::ScalarType autocast_dtype_;
 };

@@ -1,5 +1,5 @@
-// The TF32 settings a plan depends on, read as the Python side reads them
-// (deconv_patch/kernels/precision.py: conv_tf32, matmul_tf32).
+// The settings a plan's precision depends on, read as the Python side reads them
+// (deconv_patch/kernels/precision.py: conv_tf32, matmul_tf32, runs_native_kernels).
 //
 // torch 2.9 and later set TF32 per backend and operator (torch.backends.cudnn.conv.fp32_precision);
 // ATen's convolutions read the conv setting, and asking without an operator raises once conv and
@@ -37,6 +37,23 @@ inline bool matmul_allows_tf32(const at::Context& ctx) {
 #else
   return ctx.allowTF32CuBLAS();
 #endif
+}
+
+// Whether ATen's convolutions run in deterministic mode (torch.use_deterministic_algorithms or
+// cudnn.deterministic): it then skips cuDNN for dilated layers in NCHW.
+inline bool deterministic_convolutions(const at::Context& ctx) {
+  return ctx.deterministicCuDNN() || ctx.deterministicAlgorithms();
+}
+
+// Whether PyTorch's own float32 computation of a call may use TF32: cuDNN's convolutions follow
+// the conv setting; where PyTorch runs its native kernels instead (cuDNN disabled, no cuDNN
+// kernel for output_padding >= stride, a dilated layer in deterministic mode) their cuBLAS GEMMs
+// follow the matmul setting. The deterministic case is taken for every layout, as in Python.
+inline bool call_allows_tf32(const at::Context& ctx, bool output_padding_reaches_stride,
+                             bool dilated) {
+  const bool native = !ctx.userEnabledCuDNN() || output_padding_reaches_stride ||
+                      (dilated && deterministic_convolutions(ctx));
+  return native ? matmul_allows_tf32(ctx) : conv_allows_tf32(ctx);
 }
 
 }  // namespace deconv_patch

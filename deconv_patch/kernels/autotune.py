@@ -21,7 +21,7 @@ import torch
 from ..arguments import ConvTransposeArgs
 from ..epilogue import IDENTITY, Epilogue
 from .planner import ATEN
-from .precision import conv_tf32
+from .precision import tf32_allowed
 from ..timing import time_interleaved
 
 _WARMUP = 3
@@ -49,7 +49,7 @@ def call_key(input: torch.Tensor, weight: torch.Tensor, has_bias: bool,
                           else torch.cuda.current_device())
     fields = [device, input.dtype, tuple(input.shape), input.stride(), tuple(weight.shape),
               weight.stride(), has_bias, args.stride, args.padding, args.output_padding,
-              args.dilation, args.groups, conv_tf32()]
+              args.dilation, args.groups, tf32_allowed(args)]
     if not epilogue.is_identity:
         fields.append(epilogue_tag(epilogue))
     return "|".join(str(v) for v in fields)

@@ -63,7 +63,7 @@ def untimed_tma_problem(input: torch.Tensor, weight: torch.Tensor, args: ConvTra
         return f"{weight.shape[0]} input channels do not fill 16-byte rows (TMA)"
     if input.dtype != torch.float32:
         return None
-    if fp32_strict(input.dtype):
+    if fp32_strict(input.dtype, args):
         rows = phase_rows(input, weight, args)
         if reads_in_place(input):
             least, layout = gemm_phase_tma.MIN_UNTIMED_STRICT_ROWS, ""

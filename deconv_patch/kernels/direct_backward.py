@@ -34,7 +34,7 @@ from typing import Optional, Sequence, Tuple
 import torch
 
 from ..arguments import ConvTransposeArgs
-from .precision import MIN_3XTF32_DEPTH, fp32_strict, matmul_tf32
+from .precision import MIN_3XTF32_DEPTH, fp32_strict, runs_native_kernels
 
 NAME = "direct_backward"
 TILED_NAME = "tiled_backward"
@@ -94,10 +94,10 @@ def few_output_channels(weight_shape: Sequence[int], args: ConvTransposeArgs) ->
         few_output_layer(cin, out_per_group * args.groups, args.groups)
 
 
-def few_output_weight_dtype(dtype: torch.dtype) -> bool:
+def few_output_weight_dtype(dtype: torch.dtype, args: ConvTransposeArgs) -> bool:
     """The dtypes in which the mma kernels take a few-output layer's weight gradient: 16-bit,
     and fp32 with TF32 allowed (3xTF32); its input gradient, 16-bit only."""
-    return dtype in SIXTEEN_BIT or (dtype == torch.float32 and not fp32_strict(dtype))
+    return dtype in SIXTEEN_BIT or (dtype == torch.float32 and not fp32_strict(dtype, args))
 
 
 def _mma_without_cudnn(weight_shape: Sequence[int], args: ConvTransposeArgs,
@@ -119,7 +119,7 @@ def weight_grad_kernel(weight_shape: Sequence[int], args: ConvTransposeArgs,
             and _macs_per_pixel(weight_shape, args) <= MAX_TILED_WEIGHT_MACS:
         return TILED_NAME, ("output_padding >= stride (no cuDNN kernel): the tiled weight "
                             "gradient measured faster than ATen's native one")
-    if few_output_weight_dtype(dtype) and few_output_channels(weight_shape, args):
+    if few_output_weight_dtype(dtype, args) and few_output_channels(weight_shape, args):
         return MMA_NAME, ("few output channels: the tensor-core weight gradient measured faster "
                           "than cuDNN's")
     return None
@@ -155,8 +155,8 @@ def strict_input_gradient_on_phase_tma(weight_shape: Sequence[int], args: ConvTr
     """fp32 without TF32 (on Hopper): whether gemm_phase_tma's kernel takes this layer's input
     gradient, with or without a cuDNN kernel (what a recorded call trains on by default)."""
     _, out_channels, kh, kw = weight_shape
-    return fp32_strict(dtype) and strict_phase_tma_layer(out_channels, (kh, kw), args.groups,
-                                                         args.stride)
+    return fp32_strict(dtype, args) and strict_phase_tma_layer(out_channels, (kh, kw),
+                                                               args.groups, args.stride)
 
 
 def _phase_tma_input_gradient(weight_shape: Sequence[int], args: ConvTransposeArgs,
@@ -175,15 +175,14 @@ def _phase_tma_input_gradient(weight_shape: Sequence[int], args: ConvTransposeAr
         return None
     if out_channels % (16 // dtype.itemsize) != 0:
         return None
-    if fp32_strict(dtype) and strict_phase_tma_layer(out_channels, (kh, kw), args.groups,
-                                                     args.stride):
+    if fp32_strict(dtype, args) and strict_phase_tma_layer(out_channels, (kh, kw), args.groups,
+                                                           args.stride):
         return ("fp32 without TF32, one group: the input gradient as a strided correlation on "
                 "gemm_phase_tma's kernel (3xTF32) measured faster than "
-                + ("ATen's native one" if args.without_cudnn else "cuDNN's"))
+                + ("ATen's native one" if runs_native_kernels(args) else "cuDNN's"))
     if not args.without_cudnn:
         return None
-    if dtype in SIXTEEN_BIT or (dtype == torch.float32 and not fp32_strict(dtype)
-                                and matmul_tf32()):
+    if dtype in SIXTEEN_BIT or (dtype == torch.float32 and not fp32_strict(dtype, args)):
         return ("output_padding >= stride (no cuDNN kernel), one group: the input gradient as a "
                 "strided correlation on gemm_phase_tma's kernel measured faster than ATen's "
                 "native one and the mma kernel")
@@ -209,7 +208,7 @@ def grad_input_kernel(weight_shape: Sequence[int], args: ConvTransposeArgs, dtyp
     if dtype in SIXTEEN_BIT and few_output_channels(weight_shape, args):
         return MMA_NAME, ("few output channels, 16-bit: the tensor-core input gradient measured "
                           "faster than cuDNN's")
-    if args.without_cudnn and dtype == torch.float32 and not matmul_tf32() \
+    if args.without_cudnn and fp32_strict(dtype, args) \
             and _macs_per_pixel(weight_shape, args) <= MAX_TILED_INPUT_MACS:
         # (where ATen's native GEMMs run on tensor cores, 16-bit or TF32, they measured faster)
         return TILED_NAME, ("output_padding >= stride (no cuDNN kernel), fp32: the tiled input "

@@ -55,10 +55,10 @@ def _refusal(dtype: torch.dtype, weight: torch.Tensor, args: ConvTransposeArgs,
              variant: str) -> Optional[str]:
     # Its GEMM sums over the input channels only (col2im adds the taps in fp32). Configs are per
     # mode; the binding reads the config index in the mode's list.
-    found = strict_refusal(dtype, weight.shape[0] // args.groups)
+    found = strict_refusal(dtype, args, weight.shape[0] // args.groups)
     if found is not None:
         return found
-    strict = fp32_strict(dtype)
+    strict = fp32_strict(dtype, args)
     if strict and variant in VARIANTS:
         return f"fp32 without TF32 in {variant} (its 3xTF32 configs: {', '.join(STRICT_VARIANTS)})"
     if not strict and variant in STRICT_VARIANTS:

@@ -28,7 +28,7 @@ def problem(dtype: torch.dtype, kernel_hw: Sequence[int], args: ConvTransposeArg
         return "padding or dilation"
     if kernel_hw[0] * kernel_hw[1] > 256 or args.groups > 65535:
         return "kernel area > 256 or groups > 65535"
-    return tensor_core_problem(dtype, depth)
+    return tensor_core_problem(dtype, args, depth)
 
 
 FAMILY = KernelFamily(

@@ -40,7 +40,7 @@ NCHW_WINNER = AREA_VARIANTS[0]
 
 def _refusal(dtype: torch.dtype, weight: torch.Tensor, args: ConvTransposeArgs,
              variant: str) -> Optional[str]:
-    return "fp32 without TF32" if fp32_strict(dtype) else None
+    return "fp32 without TF32" if fp32_strict(dtype, args) else None
 
 
 FAMILY = KernelFamily(

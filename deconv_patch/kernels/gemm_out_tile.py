@@ -56,11 +56,11 @@ def is_untimed_default(dtype: torch.dtype, channels: Optional[Tuple[int, int]],
         args.stride[0] * args.stride[1] >= FP32_DEFAULT_MIN_STRIDE_AREA
 
 
-def problem(dtype: torch.dtype, out_per_group: int,
+def problem(dtype: torch.dtype, args: ConvTransposeArgs, out_per_group: int,
             depth: Optional[int] = None) -> Optional[str]:
     """Why gemm_out_tile cannot run a layer's dtype / output channels, or None when it can
     (fp32 strict: 3xTF32 where each output sums at least MIN_3XTF32_DEPTH products)."""
-    found = tensor_core_problem(dtype, depth)
+    found = tensor_core_problem(dtype, args, depth)
     if found is not None:
         return found
     if out_per_group > MAX_CHANNELS:
@@ -72,7 +72,7 @@ def problem(dtype: torch.dtype, out_per_group: int,
 def _refusal(dtype: torch.dtype, weight: torch.Tensor, args: ConvTransposeArgs,
              variant: str) -> Optional[str]:
     # The planner's wording (the binding would refuse wide layers too, less specifically).
-    return problem(dtype, weight.shape[1], depth_of(weight, args))
+    return problem(dtype, args, weight.shape[1], depth_of(weight, args))
 
 
 FAMILY = KernelFamily(

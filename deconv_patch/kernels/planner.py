@@ -34,7 +34,8 @@ from .device_info import device_capability, device_index, is_sm90
 # (use_variant and out_tile_fit_assumed are the planner's API too: planner.use_variant(...))
 from .plan_context import (assumed_out_tile_fit, forced_variant,  # noqa: F401
                            forced_variant_var, out_tile_fit_assumed, use_variant)
-from .precision import conv_tf32, fp32_strict, matmul_tf32, reduction_depth, tensor_core_problem
+from .precision import (conv_tf32, fp32_strict, matmul_tf32, reduction_depth,  # noqa: F401
+                        tensor_core_problem, tf32_allowed)
 from ..layout import cuda_output_channels_last, is_channels_last
 
 KERNEL_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -170,7 +171,7 @@ def _plan_layer(device: torch.device, dtype: torch.dtype, kernel_hw: Sequence[in
     out_tile_first = out_tile_default and gemm_out_tile.is_untimed_default(dtype, channels, args)
     # gemm_out_tile (<= 32 output channels per group; 16-bit, TF32, 3xTF32 on deep sums): an
     # autotune candidate wherever it runs; the untimed default by gemm_out_tile.is_untimed_default.
-    out_tile = out_tile_configs(device, dtype, channels, depth)
+    out_tile = out_tile_configs(device, dtype, args, channels, depth)
     ffma = ffma_tile_configs(kernel_hw, args, channels)
     if _grouped_kernel_layer(args.groups, channels):
         # Measured on the H100 (docs/performance/ffma-kernels.md): 1.4-10x cuDNN on the
@@ -193,11 +194,12 @@ def _plan_layer(device: torch.device, dtype: torch.dtype, kernel_hw: Sequence[in
     # The TMA + wgmma kernels (Hopper; 16-bit, or fp32 with TF32 allowed). gemm_phase_tma also
     # runs fp32 without TF32 as 3xTF32 on sums of >= MIN_3XTF32_DEPTH products (its error:
     # benchmarks/strict_error_scan.py, docs/performance/fp32-strict.md): an autotune candidate.
-    hopper = is_sm90(device) and not fp32_strict(dtype)
+    strict = fp32_strict(dtype, args)
+    hopper = is_sm90(device) and not strict
     tma = PHASE_TMA_CONFIGS if is_sm90(device) and depth is not None and \
-        tensor_core_problem(dtype, depth) is None else ()
+        tensor_core_problem(dtype, args, depth) is None else ()
     if gemm_kxs_problem(dtype, kernel_hw, args, depth) is None:
-        how = "3xTF32 " if fp32_strict(dtype) else ""
+        how = "3xTF32 " if strict else ""
         wgmma = KXS_SM90_CONFIGS if hopper and args.groups == 1 and \
             not any(args.output_padding) else tma
         # (gemm_kxs stays the default even where gemm_out_tile would be: plan() picks among its
@@ -206,7 +208,7 @@ def _plan_layer(device: torch.device, dtype: torch.dtype, kernel_hw: Sequence[in
                     candidates=(GEMM_KXS, KXS_TAP_MAJOR, *wgmma, *out_tile, *grouped, ATEN))
     # gemm_phase keeps fp32 without TF32 off 3xTF32 (depth None): on deep sums its error still
     # reached 1.11x the tests' bound in benchmarks/strict_error_scan.py (gemm_kxs: 0.58x).
-    tensor_cores = tensor_core_problem(dtype) is None
+    tensor_cores = tensor_core_problem(dtype, args) is None
     # gemm_col2im (TF32 or 16-bit on Hopper, one group): an autotune candidate. Measured with
     # PyTorch's ops (benchmarks/fold_probe.py, H100) its GEMM alone runs Keypoint R-CNN's
     # 17-channel head in 51 us (TF32) / 15 us (bf16) against the phase GEMMs' 170 / 70-93 and
@@ -215,8 +217,8 @@ def _plan_layer(device: torch.device, dtype: torch.dtype, kernel_hw: Sequence[in
     # ... and its 3xTF32 form for fp32 without TF32, where the GEMM's sums (the input channels)
     # are deep enough: Keypoint R-CNN's head, where every other kernel of ours lost to cuDNN
     # (docs/performance/col2im.md).
-    if is_sm90(device) and fp32_strict(dtype) and args.groups == 1 and channels is not None \
-            and tensor_core_problem(dtype, channels[0]) is None:
+    if is_sm90(device) and strict and args.groups == 1 and channels is not None \
+            and tensor_core_problem(dtype, args, channels[0]) is None:
         col2im = COL2IM_3XTF32_CONFIGS
     phase = (*PHASE_CONFIGS, *(SM90_CONFIGS if is_sm90(device) and dtype != torch.float32
                                else ()), *tma, *col2im)
@@ -299,14 +301,14 @@ def _untimed_ffma(device: torch.device, dtype: torch.dtype, kernel_hw: Sequence[
     return ffma_tile.untimed_config(kernel_hw, args, channels)
 
 
-def out_tile_configs(device: torch.device, dtype: torch.dtype,
+def out_tile_configs(device: torch.device, dtype: torch.dtype, args: ConvTransposeArgs,
                      channels: Optional[Tuple[int, int]],
                      depth: Optional[int] = None) -> Tuple[str, ...]:
     """gemm_out_tile's configs where it can run a layer, else (): known channels with <= 32
     output channels per group (its n tile holds a group's every output channel), compute
     capability >= 8.0 (mma.sync), and 16-bit, TF32, or fp32 strict (3xTF32) on sums of at
     least MIN_3XTF32_DEPTH products (`depth`, unknown = not)."""
-    if channels is None or out_tile_problem(dtype, channels[1], depth) is not None or \
+    if channels is None or out_tile_problem(dtype, args, channels[1], depth) is not None or \
             device_capability(device) < (8, 0):
         return ()
     return OUT_TILE_CONFIGS
@@ -434,7 +436,7 @@ def trains_on_kernel(variant: str, dtype: torch.dtype, args: ConvTransposeArgs,
     if variant == ATEN:
         return False
     if args.without_cudnn:
-        return dtype != torch.float32 or fp32_strict(dtype)
+        return dtype != torch.float32 or fp32_strict(dtype, args)
     if hopper and direct_backward.strict_input_gradient_on_phase_tma(weight_shape, args, dtype):
         return call is None or direct_backward.strict_input_gradient_repays_host(
             weight_shape, *call)
@@ -444,26 +446,26 @@ def trains_on_kernel(variant: str, dtype: torch.dtype, args: ConvTransposeArgs,
 
 
 def may_train_on_kernel(in_channels: int, out_channels: int, kernel_size: Sequence[int],
-                        groups: int, stride: Sequence[int], output_padding: Sequence[int],
-                        dtype: torch.dtype) -> bool:
+                        args: ConvTransposeArgs, dtype: torch.dtype) -> bool:
     """A layer's hyperparameters and the input's dtype alone: False where trains_on_kernel
     can hold for none of its calls without output_size= (plan_layer gives the grouped kernel
     only the grouped layers below), so that a recorded call of any other layer goes to
     PyTorch's convolution before any planning. (Under CUDA autocast a float32 input's call runs
     in autocast's dtype.) Every recorded call asks this, so most layers are answered from their
     hyperparameters alone, before any autocast or backend state is read."""
+    groups, stride = args.groups, args.stride
     if _trains_on_grouped_kernel(in_channels, out_channels, groups, stride):
         return True
-    if strict_fp32_call(dtype) and direct_backward.strict_phase_tma_layer(
+    if strict_fp32_call(dtype, args) and direct_backward.strict_phase_tma_layer(
             out_channels, kernel_size, groups, stride):
         return True  # (trains_on_kernel asks the plan and the device)
-    without_cudnn = output_padding_reaches_stride(output_padding, stride)
+    without_cudnn = args.without_cudnn
     if not without_cudnn and \
             not direct_backward.few_output_layer(in_channels, out_channels, groups):
         return False
     sixteen_bit = dtype != torch.float32 or torch.is_autocast_enabled("cuda")
     if without_cudnn:
-        return sixteen_bit or not conv_tf32()
+        return sixteen_bit or fp32_strict(dtype, args)
     return sixteen_bit
 
 
@@ -486,10 +488,11 @@ def may_ever_train_on_kernel(in_channels: int, out_channels: int, kernel_size: S
     return False
 
 
-def strict_fp32_call(dtype: torch.dtype) -> bool:
-    """A call of this input dtype runs in fp32 without TF32 (not under CUDA autocast): what a
-    dense layer's recorded call may train on ours in (FP32_STRICT_ONLY)."""
-    return fp32_strict(dtype) and not torch.is_autocast_enabled("cuda")
+def strict_fp32_call(dtype: torch.dtype, args: ConvTransposeArgs) -> bool:
+    """A call of this input dtype and these hyperparameters runs in fp32 without TF32 (not
+    under CUDA autocast): what a dense layer's recorded call may train on ours in
+    (FP32_STRICT_ONLY)."""
+    return fp32_strict(dtype, args) and not torch.is_autocast_enabled("cuda")
 
 
 def hopper_device(device: torch.device) -> bool:
@@ -519,6 +522,12 @@ def plan(input: torch.Tensor, weight: torch.Tensor, args: ConvTransposeArgs) -> 
     args = view
     if input.device.type == "cuda" and not fits_int32(input, weight, args):
         return Plan(ATEN, "a size or hyperparameter exceeds 32 bits; runs on PyTorch", True)
+    if input.dtype == torch.float32 and conv_tf32() != matmul_tf32() and \
+            precision.cudnn_keeps_dilated_channels_last(args, input, weight):
+        # Our kernels would follow cuBLAS's TF32 setting here (tf32_allowed answers this case
+        # for every layout), PyTorch's call the convolution one: not the same precision.
+        return Plan(ATEN, "deterministic mode, dilated, channels_last: cuDNN runs this call at "
+                    "the convolution TF32 setting, which differs from cuBLAS's")
     channels = (weight.shape[0] // args.groups, weight.shape[1])
     chosen = plan_layer(input.device, input.dtype, weight.shape[-2:], args, channels)
     if chosen.variant == GEMM_OUT_TILE and forced_variant() is None and \
@@ -575,7 +584,7 @@ def plan(input: torch.Tensor, weight: torch.Tensor, args: ConvTransposeArgs) -> 
             return Plan(ATEN, "gemm_kxs needs a contiguous weight and < 2^31 tiles; cuDNN")
         k = input.shape[-3] // args.groups
         out_bytes = rows * cols * args.groups * input.element_size()
-        if is_channels_last(input) and k > 512 and not fp32_strict(input.dtype):
+        if is_channels_last(input) and k > 512 and not fp32_strict(input.dtype, args):
             # Measured on H100: cuDNN's NHWC kernel ties or beats gemm_kxs at large K on
             # channels_last input (U-Net up1, K=1024: 1.00x); autotune re-checks.
             return Plan(ATEN, "cuDNN's NHWC kernel is as fast at this K (heuristic)",
@@ -588,7 +597,7 @@ def plan(input: torch.Tensor, weight: torch.Tensor, args: ConvTransposeArgs) -> 
             # loads (19 before); TF32 35 / 11, fp32 strict 73 / 17).
             return Plan(ATEN, "layer too small for the kernel to matter (host-bound)",
                         candidates=chosen.candidates)
-        if fp32_strict(input.dtype) and PHASE_TMA_UNTIMED in chosen.candidates and \
+        if fp32_strict(input.dtype, args) and PHASE_TMA_UNTIMED in chosen.candidates and \
                 call_rules.untimed_tma_problem(input, weight, args) is None:
             # fp32 strict on Hopper: gemm_phase_tma's 3xTF32 measured 1.0-2.1x gemm_kxs's on
             # the suite's k == stride layers (U-Net, Mask R-CNN, YOLOv8-seg, DCGAN's 1 x 1; H200,

@@ -7,6 +7,7 @@ from typing import Optional, Sequence
 import torch
 
 from ..arguments import ConvTransposeArgs
+from ..layout import is_channels_last
 
 # 3xTF32 carries each fp32 operand as two TF32 numbers (22 of fp32's 24 significant bits) and
 # tensor-core sums truncate, so each product is a few fp32 ulps off where FFMA is half an ulp
@@ -39,10 +40,44 @@ def matmul_tf32() -> bool:
     return _FP32_PRECISION("cuda", "matmul") == "tf32"
 
 
-def fp32_strict(dtype: torch.dtype) -> bool:
-    """fp32 with TF32 not allowed for convolutions (conv_tf32 False): the tensor-core variants
-    run 3xTF32 there."""
-    return dtype == torch.float32 and not conv_tf32()
+def runs_native_kernels(args: ConvTransposeArgs) -> bool:
+    """Whether PyTorch computes a call with these hyperparameters on CUDA in its native kernels
+    (slow_conv_transpose2d: im2col / col2im around cuBLAS GEMMs) instead of cuDNN: where cuDNN is
+    disabled, where it has no kernel (output_padding >= stride), and, in deterministic mode
+    (torch.use_deterministic_algorithms or cudnn.deterministic), for a dilated layer, where
+    ATen skips cuDNN unless the input or weight is channels_last. That last case is answered
+    for every layout (the hyperparameters alone); planner.plan keeps a channels_last one on
+    PyTorch's convolution where the two settings differ (cudnn_keeps_dilated_channels_last)."""
+    # (args.without_cudnn written out: a recorded call's prefilter asks this on every call)
+    output_padding, stride = args.output_padding, args.stride
+    if output_padding[0] >= stride[0] or output_padding[1] >= stride[1] or \
+            not torch._C._get_cudnn_enabled():
+        return True
+    return args.dilation != (1, 1) and (torch._C._get_deterministic_algorithms()
+                                        or torch._C._get_cudnn_deterministic())
+
+
+def cudnn_keeps_dilated_channels_last(args: ConvTransposeArgs, input: torch.Tensor,
+                                      weight: torch.Tensor) -> bool:
+    """The case runs_native_kernels answers for every layout: a dilated layer in deterministic
+    mode whose input or weight is channels_last, which ATen still gives cuDNN (at the
+    convolution setting's precision), cuDNN being enabled and having a kernel for it."""
+    return (args.dilation != (1, 1) and not args.without_cudnn and torch._C._get_cudnn_enabled()
+            and (torch._C._get_deterministic_algorithms() or torch._C._get_cudnn_deterministic())
+            and (is_channels_last(input) or is_channels_last(weight)))
+
+
+def tf32_allowed(args: ConvTransposeArgs) -> bool:
+    """Whether PyTorch's own float32 computation of a call may use TF32, the setting our kernels
+    follow: cuDNN's convolutions read the conv setting (conv_tf32); PyTorch's native kernels
+    make their GEMMs in cuBLAS, which reads the matmul one (matmul_tf32; off by default)."""
+    return matmul_tf32() if runs_native_kernels(args) else conv_tf32()
+
+
+def fp32_strict(dtype: torch.dtype, args: ConvTransposeArgs) -> bool:
+    """fp32 where PyTorch computes the call without TF32 (tf32_allowed False): the tensor-core
+    variants run 3xTF32 there, and the others FFMA."""
+    return dtype == torch.float32 and not tf32_allowed(args)
 
 
 def reduction_depth(in_per_group: int, kernel_hw: Sequence[int], args: ConvTransposeArgs) -> int:
@@ -52,12 +87,13 @@ def reduction_depth(in_per_group: int, kernel_hw: Sequence[int], args: ConvTrans
     return in_per_group * max(1, taps)
 
 
-def tensor_core_problem(dtype: torch.dtype, depth: Optional[int] = None) -> Optional[str]:
-    """Why the tensor-core variants cannot run a dtype, or None when they can. fp32 without TF32
-    runs 3xTF32 when each output sums at least MIN_3XTF32_DEPTH products (`depth`, unknown =
-    not)."""
-    if fp32_strict(dtype) and (depth is None or depth < MIN_3XTF32_DEPTH):
-        return ("fp32 without TF32 (PyTorch's convolutions run full fp32) in a sum of fewer "
+def tensor_core_problem(dtype: torch.dtype, args: ConvTransposeArgs,
+                        depth: Optional[int] = None) -> Optional[str]:
+    """Why the tensor-core variants cannot run a call of this dtype and these hyperparameters,
+    or None when they can. fp32 without TF32 runs 3xTF32 when each output sums at least
+    MIN_3XTF32_DEPTH products (`depth`, unknown = not)."""
+    if fp32_strict(dtype, args) and (depth is None or depth < MIN_3XTF32_DEPTH):
+        return ("fp32 without TF32 (PyTorch's convolution runs full fp32) in a sum of fewer "
                 f"than {MIN_3XTF32_DEPTH} products")
     return None
 
@@ -67,9 +103,9 @@ def depth_of(weight: "torch.Tensor", args: ConvTransposeArgs) -> int:
     return reduction_depth(weight.shape[0] // args.groups, weight.shape[-2:], args)
 
 
-def strict_refusal(dtype: torch.dtype, depth: int) -> Optional[str]:
+def strict_refusal(dtype: torch.dtype, args: ConvTransposeArgs, depth: int) -> Optional[str]:
     """A tensor-core family's refusal of fp32 without TF32 on a sum of `depth` products."""
-    problem = tensor_core_problem(dtype, depth)
+    problem = tensor_core_problem(dtype, args, depth)
     if problem is None:
         return None
     return (f"{problem} (3xTF32 would exceed fp32's error bound; see "
@@ -80,4 +116,4 @@ def shallow_sum_refusal(dtype: torch.dtype, weight: torch.Tensor, args: ConvTran
                         variant: str) -> Optional[str]:
     """The refusal rule of the tensor-core families whose sums run over the layer's depth
     (input channels x a stride phase's taps): gemm_kxs, gemm_phase, gemm_phase_tma."""
-    return strict_refusal(dtype, depth_of(weight, args))
+    return strict_refusal(dtype, args, depth_of(weight, args))

@@ -27,7 +27,7 @@ import torch
 from torch import nn
 
 from ..patching import copy_model
-from ..kernels.planner import ATEN, conv_tf32
+from ..kernels.planner import ATEN, conv_tf32, tf32_allowed
 from ..timing import capture_graph, time_interleaved
 from .report import LayerResult, SpeedComparison, TimingStats, Tolerances, ValidationReport
 from .capture import _Capture, _capturing
@@ -61,6 +61,17 @@ __all__ = [
     "_fwd_bwd_speed", "_end_to_end_speed", "_judge",
 ]
 
+
+
+def _may_run_tf32(module: nn.Module) -> bool:
+    """Whether a reported layer's float32 calls may round operands to TF32, as PyTorch's own
+    would (its bar then allows TF32's error): a patched transposed convolution follows the
+    setting of the kernels PyTorch runs it on (kernels.precision.tf32_allowed: cuBLAS's where
+    PyTorch runs its native kernels); other layers, the convolution setting."""
+    layer_args = getattr(module, "_args", None)
+    if callable(layer_args) and hasattr(module, "output_padding"):
+        return tf32_allowed(layer_args(module.output_padding))
+    return conv_tf32()
 
 # ---------------------------------------------------------------------------- validate
 
@@ -147,9 +158,10 @@ def validate(
         reference = copy_model(original).to(device=device, dtype=torch.float64)
     models = _Models(original, patched, reference, device, args, kwargs,
                      _cast_floats(args, torch.float64), _cast_floats(kwargs, torch.float64))
+    tf32_layers = [p.name for p in pairs if _may_run_tf32(p.patched)]
     if reference is not None and device.type == "cuda" and env.dtype == "float32" \
-            and conv_tf32():
-        models.tf32_reference = _tf32_reference(reference, [p.name for p in pairs])
+            and tf32_layers:
+        models.tf32_reference = _tf32_reference(reference, tf32_layers)
     try:
         with _buffers_restored(original, patched):
             _accuracy(report, models, pairs, tol, seed, random_inputs, bar,

@@ -9,6 +9,7 @@ import torch
 
 from deconv_patch import grad_calls
 from deconv_patch.kernels import planner
+from tests.helpers import tf32_settings_restored
 
 
 def _tensors(x_grad: bool, w_grad: bool, b_grad: bool):
@@ -111,8 +112,9 @@ def test_summary_says_where_training_runs_pytorch():
         (64, 30, 1, 4, 2, 0, 1, False, False, False),      # 30 fp32 channels: no 16-byte rows
         (64, 8, 1, 2, 2, 0, 1, False, False, False),       # sums of 32 products: below 3xTF32's
         (64, 32, 1, 16, 16, 0, 1, False, False, False),    # stride 16
-        # dense, output_padding >= stride: no cuDNN kernel (fp32 with TF32 keeps PyTorch's)
-        (64, 32, 1, 4, 1, 1, 2, True, False, True),
+        # dense, output_padding >= stride: no cuDNN kernel; ATen's native GEMMs follow cuBLAS's
+        # TF32 setting (off: the tf32 column), so fp32 trains on ours with either conv setting
+        (64, 32, 1, 4, 1, 1, 2, True, True, True),
         # 3 out, 64 in: the tensor-core gradients in 16-bit (fp32 keeps PyTorch's)
         (64, 3, 1, 4, 2, 0, 1, True, False, False),
         (56, 1, 1, 9, 3, 0, 1, True, False, False),
@@ -135,10 +137,17 @@ def test_only_grouped_cudnn_less_and_few_output_layers_may_train_on_kernels_by_d
     assert layer.kernels_in_training is None
     assert layer._may_train_on_kernel(torch.bfloat16) == may
     assert layer._may_train_on_kernel(torch.float16) == may
-    with torch.backends.cudnn.flags(allow_tf32=True):
-        assert layer._may_train_on_kernel(torch.float32) == tf32
-    with torch.backends.cudnn.flags(allow_tf32=False):
-        assert layer._may_train_on_kernel(torch.float32) == strict
+    with tf32_settings_restored():
+        torch.backends.cuda.matmul.allow_tf32 = False
+        with torch.backends.cudnn.flags(enabled=True, allow_tf32=True):
+            assert layer._may_train_on_kernel(torch.float32) == tf32
+        with torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
+            assert layer._may_train_on_kernel(torch.float32) == strict
+        # TF32 in cuBLAS too: a layer without a cuDNN kernel is then a TF32 call either way
+        torch.backends.cuda.matmul.allow_tf32 = True
+        with torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
+            no_cudnn = output_padding >= stride
+            assert layer._may_train_on_kernel(torch.float32) == (strict and not no_cudnn)
     layer.kernels_in_training = False
     assert not layer._may_train_on_kernel(torch.bfloat16)
     layer.kernels_in_training = True
@@ -159,7 +168,8 @@ def test_the_prefilters_answer_from_the_hyperparameters_follows_their_changes():
     layer.stride, layer.output_padding = (1, 1), (1, 1)  # no cuDNN kernel now
     assert "_may_ever_train" not in layer.__dict__
     assert layer._may_train_on_kernel(torch.bfloat16)
-    with torch.backends.cudnn.flags(allow_tf32=True):
+    with tf32_settings_restored(), torch.backends.cudnn.flags(enabled=True, allow_tf32=True):
+        torch.backends.cuda.matmul.allow_tf32 = True  # (ATen's GEMMs here: TF32 calls)
         assert not layer._may_train_on_kernel(torch.float32)  # (its own answer per call)
     layer.stride = (2, 2)
     assert not layer._may_train_on_kernel(torch.bfloat16)
@@ -180,22 +190,22 @@ def test_a_dense_layers_recorded_call_asks_the_plan_only_in_fp32_without_tf32(mo
     x = torch.randn(2, 64, 5, 5)
     assert not layer._may_train_on_kernel(torch.bfloat16)
     assert layer.__dict__["_may_ever_train"] is planner.FP32_STRICT_ONLY
-    with torch.backends.cudnn.flags(allow_tf32=False):  # (a CPU input: never Hopper)
+    with torch.backends.cudnn.flags(enabled=True, allow_tf32=False):  # (a CPU input: never Hopper)
         assert layer._trains_on_pytorch(x)
     monkeypatch.setattr(planner, "hopper_device", lambda device: device == x.device)
-    with torch.backends.cudnn.flags(allow_tf32=True):
+    with torch.backends.cudnn.flags(enabled=True, allow_tf32=True):
         assert layer._trains_on_pytorch(x) and not layer._may_train_on_kernel(torch.float32)
-    with torch.backends.cudnn.flags(allow_tf32=False):
+    with torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
         assert not layer._trains_on_pytorch(x) and layer._may_train_on_kernel(torch.float32)
         assert layer._trains_on_pytorch(x.bfloat16()) and layer._trains_on_pytorch(x.double())
         assert layer._trains_on_pytorch(x.to("meta"))
     odd = deconv_patch.FastConvTranspose2d.from_module(nn.ConvTranspose2d(64, 30, 4, 2, 1))
-    with torch.backends.cudnn.flags(allow_tf32=False):
+    with torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
         assert not odd._may_train_on_kernel(torch.float32)
         assert odd.__dict__["_may_ever_train"] is False and odd._trains_on_pytorch(x)
     grouped = deconv_patch.FastConvTranspose2d.from_module(
         nn.ConvTranspose2d(128, 128, 4, 2, 1, groups=2))
-    with torch.backends.cudnn.flags(allow_tf32=False):
+    with torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
         assert not grouped._may_train_on_kernel(torch.float32) and grouped._trains_on_pytorch(x)
 
 
@@ -300,7 +310,7 @@ def test_the_training_column_takes_the_last_calls_own_answer():
     layer = deconv_patch.optimize(nn.Sequential(nn.ConvTranspose2d(64, 64, 3, 1, 2,
                                                                    dilation=2)))[0]
     tma = planner.Plan(planner.GEMM_PHASE_TMA, "test")
-    with torch.backends.cudnn.flags(allow_tf32=False):
+    with torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
         layer.__dict__["_last_plan"] = (layer.weight.device, torch.float32, tma)
         assert layer.training_backend == planner.ATEN
         for trains in (False, True, False):

@@ -11,6 +11,7 @@ from deconv_patch.kernels import (call_rules, device_info, gemm_out_tile, gemm_p
                                    planner)
 from deconv_patch import kernel_calls
 from deconv_patch.arguments import ConvTransposeArgs
+from tests.helpers import tf32_settings_restored
 
 CUDA0 = torch.device("cuda", 0)
 
@@ -290,7 +291,7 @@ def test_gemm_out_tile_needs_compute_capability_8(monkeypatch):
     chosen = _plan(torch.bfloat16, (4, 4), ConvTransposeArgs.from_values(stride=2, padding=1),
                    (64, 3))
     assert chosen.variant == planner.ATEN and chosen.fallback
-    assert planner.out_tile_configs(CUDA0, torch.bfloat16, (64, 3)) == ()
+    assert planner.out_tile_configs(CUDA0, torch.bfloat16, ConvTransposeArgs(), (64, 3)) == ()
 
 
 def test_gemm_out_tile_config_names_split_into_kernel_and_index():
@@ -761,7 +762,7 @@ def test_backward_plan_gives_the_backward_kernels_the_layers_they_won(
     before = torch.backends.cuda.matmul.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = tf32_matmul
     try:
-        with torch.backends.cudnn.flags(allow_tf32=allow_tf32):
+        with torch.backends.cudnn.flags(enabled=True, allow_tf32=allow_tf32):
             chosen = planner.backward_plan(torch.device("cuda", 0), dtype, weight_shape, args,
                                            channels_last)
     finally:
@@ -784,13 +785,13 @@ def test_backward_plan_gives_the_backward_kernels_the_layers_they_won(
     }[kind]
     # On Hopper, dense layers where grad_output's channels fill 16-byte rows: the input gradient
     # on gemm_phase_tma's kernel in fp32 strict on sums of >= 64 products (3xTF32), with or
-    # without cuDNN; without a cuDNN kernel also in 16-bit and in TF32 where ATen's GEMMs are
-    # TF32 too.
+    # without cuDNN; without a cuDNN kernel also in 16-bit and in TF32. Without a cuDNN kernel
+    # PyTorch's GEMMs are cuBLAS's, so the matmul setting says which of the two the call is.
     _, out_channels, kh, kw = weight_shape
+    strict = not sixteen_bit and not (tf32_matmul if no_cudnn else allow_tf32)
     if capability == (9, 0) and groups == 1 and max(stride) <= 8 and \
             out_channels % (8 if sixteen_bit else 4) == 0 and \
-            ((not sixteen_bit and not allow_tf32 and out_channels * kh * kw >= 64) or
-             (no_cudnn and (sixteen_bit or (allow_tf32 and tf32_matmul)))):
+            ((strict and out_channels * kh * kw >= 64) or (no_cudnn and not strict)):
         want_x = planner.PHASE_TMA_BACKWARD
     assert (chosen.weight_grad.variant, chosen.grad_input.variant) == (want_w, want_x), chosen
     for gradient in (chosen.grad_input, chosen.weight_grad):
@@ -799,12 +800,16 @@ def test_backward_plan_gives_the_backward_kernels_the_layers_they_won(
         assert gradient.variant in kernel_calls._BACKWARD_KERNEL_CODES
 
 
+@pytest.mark.parametrize("tf32_matmul", [False, True], ids=["fp32-gemms", "tf32-gemms"])
 @pytest.mark.parametrize("allow_tf32", [True, False], ids=["tf32", "strict"])
-def test_recorded_calls_train_on_the_grouped_kernel_and_where_cudnn_has_none(allow_tf32):
+def test_recorded_calls_train_on_the_grouped_kernel_and_where_cudnn_has_none(allow_tf32,
+                                                                             tf32_matmul):
     plain = ConvTransposeArgs.from_values((2, 2), (1, 1), (1, 1), 1, (1, 1))
     no_cudnn = ConvTransposeArgs.from_values((1, 1), (1, 1), (1, 1), 1, (2, 2))
     wide, rgb, narrow = (64, 64, 4, 4), (64, 3, 4, 4), (16, 3, 4, 4)
-    with torch.backends.cudnn.flags(allow_tf32=allow_tf32):
+    with tf32_settings_restored(), \
+            torch.backends.cudnn.flags(enabled=True, allow_tf32=allow_tf32):
+        torch.backends.cuda.matmul.allow_tf32 = tf32_matmul
         for dtype in (torch.float32, torch.bfloat16, torch.float16):
             sixteen_bit = dtype != torch.float32
             assert planner.trains_on_kernel(planner.GROUPED, dtype, plain, wide)
@@ -818,8 +823,9 @@ def test_recorded_calls_train_on_the_grouped_kernel_and_where_cudnn_has_none(all
                             planner.FFMA_TILE_CONFIGS[0]):
                 assert planner.trains_on_kernel(variant, dtype, plain, rgb) == sixteen_bit
                 assert not planner.trains_on_kernel(variant, dtype, plain, narrow)  # 16 in
-            # fp32 with TF32 would put TF32 in a forward ATen computes in fp32 here
-            want = sixteen_bit or not allow_tf32
+            # ATen computes these in its native kernels, whose GEMMs follow the matmul setting:
+            # fp32 trains on ours where that is fp32 (our kernels then run fp32's precision too)
+            want = sixteen_bit or not tf32_matmul
             for variant in (planner.GEMM_PHASE, planner.DIRECT, planner.GROUPED):
                 assert planner.trains_on_kernel(variant, dtype, no_cudnn, wide) == (
                     want or variant == planner.GROUPED)
@@ -836,7 +842,7 @@ def test_fp32_strict_recorded_calls_train_on_ours_where_gemm_phase_tma_takes_the
     dcgan, odd, shallow = (512, 256, 4, 4), (64, 6, 4, 4), (64, 4, 2, 2)
     tma = planner.GEMM_PHASE_TMA
     for allow_tf32 in (True, False):
-        with torch.backends.cudnn.flags(allow_tf32=allow_tf32):
+        with torch.backends.cudnn.flags(enabled=True, allow_tf32=allow_tf32):
             for hopper in (False, True):
                 want = hopper and not allow_tf32
                 assert planner.trains_on_kernel(tma, torch.float32, plain, dcgan,
@@ -872,7 +878,7 @@ def test_fp32_strict_training_in_nchw_needs_a_call_that_repays_the_input_gradien
     unknown size (the layer's report before any call) is answered from the layer."""
     dilated = ConvTransposeArgs.from_values((1, 1), (2, 2), (0, 0), 1, (2, 2))
     weight = (64, 64, 3, 3)
-    with torch.backends.cudnn.flags(allow_tf32=False):
+    with torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
         assert planner.trains_on_kernel(planner.GEMM_PHASE_TMA, torch.float32, dilated, weight,
                                         hopper=True, call=(input_shape, channels_last)) == trains
         assert planner.trains_on_kernel(planner.GEMM_PHASE_TMA, torch.float32, dilated, weight,
@@ -918,3 +924,52 @@ def test_fp32_strict_phase_layers_left_to_cudnn_take_gemm_col2im_on_channels_las
     assert plan(4, 510, 17, (14, 14)).variant == planner.ATEN  # 510 channels: not 16-byte rows
     with planner.use_variant(planner.ATEN):
         assert plan(4, 512, 17, (14, 14)).variant == planner.ATEN
+
+
+def test_layers_pytorch_runs_natively_are_planned_at_the_matmul_settings_precision(capability):
+    """Where PyTorch runs its native kernels (output_padding >= stride, cuDNN disabled) its
+    GEMMs are cuBLAS's: with TF32 allowed for convolutions but not for matmuls (PyTorch's
+    defaults) such a layer gets fp32's plan (3xTF32 or FFMA, as with TF32 off), and with TF32
+    in cuBLAS the TF32 plan; a layer cuDNN runs keeps the conv setting's."""
+    no_cudnn = ConvTransposeArgs.from_values(stride=1, padding=1, output_padding=1, dilation=2)
+    plain = ConvTransposeArgs.from_values(stride=2, padding=1)
+    shapes = ((no_cudnn, (3, 3), (64, 64), True), (plain, (4, 4), (256, 128), False))
+    with tf32_settings_restored():
+        for args, kernel, channels, native in shapes:
+            for cudnn in (True, False):
+                def plan(conv: bool, matmul: bool):
+                    torch.backends.cuda.matmul.allow_tf32 = matmul
+                    with torch.backends.cudnn.flags(enabled=cudnn, allow_tf32=conv):
+                        return planner.plan_layer(CUDA0, torch.float32, kernel, args, channels)
+
+                strict, tf32 = plan(False, False), plan(True, True)
+                assert strict != tf32, (args, cudnn)  # (fp32's plan differs from TF32's here)
+                defaults = plan(True, False)
+                assert defaults == (strict if native or not cudnn else tf32), (args, cudnn)
+                assert plan(False, True) == (tf32 if native or not cudnn else strict)
+
+
+def test_a_dilated_channels_last_call_in_deterministic_mode_keeps_the_settings_precision(
+        capability):
+    """In deterministic mode ATen gives a dilated layer's NCHW call its native kernels (cuBLAS's
+    TF32 setting) and a channels_last one cuDNN (the convolution setting). Where the two
+    settings differ, a channels_last call runs PyTorch's convolution (our kernels would take
+    cuBLAS's precision); an NCHW one, and any call with equal settings, is planned as usual."""
+    args = ConvTransposeArgs.from_values(stride=2, padding=2, output_padding=1, dilation=2)
+    w = _fake_weight(64, 64, (3, 3), torch.float32)
+
+    def plan(channels_last: bool, deterministic: bool) -> planner.Plan:
+        x = _fake_input(8, 64, (16, 16), torch.float32, channels_last)
+        with torch.backends.cudnn.flags(enabled=True, deterministic=deterministic,
+                                        allow_tf32=True):
+            return planner.plan(x, w, args)
+
+    with tf32_settings_restored():
+        torch.backends.cuda.matmul.allow_tf32 = False
+        kept = plan(True, True)
+        assert kept.variant == planner.ATEN and "deterministic" in kept.reason, kept
+        assert not kept.fallback
+        assert "deterministic" not in plan(True, False).reason
+        assert "deterministic" not in plan(False, True).reason
+        torch.backends.cuda.matmul.allow_tf32 = True  # (equal settings: TF32 either way)
+        assert "deterministic" not in plan(True, True).reason

@@ -15,7 +15,7 @@ from torch import nn
 from deconv_patch import ops, optimize, validate
 from deconv_patch.arguments import ConvTransposeArgs
 from deconv_patch.epilogue import IDENTITY
-from deconv_patch.kernels import direct_backward
+from deconv_patch.kernels import direct_backward, precision
 from deconv_patch.kernels.planner import conv_tf32
 from deconv_patch.kernels.precision import matmul_tf32
 from tests.helpers import HAS_FP32_PRECISION_API, tf32_settings_restored
@@ -126,3 +126,74 @@ def test_a_plan_is_kept_per_cublas_tf32_setting(restored_tf32):
         plans.append(len(layer.__dict__["_plan_cache"]))
     assert keys[0] != keys[1] and keys[0] == keys[2]
     assert plans == [1, 2, 2]
+
+
+@pytest.mark.parametrize("conv", [True, False], ids=["conv-tf32", "conv-ieee"])
+@pytest.mark.parametrize("matmul", [True, False], ids=["matmul-tf32", "matmul-ieee"])
+def test_a_call_follows_the_tf32_setting_of_the_kernels_pytorch_runs_it_on(restored_tf32, conv,
+                                                                          matmul):
+    """cuDNN's convolutions read the conv setting; where PyTorch runs its native kernels (no
+    cuDNN kernel for output_padding >= stride, cuDNN disabled, a dilated layer in deterministic
+    mode) their cuBLAS GEMMs read the matmul one, and so does a call of ours."""
+    plain = ConvTransposeArgs.from_values(stride=2, padding=1)
+    dilated = ConvTransposeArgs.from_values(stride=2, padding=1, dilation=2)
+    no_cudnn = ConvTransposeArgs.from_values(stride=1, padding=1, output_padding=1, dilation=2)
+    torch.backends.cudnn.allow_tf32 = conv
+    torch.backends.cuda.matmul.allow_tf32 = matmul
+    with torch.backends.cudnn.flags(enabled=True, allow_tf32=conv):
+        assert precision.tf32_allowed(plain) is conv
+        assert precision.tf32_allowed(dilated) is conv
+        assert precision.tf32_allowed(no_cudnn) is matmul
+        assert precision.fp32_strict(torch.float32, no_cudnn) is not matmul
+        assert not precision.fp32_strict(torch.bfloat16, no_cudnn)
+    with torch.backends.cudnn.flags(enabled=False, allow_tf32=conv):
+        assert precision.tf32_allowed(plain) is matmul
+    with torch.backends.cudnn.flags(enabled=True, deterministic=True, allow_tf32=conv):
+        assert precision.tf32_allowed(plain) is conv
+        assert precision.tf32_allowed(dilated) is matmul
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    try:
+        with torch.backends.cudnn.flags(enabled=True, allow_tf32=conv):
+            assert precision.tf32_allowed(dilated) is matmul
+    finally:
+        torch.use_deterministic_algorithms(False)
+
+
+def test_a_plan_is_kept_per_deterministic_mode(restored_tf32):
+    """Deterministic mode moves a dilated layer's calls off cuDNN in PyTorch (and so to the
+    matmul setting's precision), so the module's and the op's plan caches key on it."""
+    layer = optimize(nn.Sequential(nn.ConvTranspose2d(6, 3, 3, stride=2, padding=2,
+                                                      dilation=2)))[0]
+    x, w = torch.randn(2, 6, 5, 7), torch.randn(6, 3, 3, 3)
+    hyper = ([2, 2], [2, 2], [0, 0], 1, [2, 2])
+    keys, plans = [], []
+    for deterministic in (False, True, False):
+        with torch.backends.cudnn.flags(enabled=True, deterministic=deterministic):
+            keys.append(ops.op_call_key(x, w, None, hyper, IDENTITY))
+            layer.plan_for(x)
+            plans.append(len(layer.__dict__["_plan_cache"]))
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    try:
+        keys.append(ops.op_call_key(x, w, None, hyper, IDENTITY))
+    finally:
+        torch.use_deterministic_algorithms(False)
+    assert keys[0] != keys[1] and keys[0] == keys[2] and keys[3] not in (keys[0], keys[1])
+    assert plans == [1, 2, 2]
+
+
+def test_validate_allows_tf32s_error_only_in_layers_whose_pytorch_call_may_use_it(restored_tf32):
+    """validate() holds a patched layer to TF32's error only where PyTorch's own call may round
+    to TF32: a layer cuDNN runs at the convolution setting, one PyTorch runs on its native
+    kernels (output_padding >= stride) at cuBLAS's; other reported modules at the convolution
+    setting."""
+    from deconv_patch import validation
+
+    model = optimize(nn.Sequential(nn.ConvTranspose2d(8, 8, 4, 2, 1),
+                                   nn.ConvTranspose2d(8, 8, 3, 1, 1, output_padding=1,
+                                                      dilation=2)))
+    plain, native = model[0], model[1]
+    for conv, matmul in ((True, False), (True, True), (False, True), (False, False)):
+        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = conv, matmul
+        assert validation._may_run_tf32(plain) is conv
+        assert validation._may_run_tf32(native) is matmul
+        assert validation._may_run_tf32(nn.ReLU()) is conv

@@ -246,14 +246,16 @@ def test_a_training_step_with_kernels_in_training_runs_them(dtype, channels_last
 
 
 @pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "nhwc"])
-@pytest.mark.parametrize("mode", ["bf16", "fp32-strict", "tf32"])
+@pytest.mark.parametrize("mode", ["bf16", "fp32-strict", "tf32", "tf32-gemms"])
 def test_a_layer_without_a_cudnn_kernel_trains_on_ours_by_default(mode, channels_last):
-    """output_padding >= stride (PyTorch's native im2col kernels, forward and backward): with
-    kernels_in_training left at None, recorded calls run our forward with the tensor-core
-    gradients in bf16 and the tiled ones in fp32 strict (on Hopper the input gradient on
-    gemm_phase_tma's kernel), except fp32 with TF32, which stays PyTorch's. Three steps with
-    optimizer updates on fresh inputs (the planned call, then the armed C++ path); outputs and
-    all three gradients against float64 next to PyTorch's."""
+    """output_padding >= stride (PyTorch's native im2col kernels, forward and backward, whose
+    GEMMs follow cuBLAS's TF32 setting): with kernels_in_training left at None, recorded calls
+    run our forward with the tensor-core gradients in bf16 and the tiled ones in fp32 (on Hopper
+    the input gradient on gemm_phase_tma's kernel), with TF32 off or allowed for convolutions
+    alone (PyTorch's default), where ATen's GEMMs are fp32 either way; with TF32 in cuBLAS too
+    ("tf32-gemms") they stay PyTorch's. Three steps with optimizer updates on fresh inputs (the
+    planned call, then the armed C++ path); outputs and all three gradients against float64
+    next to PyTorch's."""
     dtype = torch.bfloat16 if mode == "bf16" else torch.float32
     hopper = torch.cuda.get_device_capability() == (9, 0)
     torch.manual_seed(5)
@@ -263,9 +265,11 @@ def test_a_layer_without_a_cudnn_kernel_trains_on_ours_by_default(mode, channels
     fast = model[0]
     assert fast.kernels_in_training is None
     layout = torch.channels_last if channels_last else torch.contiguous_format
-    ours = mode != "tf32"
+    ours = mode != "tf32-gemms"
     opt = torch.optim.SGD(fast.parameters(), lr=0.1)
-    with torch.backends.cudnn.flags(enabled=True, benchmark=False, allow_tf32=mode == "tf32"):
+    with tf32_settings_restored(), torch.backends.cudnn.flags(
+            enabled=True, benchmark=False, allow_tf32=mode.startswith("tf32")):
+        torch.backends.cuda.matmul.allow_tf32 = mode == "tf32-gemms"
         for step in range(3):
             x, dy = step_inputs(fast, ref, (4, 32, 20, 18), (4, 24, 23, 21), dtype, layout)
             if ours and not fast.plan_for(x).uses_kernel:
@@ -274,7 +278,7 @@ def test_a_layer_without_a_cudnn_kernel_trains_on_ours_by_default(mode, channels
                 fast, ref, x, dy, lambda x, w, b: F.conv_transpose2d(x, w, b, 1, 1, 1, 1, 2))
             assert ("ConvTransposeFunction" in got[0].grad_fn.name()) == ours, got[0].grad_fn
             assert (fast.training_backend != planner.ATEN) == ours, fast.training_backend
-            kind = {"bf16": "mma", "fp32-strict": "tiled"}.get(mode, "none")
+            kind = {"bf16": "mma", "fp32-strict": "tiled", "tf32": "tiled"}.get(mode, "none")
             assert any(f"{kind}_weight_grad_partial" in n for n in names) == ours, names
             # On Hopper the input gradient is gemm_phase_tma's GEMM (after the forward's, where
             # that is the forward's kernel too)
@@ -339,12 +343,12 @@ def test_fp32_strict_training_runs_the_input_gradient_on_gemm_phase_tma(
 
 def test_a_recorded_call_follows_the_cublas_tf32_setting_between_steps():
     """A layer without a cuDNN kernel in fp32 with TF32 allowed for convolutions, training on
-    ours (kernels_in_training=True): its input gradient follows ATen's GEMMs, TF32 on Hopper's
-    gemm_phase_tma kernel where cuBLAS may use TF32, the fp32 tiled kernel where it may not.
-    The same geometry called again after the setting changed is planned again (the module's
-    armed C++ path and plan cache key on it): with fp32 GEMMs a stale TF32 input gradient would
-    miss the bar by orders of magnitude. The gradients of each step against float64 next to
-    PyTorch's under the same settings."""
+    ours (kernels_in_training=True): its forward and input gradient follow ATen's GEMMs, TF32
+    where cuBLAS may use TF32 (the input gradient on Hopper's gemm_phase_tma kernel), fp32's
+    precision where it may not (3xTF32 on that kernel, elsewhere the fp32 tiled one). The same
+    geometry called again after the setting changed is planned again (the module's armed C++
+    path and plan cache key on it): with fp32 GEMMs a stale TF32 call would miss the bar by
+    orders of magnitude. Each step against float64 next to PyTorch's under the same settings."""
     torch.manual_seed(11)
     dtype, hopper = torch.float32, torch.cuda.get_device_capability() == (9, 0)
     ref = nn.ConvTranspose2d(32, 24, 3, 1, 1, 1, dilation=2, device="cuda", dtype=dtype)
@@ -363,12 +367,13 @@ def test_a_recorded_call_follows_the_cublas_tf32_setting_between_steps():
             assert "ConvTransposeFunction" in got[0].grad_fn.name(), got[0].grad_fn
             tma_gemms = sum("conv_transpose2d_gemm_phase_tma_kernel" in n for n in names)
             forward_tma = fast.plan_for(x).variant.startswith(planner.GEMM_PHASE_TMA)
-            on_tma = hopper and matmul_tf32
-            assert tma_gemms == forward_tma + on_tma, (matmul_tf32, names)
-            assert any("tiled_grad_input" in n for n in names) == (not matmul_tf32), names
-            # (the output: our TF32 forward next to ATen's native one, whose GEMMs are fp32
-            # where cuBLAS may not use TF32; the bar for TF32 is the forward tests')
-            assert_step_within_bar(got[1:], want[1:], exact[1:], dtype)
+            assert tma_gemms == forward_tma + hopper, (matmul_tf32, names)
+            assert any("tiled_grad_input" in n for n in names) == (
+                not matmul_tf32 and not hopper), names
+            # (with TF32 in cuBLAS the output is a TF32 forward's next to ATen's, whose bar is
+            # the forward tests' TF32 one; with fp32 GEMMs the whole step is fp32's)
+            first = 1 if matmul_tf32 else 0
+            assert_step_within_bar(got[first:], want[first:], exact[first:], dtype)
 
 
 def test_a_double_backward_keeps_atens_differentiable_gradients():

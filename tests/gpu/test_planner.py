@@ -102,6 +102,9 @@ _UNTIMED_LAYERS = [
     ((8, 128, 64, (64, 64), 2, 2, 0, 0), "tf32", planner.GEMM_KXS_SM90),
     ((8, 128, 64, (64, 64), 2, 2, 0, 0), "fp32", planner.GEMM_PHASE_TMA),
     ((8, 64, 64, (16, 16), 3, 1, 1, 1), "fp32", planner.GEMM_PHASE_TMA),  # op >= stride
+    # ... with TF32 allowed for convolutions: ATen's native GEMMs are fp32 (cuBLAS's default),
+    # so its fp32 form (3xTF32)
+    ((8, 64, 64, (16, 16), 3, 1, 1, 1), "tf32", planner.GEMM_PHASE_TMA),
 ]
 
 
@@ -114,7 +117,7 @@ def test_untimed_defaults_run_through_the_module(layer, mode, family, channels_l
     fast path)."""
     import deconv_patch
     from deconv_patch.reference import conv_transpose2d_float64, tf32_round
-    from tests.helpers import allowed_error, max_error
+    from tests.helpers import allowed_error, max_error, runs_tf32
 
     n, cin, cout, hw, k, s, p, op = layer
     dilation = 2 if op >= s else 1
@@ -141,10 +144,10 @@ def test_untimed_defaults_run_through_the_module(layer, mode, family, channels_l
     ref = conv_transpose2d_float64(x, ref_module.weight, ref_module.bias,
                                    ConvTransposeArgs.from_values(s, p, op, 1, dilation))
     torch_err = max_error(expected, ref)
-    if mode == "tf32":
+    args = ConvTransposeArgs.from_values(s, p, op, 1, dilation)
+    if mode == "tf32" and runs_tf32(dtype, args, True):  # (not where ATen's GEMMs are fp32)
         ref_tf32 = conv_transpose2d_float64(tf32_round(x), tf32_round(ref_module.weight),
-                                            ref_module.bias,
-                                            ConvTransposeArgs.from_values(s, p, op, 1, dilation))
+                                            ref_module.bias, args)
         torch_err = max(torch_err, max_error(ref_tf32, ref))
     for out in outs:
         assert out.shape == expected.shape and out.stride() == expected.stride()
