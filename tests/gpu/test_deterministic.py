@@ -130,11 +130,13 @@ def test_kernels_in_training_repeat_bit_for_bit(deterministic, dtype, kernels_in
     seen = []  # per patched call: (whether a kernel of ours should record it, its node)
 
     def hook(module, args, out):
-        plan = module.plan_for(args[0])
+        x = args[0]
+        plan = module.plan_for(x)
         planned = module.activation == "none" and (
             plan.uses_kernel if kernels_in_training else planner.trains_on_kernel(
-                plan.variant, args[0].dtype, module._args(module.output_padding),
-                module.weight.shape))
+                plan.variant, x.dtype, module._args(module.output_padding),
+                module.weight.shape, hopper=planner.hopper_device(x.device),
+                call=(x.shape, x.is_contiguous(memory_format=torch.channels_last))))
         seen.append((planned, "ConvTransposeFunction" in out.grad_fn.name()))
 
     for layer in _layers(patched):
