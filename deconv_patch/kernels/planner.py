@@ -418,8 +418,9 @@ def trains_on_kernel(variant: str, dtype: torch.dtype, args: ConvTransposeArgs,
       FMA, so TF32 does not touch the gradients, and reads the weight as it is, so an optimizer
       step costs it no repack;
     * any kernel of ours on a layer cuDNN has no kernel for (output_padding >= stride), where
-      PyTorch's forward and backward are its native im2col kernels, except fp32 with TF32: there
-      our forward would be TF32 where ATen's native GEMMs are fp32;
+      PyTorch's forward and backward are its native im2col kernels: in 16-bit, and in fp32
+      where their cuBLAS GEMMs are fp32 (fp32_strict: TF32 off in cuBLAS, PyTorch's default),
+      our kernels then at fp32's precision too;
     * on a layer without groups with a few output channels and many input channels
       (direct_backward.few_output_channels), in 16-bit: any kernel of ours, both gradients on
       the tensor-core backward kernels;
