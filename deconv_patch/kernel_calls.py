@@ -132,18 +132,16 @@ def _hashable(v):
 def op_call_key(input: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
                 hyper: tuple, epilogue: Epilogue) -> Optional[tuple]:
     """Everything a plan and a prepared call depend on: shapes, strides, dtypes and devices of
-    the tensors, the hyperparameters as passed, the backend flags (read through torch._C's
-    getters, ~10x cheaper than torch.backends.cudnn's properties), a forced variant and the
-    epilogue. None (not cacheable) when the epilogue carries scale/shift tensors: a prepared
-    call holds their fp32 copies, which an in-place update would leave stale."""
+    the tensors, the hyperparameters as passed, the backend flags (planner.backend_flags), a
+    forced variant and the epilogue. None (not cacheable) when the epilogue carries scale/shift
+    tensors: a prepared call holds their fp32 copies, which an in-place update would leave
+    stale."""
     if epilogue.scale is not None or epilogue.shift is not None:
         return None
     return (input.shape, input.stride(), input.dtype, input.device, weight.shape,
             weight.stride(), weight.dtype, weight.device,
             None if bias is None else (bias.shape, bias.stride(), bias.dtype, bias.device),
-            tuple(_hashable(v) for v in hyper), torch._C._get_cudnn_enabled(),
-            planner.conv_tf32(), planner.matmul_tf32(), torch._C._get_cudnn_benchmark(),
-            torch._C._get_deterministic_algorithms(), torch._C._get_cudnn_deterministic(),
+            tuple(_hashable(v) for v in hyper), planner.backend_flags(),
             planner.forced_variant(), epilogue.activation, epilogue.negative_slope)
 
 

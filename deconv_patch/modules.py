@@ -392,18 +392,13 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
                    weight: torch.Tensor, bias: Optional[torch.Tensor], activation: str,
                    negative_slope: float) -> _Entry:
         """The plan (and prepared call) for this input geometry. Cached per geometry, device,
-        dtype, weight/bias, epilogue and backend flags (cuBLAS's TF32 setting and deterministic
-        mode among them: where PyTorch runs its native kernels, its precision follows cuBLAS's,
-        precision.tf32_allowed): this runs on every call, so a hit is
-        one dict lookup (the flags are read through torch._C's getters, ~10x cheaper than the
-        torch.backends.cudnn properties)."""
+        dtype, weight/bias, epilogue and backend flags (planner.backend_flags): this runs on
+        every call, so a hit is one dict lookup."""
         out_pad = tuple(output_padding) if output_padding is not None else self.output_padding
         forced = planner.forced_variant()  # (a check's or a benchmark's choice)
         key = (input.shape, input.stride(), input.device, input.dtype,
                weight.stride(), weight.dtype, weight.device, bias is None,
-               torch._C._get_cudnn_enabled(), planner.conv_tf32(), planner.matmul_tf32(),
-               torch._C._get_deterministic_algorithms(), torch._C._get_cudnn_deterministic(),
-               torch._C._get_cudnn_benchmark(), forced, self.stride,
+               planner.backend_flags(), forced, self.stride,
                self.padding, out_pad, self.dilation, self.groups, activation, negative_slope)
         cache = self.__dict__.setdefault("_plan_cache", {})
         found = cache.get(key)

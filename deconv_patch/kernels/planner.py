@@ -105,6 +105,17 @@ split_variant = kernels.split_variant
 reads_packed_weight = kernels.reads_packed_weight
 
 
+def backend_flags() -> Tuple[bool, ...]:
+    """The backend settings a plan depends on, for the plan caches' keys (the module's and the
+    op's; cuda/binding's C++ key and armed path hold the same): cuDNN enabled, the convolution
+    and cuBLAS TF32 settings (precision.tf32_allowed picks one per call), deterministic mode
+    (which of them a dilated layer follows) and cudnn.benchmark. Read through torch._C's
+    getters, ~10x cheaper than torch.backends' properties: the module asks on every call."""
+    return (torch._C._get_cudnn_enabled(), conv_tf32(), matmul_tf32(),
+            torch._C._get_deterministic_algorithms(), torch._C._get_cudnn_deterministic(),
+            torch._C._get_cudnn_benchmark())
+
+
 def device_support(device: torch.device, dtype: torch.dtype) -> Optional[str]:
     """Why our kernels cannot run for this device/dtype, or None when they can."""
     if device.type != "cuda":

@@ -26,6 +26,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence, Tuple
 import torch
 from torch import nn
 
+from ..modules import FastConvTranspose2d
 from ..patching import copy_model
 from ..kernels.planner import ATEN, conv_tf32, tf32_allowed
 from ..timing import capture_graph, time_interleaved
@@ -62,16 +63,15 @@ __all__ = [
 ]
 
 
-
 def _may_run_tf32(module: nn.Module) -> bool:
     """Whether a reported layer's float32 calls may round operands to TF32, as PyTorch's own
     would (its bar then allows TF32's error): a patched transposed convolution follows the
     setting of the kernels PyTorch runs it on (kernels.precision.tf32_allowed: cuBLAS's where
     PyTorch runs its native kernels); other layers, the convolution setting."""
-    layer_args = getattr(module, "_args", None)
-    if callable(layer_args) and hasattr(module, "output_padding"):
-        return tf32_allowed(layer_args(module.output_padding))
+    if isinstance(module, FastConvTranspose2d):
+        return tf32_allowed(module._args(module.output_padding))
     return conv_tf32()
+
 
 # ---------------------------------------------------------------------------- validate
 
