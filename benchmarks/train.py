@@ -4,18 +4,19 @@ Per example model (examples/registry.py, dense-output ones) and mode (tf32: fp32
 allowed; bf16: bf16 autocast over fp32 weights), one training step (forward, MSE loss against a
 fixed random target, backward, SGD step), original vs `deconv_patch.optimize(model)` in train
 mode, eager and under torch.compile (with --graphs also captured whole in a CUDA graph and
-replayed: the step without its host cost); per layer of benchmarks/layers.py's suite, forward +
-backward and each of grad_input and grad_weight alone, nn.ConvTranspose2d vs the layer as
-optimize() installs it. Every pair is timed in the same process, the two sides taking turns
-call by call (CUDA events, median). Ratio = original time / patched time. With --control a
-copy of the original takes turns with them too (every order equally often), and its ratio
-(original / copy: two identical paths, "A/A") shows how far the timer alone moves a ratio in
-that run. cudnn.benchmark is PyTorch's default (off) unless --benchmark. Prints a table last;
---out writes JSON.
+replayed: the step without its host cost); per layer of benchmarks/layers.py's suite (NCHW,
+or channels_last with --channels-last), forward + backward and each of grad_input and
+grad_weight alone, each pass followed by the optimizer's in-place update of the parameters,
+nn.ConvTranspose2d vs the layer as optimize() installs it. Every pair is timed in the same
+process, the two sides taking turns call by call (CUDA events, median). Ratio = original time
+/ patched time. With --control a copy of the original takes turns with them too (every order
+equally often), and its ratio (original / copy: two identical paths, "A/A") shows how far the
+timer alone moves a ratio in that run. cudnn.benchmark is PyTorch's default (off) unless
+--benchmark. Prints a table last; --out writes JSON.
 
     python benchmarks/train.py [--models dcgan,unet] [--modes tf32,bf16] [--layers quick|all|none]
-                               [--benchmark] [--no-compile] [--graphs] [--kernels-in-training]
-                               [--control] [--out train.json]
+                               [--channels-last] [--benchmark] [--no-compile] [--graphs]
+                               [--kernels-in-training] [--control] [--out train.json]
 """
 
 from __future__ import annotations
@@ -180,7 +181,9 @@ def bench_model(example: Example, mode: str, args: argparse.Namespace) -> List[R
 def _layer_pass(module: torch.nn.Module, x: torch.Tensor, grad: torch.Tensor, mode: str,
                 wrt: str) -> Callable[[], None]:
     """Forward + backward of one layer: gradients of the input and parameters ("all"), of the
-    input only ("grad_input") or of the parameters only ("grad_weight")."""
+    input only ("grad_input") or of the parameters only ("grad_weight"); then the parameters'
+    in-place update an optimizer step makes, so that a layer whose forward reads a re-laid-out
+    weight pays for re-laying it out every pass, as in a training loop (values kept: x 1.0)."""
     params = [p for p in module.parameters()]
     leaves = {"all": [x, *params], "grad_input": [x], "grad_weight": params}[wrt]
 
@@ -188,19 +191,21 @@ def _layer_pass(module: torch.nn.Module, x: torch.Tensor, grad: torch.Tensor, mo
         with _autocast(mode):
             out = module(x)
         torch.autograd.grad(out, leaves, grad.to(out.dtype))
+        with torch.no_grad():
+            torch._foreach_mul_(params, 1.0)
 
     return run
 
 
 def bench_layer(layer: Layer, mode: str, args: argparse.Namespace) -> List[Row]:
-    conv, x = layer.module_and_input(torch.float32, channels_last=False)
+    conv, x = layer.module_and_input(torch.float32, channels_last=args.channels_last)
     conv.train()
     patched = FastConvTranspose2d.from_module(copy.deepcopy(conv))
     patched.kernels_in_training = args.kernels_in_training
     control = copy.deepcopy(conv) if args.control else None
     x.requires_grad_(True)
     with torch.no_grad(), _autocast(mode):
-        grad = torch.randn_like(conv(x).float())
+        grad = torch.randn_like(conv(x).float())  # (randn_like keeps the output's layout)
     rows = []
     for wrt, what in (("all", "fwd+bwd"), ("grad_input", "grad_input"),
                       ("grad_weight", "grad_weight")):
@@ -266,6 +271,8 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     parser.add_argument("--layers", default="quick",
                         choices=("quick", "all", "none", *sorted(set(SUITES) - {"suite"})),
                         help="all: the suite; or another layer set of benchmarks/layers.py")
+    parser.add_argument("--channels-last", action="store_true",
+                        help="layer rows: module and input channels_last (default NCHW)")
     parser.add_argument("--only", default=None,
                         help="comma-separated layer name prefixes, from the --layers set")
     parser.add_argument("--batch", type=int, default=None,
@@ -324,12 +331,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     env = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__,
            "cuda": torch.version.cuda, "cudnn_benchmark": args.benchmark,
            "kernels_in_training": args.kernels_in_training, "control": args.control,
+           "layers_channels_last": args.channels_last,
            "warmup": args.warmup, "reps": args.reps, "rounds": args.rounds}
     if args.out is not None:
         args.out.write_text(json.dumps({"environment": env,
                                         "rows": [r.to_dict() for r in rows]}, indent=2))
     print(f"{env['gpu']}, torch {env['torch']}, CUDA {env['cuda']}, cudnn.benchmark "
-          f"{args.benchmark}, kernels_in_training {args.kernels_in_training}; ratio = original "
+          f"{args.benchmark}, kernels_in_training {args.kernels_in_training}, layers "
+          f"{'channels_last' if args.channels_last else 'NCHW'}; ratio = original "
           f"/ patched; median of {args.rounds * args.reps} calls per side, the sides taking "
           f"turns")
     print(format_table(rows))

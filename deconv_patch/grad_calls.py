@@ -2,9 +2,10 @@
 
 A patched layer's recorded call runs PyTorch's own convolution, exactly nn.ConvTranspose2d's
 call, unless `kernels_in_training` (optimize's argument, the module's attribute) gives it our
-kernel: by default (None) in layers planned on the grouped kernel, in layers cuDNN has no
-kernel for outside fp32 with TF32, and in layers with few output channels, no groups (16-bit
-or CUDA autocast; planner.trains_on_kernel), with True in every layer.
+kernel: by default (None) where that measured faster (planner.trains_on_kernel: layers
+planned on the grouped kernel, layers cuDNN has no kernel for, few output channels in 16-bit,
+fp32 without TF32 on Hopper, and our forward with ATen's backward in TF32 and 16-bit where a
+call repays the weight's re-pack: kernels/forward_in_training.py), with True in every layer.
 It then runs its plan's forward kernel as a C++ autograd node (cuda/binding/recorded_call.cpp)
 whose backward is planner.backward_plan's per gradient (ATen's convolution_backward, or the
 direct, tiled or tensor-core backward kernels, kernels/direct_backward.py), so the step pays no

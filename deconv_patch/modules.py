@@ -36,6 +36,7 @@ from . import grad_calls
 from .arguments import ConvTransposeArgs, find_problem
 from .derived import set_class
 from .jit_trace import in_jit_trace
+from .layout import is_channels_last
 from .scripting import refuse_scripting
 from .epilogue import DEFAULT_NEGATIVE_SLOPE, Epilogue, activate, check_activation
 from .kernels.extension import loaded_extension
@@ -84,14 +85,13 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
     activation: str = "none"
     negative_slope: float = DEFAULT_NEGATIVE_SLOPE
     # Calls that autograd records run the plan's kernel (True), PyTorch's convolution (False),
-    # or the plan's kernel where it is one that measured faster in training, forward and
-    # backward together (None, the default: planner.trains_on_kernel; elsewhere our forward
-    # alone did not make every training step faster; grad_calls and
+    # or the plan's kernel where it measured faster in training, forward and backward together
+    # (None, the default: planner.trains_on_kernel; grad_calls and
     # docs/performance/training.md). optimize(kernels_in_training=...) sets it.
     kernels_in_training: Optional[bool] = None
     # Per-process caches: never copied or pickled (the copy re-plans on its first call).
     TRANSIENT_STATE = ("_plan_cache", "_last_plan", "_kernel_planned", "_fast_path",
-                       "_fast_path_fused", "_may_ever_train", "_layer_args")
+                       "_fast_path_fused", "_prefilter")
 
     @classmethod
     def from_module(cls, module: nn.ConvTranspose2d, activation: str = "none",
@@ -157,14 +157,12 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
             (bias is not None and bias.requires_grad))
         if recorded and (
                 self.activation != "none" or
-                (self.kernels_in_training is None and self._trains_on_pytorch(input)) or
-                not self._may_train_on_kernel(input.dtype)) and _FORCED_VARIANT.get() is None:
+                not self._may_train_call(input)) and _FORCED_VARIANT.get() is None:
             # A call autograd records: PyTorch's own convolution (and activation), straight
             # away, so a training step pays nothing more than nn.ConvTranspose2d's call
             # (grad_calls). Where kernels_in_training allows, a call without an activation of
             # the module's own runs its plan, recorded with the planned backward. A fused chain
-            # never folds a recorded call. (Most layers can never train on ours: their answer,
-            # cached from the hyperparameters, is read here without a call.)
+            # never folds a recorded call.
             return self._pytorch(input, weight, bias, output_size)
         if in_jit_trace():
             # torch.jit.trace (and the ONNX export built on it) records dispatcher calls: our
@@ -187,31 +185,29 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
         refuse_scripting(self)
         return self
 
-    def _trains_on_pytorch(self, input: torch.Tensor) -> bool:
-        """The answer cached from the hyperparameters, where it settles a recorded call: never
-        ours, or ours in fp32 without TF32 on Hopper only and this call is not (dtype, flag
-        and device tested here, without planning)."""
-        ever = self.__dict__.get("_may_ever_train")
-        return ever is False or (ever is planner.FP32_STRICT_ONLY and not (
-            planner.strict_fp32_call(input.dtype, self.__dict__["_layer_args"]) and
-            planner.hopper_device(input.device)))
-
-    def _may_train_on_kernel(self, dtype: torch.dtype) -> bool:
-        """kernels_in_training, with None (the default) answered from the hyperparameters and
-        the input's dtype: whether a call of this layer could be planned on a kernel that trains
-        faster."""
+    def _may_train_call(self, input: torch.Tensor) -> bool:
+        """Whether this recorded call may train on a kernel of ours: kernels_in_training, with
+        None (the default) answered from the hyperparameters, the input's dtype and the call's
+        size, before any planning (planner.TrainingPrefilter)."""
         chosen = self.kernels_in_training
         if chosen is not None:
             return chosen
-        ever = self.__dict__.get("_may_ever_train")  # (from the hyperparameters: __setattr__)
-        if ever is None:
-            self.__dict__["_layer_args"] = self._args(self.output_padding)
-            ever = self.__dict__["_may_ever_train"] = planner.may_ever_train_on_kernel(
-                self.in_channels, self.out_channels, self.kernel_size, self.groups,  # type: ignore[arg-type]
-                self.stride, self.output_padding)  # type: ignore[arg-type]
-        return ever and planner.may_train_on_kernel(
-            self.in_channels, self.out_channels, self.kernel_size,  # type: ignore[arg-type]
-            self.__dict__["_layer_args"], dtype)
+        return self._training_prefilter().may_train(input)
+
+    def _may_train_on_kernel(self, dtype: torch.dtype) -> bool:
+        """Whether some recorded call of this layer in `dtype` may train on a kernel of ours."""
+        chosen = self.kernels_in_training
+        if chosen is not None:
+            return chosen
+        return self._training_prefilter().least_macs(dtype) is not None
+
+    def _training_prefilter(self) -> planner.TrainingPrefilter:
+        found = self.__dict__.get("_prefilter")  # (dropped by __setattr__)
+        if found is None:
+            found = self.__dict__["_prefilter"] = planner.TrainingPrefilter.for_layer(
+                self.in_channels, self.out_channels, self.kernel_size,  # type: ignore[arg-type]
+                self._args(self.output_padding))
+        return found
 
     def _records_on(self, entry: "_Entry") -> bool:
         """Whether a call autograd records runs `entry`'s kernel: kernels_in_training, with
@@ -370,8 +366,7 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
         # the fast path; the next call re-plans through Python and re-arms it.
         self.__dict__.pop("_fast_path", None)
         self.__dict__.pop("_fast_path_fused", None)
-        self.__dict__.pop("_may_ever_train", None)
-        self.__dict__.pop("_layer_args", None)
+        self.__dict__.pop("_prefilter", None)
         super().__setattr__(name, value)
 
     def _args(self, output_padding: Sequence[int]) -> ConvTransposeArgs:
@@ -425,8 +420,8 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
         found = cache[key] = _Entry(chosen, trains=planner.trains_on_kernel(
             chosen.variant, input.dtype, args, weight.shape,
             hopper=planner.hopper_device(input.device),
-            call=(input.shape, input.dim() == 4 and
-                  input.is_contiguous(memory_format=torch.channels_last))))
+            # (the layout cuDNN runs the call in: a 1 x 1 input's strides fit both formats)
+            call=(input.shape, is_channels_last(input) or is_channels_last(weight))))
         if forced is None:
             self.__dict__["_last_plan"] = (input.device, input.dtype, chosen)
             if chosen.uses_kernel:
@@ -489,7 +484,8 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
         """What a call autograd records runs, by `backend`'s plan: that kernel where
         kernels_in_training gives it our kernel (by default planner.trains_on_kernel, for the
         dtype the calls run in: _call_dtype; for the last call's size and layout where that
-        call's plan is `backend`'s), else PyTorch's convolution ("aten")."""
+        call's plan is `backend`'s; PyTorch's where the size decides and no call was planned),
+        else PyTorch's convolution ("aten")."""
         stored = self._stored_weight()
         dtype = self._call_dtype(stored)
         if self.activation != "none" or not self._may_train_on_kernel(dtype):
@@ -500,6 +496,10 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
             last_plan = last[2] if last is not None and last[2].variant == backend else None
             trains = next((entry.trains for entry in self.__dict__.get("_plan_cache", {}).values()
                            if entry.plan is last_plan), None)
+            if trains is None and self._training_prefilter().least_macs(dtype):
+                # (the call's size decides, and no call of this layer has been planned: its
+                # recorded calls below that size, all of them so far, ran PyTorch's)
+                trains = False
             if trains is None:
                 trains = planner.trains_on_kernel(
                     backend, dtype, self._args(self.output_padding), stored.shape,

@@ -240,11 +240,12 @@ def optimize(
             faster). None (default): only where that measured faster: layers planned on the
             grouped kernel (depthwise and grouped layers), layers cuDNN has no kernel for
             (output_padding >= stride) unless cuBLAS may use TF32, layers with 1-4 output
-            channels and no groups, in 16-bit or under CUDA autocast (their gradients on our
-            tensor-core kernels), and on Hopper in fp32 without TF32 layers without groups
-            whose input gradient runs on gemm_phase_tma's kernel (3xTF32; NCHW calls from
-            about 10^9 multiply-adds or sums of 4,096 products on); elsewhere
-            it did not make every training step faster (docs/performance/training.md). True:
+            channels and no groups in 16-bit or under CUDA autocast (their gradients on our
+            tensor-core kernels), on Hopper in fp32 without TF32 layers without groups whose
+            input gradient runs on gemm_phase_tma's kernel (3xTF32; NCHW calls from about 10^9
+            multiply-adds or sums of 4,096 products on), and in the other layers our forward
+            with PyTorch's backward: TF32 calls from 2^33 (8.6 x 10^9) multiply-adds on,
+            16-bit kernel == stride calls from 2^32 on (docs/performance/training.md). True:
             in every layer. False: in none.
 
     Idempotent: optimizing an optimized model changes nothing more. See

@@ -26,9 +26,9 @@ from typing import Dict, Optional, Sequence, Tuple
 import torch
 
 from .. import kernels
-from ..arguments import ConvTransposeArgs, fits_int32, output_padding_reaches_stride
-from . import (call_rules, direct, direct_backward, ffma_tile, gemm_col2im, gemm_kxs,
-               gemm_kxs_sm90, gemm_out_tile, gemm_phase, gemm_phase_sm90, gemm_phase_tma,
+from ..arguments import ConvTransposeArgs, fits_int32
+from . import (call_rules, direct, direct_backward, ffma_tile, forward_in_training, gemm_col2im,
+               gemm_kxs, gemm_kxs_sm90, gemm_out_tile, gemm_phase, gemm_phase_sm90, gemm_phase_tma,
                grouped, precision)
 from .device_info import device_capability, device_index, is_sm90
 # (use_variant and out_tile_fit_assumed are the planner's API too: planner.use_variant(...))
@@ -439,10 +439,11 @@ def trains_on_kernel(variant: str, dtype: torch.dtype, args: ConvTransposeArgs,
       kernel takes (direct_backward.strict_input_gradient_on_phase_tma: one group, 3xTF32):
       any kernel of ours (DCGAN's step 1.70x), where the call (`call`: the input's shape and
       whether it is channels_last; None: not known) repays that gradient's host work
-      (direct_backward.strict_input_gradient_repays_host).
-    Elsewhere other kernels' training steps were not faster on every model: their recorded calls
-    stay PyTorch's. So do the few-output layers in fp32 with TF32 allowed (an FFMA forward with
-    the 3xTF32 weight gradient): the steps of models with such a layer measured slower."""
+      (direct_backward.strict_input_gradient_repays_host);
+    * other layers in TF32 and 16-bit: our forward with ATen's backward, where the call repays
+      the weight's re-pack and the recorded node's host work (forward_in_training.repays).
+    The few-output layers in fp32 with TF32 allowed (an FFMA forward with the 3xTF32 weight
+    gradient) stay PyTorch's: the steps of models with such a layer measured slower."""
     if variant == GROUPED:
         return True
     if variant == ATEN:
@@ -452,64 +453,81 @@ def trains_on_kernel(variant: str, dtype: torch.dtype, args: ConvTransposeArgs,
     if hopper and direct_backward.strict_input_gradient_on_phase_tma(weight_shape, args, dtype):
         return call is None or direct_backward.strict_input_gradient_repays_host(
             weight_shape, *call)
-    if not direct_backward.few_output_channels(weight_shape, args):
-        return False
-    return dtype in direct_backward.SIXTEEN_BIT
+    if direct_backward.few_output_channels(weight_shape, args):
+        return dtype in direct_backward.SIXTEEN_BIT
+    return forward_in_training.repays(dtype, args, weight_shape, call)
+
+
+@dataclass(frozen=True)
+class TrainingPrefilter:
+    """What a layer's hyperparameters say about which of its recorded calls may train on a
+    kernel of ours (trains_on_kernel for some call of it), worked out once per layer: every
+    recorded call asks (may_train), before any planning, so that the others go to PyTorch's
+    convolution at the cost of nn.ConvTranspose2d's call."""
+
+    args: ConvTransposeArgs
+    grouped: bool  # the grouped kernel's layer: any call, whatever the dtype
+    without_cudnn: bool  # 16-bit, or fp32 where ATen's native GEMMs are fp32: any call
+    few_output: bool  # 16-bit: any call (the tensor-core gradients); fp32 with TF32: none
+    strict_phase: bool  # fp32 without TF32: any call (the plan, device and size then decide)
+    kernel_is_stride: bool  # 16-bit: from forward_in_training.MIN_SIXTEEN_BIT_MACS on
+    macs_per_element: int  # a call's multiply-adds per input element (outputs per group x taps)
+
+    @staticmethod
+    def for_layer(in_channels: int, out_channels: int, kernel_size: Sequence[int],
+                  args: ConvTransposeArgs) -> "TrainingPrefilter":
+        groups, stride = args.groups, args.stride
+        return TrainingPrefilter(
+            args, _trains_on_grouped_kernel(in_channels, out_channels, groups, stride),
+            args.without_cudnn, direct_backward.few_output_layer(in_channels, out_channels,
+                                                                 groups),
+            direct_backward.strict_phase_tma_layer(out_channels, kernel_size, groups, stride),
+            forward_in_training.kernel_is_stride(kernel_size, args),
+            out_channels // groups * kernel_size[0] * kernel_size[1])
+
+    def least_macs(self, dtype: torch.dtype,
+                   device: Optional[torch.device] = None) -> Optional[int]:
+        """None where no call of the input's `dtype` (on `device`; None: some device) may train
+        on ours, else the multiply-adds a call needs (0: any call). (Under CUDA autocast a
+        float32 input's call runs in autocast's dtype.)"""
+        if dtype == torch.float32:
+            if torch.is_autocast_enabled("cuda"):
+                dtype = torch.get_autocast_dtype("cuda")
+        elif dtype not in KERNEL_DTYPES:
+            return None
+        if self.grouped:
+            return 0
+        if dtype != torch.float32:  # 16-bit
+            if self.without_cudnn or self.few_output:
+                return 0
+            return forward_in_training.MIN_SIXTEEN_BIT_MACS if self.kernel_is_stride else None
+        if tf32_allowed(self.args):  # (one read of the backend flags)
+            if self.without_cudnn or self.few_output:
+                return None  # (TF32 in ATen's native GEMMs; few outputs: trains_on_kernel)
+            return forward_in_training.MIN_TF32_MACS
+        if self.without_cudnn:
+            return 0
+        # (gemm_phase_tma's input gradient: Hopper only; trains_on_kernel asks the plan too)
+        return 0 if self.strict_phase and (device is None or hopper_device(device)) else None
+
+    def may_train(self, input: torch.Tensor) -> bool:
+        """Whether this recorded call may train on a kernel of ours."""
+        least = self.least_macs(input.dtype, input.device)
+        return least is not None and (
+            least == 0 or input.numel() * self.macs_per_element >= least)
 
 
 def may_train_on_kernel(in_channels: int, out_channels: int, kernel_size: Sequence[int],
                         args: ConvTransposeArgs, dtype: torch.dtype) -> bool:
-    """A layer's hyperparameters and the input's dtype alone: False where trains_on_kernel
-    can hold for none of its calls without output_size= (plan_layer gives the grouped kernel
-    only the grouped layers below), so that a recorded call of any other layer goes to
-    PyTorch's convolution before any planning. (Under CUDA autocast a float32 input's call runs
-    in autocast's dtype.) Every recorded call asks this, so most layers are answered from their
-    hyperparameters alone, before any autocast or backend state is read."""
-    groups, stride = args.groups, args.stride
-    if _trains_on_grouped_kernel(in_channels, out_channels, groups, stride):
-        return True
-    if strict_fp32_call(dtype, args) and direct_backward.strict_phase_tma_layer(
-            out_channels, kernel_size, groups, stride):
-        return True  # (trains_on_kernel asks the plan and the device)
-    without_cudnn = args.without_cudnn
-    if not without_cudnn and \
-            not direct_backward.few_output_layer(in_channels, out_channels, groups):
-        return False
-    sixteen_bit = dtype != torch.float32 or torch.is_autocast_enabled("cuda")
-    if without_cudnn:
-        return sixteen_bit or fp32_strict(dtype, args)
-    return sixteen_bit
-
-
-# may_ever_train_on_kernel's answer for a layer that may train on ours in fp32 without TF32 only
-FP32_STRICT_ONLY = "fp32 strict only"
-
-
-def may_ever_train_on_kernel(in_channels: int, out_channels: int, kernel_size: Sequence[int],
-                             groups: int, stride: Sequence[int], output_padding: Sequence[int]):
-    """may_train_on_kernel for some dtype and backend flags, which a module answers once for all
-    its recorded calls: True, FP32_STRICT_ONLY for the other layers whose input gradient
-    gemm_phase_tma's kernel takes in fp32 without TF32 (a recorded call then tests its dtype,
-    the TF32 flag and the device inline: strict_fp32_call), else False."""
-    if _trains_on_grouped_kernel(in_channels, out_channels, groups, stride) or \
-            output_padding_reaches_stride(output_padding, stride) or \
-            direct_backward.few_output_layer(in_channels, out_channels, groups):
-        return True
-    if direct_backward.strict_phase_tma_layer(out_channels, kernel_size, groups, stride):
-        return FP32_STRICT_ONLY
-    return False
-
-
-def strict_fp32_call(dtype: torch.dtype, args: ConvTransposeArgs) -> bool:
-    """A call of this input dtype and these hyperparameters runs in fp32 without TF32 (not
-    under CUDA autocast): what a dense layer's recorded call may train on ours in
-    (FP32_STRICT_ONLY)."""
-    return fp32_strict(dtype, args) and not torch.is_autocast_enabled("cuda")
+    """Whether some call of this layer in `dtype` may train on a kernel of ours
+    (TrainingPrefilter)."""
+    return TrainingPrefilter.for_layer(in_channels, out_channels, kernel_size,
+                                       args).least_macs(dtype) is not None
 
 
 def hopper_device(device: torch.device) -> bool:
     """A CUDA device of compute capability 9.0, where gemm_phase_tma's kernels run (False off
-    CUDA): the device test of a FP32_STRICT_ONLY layer's recorded call."""
+    CUDA)."""
     return device.type == "cuda" and is_sm90(device)
 
 

@@ -103,28 +103,30 @@ def test_summary_says_where_training_runs_pytorch():
     "in_channels,out_channels,groups,kernel,stride,output_padding,dilation,may,tf32,strict", [
         (64, 64, 64, 4, 2, 0, 2, True, True, True),        # depthwise
         (128, 128, 8, 4, 2, 0, 2, True, True, True),       # 16 per group
-        (128, 128, 2, 4, 2, 0, 2, False, False, False),    # 64 per group: not the grouped kernel's
-        (64, 64, 64, 4, 8, 0, 2, False, False, False),     # stride area 64: cuDNN's
+        # not the grouped kernel's: in TF32 our forward with ATen's backward may run them
+        (128, 128, 2, 4, 2, 0, 2, False, True, False),     # 64 per group
+        (64, 64, 64, 4, 8, 0, 2, False, True, False),      # stride area 64
         # dense: in fp32 without TF32 where gemm_phase_tma's kernel takes the input gradient
-        # (the plan and the device then decide: trains_on_kernel)
-        (64, 32, 1, 4, 2, 0, 2, False, False, True),
-        (64, 32, 1, 4, 2, 1, 2, False, False, True),       # dense, output_padding < stride
-        (64, 30, 1, 4, 2, 0, 1, False, False, False),      # 30 fp32 channels: no 16-byte rows
-        (64, 8, 1, 2, 2, 0, 1, False, False, False),       # sums of 32 products: below 3xTF32's
-        (64, 32, 1, 16, 16, 0, 1, False, False, False),    # stride 16
+        # (the plan and the device then decide: trains_on_kernel); in 16-bit a k4 s2 layer
+        # keeps PyTorch's (kernel == stride layers only: test below)
+        (64, 32, 1, 4, 2, 0, 2, False, True, True),
+        (64, 32, 1, 4, 2, 1, 2, False, True, True),        # dense, output_padding < stride
+        (64, 30, 1, 4, 2, 0, 1, False, True, False),       # 30 fp32 channels: no 16-byte rows
+        (64, 8, 1, 2, 2, 0, 1, False, True, False),        # sums of 32 products: below 3xTF32's
+        (64, 32, 1, 16, 16, 0, 1, False, True, False),     # stride 16
         # dense, output_padding >= stride: no cuDNN kernel; ATen's native GEMMs follow cuBLAS's
         # TF32 setting (off: the tf32 column), so fp32 trains on ours with either conv setting
         (64, 32, 1, 4, 1, 1, 2, True, True, True),
-        # 3 out, 64 in: the tensor-core gradients in 16-bit (fp32 keeps PyTorch's)
+        # 3 out, 64 in: the tensor-core gradients in 16-bit (fp32 with TF32 keeps PyTorch's)
         (64, 3, 1, 4, 2, 0, 1, True, False, False),
         (56, 1, 1, 9, 3, 0, 1, True, False, False),
         (64, 3, 1, 4, 2, 0, 2, True, False, False),        # dilated
         (64, 3, 1, 5, 2, 1, 1, True, False, False),        # k5 s2 (WGAN-GP's output)
         (64, 4, 1, 4, 2, 0, 1, True, False, True),         # 4 out: also in fp32 without TF32
-        (16, 3, 1, 4, 2, 0, 1, False, False, False),       # 3 out, 16 in
-        (128, 4, 2, 4, 2, 0, 1, False, False, False),      # 2 out, 64 in per group: unmeasured
+        (16, 3, 1, 4, 2, 0, 1, False, True, False),        # 3 out, 16 in: a dense layer
+        (128, 4, 2, 4, 2, 0, 1, False, True, False),       # 2 out, 64 in per group: dense
     ])
-def test_only_grouped_cudnn_less_and_few_output_layers_may_train_on_kernels_by_default(
+def test_which_layers_may_train_on_kernels_by_default(
         in_channels, out_channels, groups, kernel, stride, output_padding, dilation, may, tf32,
         strict):
     from torch import nn
@@ -137,6 +139,7 @@ def test_only_grouped_cudnn_less_and_few_output_layers_may_train_on_kernels_by_d
     assert layer.kernels_in_training is None
     assert layer._may_train_on_kernel(torch.bfloat16) == may
     assert layer._may_train_on_kernel(torch.float16) == may
+    assert not layer._may_train_on_kernel(torch.float64)
     with tf32_settings_restored():
         torch.backends.cuda.matmul.allow_tf32 = False
         with torch.backends.cudnn.flags(enabled=True, allow_tf32=True):
@@ -154,9 +157,122 @@ def test_only_grouped_cudnn_less_and_few_output_layers_may_train_on_kernels_by_d
     assert layer._may_train_on_kernel(torch.float32)
 
 
-def test_the_prefilters_answer_from_the_hyperparameters_follows_their_changes():
-    """A layer answers may_ever_train_on_kernel once (most layers: never) and keeps it until an
-    attribute changes: a stride or output_padding set afterwards is seen."""
+@pytest.mark.parametrize("padding,output_padding,dilation,may", [
+    (0, 0, 1, True), (1, 0, 1, False), (0, 1, 1, False), (0, 0, 2, False)])
+def test_sixteen_bit_dense_layers_may_train_on_our_forward_where_kernel_is_stride(
+        padding, output_padding, dilation, may):
+    """In 16-bit a dense layer with a cuDNN kernel may run our forward in training only where
+    every output pixel takes one tap (kernel == stride, no padding, output_padding or
+    dilation: gemm_kxs's GEMM); the call's size then decides (test_planner)."""
+    from torch import nn
+
+    import deconv_patch
+
+    layer = deconv_patch.FastConvTranspose2d.from_module(
+        nn.ConvTranspose2d(128, 64, 2, 2, padding, output_padding, dilation=dilation))
+    assert layer._may_train_on_kernel(torch.bfloat16) == may
+    assert layer._may_train_on_kernel(torch.float16) == may
+
+
+def test_under_cuda_autocast_a_float32_inputs_call_is_answered_in_autocasts_dtype(monkeypatch):
+    """A float32 input's call under CUDA autocast runs in autocast's dtype: a k4 s2 layer that
+    may train on ours in fp32 without TF32 does not in 16-bit, a kernel == stride layer does.
+    (CUDA autocast cannot be entered on a CPU-only build: its two getters stand in.)"""
+    from torch import nn
+
+    import deconv_patch
+
+    k4s2 = deconv_patch.FastConvTranspose2d.from_module(nn.ConvTranspose2d(64, 32, 4, 2, 1))
+    kxs = deconv_patch.FastConvTranspose2d.from_module(nn.ConvTranspose2d(64, 32, 2, 2))
+    with torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
+        assert k4s2._may_train_on_kernel(torch.float32) and kxs._may_train_on_kernel(torch.float32)
+        monkeypatch.setattr(torch, "is_autocast_enabled", lambda device=None: device == "cuda")
+        monkeypatch.setattr(torch, "get_autocast_dtype", lambda device: torch.bfloat16)
+        assert not k4s2._may_train_on_kernel(torch.float32)
+        assert kxs._may_train_on_kernel(torch.float32)
+
+
+@pytest.mark.parametrize("dtype,kernel,padding", [
+    (torch.float32, 4, 1),     # TF32: from MIN_TF32_MACS on, any layer with a cuDNN kernel
+    (torch.bfloat16, 2, 0),    # 16-bit: kernel == stride layers, from MIN_SIXTEEN_BIT_MACS on
+])
+def test_a_recorded_calls_size_decides_before_any_planning(dtype, kernel, padding, monkeypatch):
+    """A recorded call of a layer whose forward may train on ours (forward_in_training) goes to
+    PyTorch's convolution straight from the forward below the layer's least multiply-adds, and
+    on to the planned path from there on (meta tensors: the sizes alone decide)."""
+    from torch import nn
+
+    import deconv_patch
+    from deconv_patch.kernels import forward_in_training
+
+    layer = deconv_patch.FastConvTranspose2d.from_module(
+        nn.ConvTranspose2d(512, 256, kernel, 2, padding, device="meta", dtype=dtype))
+    planned = []
+    monkeypatch.setattr(type(layer), "_conv", lambda self, x, *rest: planned.append(x.shape))
+    least = (forward_in_training.MIN_TF32_MACS if dtype == torch.float32
+             else forward_in_training.MIN_SIXTEEN_BIT_MACS)
+    pixels = least // (512 * 256 * kernel * kernel)  # rows of 16: a batch of 4, rows of 4
+    with torch.backends.cudnn.flags(enabled=True, allow_tf32=True):
+        for rows, goes_on in ((pixels // 16 - 1, False), (pixels // 16, True)):
+            x = torch.empty(4, 512, rows, 4, device="meta", dtype=dtype, requires_grad=True)
+            y = layer(x)
+            assert bool(planned) == goes_on and (goes_on or y.shape[0] == 4)
+            planned.clear()
+            with torch.no_grad():  # (an unrecorded call is planned whatever its size)
+                layer(x)
+            assert planned == [x.shape]
+            planned.clear()
+
+
+def test_an_fp32_strict_recorded_call_goes_on_to_planning_only_on_hopper(monkeypatch):
+    """fp32 without TF32: a dense layer whose input gradient gemm_phase_tma's kernel takes may
+    train on ours on Hopper only, so elsewhere its recorded calls go to PyTorch's convolution
+    before any planning, whatever their size; on Hopper the plan decides."""
+    from torch import nn
+
+    import deconv_patch
+
+    layer = deconv_patch.FastConvTranspose2d.from_module(nn.ConvTranspose2d(64, 32, 4, 2, 1))
+    planned = []
+    monkeypatch.setattr(type(layer), "_conv", lambda self, x, *rest: planned.append(x.shape))
+    x = torch.randn(2, 64, 5, 5, requires_grad=True)
+    with torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
+        want = nn.functional.conv_transpose2d(x, layer.weight, layer.bias, 2, 1)
+        assert torch.equal(layer(x), want) and not planned  # (not Hopper: the CPU)
+        monkeypatch.setattr(planner, "hopper_device", lambda device: device == x.device)
+        layer(x)
+        assert planned == [x.shape]
+        planned.clear()
+        assert not layer._may_train_call(x.detach().bfloat16())  # (16-bit: a k4 s2 layer never)
+    with torch.backends.cudnn.flags(enabled=True, allow_tf32=True):
+        layer(x)  # (TF32: 2^17 multiply-adds, below MIN_TF32_MACS)
+        assert not planned
+
+
+def test_the_training_column_of_a_layer_whose_calls_size_decides(monkeypatch):
+    """A layer whose recorded calls run our forward only from some size on (TF32,
+    forward_in_training): before any planned call the summary says PyTorch's (its recorded
+    calls so far were sent there before planning); after a planned call, that call's answer."""
+    from torch import nn
+
+    import deconv_patch
+    from deconv_patch.modules import _Entry
+
+    layer = deconv_patch.optimize(nn.Sequential(nn.ConvTranspose2d(512, 256, 4, 2, 1)))[0]
+    with torch.backends.cudnn.flags(enabled=True, allow_tf32=True):
+        assert layer._may_train_on_kernel(torch.float32)
+        monkeypatch.setattr(type(layer), "backend", property(lambda self: "gemm_phase_tma"))
+        assert layer.training_backend == planner.ATEN
+        for trains in (True, False):  # (the planned call's own answer, worked out on CUDA)
+            plan = planner.Plan("gemm_phase_tma", "test")
+            layer.__dict__["_plan_cache"] = {"call": _Entry(plan, trains=trains)}
+            layer.__dict__["_last_plan"] = (layer.weight.device, torch.float32, plan)
+            assert layer.training_backend == ("gemm_phase_tma" if trains else planner.ATEN)
+
+
+def test_the_prefilters_answer_follows_changes_of_the_hyperparameters():
+    """The layer's arguments the prefilter reads are kept until an attribute changes: a stride
+    or output_padding set afterwards is seen."""
     from torch import nn
 
     import deconv_patch
@@ -164,49 +280,15 @@ def test_the_prefilters_answer_from_the_hyperparameters_follows_their_changes():
     layer = deconv_patch.FastConvTranspose2d.from_module(
         nn.ConvTranspose2d(128, 64, 3, 2, 1, dilation=2, groups=2))
     assert not layer._may_train_on_kernel(torch.bfloat16)
-    assert layer.__dict__["_may_ever_train"] is False
+    assert "_prefilter" in layer.__dict__
     layer.stride, layer.output_padding = (1, 1), (1, 1)  # no cuDNN kernel now
-    assert "_may_ever_train" not in layer.__dict__
+    assert "_prefilter" not in layer.__dict__
     assert layer._may_train_on_kernel(torch.bfloat16)
     with tf32_settings_restored(), torch.backends.cudnn.flags(enabled=True, allow_tf32=True):
         torch.backends.cuda.matmul.allow_tf32 = True  # (ATen's GEMMs here: TF32 calls)
         assert not layer._may_train_on_kernel(torch.float32)  # (its own answer per call)
     layer.stride = (2, 2)
     assert not layer._may_train_on_kernel(torch.bfloat16)
-
-
-def test_a_dense_layers_recorded_call_asks_the_plan_only_in_fp32_without_tf32(monkeypatch):
-    """A dense layer with a cuDNN kernel may train on ours only in fp32 without TF32 on Hopper
-    (the plan then decides): its cached answer says so, and a recorded call in another dtype,
-    with TF32 allowed or on another device goes to PyTorch's convolution from the dtype, the
-    flag and the device alone. A layer whose input gradient gemm_phase_tma's kernel cannot take
-    (30 fp32 output channels fill no 16-byte rows) is answered never."""
-    from torch import nn
-
-    import deconv_patch
-    from deconv_patch.kernels import planner
-
-    layer = deconv_patch.FastConvTranspose2d.from_module(nn.ConvTranspose2d(64, 32, 4, 2, 1))
-    x = torch.randn(2, 64, 5, 5)
-    assert not layer._may_train_on_kernel(torch.bfloat16)
-    assert layer.__dict__["_may_ever_train"] is planner.FP32_STRICT_ONLY
-    with torch.backends.cudnn.flags(enabled=True, allow_tf32=False):  # (a CPU input: never Hopper)
-        assert layer._trains_on_pytorch(x)
-    monkeypatch.setattr(planner, "hopper_device", lambda device: device == x.device)
-    with torch.backends.cudnn.flags(enabled=True, allow_tf32=True):
-        assert layer._trains_on_pytorch(x) and not layer._may_train_on_kernel(torch.float32)
-    with torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
-        assert not layer._trains_on_pytorch(x) and layer._may_train_on_kernel(torch.float32)
-        assert layer._trains_on_pytorch(x.bfloat16()) and layer._trains_on_pytorch(x.double())
-        assert layer._trains_on_pytorch(x.to("meta"))
-    odd = deconv_patch.FastConvTranspose2d.from_module(nn.ConvTranspose2d(64, 30, 4, 2, 1))
-    with torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
-        assert not odd._may_train_on_kernel(torch.float32)
-        assert odd.__dict__["_may_ever_train"] is False and odd._trains_on_pytorch(x)
-    grouped = deconv_patch.FastConvTranspose2d.from_module(
-        nn.ConvTranspose2d(128, 128, 4, 2, 1, groups=2))
-    with torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
-        assert not grouped._may_train_on_kernel(torch.float32) and grouped._trains_on_pytorch(x)
 
 
 def test_kernels_in_training_is_set_on_every_layer_and_said_in_the_summary():
@@ -244,7 +326,9 @@ def test_kernels_in_training_is_set_on_every_layer_and_said_in_the_summary():
 @pytest.mark.parametrize("groups,planned,kernels_in_training,want", [
     (64, "grouped", None, "grouped"),            # the default: the grouped kernel trains
     (64, "grouped", False, "aten"),
-    (1, "gemm_out_tile", None, "aten"),          # the default: other kernels do not
+    # the default: a dense layer's large TF32 calls run our forward; with no call planned
+    # (here), PyTorch's (test_the_training_column_of_a_layer_whose_calls_size_decides)
+    (1, "gemm_out_tile", None, "aten"),
     (1, "gemm_out_tile", True, "gemm_out_tile"),
     (64, "aten", True, "aten"),                  # planned on PyTorch's: PyTorch's either way
 ])

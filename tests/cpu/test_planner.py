@@ -813,8 +813,11 @@ def test_recorded_calls_train_on_the_grouped_kernel_and_where_cudnn_has_none(all
         for dtype in (torch.float32, torch.bfloat16, torch.float16):
             sixteen_bit = dtype != torch.float32
             assert planner.trains_on_kernel(planner.GROUPED, dtype, plain, wide)
-            assert not planner.trains_on_kernel(planner.GEMM_PHASE, dtype, plain, wide)
-            assert not planner.trains_on_kernel(planner.GEMM_PHASE, dtype, plain, narrow)
+            # a k4 s2 dense layer: our forward with ATen's backward in TF32 (a call of unknown
+            # size; test below), PyTorch's in 16-bit and in fp32 without TF32 off Hopper
+            tf32 = dtype == torch.float32 and allow_tf32
+            assert planner.trains_on_kernel(planner.GEMM_PHASE, dtype, plain, wide) == tf32
+            assert planner.trains_on_kernel(planner.GEMM_PHASE, dtype, plain, narrow) == tf32
             assert not planner.trains_on_kernel(planner.ATEN, dtype, no_cudnn, wide)
             assert not planner.trains_on_kernel(planner.ATEN, dtype, plain, rgb)
             # few output channels: in 16-bit any kernel of ours (both gradients on the
@@ -822,7 +825,8 @@ def test_recorded_calls_train_on_the_grouped_kernel_and_where_cudnn_has_none(all
             for variant in (planner.GEMM_PHASE, planner.DIRECT, planner.FFMA_TILE,
                             planner.FFMA_TILE_CONFIGS[0]):
                 assert planner.trains_on_kernel(variant, dtype, plain, rgb) == sixteen_bit
-                assert not planner.trains_on_kernel(variant, dtype, plain, narrow)  # 16 in
+                # 16 in: not a few-output layer (a dense one: TF32's forward rule)
+                assert planner.trains_on_kernel(variant, dtype, plain, narrow) == tf32
             # ATen computes these in its native kernels, whose GEMMs follow the matmul setting:
             # fp32 trains on ours where that is fp32 (our kernels then run fp32's precision too)
             want = sixteen_bit or not tf32_matmul
@@ -845,6 +849,8 @@ def test_fp32_strict_recorded_calls_train_on_ours_where_gemm_phase_tma_takes_the
         with torch.backends.cudnn.flags(enabled=True, allow_tf32=allow_tf32):
             for hopper in (False, True):
                 want = hopper and not allow_tf32
+                if allow_tf32:  # (TF32: forward_in_training's rule, tested below)
+                    continue
                 assert planner.trains_on_kernel(tma, torch.float32, plain, dcgan,
                                                 hopper=hopper) == want
                 assert planner.trains_on_kernel(planner.GEMM_PHASE, torch.float32, plain,
@@ -887,6 +893,46 @@ def test_fp32_strict_training_in_nchw_needs_a_call_that_repays_the_input_gradien
         assert planner.trains_on_kernel(planner.GEMM_PHASE_TMA, torch.float32,
                                         ConvTransposeArgs(), deep, hopper=True,
                                         call=((64, 100, 1, 1), False))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_tf32_and_sixteen_bit_recorded_calls_run_our_forward_where_the_call_repays_it(dtype):
+    """With a cuDNN kernel and no gradient kernel of ours, a recorded call runs our planned
+    forward (ATen's backward) in TF32 from MIN_TF32_MACS multiply-adds on, either layout; in
+    16-bit only a kernel == stride layer's, from MIN_SIXTEEN_BIT_MACS on. Never without TF32
+    off Hopper, on PyTorch's plan, or for a few-output layer in fp32."""
+    from deconv_patch.kernels import forward_in_training as rule
+
+    k4s2 = ConvTransposeArgs.from_values(stride=2, padding=1)
+    kxs = ConvTransposeArgs.from_values(stride=2)
+    weight = (512, 256, 2, 2)  # per pixel: 2^19 multiply-adds
+    tf32 = dtype == torch.float32
+    least = rule.MIN_TF32_MACS if tf32 else rule.MIN_SIXTEEN_BIT_MACS
+    rows = (least >> 19) // 64  # a batch of 8, rows of 8 pixels
+    at_least, below = (8, 512, rows, 8), (8, 512, rows - 1, 8)
+    variant = planner.GEMM_KXS
+    with torch.backends.cudnn.flags(enabled=True, allow_tf32=True):
+        for channels_last in (False, True):
+            assert planner.trains_on_kernel(variant, dtype, kxs, weight,
+                                            call=(at_least, channels_last))
+            assert not planner.trains_on_kernel(variant, dtype, kxs, weight,
+                                                call=(below, channels_last))
+        unbatched = (512, rows, 8)  # a batch of 1
+        assert not planner.trains_on_kernel(variant, dtype, kxs, weight, call=(unbatched, True))
+        assert planner.trains_on_kernel(variant, dtype, kxs, weight)  # (some call may)
+        # a k4 s2 layer: in TF32 as above, in 16-bit never (its stride-phase forward)
+        k4 = (512, 256, 4, 4)
+        assert planner.trains_on_kernel(planner.GEMM_PHASE_TMA, dtype, k4s2, k4,
+                                        call=(at_least, False)) == tf32
+        assert planner.trains_on_kernel(planner.GEMM_PHASE_TMA, dtype, k4s2, k4) == tf32
+        assert not planner.trains_on_kernel(planner.ATEN, dtype, kxs, weight,
+                                            call=(at_least, True))
+        # a few-output layer: the tensor-core gradients in 16-bit, PyTorch's in TF32
+        assert planner.trains_on_kernel(planner.GEMM_KXS, dtype, kxs, (64, 3, 2, 2),
+                                        call=(at_least, False)) == (not tf32)
+    with torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
+        assert planner.trains_on_kernel(variant, dtype, kxs, weight,
+                                        call=(at_least, True)) == (not tf32)
 
 
 def test_backward_plan_off_cuda_is_atens_fallback(capability):

@@ -126,10 +126,16 @@ def test_recorded_calls_of_grouped_kernel_layers_run_it_by_default(
             if not cudnn_benchmark:
                 assert fast.backend == fast.training_backend == planner.GROUPED
                 assert _recorded_by_us(y), y.grad_fn
-            else:  # the timed plan's kernel if it is the grouped one, else PyTorch's
-                assert _recorded_by_us(y) == (fast.backend == planner.GROUPED), fast.backend
-                assert fast.training_backend == \
-                    (planner.GROUPED if fast.backend == planner.GROUPED else planner.ATEN)
+            else:  # the timed plan's kernel where it is the grouped one or another kernel
+                # whose calls train on ours (planner.trains_on_kernel: in TF32 NCHW our
+                # forward), else PyTorch's
+                trains = planner.trains_on_kernel(
+                    fast.backend, dtype, fast._args(fast.output_padding), fast.weight.shape,
+                    hopper=planner.hopper_device(x.device), call=(x.shape, channels_last))
+                assert _recorded_by_us(y) == trains, fast.backend
+                assert fast.training_backend == (fast.backend if trains else planner.ATEN)
+                if fast.backend == planner.GROUPED:
+                    assert trains
             got = torch.autograd.grad(y, [xg, fast.weight, fast.bias], grad)
             want_y, want = _step(ref, x, grad)
             x64, w64, b64 = (t.detach().double().requires_grad_()

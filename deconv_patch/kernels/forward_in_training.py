@@ -1,0 +1,63 @@
+"""Which recorded calls of a layer with a cuDNN kernel run our forward kernel in TF32 and 16-bit,
+with ATen's backward (the gradients nn.ConvTranspose2d's backward computes, from the same
+saved input and weight): planner.trains_on_kernel's rule for the dense layers no gradient
+kernel of ours takes.
+
+What such a call gains is the forward's GPU time. What it pays: the weight's re-pack after
+every optimizer step (autocast's new cast every step in 16-bit) and the recorded node's host
+work. Read off benchmarks/train.py's per-layer forward + backward with the optimizer's update
+(docs/performance/training.md#our-forward-with-atens-backward-tf32-and-16-bit): in TF32 the
+calls from 2^33 (8.6 G) multiply-adds gained 1.1-1.7x in both layouts; the smaller, host-bound
+ones moved either way (0.85-1.7x), so they keep PyTorch's convolution. In 16-bit only
+kernel == stride calls gained (from 2^32: 1.0-1.4x); the k4 s2 layers' stride-phase forward
+saved too little there to repay the re-pack (0.84-1.05x).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Optional, Sequence, Tuple
+
+import torch
+
+from ..arguments import ConvTransposeArgs
+from .precision import tf32_allowed
+
+# multiply-adds from which a TF32 call repays our forward's costs
+MIN_TF32_MACS = 1 << 33
+# multiply-adds from which a 16-bit kernel == stride call repays them
+MIN_SIXTEEN_BIT_MACS = 1 << 32
+
+
+def kernel_is_stride(kernel_size: Sequence[int], args: ConvTransposeArgs) -> bool:
+    """A layer whose every output pixel takes one tap of one input pixel (gemm_kxs's GEMM)."""
+    return (tuple(kernel_size) == tuple(args.stride) and not any(args.padding)
+            and not any(args.output_padding) and tuple(args.dilation) == (1, 1))
+
+
+def least_macs(kernel_size: Sequence[int], args: ConvTransposeArgs,
+               dtype: torch.dtype) -> Optional[int]:
+    """From the hyperparameters and the call's dtype alone: the multiply-adds from which a call
+    runs our forward (MIN_TF32_MACS, MIN_SIXTEEN_BIT_MACS), or None where no call does."""
+    if dtype == torch.float32:
+        return MIN_TF32_MACS if tf32_allowed(args) else None
+    if dtype in (torch.float16, torch.bfloat16) and kernel_is_stride(kernel_size, args):
+        return MIN_SIXTEEN_BIT_MACS
+    return None
+
+
+def call_macs(input_shape: Sequence[int], weight_shape: Sequence[int]) -> int:
+    """A call's multiply-adds: input pixels (batch included; unbatched: one) x weight elements."""
+    batch = input_shape[0] if len(input_shape) == 4 else 1
+    return batch * input_shape[-2] * input_shape[-1] * math.prod(weight_shape)
+
+
+def repays(dtype: torch.dtype, args: ConvTransposeArgs, weight_shape: Sequence[int],
+           call: Optional[Tuple[Sequence[int], bool]]) -> bool:
+    """Whether a recorded call in `dtype` of a layer with a cuDNN kernel (no gradient kernel of
+    ours) runs our planned forward. `call`: the input's shape and whether it is channels_last;
+    None where no call is known (the answer for some call of the layer)."""
+    least = least_macs(weight_shape[2:], args, dtype)
+    if least is None:
+        return False
+    return call is None or call_macs(call[0], weight_shape) >= least
