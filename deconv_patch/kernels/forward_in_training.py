@@ -7,10 +7,9 @@ What such a call gains is the forward's GPU time. What it pays: the weight's re-
 every optimizer step (autocast's new cast every step in 16-bit) and the recorded node's host
 work. Read off benchmarks/train.py's per-layer forward + backward with the optimizer's update
 (docs/performance/training.md#our-forward-with-atens-backward-tf32-and-16-bit): in TF32 the
-calls from 2^33 (8.6 G) multiply-adds gained 1.1-1.7x in both layouts; the smaller, host-bound
-ones moved either way (0.85-1.7x), so they keep PyTorch's convolution. In 16-bit only
-kernel == stride calls gained (from 2^32: 1.0-1.4x); the k4 s2 layers' stride-phase forward
-saved too little there to repay the re-pack (0.84-1.05x).
+large calls gained in both layouts, while the smaller, host-bound ones moved either way, so
+they keep PyTorch's convolution; in 16-bit only kernel == stride calls gained, the k4 s2
+layers' stride-phase forward saving too little there to repay the re-pack.
 """
 
 from __future__ import annotations
