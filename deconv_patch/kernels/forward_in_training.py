@@ -34,21 +34,21 @@ def kernel_is_stride(kernel_size: Sequence[int], args: ConvTransposeArgs) -> boo
             and not any(args.output_padding) and tuple(args.dilation) == (1, 1))
 
 
-def least_macs(kernel_size: Sequence[int], args: ConvTransposeArgs,
-               dtype: torch.dtype) -> Optional[int]:
-    """From the hyperparameters and the call's dtype alone: the multiply-adds from which a call
-    runs our forward (MIN_TF32_MACS, MIN_SIXTEEN_BIT_MACS), or None where no call does."""
+def least_macs(dtype: torch.dtype, tf32: bool, kernel_is_stride: bool) -> Optional[int]:
+    """The multiply-adds from which a call in `dtype` (fp32: `tf32`, whether the call may use
+    TF32) of a layer (`kernel_is_stride`) runs our forward (MIN_TF32_MACS, MIN_SIXTEEN_BIT_MACS),
+    or None where no call does. planner.TrainingPrefilter asks it with the facts it keeps."""
     if dtype == torch.float32:
-        return MIN_TF32_MACS if tf32_allowed(args) else None
-    if dtype in (torch.float16, torch.bfloat16) and kernel_is_stride(kernel_size, args):
+        return MIN_TF32_MACS if tf32 else None
+    if dtype in (torch.float16, torch.bfloat16) and kernel_is_stride:
         return MIN_SIXTEEN_BIT_MACS
     return None
 
 
 def call_macs(input_shape: Sequence[int], weight_shape: Sequence[int]) -> int:
-    """A call's multiply-adds: input pixels (batch included; unbatched: one) x weight elements."""
-    batch = input_shape[0] if len(input_shape) == 4 else 1
-    return batch * input_shape[-2] * input_shape[-1] * math.prod(weight_shape)
+    """A call's multiply-adds: input elements x outputs per group x taps (weight_shape[1:]),
+    as planner.TrainingPrefilter.may_train counts them."""
+    return math.prod(input_shape) * math.prod(weight_shape[1:])
 
 
 def repays(dtype: torch.dtype, args: ConvTransposeArgs, weight_shape: Sequence[int],
@@ -56,7 +56,8 @@ def repays(dtype: torch.dtype, args: ConvTransposeArgs, weight_shape: Sequence[i
     """Whether a recorded call in `dtype` of a layer with a cuDNN kernel (no gradient kernel of
     ours) runs our planned forward. `call`: the input's shape and whether it is channels_last;
     None where no call is known (the answer for some call of the layer)."""
-    least = least_macs(weight_shape[2:], args, dtype)
+    least = least_macs(dtype, dtype == torch.float32 and tf32_allowed(args),
+                       kernel_is_stride(weight_shape[2:], args))
     if least is None:
         return False
     return call is None or call_macs(call[0], weight_shape) >= least

@@ -20,6 +20,7 @@ Every plan carries a human-readable reason, so a fallback is never silent.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Dict, Optional, Sequence, Tuple
 
@@ -483,7 +484,7 @@ class TrainingPrefilter:
                                                                  groups),
             direct_backward.strict_phase_tma_layer(out_channels, kernel_size, groups, stride),
             forward_in_training.kernel_is_stride(kernel_size, args),
-            out_channels // groups * kernel_size[0] * kernel_size[1])
+            math.prod((out_channels // groups, *kernel_size)))
 
     def least_macs(self, dtype: torch.dtype,
                    device: Optional[torch.device] = None) -> Optional[int]:
@@ -500,11 +501,11 @@ class TrainingPrefilter:
         if dtype != torch.float32:  # 16-bit
             if self.without_cudnn or self.few_output:
                 return 0
-            return forward_in_training.MIN_SIXTEEN_BIT_MACS if self.kernel_is_stride else None
+            return forward_in_training.least_macs(dtype, False, self.kernel_is_stride)
         if tf32_allowed(self.args):  # (one read of the backend flags)
             if self.without_cudnn or self.few_output:
                 return None  # (TF32 in ATen's native GEMMs; few outputs: trains_on_kernel)
-            return forward_in_training.MIN_TF32_MACS
+            return forward_in_training.least_macs(dtype, True, self.kernel_is_stride)
         if self.without_cudnn:
             return 0
         # (gemm_phase_tma's input gradient: Hopper only; trains_on_kernel asks the plan too)
@@ -515,14 +516,6 @@ class TrainingPrefilter:
         least = self.least_macs(input.dtype, input.device)
         return least is not None and (
             least == 0 or input.numel() * self.macs_per_element >= least)
-
-
-def may_train_on_kernel(in_channels: int, out_channels: int, kernel_size: Sequence[int],
-                        args: ConvTransposeArgs, dtype: torch.dtype) -> bool:
-    """Whether some call of this layer in `dtype` may train on a kernel of ours
-    (TrainingPrefilter)."""
-    return TrainingPrefilter.for_layer(in_channels, out_channels, kernel_size,
-                                       args).least_macs(dtype) is not None
 
 
 def hopper_device(device: torch.device) -> bool:
