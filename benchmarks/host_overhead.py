@@ -10,13 +10,19 @@ for PyTorch (F.conv_transpose2d and nn.ConvTranspose2d) and FastConvTranspose2d 
 its variants forced, plus the pieces of our call path (plan-cache lookup, prepared call).
 --training measures a training call instead (the forward autograd records, alone and with the
 backward of the input and parameters) for nn.ConvTranspose2d, FastConvTranspose2d's default
-(PyTorch's convolution) and its kernels_in_training path (our forward kernel in a C++ node).
+(PyTorch's convolution) and its kernels_in_training path (our forward kernel in a C++ node);
+with --update, the pass train.py's layer rows time instead (fp32 module, bf16 under autocast,
+forward + backward + the optimizer's in-place update, so our path re-packs its weight).
 --input-gradient measures the input gradient alone: ATen's (cuDNN's where it has a kernel)
 against gemm_phase_tma's (the binding's phase_tma_grad_input, its weight pack included), with
 fewer calls per timing (a call's three launches must not fill the launch queue).
+--prefilter measures a recorded forward on PyTorch's path on a 1 x 1 input of batch 1 (host
+time alone: the GPU never limits), nn.ConvTranspose2d's and FastConvTranspose2d's with
+kernels_in_training None (the training prefilter) and False (none), and the prefilter alone.
 
     python benchmarks/host_overhead.py [--only dcgan.g2,simplebl.d2] [--modes bf16,tf32]
-                                       [--training | --input-gradient]
+                                       [--training [--update] | --input-gradient |
+                                        --prefilter]
 """
 
 from __future__ import annotations
@@ -172,26 +178,43 @@ def measure(layer: Layer, mode: str, layout: str, variants: List[str], trace: bo
             print_trace(fns["Fast (planner)"])
 
 
-def measure_training(layer: Layer, mode: str, layout: str) -> None:
+def measure_training(layer: Layer, mode: str, layout: str, update: bool = False) -> None:
     """Host, GPU and event time of a recorded forward and of forward + backward (gradients of
-    the input, weight and bias against a fixed random output gradient), per training path."""
-    x, reference = layer_and_input(layer, mode, layout)
+    the input, weight and bias against a fixed random output gradient), per training path;
+    host us as the least of 9 timings of 20 unsynchronised passes. `update`: train.py's layer
+    pass instead (its mode's autocast, the optimizer's in-place update after the backward)."""
+    if update:
+        from train import _layer_pass  # (benchmarks/ is on sys.path)
+        reference, x = layer.module_and_input(torch.float32, channels_last=layout == "nhwc")
+        reference.train()
+        torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = True
+    else:
+        x, reference = layer_and_input(layer, mode, layout)
     x.requires_grad_(True)
     default = deconv_patch.FastConvTranspose2d.from_module(copy.deepcopy(reference))
     ours = deconv_patch.FastConvTranspose2d.from_module(copy.deepcopy(reference))
     ours.kernels_in_training = True
-    grad = torch.randn_like(reference(x))
-    print(f"\n{layer.name} {mode} {layout} training  (plan: {ours.plan_for(x).variant})")
+    with torch.no_grad(), torch.autocast("cuda", torch.bfloat16, enabled=update and
+                                         mode == "bf16"):
+        grad = torch.randn_like(reference(x))
+        plan = ours.plan_for(x).variant
+    print(f"\n{layer.name} {mode} {layout} training  (plan: {plan})")
     print(f"  {'path':46s} {'host us':>8s} {'gpu us':>8s} {'event us':>9s}")
     for name, m in (("nn.ConvTranspose2d", reference), ("Fast, default", default),
                     ("Fast, kernels_in_training", ours)):
         leaves = [x, *m.parameters()]
-        calls = {"forward": lambda m=m: m(x),
-                 "forward + backward": lambda m=m, leaves=leaves: torch.autograd.grad(
-                     m(x), leaves, grad)}
+        calls: Dict[str, Callable[[], object]] = {
+            "forward": lambda m=m: m(x),
+            "forward + backward": lambda m=m, leaves=leaves: torch.autograd.grad(
+                m(x), leaves, grad)}
+        if update:
+            calls = {"forward + backward + update": _layer_pass(m, x, grad, mode, "all")}
         for what, fn in calls.items():
             g = gpu_us(fn)
-            print(f"  {name + ', ' + what:46s} {host_us(fn):8.1f} "
+            # (few passes per timing: a pass launches up to a dozen kernels, and a full launch
+            # queue would make the host wait for the GPU)
+            host = min(host_us(fn, calls=20) for _ in range(9))
+            print(f"  {name + ', ' + what:46s} {host:8.1f} "
                   f"{'-' if g is None else f'{g:8.1f}':>8s} {event_us(fn):9.1f}", flush=True)
 
 
@@ -218,6 +241,39 @@ def measure_input_gradient(layer: Layer, mode: str, layout: str) -> None:
             continue
         g = gpu_us(fn)
         print(f" | {name} host {host:6.1f} gpu {'-' if g is None else f'{g:6.1f}'}", end="")
+    print(flush=True)
+
+
+def measure_prefilter(layer: Layer, mode: str) -> None:
+    """Host us of a recorded forward on PyTorch's path, per path, on a 1 x 1 input (least of 9
+    timings of 2,000 calls): what the training prefilter adds to nn.ConvTranspose2d's call."""
+    a = layer.args
+    reference = torch.nn.ConvTranspose2d(
+        layer.cin, layer.cout, layer.kernel, layer.stride, layer.padding,  # type: ignore[arg-type]
+        layer.output_padding, layer.groups, layer.bias, layer.dilation,  # type: ignore[arg-type]
+        device="cuda")
+    default = deconv_patch.FastConvTranspose2d.from_module(copy.deepcopy(reference))
+    off = deconv_patch.FastConvTranspose2d.from_module(copy.deepcopy(reference))
+    off.kernels_in_training = False
+    dtype, tf32 = MODES[mode]  # (16-bit: module and input in that dtype)
+    torch.backends.cudnn.allow_tf32 = tf32
+    x = torch.randn(1, layer.cin, 1, 1, device="cuda", dtype=dtype, requires_grad=True)
+    w, b = reference.weight.to(dtype), reference.bias
+    b = None if b is None else b.to(dtype)
+    if dtype != torch.float32:
+        for m in (reference, default, off):
+            m.to(dtype)
+    prefilter = default._training_prefilter()
+    paths: Dict[str, Callable[[], object]] = {
+        "F.conv_transpose2d": lambda: F.conv_transpose2d(x, w, b, a.stride, a.padding,
+                                                         a.output_padding, a.groups, a.dilation),
+        "nn.ConvTranspose2d": lambda: reference(x),
+        "Fast, default": lambda: default(x),
+        "Fast, kernels_in_training=False": lambda: off(x),
+        "piece: prefilter (may_train)": lambda: prefilter.may_train(x)}
+    print(f"{layer.name:28s} {mode} recorded forward, host us:", end="")
+    for name, fn in paths.items():
+        print(f" | {name} {min(host_us(fn, calls=2000) for _ in range(9)):.2f}", end="")
     print(flush=True)
 
 
@@ -254,19 +310,29 @@ def main(argv: Optional[List[str]] = None) -> int:
                       help="a training call per path instead (recorded forward, + backward)")
     what.add_argument("--input-gradient", action="store_true",
                       help="the input gradient alone, ATen's and gemm_phase_tma's")
+    what.add_argument("--prefilter", action="store_true",
+                      help="a recorded forward on a 1 x 1 input per kernels_in_training setting")
+    p.add_argument("--update", action="store_true",
+                   help="with --training: train.py's layer pass (autocast, optimizer update)")
     args = p.parse_args(argv)
     # training and its gradients: PyTorch's default, as train.py
-    torch.backends.cudnn.benchmark = not (args.training or args.input_gradient)
+    torch.backends.cudnn.benchmark = not (args.training or args.input_gradient or
+                                          args.prefilter)
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}")
     wanted = args.only.split(",")
     for layer in SUITE:
         if not any(layer.name.startswith(o) for o in wanted):
             continue
         for mode in args.modes.split(","):
+            if args.prefilter:
+                measure_prefilter(layer, mode)
+                continue
             for layout in args.formats.split(","):
-                if args.training or args.input_gradient:
-                    (measure_training if args.training else measure_input_gradient)(
-                        layer, mode, layout)
+                if args.training:
+                    measure_training(layer, mode, layout, args.update)
+                    continue
+                if args.input_gradient:
+                    measure_input_gradient(layer, mode, layout)
                     continue
                 variants = [v for v in args.variants.split(",")
                             if not (v.startswith("gemm_phase_sm90") and mode == "tf32")]

@@ -244,9 +244,10 @@ def optimize(
             tensor-core kernels), on Hopper in fp32 without TF32 layers without groups whose
             input gradient runs on gemm_phase_tma's kernel (3xTF32; NCHW calls from about 10^9
             multiply-adds or sums of 4,096 products on), and in the other layers our forward
-            with PyTorch's backward: TF32 calls from 2^33 (8.6 x 10^9) multiply-adds on,
-            16-bit kernel == stride calls from 2^32 on (docs/performance/training.md). True:
-            in every layer. False: in none.
+            with PyTorch's backward: TF32 calls from 2^33 (8.6 x 10^9) multiply-adds on in
+            kernel == stride layers and from 1.5 x 2^33 in the others, 16-bit kernel == stride
+            calls from 2^32 on (docs/performance/training.md). True: in every layer. False: in
+            none.
 
     Idempotent: optimizing an optimized model changes nothing more. See
     `deconv_patch.summary(result)` for what was done, and what was not and why.

@@ -39,8 +39,9 @@ TRAINING_DEFAULT_NOTE = (
     "and on Hopper in fp32 without TF32 in layers without groups whose input gradient runs on "
     "gemm_phase_tma's kernel (NCHW calls from about 10^9 multiply-adds or sums of 4,096 "
     "products on), which train faster on ours: their recorded calls run the planned kernels, "
-    "forward and backward; TF32 calls from 2^33 (8.6 x 10^9) multiply-adds on and 16-bit "
-    "kernel == stride calls from 2^32 on run our forward with PyTorch's backward; "
+    "forward and backward; TF32 calls from 2^33 (8.6 x 10^9) multiply-adds on (kernel == "
+    "stride; other layers from 1.5 x 2^33) and 16-bit kernel == stride calls from 2^32 on run "
+    "our forward with PyTorch's backward; "
     f"{_UNRECORDED_CALLS}"
 )
 TRAINING_NOTE = f"{_RECORDED_CALLS}; {_UNRECORDED_CALLS}"

@@ -471,7 +471,7 @@ class TrainingPrefilter:
     without_cudnn: bool  # 16-bit, or fp32 where ATen's native GEMMs are fp32: any call
     few_output: bool  # 16-bit: any call (the tensor-core gradients); fp32 with TF32: none
     strict_phase: bool  # fp32 without TF32: any call (the plan, device and size then decide)
-    kernel_is_stride: bool  # 16-bit: from forward_in_training.MIN_SIXTEEN_BIT_MACS on
+    kernel_is_stride: bool  # which of forward_in_training's thresholds (16-bit: these only)
     macs_per_element: int  # a call's multiply-adds per input element (outputs per group x taps)
 
     @staticmethod

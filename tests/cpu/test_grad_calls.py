@@ -193,7 +193,8 @@ def test_under_cuda_autocast_a_float32_inputs_call_is_answered_in_autocasts_dtyp
 
 
 @pytest.mark.parametrize("dtype,kernel,padding", [
-    (torch.float32, 4, 1),     # TF32: from MIN_TF32_MACS on, any layer with a cuDNN kernel
+    (torch.float32, 4, 1),     # TF32, stride phases: from MIN_TF32_STRIDE_PHASE_MACS on
+    (torch.float32, 2, 0),     # TF32, kernel == stride: from MIN_TF32_MACS on
     (torch.bfloat16, 2, 0),    # 16-bit: kernel == stride layers, from MIN_SIXTEEN_BIT_MACS on
 ])
 def test_a_recorded_calls_size_decides_before_any_planning(dtype, kernel, padding, monkeypatch):
@@ -209,8 +210,9 @@ def test_a_recorded_calls_size_decides_before_any_planning(dtype, kernel, paddin
         nn.ConvTranspose2d(512, 256, kernel, 2, padding, device="meta", dtype=dtype))
     planned = []
     monkeypatch.setattr(type(layer), "_conv", lambda self, x, *rest: planned.append(x.shape))
-    least = (forward_in_training.MIN_TF32_MACS if dtype == torch.float32
-             else forward_in_training.MIN_SIXTEEN_BIT_MACS)
+    least = {(torch.float32, 4): forward_in_training.MIN_TF32_STRIDE_PHASE_MACS,
+             (torch.float32, 2): forward_in_training.MIN_TF32_MACS,
+             (torch.bfloat16, 2): forward_in_training.MIN_SIXTEEN_BIT_MACS}[dtype, kernel]
     pixels = least // (512 * 256 * kernel * kernel)  # rows of 16: a batch of 4, rows of 4
     with torch.backends.cudnn.flags(enabled=True, allow_tf32=True):
         for rows, goes_on in ((pixels // 16 - 1, False), (pixels // 16, True)):

@@ -898,8 +898,9 @@ def test_fp32_strict_training_in_nchw_needs_a_call_that_repays_the_input_gradien
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 def test_tf32_and_sixteen_bit_recorded_calls_run_our_forward_where_the_call_repays_it(dtype):
     """With a cuDNN kernel and no gradient kernel of ours, a recorded call runs our planned
-    forward (ATen's backward) in TF32 from MIN_TF32_MACS multiply-adds on, either layout; in
-    16-bit only a kernel == stride layer's, from MIN_SIXTEEN_BIT_MACS on. Never without TF32
+    forward (ATen's backward) in TF32 from MIN_TF32_MACS multiply-adds on (a stride-phase
+    layer's from MIN_TF32_STRIDE_PHASE_MACS), either layout; in 16-bit only a kernel == stride
+    layer's, from MIN_SIXTEEN_BIT_MACS on. Never without TF32
     off Hopper, on PyTorch's plan, or for a few-output layer in fp32."""
     from deconv_patch.kernels import forward_in_training as rule
 
@@ -925,6 +926,12 @@ def test_tf32_and_sixteen_bit_recorded_calls_run_our_forward_where_the_call_repa
         assert planner.trains_on_kernel(planner.GEMM_PHASE_TMA, dtype, k4s2, k4,
                                         call=(at_least, False)) == tf32
         assert planner.trains_on_kernel(planner.GEMM_PHASE_TMA, dtype, k4s2, k4) == tf32
+        # its TF32 threshold is the stride-phase one: 1.5 x the kernel == stride one
+        phase_rows = rule.MIN_TF32_STRIDE_PHASE_MACS // (8 * 512 * 8 * 256 * 16)
+        for rows_, trains in ((phase_rows, tf32), (phase_rows - 1, False),
+                              (rule.MIN_TF32_MACS // (8 * 512 * 8 * 256 * 16), False)):
+            assert planner.trains_on_kernel(planner.GEMM_PHASE_TMA, dtype, k4s2, k4,
+                                            call=((8, 512, rows_, 8), False)) == trains
         assert not planner.trains_on_kernel(planner.ATEN, dtype, kxs, weight,
                                             call=(at_least, True))
         # a few-output layer: the tensor-core gradients in 16-bit, PyTorch's in TF32

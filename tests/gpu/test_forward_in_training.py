@@ -26,15 +26,17 @@ NCHW, NHWC = torch.contiguous_format, torch.channels_last
 
 
 @pytest.mark.parametrize("dtype,layout,cin,cout,k,s,p,x_shape,ours", [
-    (torch.float32, NCHW, 512, 256, 4, 2, 1, (8, 512, 32, 16), True),     # 2^33 multiply-adds
+    (torch.float32, NCHW, 512, 256, 4, 2, 1, (8, 512, 48, 16), True),     # 3 x 2^32 multiply-adds
+    (torch.float32, NCHW, 512, 256, 4, 2, 1, (8, 512, 32, 16), False),    # 2^33, stride phases
     (torch.float32, NCHW, 64, 32, 4, 2, 1, (8, 64, 16, 16), False),       # 2^26
-    (torch.float32, NCHW, 1024, 1024, 4, 1, 0, (512, 1024, 1, 1), True),  # 1 x 1, 2^33
+    (torch.float32, NCHW, 1024, 1024, 4, 1, 0, (768, 1024, 1, 1), True),  # 1 x 1, 3 x 2^32
     (torch.float32, NHWC, 512, 256, 2, 2, 0, (8, 512, 64, 32), True),     # 2^33
     (torch.float32, NHWC, 512, 256, 2, 2, 0, (8, 512, 32, 32), False),    # 2^32
     (torch.bfloat16, NCHW, 512, 256, 2, 2, 0, (8, 512, 32, 32), True),    # 2^32, k == stride
     (torch.bfloat16, NHWC, 512, 256, 2, 2, 0, (2, 512, 32, 32), False),   # 2^30
     (torch.bfloat16, NHWC, 512, 256, 4, 2, 1, (8, 512, 32, 32), False),   # k4 s2 in 16-bit
-], ids=["tf32-nchw", "tf32-nchw-small", "tf32-nchw-1x1", "tf32-nhwc", "tf32-nhwc-small",
+], ids=["tf32-nchw", "tf32-nchw-phase-2^33", "tf32-nchw-small", "tf32-nchw-1x1", "tf32-nhwc",
+        "tf32-nhwc-small",
         "bf16-kxs", "bf16-kxs-small", "bf16-k4s2"])
 def test_recorded_calls_run_our_forward_where_the_call_repays_it(dtype, layout, cin, cout, k, s,
                                                                  p, x_shape, ours):
