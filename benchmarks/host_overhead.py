@@ -248,21 +248,12 @@ def measure_prefilter(layer: Layer, mode: str) -> None:
     """Host us of a recorded forward on PyTorch's path, per path, on a 1 x 1 input (least of 9
     timings of 2,000 calls): what the training prefilter adds to nn.ConvTranspose2d's call."""
     a = layer.args
-    reference = torch.nn.ConvTranspose2d(
-        layer.cin, layer.cout, layer.kernel, layer.stride, layer.padding,  # type: ignore[arg-type]
-        layer.output_padding, layer.groups, layer.bias, layer.dilation,  # type: ignore[arg-type]
-        device="cuda")
+    _, reference = layer_and_input(layer, mode, "nchw")  # (in the mode's dtype and TF32 flag)
     default = deconv_patch.FastConvTranspose2d.from_module(copy.deepcopy(reference))
     off = deconv_patch.FastConvTranspose2d.from_module(copy.deepcopy(reference))
     off.kernels_in_training = False
-    dtype, tf32 = MODES[mode]  # (16-bit: module and input in that dtype)
-    torch.backends.cudnn.allow_tf32 = tf32
-    x = torch.randn(1, layer.cin, 1, 1, device="cuda", dtype=dtype, requires_grad=True)
-    w, b = reference.weight.to(dtype), reference.bias
-    b = None if b is None else b.to(dtype)
-    if dtype != torch.float32:
-        for m in (reference, default, off):
-            m.to(dtype)
+    w, b = reference.weight, reference.bias
+    x = torch.randn(1, layer.cin, 1, 1, device="cuda", dtype=w.dtype, requires_grad=True)
     prefilter = default._training_prefilter()
     paths: Dict[str, Callable[[], object]] = {
         "F.conv_transpose2d": lambda: F.conv_transpose2d(x, w, b, a.stride, a.padding,
