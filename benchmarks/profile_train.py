@@ -1,12 +1,15 @@
 """Where a training step's time goes: the original model, optimize()'s default (recorded calls on
-PyTorch's convolution) and `kernels_in_training=True`, side by side for one example model.
+PyTorch's convolution but where planner.trains_on_kernel gives them ours),
+`kernels_in_training=False` (every recorded call PyTorch's) and `kernels_in_training=True`,
+side by side for one example model.
 
-Per side: event time per step (the three interleaved), host time per step (from an idle GPU,
-no synchronisation inside the step, so it is the time to enqueue the step), the GPU kernels' time
-per step (torch.profiler), each conv layer's output layout and plan, the kernels whose time per
-step differs most between the original and each patched side, and each transposed
-convolution's forward + backward alone (on the input it gets in the step) against the step's GPU
-time: the part of the step a faster layer can shorten. `benchmarks/train.py` measures the same
+Per side: event time per step (the sides interleaved), host time per step (from an idle GPU,
+no synchronisation inside the step, so it is the time to enqueue the step), the Python function
+calls a step makes (cProfile), the GPU kernels' time per step (torch.profiler), each conv
+layer's output layout and plan, the kernels whose time per step differs most between the
+original and each patched side, and each transposed convolution's forward + backward alone (on
+the input it gets in the step) against the step's GPU time: the part of the step a faster layer
+can shorten. `benchmarks/train.py` measures the same
 steps; this says why they differ. --compiled does all of it for each side's step under
 torch.compile.
 
@@ -18,7 +21,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import cProfile
 import copy
+import pstats
 import statistics
 import sys
 import time
@@ -51,6 +56,17 @@ def host_ms_per_step(step: Callable[[], None], steps: int) -> float:
         times.append((time.perf_counter() - t0) * 1e3)
     torch.cuda.synchronize()
     return statistics.median(times)
+
+
+def python_calls_per_step(step: Callable[[], None], steps: int) -> float:
+    """Python function calls (cProfile's count, built-ins included) one step makes."""
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(steps):
+        step()
+    profiler.disable()
+    torch.cuda.synchronize()
+    return pstats.Stats(profiler).total_calls / steps
 
 
 def kernel_us_per_step(step: Callable[[], None], steps: int) -> Dict[str, float]:
@@ -168,6 +184,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     sides = {
         "original": original,
         "default": optimize(copy.deepcopy(original), inputs, progress=False),
+        "off": optimize(copy.deepcopy(original), inputs, progress=False,
+                        kernels_in_training=False),
         "kernels_in_training": optimize(copy.deepcopy(original), inputs, progress=False,
                                         kernels_in_training=True),
     }
@@ -181,6 +199,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     event_ms = {name: statistics.median(t) for name, t in zip(steps, events)}
     host_ms = {name: host_ms_per_step(step, args.steps) for name, step in steps.items()}
     kernels = {name: kernel_us_per_step(step, args.steps) for name, step in steps.items()}
+    calls = {name: python_calls_per_step(step, args.steps) for name, step in steps.items()}
 
     print(f"{torch.cuda.get_device_name(0)}, torch {torch.__version__}, {args.model} "
           f"b{batch}, {args.mode}, cudnn.benchmark {args.benchmark}"
@@ -197,11 +216,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         for key in deltas[:args.top]:
             print(f"  {theirs.get(key, 0.0):9.1f} -> {ours.get(key, 0.0):9.1f}  {key[:110]}")
     print(f"\n{'side':<22} {'event ms':>9} {'host ms':>8} {'GPU kernels ms':>15} "
-          f"{'kernels':>8}")
+          f"{'kernels':>8} {'Python calls':>13}")
     for name in sides:
         print(f"{name:<22} {event_ms[name]:9.3f} {host_ms[name]:8.3f} "
               f"{gpu_ms(kernels[name]):15.3f} "
-              f"{kernels[name].get(LAUNCHES, 0.0):8.0f}")
+              f"{kernels[name].get(LAUNCHES, 0.0):8.0f} {calls[name]:13.0f}")
     alone = layer_gpu_ms(sides, inputs, args.mode, args.steps)
     gpu_original = gpu_ms(kernels["original"])
     print("\ntransposed convolutions alone, forward + backward (GPU kernel ms):")
