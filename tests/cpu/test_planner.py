@@ -900,8 +900,8 @@ def test_tf32_and_sixteen_bit_recorded_calls_run_our_forward_where_the_call_repa
     """With a cuDNN kernel and no gradient kernel of ours, a recorded call runs our planned
     forward (ATen's backward) in TF32 from MIN_TF32_MACS multiply-adds on (a stride-phase
     layer's from MIN_TF32_STRIDE_PHASE_MACS), either layout; in 16-bit only a kernel == stride
-    layer's, from MIN_SIXTEEN_BIT_MACS on. Never without TF32
-    off Hopper, on PyTorch's plan, or for a few-output layer in fp32."""
+    layer's, from MIN_SIXTEEN_BIT_MACS on. Never without TF32 off Hopper, on PyTorch's plan, or
+    for a few-output layer in fp32."""
     from deconv_patch.kernels import forward_in_training as rule
 
     k4s2 = ConvTransposeArgs.from_values(stride=2, padding=1)
