@@ -28,6 +28,7 @@ kernels_in_training None (the training prefilter) and False (none), and the pref
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import math
 import sys
@@ -183,19 +184,21 @@ def measure_training(layer: Layer, mode: str, layout: str, update: bool = False)
     the input, weight and bias against a fixed random output gradient), per training path;
     host us as the least of 9 timings of 20 unsynchronised passes. `update`: train.py's layer
     pass instead (its mode's autocast, the optimizer's in-place update after the backward)."""
-    if update:
-        from train import _layer_pass  # (benchmarks/ is on sys.path)
+    if update:  # (benchmarks/ is on sys.path)
+        from train import _TF32_FLAGS, _autocast, _layer_pass
         reference, x = layer.module_and_input(torch.float32, channels_last=layout == "nhwc")
         reference.train()
-        torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = \
+            _TF32_FLAGS.get(mode, (True, True))
+        casting = _autocast(mode)
     else:
         x, reference = layer_and_input(layer, mode, layout)
+        casting = contextlib.nullcontext()
     x.requires_grad_(True)
     default = deconv_patch.FastConvTranspose2d.from_module(copy.deepcopy(reference))
     ours = deconv_patch.FastConvTranspose2d.from_module(copy.deepcopy(reference))
     ours.kernels_in_training = True
-    with torch.no_grad(), torch.autocast("cuda", torch.bfloat16, enabled=update and
-                                         mode == "bf16"):
+    with torch.no_grad(), casting:
         grad = torch.randn_like(reference(x))
         plan = ours.plan_for(x).variant
     print(f"\n{layer.name} {mode} {layout} training  (plan: {plan})")
