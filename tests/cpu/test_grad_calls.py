@@ -247,7 +247,7 @@ def test_an_fp32_strict_recorded_call_goes_on_to_planning_only_on_hopper(monkeyp
         planned.clear()
         assert not layer._may_train_call(x.detach().bfloat16())  # (16-bit: a k4 s2 layer never)
     with torch.backends.cudnn.flags(enabled=True, allow_tf32=True):
-        layer(x)  # (TF32: 2^17 multiply-adds, below MIN_TF32_MACS)
+        layer(x)  # (TF32: 2^17 multiply-adds, below MIN_TF32_STRIDE_PHASE_MACS)
         assert not planned
 
 
