@@ -155,15 +155,18 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
         recorded = torch.is_grad_enabled() and (
             input.requires_grad or weight.requires_grad or
             (bias is not None and bias.requires_grad))
-        if recorded and (
-                self.activation != "none" or
-                not self._may_train_call(input)) and _FORCED_VARIANT.get() is None:
+        if recorded and _FORCED_VARIANT.get() is None:
             # A call autograd records: PyTorch's own convolution (and activation), straight
             # away, so a training step pays nothing more than nn.ConvTranspose2d's call
             # (grad_calls). Where kernels_in_training allows, a call without an activation of
             # the module's own runs its plan, recorded with the planned backward. A fused chain
             # never folds a recorded call.
-            return self._pytorch(input, weight, bias, output_size)
+            may_train = self.activation == "none" and self.kernels_in_training
+            if may_train is None:  # (_may_train_call, written out)
+                prefilter = self.__dict__.get("_prefilter") or self._training_prefilter()
+                may_train = prefilter.may_train(input)
+            if not may_train:
+                return self._pytorch(input, weight, bias, output_size)
         if in_jit_trace():
             # torch.jit.trace (and the ONNX export built on it) records dispatcher calls: our
             # kernel launches, invisible to it, would leave its graph an allocation or a constant

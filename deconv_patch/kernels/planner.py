@@ -464,58 +464,76 @@ class TrainingPrefilter:
     """What a layer's hyperparameters say about which of its recorded calls may train on a
     kernel of ours (trains_on_kernel for some call of it), worked out once per layer: every
     recorded call asks (may_train), before any planning, so that the others go to PyTorch's
-    convolution at the cost of nn.ConvTranspose2d's call."""
+    convolution at the cost of nn.ConvTranspose2d's call. Per kind of call, the least
+    multiply-adds a call needs (0: any call; None: none)."""
 
     args: ConvTransposeArgs
-    grouped: bool  # the grouped kernel's layer: any call, whatever the dtype
-    without_cudnn: bool  # 16-bit, or fp32 where ATen's native GEMMs are fp32: any call
-    few_output: bool  # 16-bit: any call (the tensor-core gradients); fp32 with TF32: none
-    strict_phase: bool  # fp32 without TF32: any call (the plan, device and size then decide)
-    kernel_is_stride: bool  # which of forward_in_training's thresholds (16-bit: these only)
+    sixteen_bit: Optional[int]  # fp16 / bf16 calls (fp32 ones under CUDA autocast among them)
+    tf32: Optional[int]  # fp32 calls where PyTorch's computation may use TF32 (tf32_allowed)
+    strict: Optional[int]  # fp32 calls without TF32, on devices strict_on_hopper does not cover
+    strict_on_hopper: bool  # gemm_phase_tma's input gradient: such a call may, on Hopper
     macs_per_element: int  # a call's multiply-adds per input element (outputs per group x taps)
 
     @staticmethod
     def for_layer(in_channels: int, out_channels: int, kernel_size: Sequence[int],
                   args: ConvTransposeArgs) -> "TrainingPrefilter":
         groups, stride = args.groups, args.stride
+        macs = math.prod((out_channels // groups, *kernel_size))
+        if _trains_on_grouped_kernel(in_channels, out_channels, groups, stride):
+            return TrainingPrefilter(args, 0, 0, 0, False, macs)  # (whatever the dtype)
+        # ATen's native GEMMs (no cuDNN kernel) follow cuBLAS's TF32 setting: fp32 without
+        # TF32 there, any call; with TF32, none, as for the few-output layers (trains_on_kernel)
+        no_cudnn = args.without_cudnn
+        few = direct_backward.few_output_layer(in_channels, out_channels, groups)
+        kernel_is_stride = forward_in_training.kernel_is_stride(kernel_size, args)
         return TrainingPrefilter(
-            args, _trains_on_grouped_kernel(in_channels, out_channels, groups, stride),
-            args.without_cudnn, direct_backward.few_output_layer(in_channels, out_channels,
-                                                                 groups),
-            direct_backward.strict_phase_tma_layer(out_channels, kernel_size, groups, stride),
-            forward_in_training.kernel_is_stride(kernel_size, args),
-            math.prod((out_channels // groups, *kernel_size)))
+            args,
+            0 if no_cudnn or few else forward_in_training.least_macs(
+                torch.bfloat16, False, kernel_is_stride),
+            None if no_cudnn or few else forward_in_training.least_macs(
+                torch.float32, True, kernel_is_stride),
+            0 if no_cudnn else None,
+            not no_cudnn and direct_backward.strict_phase_tma_layer(out_channels, kernel_size,
+                                                                     groups, stride),
+            macs)
 
     def least_macs(self, dtype: torch.dtype,
                    device: Optional[torch.device] = None) -> Optional[int]:
         """None where no call of the input's `dtype` (on `device`; None: some device) may train
         on ours, else the multiply-adds a call needs (0: any call). (Under CUDA autocast a
         float32 input's call runs in autocast's dtype.)"""
+        if dtype == torch.float32 and _any_autocast() and torch.is_autocast_enabled("cuda"):
+            dtype = torch.get_autocast_dtype("cuda")
         if dtype == torch.float32:
-            if torch.is_autocast_enabled("cuda"):
-                dtype = torch.get_autocast_dtype("cuda")
-        elif dtype not in KERNEL_DTYPES:
-            return None
-        if self.grouped:
-            return 0
-        if dtype != torch.float32:  # 16-bit
-            if self.without_cudnn or self.few_output:
+            if tf32_allowed(self.args):  # (one read of the backend flags)
+                return self.tf32
+            if self.strict_on_hopper and (device is None or hopper_device(device)):
                 return 0
-            return forward_in_training.least_macs(dtype, False, self.kernel_is_stride)
-        if tf32_allowed(self.args):  # (one read of the backend flags)
-            if self.without_cudnn or self.few_output:
-                return None  # (TF32 in ATen's native GEMMs; few outputs: trains_on_kernel)
-            return forward_in_training.least_macs(dtype, True, self.kernel_is_stride)
-        if self.without_cudnn:
-            return 0
-        # (gemm_phase_tma's input gradient: Hopper only; trains_on_kernel asks the plan too)
-        return 0 if self.strict_phase and (device is None or hopper_device(device)) else None
+            return self.strict
+        return self.sixteen_bit if dtype in _SIXTEEN_BIT else None
 
     def may_train(self, input: torch.Tensor) -> bool:
-        """Whether this recorded call may train on a kernel of ours."""
-        least = self.least_macs(input.dtype, input.device)
+        """Whether this recorded call may train on a kernel of ours (least_macs, with the device
+        read only where it decides)."""
+        dtype = input.dtype
+        if dtype == torch.float32 and not (_any_autocast() and
+                                           torch.is_autocast_enabled("cuda")):
+            if tf32_allowed(self.args):
+                least = self.tf32
+            elif self.strict_on_hopper and hopper_device(input.device):
+                return True
+            else:
+                least = self.strict
+        else:
+            least = self.least_macs(dtype)
         return least is not None and (
             least == 0 or input.numel() * self.macs_per_element >= least)
+
+
+_SIXTEEN_BIT = (torch.float16, torch.bfloat16)
+# Any autocast at all (one C call; torch.is_autocast_enabled("cuda") parses its device string),
+# where torch has the getter.
+_any_autocast = getattr(torch._C, "_is_any_autocast_enabled", lambda: True)
 
 
 def hopper_device(device: torch.device) -> bool:

@@ -186,6 +186,7 @@ def test_under_cuda_autocast_a_float32_inputs_call_is_answered_in_autocasts_dtyp
     kxs = deconv_patch.FastConvTranspose2d.from_module(nn.ConvTranspose2d(64, 32, 2, 2))
     with torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
         assert k4s2._may_train_on_kernel(torch.float32) and kxs._may_train_on_kernel(torch.float32)
+        monkeypatch.setattr(planner, "_any_autocast", lambda: True)
         monkeypatch.setattr(torch, "is_autocast_enabled", lambda device=None: device == "cuda")
         monkeypatch.setattr(torch, "get_autocast_dtype", lambda device: torch.bfloat16)
         assert not k4s2._may_train_on_kernel(torch.float32)
@@ -270,6 +271,41 @@ def test_the_training_column_of_a_layer_whose_calls_size_decides(monkeypatch):
             layer.__dict__["_plan_cache"] = {"call": _Entry(plan, trains=trains)}
             layer.__dict__["_last_plan"] = (layer.weight.device, torch.float32, plan)
             assert layer.training_backend == ("gemm_phase_tma" if trains else planner.ATEN)
+
+
+@pytest.mark.parametrize("hopper", [False, True])
+def test_a_recorded_calls_answer_is_its_dtypes_least_multiply_adds(hopper, monkeypatch):
+    """may_train (every recorded call asks it, so it reads the device only where that decides)
+    answers as least_macs does for the call's dtype and device, over layers of every kind,
+    each dtype, the TF32 settings and sizes on both sides of each threshold (meta tensors)."""
+    import itertools
+
+    from deconv_patch.arguments import ConvTransposeArgs
+
+    monkeypatch.setattr(planner, "hopper_device", lambda device: hopper)
+    layers = [  # (in, out, kernel, stride, output_padding, groups, dilation)
+        (64, 64, 4, 2, 0, 64, 1), (512, 256, 4, 2, 0, 1, 1), (512, 256, 2, 2, 0, 1, 1),
+        (64, 32, 4, 1, 1, 1, 1), (64, 3, 4, 2, 0, 1, 1), (64, 30, 4, 2, 0, 1, 2),
+        (128, 128, 2, 4, 0, 2, 1)]
+    sizes = [1, 2 ** 20, 2 ** 26, 2 ** 28]  # input elements
+    answers = set()
+    for (cin, cout, k, s, op, g, d), dtype, (cudnn_tf32, cublas_tf32) in itertools.product(
+            layers, (torch.float32, torch.bfloat16, torch.float16, torch.float64),
+            itertools.product((False, True), repeat=2)):
+        args = ConvTransposeArgs((s, s), (0, 0), (op, op), (d, d), g)
+        prefilter = planner.TrainingPrefilter.for_layer(cin, cout, (k, k), args)
+        with tf32_settings_restored(), torch.backends.cudnn.flags(enabled=True,
+                                                                  allow_tf32=cudnn_tf32):
+            torch.backends.cuda.matmul.allow_tf32 = cublas_tf32
+            for elements in sizes:
+                x = torch.empty(elements // cin + 1, cin, device="meta", dtype=dtype)
+                least = prefilter.least_macs(dtype, x.device)
+                want = least is not None and (
+                    least == 0 or x.numel() * cout // g * k * k >= least)
+                assert prefilter.may_train(x) == want, (cin, cout, k, s, op, g, d, dtype,
+                                                        cudnn_tf32, cublas_tf32, elements)
+                answers.add(want)
+    assert answers == {True, False}
 
 
 def test_the_prefilters_answer_follows_changes_of_the_hyperparameters():
