@@ -3,15 +3,14 @@ PyTorch's convolution but where planner.trains_on_kernel gives them ours),
 `kernels_in_training=False` (every recorded call PyTorch's) and `kernels_in_training=True`,
 side by side for one example model.
 
-Per side: event time per step (the sides interleaved), host time per step (from an idle GPU,
-no synchronisation inside the step, so it is the time to enqueue the step), the Python function
-calls a step makes (cProfile), the GPU kernels' time per step (torch.profiler), each conv
-layer's output layout and plan, the kernels whose time per step differs most between the
-original and each patched side, and each transposed convolution's forward + backward alone (on
-the input it gets in the step) against the step's GPU time: the part of the step a faster layer
-can shorten. `benchmarks/train.py` measures the same
-steps; this says why they differ. --compiled does all of it for each side's step under
-torch.compile.
+Per side: event time per step (the sides taking turns, each in each place equally often), host
+time per step (from an idle GPU, no synchronisation inside the step, so it is the time to
+enqueue the step), the Python function calls a step makes (cProfile), the GPU kernels' time per
+step (torch.profiler), each conv layer's output layout and plan, the kernels whose time per step
+differs most between the original and each patched side, and each transposed convolution's
+forward + backward alone (on the input it gets in the step) against the step's GPU time: the
+part of the step a faster layer can shorten. `benchmarks/train.py` measures the same steps; this
+says why they differ. --compiled does all of it for each side's step under torch.compile.
 
     python benchmarks/profile_train.py [--model dcgan] [--mode tf32|bf16] [--batch N]
                                        [--steps 10] [--top 15] [--benchmark] [--compiled]
@@ -166,7 +165,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--batch", type=int, default=None,
                    help="default: half the model's inference benchmark batch, as train.py")
     p.add_argument("--steps", type=int, default=10)
-    p.add_argument("--reps", type=int, default=30)
+    p.add_argument("--reps", type=int, default=40)
     p.add_argument("--top", type=int, default=15)
     p.add_argument("--benchmark", action="store_true", help="cudnn.benchmark on")
     p.add_argument("--compiled", action="store_true",
@@ -195,7 +194,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                                args.mode) for name, model in sides.items()}
     for step in steps.values():  # (compiles outside the timed region)
         step()
-    events = time_interleaved(list(steps.values()), warmup=5, reps=args.reps)
+    # (every side in every place of the turn equally often: a host-bound step's event time
+    # depends on what the GPU still runs from the step before it)
+    events = time_interleaved(list(steps.values()), warmup=5, reps=args.reps, rotate=True)
     event_ms = {name: statistics.median(t) for name, t in zip(steps, events)}
     host_ms = {name: host_ms_per_step(step, args.steps) for name, step in steps.items()}
     kernels = {name: kernel_us_per_step(step, args.steps) for name, step in steps.items()}
