@@ -162,7 +162,7 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
             # the module's own runs its plan, recorded with the planned backward. A fused chain
             # never folds a recorded call.
             may_train = self.activation == "none" and self.kernels_in_training
-            if may_train is None:  # (_may_train_call, written out)
+            if may_train is None:  # (the hyperparameters, dtype and size, before planning)
                 prefilter = self.__dict__.get("_prefilter") or self._training_prefilter()
                 may_train = prefilter.may_train(input)
             if not may_train:
@@ -187,15 +187,6 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
     def __prepare_scriptable__(self) -> nn.Module:
         refuse_scripting(self)
         return self
-
-    def _may_train_call(self, input: torch.Tensor) -> bool:
-        """Whether this recorded call may train on a kernel of ours: kernels_in_training, with
-        None (the default) answered from the hyperparameters, the input's dtype and the call's
-        size, before any planning (planner.TrainingPrefilter)."""
-        chosen = self.kernels_in_training
-        if chosen is not None:
-            return chosen
-        return self._training_prefilter().may_train(input)
 
     def _may_train_on_kernel(self, dtype: torch.dtype) -> bool:
         """Whether some recorded call of this layer in `dtype` may train on a kernel of ours."""

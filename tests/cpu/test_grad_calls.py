@@ -246,7 +246,8 @@ def test_an_fp32_strict_recorded_call_goes_on_to_planning_only_on_hopper(monkeyp
         layer(x)
         assert planned == [x.shape]
         planned.clear()
-        assert not layer._may_train_call(x.detach().bfloat16())  # (16-bit: a k4 s2 layer never)
+        # (16-bit: a k4 s2 layer never)
+        assert not layer._training_prefilter().may_train(x.detach().bfloat16())
     with torch.backends.cudnn.flags(enabled=True, allow_tf32=True):
         layer(x)  # (TF32: 2^17 multiply-adds, below MIN_TF32_STRIDE_PHASE_MACS)
         assert not planned
