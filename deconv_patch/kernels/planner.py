@@ -524,8 +524,8 @@ class TrainingPrefilter:
                 return True
             else:
                 least = self.strict
-        else:
-            least = self.least_macs(dtype)
+        else:  # (16-bit, or autocast's dtype)
+            least = self.least_macs(dtype, input.device)
         return least is not None and (
             least == 0 or input.numel() * self.macs_per_element >= least)
 

@@ -274,16 +274,23 @@ def test_the_training_column_of_a_layer_whose_calls_size_decides(monkeypatch):
             assert layer.training_backend == ("gemm_phase_tma" if trains else planner.ATEN)
 
 
+@pytest.mark.parametrize("autocast", [None, torch.bfloat16, torch.float32])
 @pytest.mark.parametrize("hopper", [False, True])
-def test_a_recorded_calls_answer_is_its_dtypes_least_multiply_adds(hopper, monkeypatch):
+def test_a_recorded_calls_answer_is_its_dtypes_least_multiply_adds(hopper, autocast,
+                                                                   monkeypatch):
     """may_train (every recorded call asks it, so it reads the device only where that decides)
     answers as least_macs does for the call's dtype and device, over layers of every kind,
-    each dtype, the TF32 settings and sizes on both sides of each threshold (meta tensors)."""
+    each dtype, the TF32 settings, CUDA autocast (its getters stand in: a CPU-only build cannot
+    enter it) and sizes on both sides of each threshold (meta tensors)."""
     import itertools
 
     from deconv_patch.arguments import ConvTransposeArgs
 
     monkeypatch.setattr(planner, "hopper_device", lambda device: hopper)
+    if autocast is not None:
+        monkeypatch.setattr(planner, "_any_autocast", lambda: True)
+        monkeypatch.setattr(torch, "is_autocast_enabled", lambda device=None: device == "cuda")
+        monkeypatch.setattr(torch, "get_autocast_dtype", lambda device: autocast)
     layers = [  # (in, out, kernel, stride, output_padding, groups, dilation)
         (64, 64, 4, 2, 0, 64, 1), (512, 256, 4, 2, 0, 1, 1), (512, 256, 2, 2, 0, 1, 1),
         (64, 32, 4, 1, 1, 1, 1), (64, 3, 4, 2, 0, 1, 1), (64, 30, 4, 2, 0, 1, 2),
