@@ -510,7 +510,7 @@ class TrainingPrefilter:
             if self.strict_on_hopper and (device is None or hopper_device(device)):
                 return 0
             return self.strict
-        return self.sixteen_bit if dtype in _SIXTEEN_BIT else None
+        return self.sixteen_bit if dtype in direct_backward.SIXTEEN_BIT else None
 
     def may_train(self, input: torch.Tensor) -> bool:
         """Whether this recorded call may train on a kernel of ours (least_macs, with the device
@@ -530,7 +530,6 @@ class TrainingPrefilter:
             least == 0 or input.numel() * self.macs_per_element >= least)
 
 
-_SIXTEEN_BIT = (torch.float16, torch.bfloat16)
 # Any autocast at all (one C call; torch.is_autocast_enabled("cuda") parses its device string),
 # where torch has the getter.
 _any_autocast = getattr(torch._C, "_is_any_autocast_enabled", lambda: True)
