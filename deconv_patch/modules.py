@@ -480,27 +480,30 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
         dtype the calls run in: _call_dtype; for the last call's size and layout where that
         call's plan is `backend`'s; PyTorch's where the size decides and no call was planned),
         else PyTorch's convolution ("aten")."""
+        if self.activation != "none":
+            return planner.ATEN
+        chosen = self.kernels_in_training
+        if chosen is not None:
+            return self.backend if chosen else planner.ATEN
         stored = self._stored_weight()
         dtype = self._call_dtype(stored)
-        if self.activation != "none" or not self._may_train_on_kernel(dtype):
+        least = self._training_prefilter().least_macs(dtype)
+        if least is None:
             return planner.ATEN
         backend = self.backend
-        if self.kernels_in_training is None:
-            last = self.__dict__.get("_last_plan")
-            last_plan = last[2] if last is not None and last[2].variant == backend else None
-            trains = next((entry.trains for entry in self.__dict__.get("_plan_cache", {}).values()
-                           if entry.plan is last_plan), None)
-            if trains is None and self._training_prefilter().least_macs(dtype):
-                # (the call's size decides, and no call of this layer has been planned: its
-                # recorded calls below that size, all of them so far, ran PyTorch's)
-                trains = False
-            if trains is None:
-                trains = planner.trains_on_kernel(
-                    backend, dtype, self._args(self.output_padding), stored.shape,
-                    hopper=planner.hopper_device(stored.device))
-            if not trains:
-                return planner.ATEN
-        return backend
+        last = self.__dict__.get("_last_plan")
+        last_plan = last[2] if last is not None and last[2].variant == backend else None
+        trains = next((entry.trains for entry in self.__dict__.get("_plan_cache", {}).values()
+                       if entry.plan is last_plan), None)
+        if trains is None and least:
+            # (the call's size decides, and no call of this layer has been planned: its
+            # recorded calls below that size, all of them so far, ran PyTorch's)
+            trains = False
+        if trains is None:
+            trains = planner.trains_on_kernel(
+                backend, dtype, self._args(self.output_padding), stored.shape,
+                hopper=planner.hopper_device(stored.device))
+        return backend if trains else planner.ATEN
 
     def _call_dtype(self, stored: torch.Tensor) -> torch.dtype:
         """The dtype this module's calls run in: the stored weight's, or the 16-bit dtype of the

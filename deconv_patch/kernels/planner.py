@@ -21,7 +21,7 @@ Every plan carries a human-readable reason, so a fallback is never silent.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Dict, Optional, Sequence, Tuple
 
 import torch
@@ -473,6 +473,14 @@ class TrainingPrefilter:
     strict: Optional[int]  # fp32 calls without TF32, on devices strict_on_hopper does not cover
     strict_on_hopper: bool  # gemm_phase_tma's input gradient: such a call may, on Hopper
     macs_per_element: int  # a call's multiply-adds per input element (outputs per group x taps)
+    # fp32 calls outside autocast whatever the TF32 setting and the device (derived): below
+    # it may_train answers without reading either
+    fp32_floor: Optional[int] = field(init=False)
+
+    def __post_init__(self) -> None:
+        sized = [least for least in (self.tf32, self.strict) if least is not None]
+        object.__setattr__(self, "fp32_floor",
+                           0 if self.strict_on_hopper else min(sized) if sized else None)
 
     @staticmethod
     def for_layer(in_channels: int, out_channels: int, kernel_size: Sequence[int],
@@ -518,14 +526,20 @@ class TrainingPrefilter:
         dtype = input.dtype
         if dtype == torch.float32 and not (_any_autocast() and
                                            torch.is_autocast_enabled("cuda")):
+            floor = self.fp32_floor
+            if floor is None:
+                return False
+            macs = input.numel() * self.macs_per_element
+            if macs < floor:  # (the TF32 setting is read only where it decides)
+                return False
             if tf32_allowed(self.args):
                 least = self.tf32
             elif self.strict_on_hopper and hopper_device(input.device):
                 return True
             else:
                 least = self.strict
-        else:  # (16-bit, or autocast's dtype)
-            least = self.least_macs(dtype, input.device)
+            return least is not None and macs >= least
+        least = self.least_macs(dtype, input.device)  # (16-bit, or autocast's dtype)
         return least is not None and (
             least == 0 or input.numel() * self.macs_per_element >= least)
 
