@@ -91,7 +91,7 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
     kernels_in_training: Optional[bool] = None
     # Per-process caches: never copied or pickled (the copy re-plans on its first call).
     TRANSIENT_STATE = ("_plan_cache", "_last_plan", "_kernel_planned", "_fast_path",
-                       "_fast_path_fused", "_prefilter")
+                       "_fast_path_fused", "_prefilter", "_fast_path_recorded", "_recorded_seen")
 
     @classmethod
     def from_module(cls, module: nn.ConvTranspose2d, activation: str = "none",
@@ -161,12 +161,19 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
             # (grad_calls). Where kernels_in_training allows, a call without an activation of
             # the module's own runs its plan, recorded with the planned backward. A fused chain
             # never folds a recorded call.
+            fast = self.__dict__.get("_fast_path_recorded")
+            if fast is not None and output_size is None:
+                # (this geometry and context went to PyTorch's convolution on the last such
+                # call: the same convolution from C++, without the Python below)
+                out = fast(input, weight, bias)
+                if out is not None:
+                    return out
             may_train = self.activation == "none" and self.kernels_in_training
             if may_train is None:  # (the hyperparameters, dtype and size, before planning)
                 prefilter = self.__dict__.get("_prefilter") or self._training_prefilter()
                 may_train = prefilter.may_train(input)
             if not may_train:
-                return self._pytorch(input, weight, bias, output_size)
+                return self._pytorch_recorded(input, weight, bias, output_size)
         if in_jit_trace():
             # torch.jit.trace (and the ONNX export built on it) records dispatcher calls: our
             # kernel launches, invisible to it, would leave its graph an allocation or a constant
@@ -227,6 +234,36 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
                                self.groups, self.dilation)
         return y if self.activation == "none" else activate(y, self.activation,
                                                              self.negative_slope)
+
+    def _pytorch_recorded(self, input: torch.Tensor, weight: torch.Tensor,
+                          bias: Optional[torch.Tensor],
+                          output_size: Optional[List[int]]) -> torch.Tensor:
+        """_pytorch for a call autograd records that does not train on a kernel of ours. The
+        second such call in a row with the same input sizes, dtype and autocast state (CUDA, no
+        activation or output_size=, the extension loaded) arms _fast_path_recorded: a C++
+        ModuleFastPath whose plan is PyTorch's convolution. It answers a next call only where
+        the input's and parameters' sizes, strides, dtypes and device, the cuDNN, TF32,
+        deterministic and autocast settings are as armed, which is everything the training
+        prefilter's answer reads but the layer's attributes, whose changes disarm it.
+        (Alternating geometries never arm it: each arming costs more than the call saves.)"""
+        if output_size is not None or self.activation != "none" or not input.is_cuda:
+            return self._pytorch(input, weight, bias, output_size)
+        autocast = torch.is_autocast_enabled("cuda")
+        seen = (input.shape, input.dtype, autocast)
+        if self.__dict__.get("_recorded_seen") != seen:
+            self.__dict__["_recorded_seen"] = seen
+            return self._pytorch(input, weight, bias, output_size)
+        ext = loaded_extension()  # (only once loaded: never a reason to build it)
+        if ext is None or self.padding_mode != "zeros":
+            return self._pytorch(input, weight, bias, output_size)
+        if autocast:  # ATen's autocast casts (its cast cache included), made here: the path
+            input, weight, bias = autocast_args(input, weight, bias)  # compares cast tensors
+        out = F.conv_transpose2d(input, weight, bias, self.stride, self.padding,
+                                 self.output_padding, self.groups, self.dilation)
+        self.__dict__["_fast_path_recorded"] = ext.ModuleFastPath(
+            None, input, weight, bias, list(self.stride), list(self.padding),
+            list(self.output_padding), list(self.dilation), self.groups, False, False)
+        return out
 
     def forward_fused(self, input: torch.Tensor) -> torch.Tensor:
         """This layer's fused chain (conv, folded eval BatchNorm, activation) on `input`, whoever
@@ -361,6 +398,7 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
         self.__dict__.pop("_fast_path", None)
         self.__dict__.pop("_fast_path_fused", None)
         self.__dict__.pop("_prefilter", None)
+        self.__dict__.pop("_fast_path_recorded", None)
         super().__setattr__(name, value)
 
     def _args(self, output_padding: Sequence[int]) -> ConvTransposeArgs:

@@ -180,21 +180,65 @@ def test_fast_path_is_consulted_first_and_only_where_it_may_answer():
         assert torch.equal(fast(x), want)
 
 
+def test_recorded_fast_path_answers_recorded_calls_only():
+    """The path armed for recorded calls that go to PyTorch's convolution (a stand-in here)
+    answers calls autograd records, before the training prefilter; calls without gradients,
+    output_size= calls, forced variants and a None answer go through Python, which asks the
+    prefilter and computes PyTorch's convolution with its gradients."""
+    from deconv_patch.kernels import planner
+
+    fast = FastConvTranspose2d(4, 6, 3, stride=2)
+    x = torch.randn(2, 4, 5, 5, requires_grad=True)
+    seen = []
+    sentinel = torch.full((1,), 7.0)
+
+    def answer(input, weight, bias):
+        seen.append((input, weight, bias))
+        return sentinel
+
+    asked = []
+    prefilter = fast._training_prefilter()
+    fast.__dict__["_prefilter"] = type("Spy", (), {"may_train": staticmethod(
+        lambda input: asked.append(input) or prefilter.may_train(input))})()
+    fast.__dict__["_fast_path_recorded"] = answer
+    assert fast(x) is sentinel and seen[-1] == (x, fast.weight, fast.bias) and not asked
+    want = nn.functional.conv_transpose2d(x, fast.weight, fast.bias, 2)
+    with torch.no_grad():
+        assert torch.equal(fast(x), want)
+    assert torch.equal(fast(x, output_size=[12, 12]),
+                       nn.functional.conv_transpose2d(x, fast.weight, fast.bias, 2, 0, 1))
+    with planner.use_variant(planner.ATEN):
+        assert torch.equal(fast(x), want)
+    assert len(seen) == 1
+    fast.__dict__["_fast_path_recorded"] = lambda *a: None  # not the armed geometry or context
+    asked.clear()
+    y = fast(x)
+    assert asked == [x] and torch.equal(y, want)
+    g = torch.randn_like(y)
+    assert all(torch.equal(a, b) for a, b in zip(
+        torch.autograd.grad(y, [x, fast.weight, fast.bias], g),
+        torch.autograd.grad(want, [x, fast.weight, fast.bias], g)))
+
+
 def test_attribute_changes_disarm_the_fast_path_and_copies_drop_it():
     import copy as copy_
     import pickle as pickle_
 
     fast = FastConvTranspose2d(4, 6, 3, stride=2)
+    slots = ("_fast_path", "_fast_path_recorded")
     for change in (lambda m: setattr(m, "padding", (1, 1)),
                    lambda m: setattr(m, "weight", nn.Parameter(m.weight.detach().clone())),
-                   lambda m: setattr(m, "activation", "relu"), lambda m: m.train(False)):
-        fast.__dict__["_fast_path"] = object()
+                   lambda m: setattr(m, "activation", "relu"), lambda m: m.train(False),
+                   lambda m: setattr(m, "kernels_in_training", False)):
+        for slot in slots:
+            fast.__dict__[slot] = object()
         change(fast)
-        assert "_fast_path" not in fast.__dict__
-    fast.__dict__["_fast_path"] = object()
+        assert not any(slot in fast.__dict__ for slot in slots)
+    for slot in slots:
+        fast.__dict__[slot] = object()
     for clone in (pickle_.loads(pickle_.dumps(fast)), copy_.deepcopy(fast)):
-        assert "_fast_path" not in clone.__dict__
-    assert "_fast_path" in fast.__dict__
+        assert not any(slot in clone.__dict__ for slot in slots)
+    assert all(slot in fast.__dict__ for slot in slots)
 
 
 def test_fast_path_never_armed_for_cpu_calls():
@@ -202,7 +246,9 @@ def test_fast_path_never_armed_for_cpu_calls():
     with torch.no_grad():
         for _ in range(2):
             fast(torch.randn(1, 4, 5, 5))
-    assert "_fast_path" not in fast.__dict__
+    for _ in range(3):  # (recorded calls: the same geometry in a row)
+        fast(torch.randn(1, 4, 5, 5, requires_grad=True))
+    assert "_fast_path" not in fast.__dict__ and "_fast_path_recorded" not in fast.__dict__
 
 
 def test_patched_parametrized_layer_copies_without_its_process_caches():

@@ -295,3 +295,93 @@ def test_prepared_call_refreshes_its_packed_weight(variant):
         want = F.conv_transpose2d(x, w, None, s, p)
         _close(call(x, w, None), want)
         w.add_(torch.randn_like(w))  # in place: the next call must not read a stale pack
+
+
+def _prefilter_spy(m: FastConvTranspose2d) -> list:
+    """The recorded calls that reach the training prefilter (the module's Python path)."""
+    asked: list = []
+    prefilter = m._training_prefilter()
+    m.__dict__["_prefilter"] = type("Spy", (), {"may_train": staticmethod(
+        lambda input: asked.append(input.shape) or prefilter.may_train(input))})()
+    return asked
+
+
+@pytest.mark.parametrize("mode", ["tf32", "strict", "bf16 autocast", "bf16 channels_last"])
+def test_recorded_calls_on_pytorchs_path_run_from_cpp_with_its_gradients(mode):
+    """A training layer the prefilter sends to PyTorch's convolution: the second recorded call
+    of a geometry in a row arms the recorded path, and the calls after it run in C++ without
+    asking the prefilter. Outputs and the three gradients equal nn.ConvTranspose2d's bit for
+    bit on fresh data every step (the same ATen calls; under autocast its casts, cache
+    included)."""
+    from deconv_patch.kernels import extension
+
+    extension.load_core()
+    torch.manual_seed(11)
+    dtype = torch.bfloat16 if mode == "bf16 channels_last" else torch.float32
+    # (30 output channels: no fp32 input gradient on gemm_phase_tma's kernel, which the
+    # default gives such calls on Hopper; deterministic: the gradients compared bit for bit)
+    cout = 30 if mode == "strict" else 32
+    ref = torch.nn.ConvTranspose2d(64, cout, 4, 2, 1, device="cuda", dtype=dtype)
+    m = FastConvTranspose2d.from_module(copy.deepcopy(ref))
+    asked = _prefilter_spy(m)
+    autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=mode == "bf16 autocast")
+    with torch.backends.cudnn.flags(enabled=True, benchmark=False, deterministic=True,
+                                    allow_tf32=mode != "strict"):
+        for step in range(4):
+            x = _input(n=8, c=64, hw=8, dtype=dtype, channels_last=mode == "bf16 channels_last")
+            xs = [x.clone().requires_grad_(), x.clone().requires_grad_()]
+            with autocast:
+                got, want = m(xs[0]), ref(xs[1])
+            assert got.dtype == want.dtype and got.stride() == want.stride()
+            assert torch.equal(got, want)
+            g = torch.randn_like(want)
+            for module, y in ((m, got), (ref, want)):
+                module.zero_grad(set_to_none=True)
+                y.backward(g)
+            for a, b in ((xs[0].grad, xs[1].grad), (m.weight.grad, ref.weight.grad),
+                         (m.bias.grad, ref.bias.grad)):
+                assert torch.isfinite(a).all() and torch.equal(a, b)
+            assert ("_fast_path_recorded" in m.__dict__) == (step >= 1)
+        assert len(asked) == 2, asked  # (the first two calls; the rest answered in C++)
+
+
+def test_recorded_path_sends_other_contexts_and_geometries_back_through_python():
+    """The armed recorded path answers only its geometry and context: TF32 turned off,
+    autocast, deterministic mode and another batch each reach the prefilter again (whose answer
+    may differ there), with PyTorch's result; geometries that alternate never arm it."""
+    from deconv_patch.kernels import extension
+
+    extension.load_core()
+    torch.manual_seed(12)
+    ref = torch.nn.ConvTranspose2d(64, 32, 4, 2, 1, device="cuda")
+    m = FastConvTranspose2d.from_module(copy.deepcopy(ref))
+    asked = _prefilter_spy(m)
+    a = _input(n=8, c=64, hw=8, dtype=torch.float32, channels_last=False)
+    b = _input(n=4, c=64, hw=8, dtype=torch.float32, channels_last=False)
+
+    def call(x: torch.Tensor) -> None:
+        fresh = torch.randn_like(x)
+        y = m(fresh.clone().requires_grad_())
+        _close(y.detach(), F.conv_transpose2d(fresh, ref.weight, ref.bias, 2, 1))
+
+    with torch.backends.cudnn.flags(enabled=True, benchmark=False, allow_tf32=True):
+        for _ in range(3):
+            call(a)
+        assert "_fast_path_recorded" in m.__dict__ and len(asked) == 2
+        contexts = [torch.backends.cudnn.flags(enabled=True, benchmark=False, allow_tf32=False),
+                    torch.autocast("cuda", dtype=torch.bfloat16),
+                    torch.backends.cudnn.flags(enabled=True, benchmark=False, allow_tf32=True,
+                                               deterministic=True)]
+        for context in contexts:
+            before = len(asked)
+            with context:
+                call(a)
+            assert len(asked) == before + 1
+        before = len(asked)
+        call(b)
+        assert len(asked) == before + 1
+        m.__dict__.pop("_fast_path_recorded", None)
+        m.__dict__.pop("_recorded_seen", None)
+        for x in (a, b, a, b, a):
+            call(x)
+        assert "_fast_path_recorded" not in m.__dict__ and len(asked) == before + 6
