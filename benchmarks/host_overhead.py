@@ -18,7 +18,8 @@ against gemm_phase_tma's (the binding's phase_tma_grad_input, its weight pack in
 fewer calls per timing (a call's three launches must not fill the launch queue).
 --prefilter measures a recorded forward on PyTorch's path on a 1 x 1 input of batch 1 (host
 time alone: the GPU never limits), nn.ConvTranspose2d's and FastConvTranspose2d's with
-kernels_in_training None (the training prefilter) and False (none), and the prefilter alone.
+kernels_in_training None (the training prefilter) and False (none), both once their recorded
+path is armed (C++), the default on its Python path, and the prefilter alone.
 
     python benchmarks/host_overhead.py [--only dcgan.g2,simplebl.d2] [--modes bf16,tf32]
                                        [--training [--update] | --input-gradient |
@@ -249,7 +250,10 @@ def measure_input_gradient(layer: Layer, mode: str, layout: str) -> None:
 
 def measure_prefilter(layer: Layer, mode: str) -> None:
     """Host us of a recorded forward on PyTorch's path, per path, on a 1 x 1 input (least of 9
-    timings of 2,000 calls): what the training prefilter adds to nn.ConvTranspose2d's call."""
+    timings of 2,000 calls): what the training prefilter adds to nn.ConvTranspose2d's call, and
+    the patched layers' calls once their recorded path is armed (the extension loaded, as in a
+    model optimize() planned; "Python path": nothing armed, the prefilter asked each call)."""
+    load_extension()
     a = layer.args
     _, reference = layer_and_input(layer, mode, "nchw")  # (in the mode's dtype and TF32 flag)
     default = deconv_patch.FastConvTranspose2d.from_module(copy.deepcopy(reference))
@@ -264,6 +268,9 @@ def measure_prefilter(layer: Layer, mode: str) -> None:
         "nn.ConvTranspose2d": lambda: reference(x),
         "Fast, default": lambda: default(x),
         "Fast, kernels_in_training=False": lambda: off(x),
+        "Fast, default, Python path": lambda: (  # (nothing armed: the prefilter asked)
+            default.__dict__.pop("_fast_path_recorded", None),
+            default.__dict__.pop("_recorded_seen", None), default(x)),
         "piece: prefilter (may_train)": lambda: prefilter.may_train(x)}
     print(f"{layer.name:28s} {mode} recorded forward, host us:", end="")
     for name, fn in paths.items():
