@@ -13,9 +13,11 @@ call's geometry is also armed in C++ (ModuleFastPath, cuda/binding/prepared_call
 next call is checked and run there, PyTorch's convolution included where that is the plan, so a
 repeated call costs about what nn.ConvTranspose2d's does or less (measured on the H100 host:
 the Python plan lookup and closure cost 12-23 us per call before).
-Calls that need autograd, run under torch.compile, a dispatch mode or a functorch transform use
-the registered op, which those systems understand. Under CUDA autocast the arguments are cast as
-ATen's autocast casts them.
+A call autograd records that runs PyTorch's convolution (the default for most layers: grad_calls)
+arms a C++ path of its own from the second such call of a geometry in a row, which then skips
+the module's Python and the training prefilter. Calls under torch.compile, a dispatch mode or a
+functorch transform use the registered op, which those systems understand. Under CUDA autocast
+the arguments are cast as ATen's autocast casts them.
 """
 
 from __future__ import annotations
