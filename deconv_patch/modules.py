@@ -41,7 +41,7 @@ from .jit_trace import in_jit_trace
 from .layout import is_channels_last
 from .scripting import refuse_scripting
 from .epilogue import DEFAULT_NEGATIVE_SLOPE, Epilogue, activate, check_activation
-from .kernels.extension import loaded_extension
+from .kernels.extension import built_core, loaded_extension
 from .kernel_calls import compile_units, variant_units
 from .ops import (FallbackWarning, autocast_args, conv_transpose2d, conv_transpose2d_fused,
                   first_run, kernel_call)
@@ -242,7 +242,7 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
                           output_size: Optional[List[int]]) -> torch.Tensor:
         """_pytorch for a call autograd records that does not train on a kernel of ours. The
         second such call in a row with the same input sizes, dtype and autocast state (CUDA, no
-        activation or output_size=, the extension loaded) arms _fast_path_recorded: a C++
+        activation or output_size=, the extension's core built) arms _fast_path_recorded: a C++
         ModuleFastPath whose plan is PyTorch's convolution. It answers a next call only where
         the input's and parameters' sizes, strides, dtypes and device, the cuDNN, TF32,
         deterministic and autocast settings are as armed, which is everything the training
@@ -255,7 +255,7 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
         if self.__dict__.get("_recorded_seen") != seen:
             self.__dict__["_recorded_seen"] = seen
             return self._pytorch(input, weight, bias, output_size)
-        ext = loaded_extension()  # (only once loaded: never a reason to build it)
+        ext = loaded_extension() or built_core()  # (never a reason to build it)
         if ext is None or self.padding_mode != "zeros":
             return self._pytorch(input, weight, bias, output_size)
         if autocast:  # ATen's autocast casts (its cast cache included), made here: the path

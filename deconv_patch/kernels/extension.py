@@ -424,6 +424,23 @@ def loaded_extension() -> Optional[ModuleType]:
     return load_core() if load_core.cache_info().currsize else None
 
 
+@functools.lru_cache(maxsize=1)
+def built_core() -> Optional[ModuleType]:
+    """The core where this process has loaded it or its build is in the cache (loading it),
+    else None; never compiles. For speed-ups worth loading a built core for but never a
+    first-use compile: a training loop whose calls all run PyTorch's convolution plans none
+    that would load it. Cached for the process (a core loaded later is loaded_extension's)."""
+    core = loaded_extension()
+    if core is not None:
+        return core
+    if not extension_available() or not _is_built(CORE, cache_dir()):
+        return None
+    try:
+        return load_core()
+    except ExtensionUnavailableError:
+        return None
+
+
 def build() -> BuildInfo:
     """Pre-build the core and every family's unit (the `deconv-patch build` command)."""
     module = load_extension()

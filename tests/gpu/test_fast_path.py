@@ -385,3 +385,44 @@ def test_recorded_path_sends_other_contexts_and_geometries_back_through_python()
         for x in (a, b, a, b, a):
             call(x)
         assert "_fast_path_recorded" not in m.__dict__ and len(asked) == before + 6
+
+
+def test_a_training_loop_alone_arms_the_recorded_path_from_the_built_core():
+    """In a process whose calls all run PyTorch's convolution nothing plans a kernel, so nothing
+    loads the extension: the recorded path loads the core from its build (never compiling
+    one), arms, and the calls after it match nn.ConvTranspose2d's, gradients included."""
+    import os
+    import subprocess
+    import sys
+    import textwrap
+
+    from deconv_patch.kernels import extension
+
+    extension.load_core()  # (its build in the cache the child process reads)
+    code = textwrap.dedent("""
+        import copy
+        import torch
+        import deconv_patch
+        from deconv_patch.kernels import extension
+
+        torch.manual_seed(0)
+        ref = torch.nn.Sequential(torch.nn.ConvTranspose2d(64, 32, 4, 2, 1)).cuda()
+        model = deconv_patch.optimize(copy.deepcopy(ref))
+        for step in range(4):
+            x = torch.randn(8, 64, 8, 8, device="cuda")
+            xs = [x.clone().requires_grad_(), x.clone().requires_grad_()]
+            with torch.backends.cudnn.flags(enabled=True, benchmark=False, deterministic=True):
+                ys = [model(xs[0]), ref(xs[1])]
+                g = torch.randn_like(ys[1])
+                grads = [torch.autograd.grad(y, [xi, *m.parameters()], g)
+                         for y, xi, m in zip(ys, xs, (model, ref))]
+            assert torch.equal(ys[0], ys[1])
+            assert all(torch.equal(a, b) for a, b in zip(*grads))
+            if step == 0:
+                assert extension.loaded_extension() is None, "loaded by something else"
+        assert "_fast_path_recorded" in model[0].__dict__
+        print("armed")
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=300, env=dict(os.environ))
+    assert out.returncode == 0 and "armed" in out.stdout, out.stdout[-1000:] + out.stderr[-3000:]
