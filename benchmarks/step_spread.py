@@ -22,7 +22,7 @@ import json
 import statistics
 import sys
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Sequence
 
 import torch
 
@@ -94,7 +94,7 @@ def summarize(result: Dict[str, object]) -> List[str]:
     return lines
 
 
-def main() -> None:
+def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="dcgan")
     parser.add_argument("--modes", default="tf32,bf16")
@@ -107,7 +107,11 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=None)
     parser.add_argument("--benchmark", action="store_true", help="cudnn.benchmark on")
     parser.add_argument("--out", default=None)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("benchmarks/step_spread.py needs a CUDA GPU: torch.cuda.is_available() is False "
+              "here.", file=sys.stderr)
+        return 2
     torch.backends.cudnn.benchmark = args.benchmark
     results = []
     for mode in args.modes.split(","):
@@ -119,7 +123,8 @@ def main() -> None:
             print(line, flush=True)
     if args.out:
         Path(args.out).write_text(json.dumps(results, indent=1))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

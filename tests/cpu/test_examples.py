@@ -98,7 +98,7 @@ def test_example_main_runs(name, capsys):
 
 
 
-@pytest.mark.parametrize("script", ["models.py", "compiled_steps.py"])
+@pytest.mark.parametrize("script", ["models.py", "compiled_steps.py", "step_spread.py"])
 def test_model_benchmark_without_gpu_exits_with_a_clear_message(capsys, script):
     if torch.cuda.is_available():
         pytest.skip("a GPU is present: the benchmark would run")
