@@ -340,3 +340,37 @@ def test_every_unit_links_the_cxx_runtime_this_process_runs(monkeypatch, tmp_pat
     assert runtime and Path(runtime[0]).name.startswith("libstdc++.so")
     assert len(calls) == 1 + len(extension.unit_names())
     assert all(call["extra_ldflags"] == runtime for call in calls)
+
+
+def test_the_built_core_is_loaded_where_it_is_built_and_never_compiled(monkeypatch, tmp_path):
+    """built_core (the recorded path's way to the extension): the loaded core where there is
+    one; else the core's build from the cache, loaded; else None, without building anything,
+    also where the kernels could be built here."""
+    loads, builds = [], []
+    core = object()
+    monkeypatch.setattr(extension, "cache_dir", lambda capabilities=None: tmp_path)
+    monkeypatch.setattr(extension, "extension_available", lambda: True)
+    monkeypatch.setattr(extension, "loaded_extension", lambda: None)
+    monkeypatch.setattr(extension, "load_core", lambda: loads.append(1) or core)
+    monkeypatch.setattr(extension, "_build_here", lambda unit: builds.append(unit))
+    monkeypatch.setattr(extension, "_compile_at_once", lambda units: builds.append(units))
+    try:
+        extension.built_core.cache_clear()
+        assert extension.built_core() is None and not loads and not builds  # nothing built
+        library = tmp_path / build_units.CORE / f"{extension._library_name(build_units.CORE)}.so"
+        library.parent.mkdir(parents=True)
+        library.write_bytes(b"")
+        assert extension.built_core() is None  # (the answer is kept for the process)
+        extension.built_core.cache_clear()
+        assert extension.built_core() is core and loads == [1] and not builds
+        assert extension.built_core() is core and loads == [1]
+        extension.built_core.cache_clear()
+        loaded = object()
+        monkeypatch.setattr(extension, "loaded_extension", lambda: loaded)
+        assert extension.built_core() is loaded and loads == [1]
+        extension.built_core.cache_clear()
+        monkeypatch.setattr(extension, "loaded_extension", lambda: None)
+        monkeypatch.setattr(extension, "extension_available", lambda: False)
+        assert extension.built_core() is None and loads == [1]
+    finally:
+        extension.built_core.cache_clear()
