@@ -427,9 +427,10 @@ def loaded_extension() -> Optional[ModuleType]:
 @functools.lru_cache(maxsize=1)
 def built_core() -> Optional[ModuleType]:
     """The core where this process has loaded it or its build is in the cache (loading it),
-    else None; never compiles. For speed-ups worth loading a built core for but never a
-    first-use compile: a training loop whose calls all run PyTorch's convolution plans none
-    that would load it. Cached for the process (a core loaded later is loaded_extension's)."""
+    else None: never a first-use compile of a core without a build (loading one brings it up
+    to date, as every load does). For speed-ups worth loading a built core for: a training
+    loop whose calls all run PyTorch's convolution plans none that would load it. Cached for
+    the process (a core loaded later is loaded_extension's)."""
     core = loaded_extension()
     if core is not None:
         return core
