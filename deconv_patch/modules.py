@@ -254,17 +254,15 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
         seen = (input.shape, input.dtype, autocast)
         if self.__dict__.get("_recorded_seen") != seen:
             self.__dict__["_recorded_seen"] = seen
-            return self._pytorch(input, weight, bias, output_size)
+            return self._pytorch(input, weight, bias, None)
         ext = loaded_extension() or built_core()  # (never a reason to build it)
-        if ext is None or self.padding_mode != "zeros":
-            return self._pytorch(input, weight, bias, output_size)
+        if ext is None:
+            return self._pytorch(input, weight, bias, None)
         if autocast:  # ATen's autocast casts (its cast cache included), made here: the path
             input, weight, bias = autocast_args(input, weight, bias)  # compares cast tensors
-        out = F.conv_transpose2d(input, weight, bias, self.stride, self.padding,
-                                 self.output_padding, self.groups, self.dilation)
-        self.__dict__["_fast_path_recorded"] = ext.ModuleFastPath(
-            None, input, weight, bias, list(self.stride), list(self.padding),
-            list(self.output_padding), list(self.dilation), self.groups, False, False)
+        out = self._pytorch(input, weight, bias, None)
+        self.__dict__["_fast_path_recorded"] = self._module_fast_path(
+            ext, None, input, weight, bias, record=False, planned_kernel=False)
         return out
 
     def forward_fused(self, input: torch.Tensor) -> torch.Tensor:
@@ -382,10 +380,19 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
             return
         # (a kernel plan without a prepared call yet is armed for the recorded calls that do
         # not train on it: they run PyTorch's convolution in C++ too)
-        self.__dict__[fast_slot] = ext.ModuleFastPath(
-            entry.call if entry.plan.uses_kernel else None, input, weight, bias,
-            list(self.stride), list(self.padding), list(self.output_padding),
-            list(self.dilation), self.groups, record, entry.plan.uses_kernel)
+        self.__dict__[fast_slot] = self._module_fast_path(
+            ext, entry.call if entry.plan.uses_kernel else None, input, weight, bias, record,
+            entry.plan.uses_kernel)
+
+    def _module_fast_path(self, ext: object, call: Optional[object], input: torch.Tensor,
+                          weight: torch.Tensor, bias: Optional[torch.Tensor], record: bool,
+                          planned_kernel: bool) -> object:
+        """A C++ ModuleFastPath for this call's geometry and this layer's hyperparameters:
+        `call` (a PreparedCall) where the plan is a kernel of ours, else None (PyTorch's
+        convolution)."""
+        return ext.ModuleFastPath(  # type: ignore[attr-defined]
+            call, input, weight, bias, list(self.stride), list(self.padding),
+            list(self.output_padding), list(self.dilation), self.groups, record, planned_kernel)
 
     def train(self, mode: bool = True) -> "FastConvTranspose2d":
         super().train(mode)

@@ -522,10 +522,11 @@ class TrainingPrefilter:
 
     def may_train(self, input: torch.Tensor) -> bool:
         """Whether this recorded call may train on a kernel of ours (least_macs, with the device
-        read only where it decides)."""
+        and the TF32 setting read only where they decide)."""
         dtype = input.dtype
-        if dtype == torch.float32 and not (_any_autocast() and
-                                           torch.is_autocast_enabled("cuda")):
+        if dtype == torch.float32 and _any_autocast() and torch.is_autocast_enabled("cuda"):
+            dtype = torch.get_autocast_dtype("cuda")
+        if dtype == torch.float32:
             floor = self.fp32_floor
             if floor is None:
                 return False
@@ -539,7 +540,7 @@ class TrainingPrefilter:
             else:
                 least = self.strict
             return least is not None and macs >= least
-        least = self.least_macs(dtype, input.device)  # (16-bit, or autocast's dtype)
+        least = self.sixteen_bit if dtype in direct_backward.SIXTEEN_BIT else None
         return least is not None and (
             least == 0 or input.numel() * self.macs_per_element >= least)
 
