@@ -241,17 +241,18 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
                           bias: Optional[torch.Tensor],
                           output_size: Optional[List[int]]) -> torch.Tensor:
         """_pytorch for a call autograd records that does not train on a kernel of ours. The
-        second such call in a row with the same input sizes, dtype and autocast state (CUDA, no
-        activation or output_size=, the extension's core built) arms _fast_path_recorded: a C++
-        ModuleFastPath whose plan is PyTorch's convolution. It answers a next call only where
-        the input's and parameters' sizes, strides, dtypes and device, the cuDNN, TF32,
-        deterministic and autocast settings are as armed, which is everything the training
-        prefilter's answer reads but the layer's attributes, whose changes disarm it.
-        (Alternating geometries never arm it: each arming costs more than the call saves.)"""
+        second such call in a row with the same input sizes, strides, dtype and autocast state
+        (CUDA, no activation or output_size=, the extension's core built) arms
+        _fast_path_recorded: a C++ ModuleFastPath whose plan is PyTorch's convolution. It
+        answers a next call only where the input's and parameters' sizes, strides, dtypes and
+        device, the cuDNN, TF32, deterministic and autocast settings are as armed, which is
+        everything the training prefilter's answer reads but the layer's attributes, whose
+        changes disarm it. (Alternating geometries or memory formats never arm it: each arming
+        costs more than the call saves.)"""
         if output_size is not None or self.activation != "none" or not input.is_cuda:
             return self._pytorch(input, weight, bias, output_size)
         autocast = torch.is_autocast_enabled("cuda")
-        seen = (input.shape, input.dtype, autocast)
+        seen = (input.shape, input.stride(), input.dtype, autocast)
         if self.__dict__.get("_recorded_seen") != seen:
             self.__dict__["_recorded_seen"] = seen
             return self._pytorch(input, weight, bias, None)
@@ -369,13 +370,14 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
                        fast_slot: str) -> None:
         """Lets the next call with this geometry skip the Python above: a C++ ModuleFastPath for
         the entry's prepared kernel call, or for PyTorch's convolution when that is the plan
-        (CUDA inputs only, and only once the extension is loaded: never a reason to build it).
+        (CUDA inputs only, and only where the extension's core is loaded or built: never a
+        reason to build it).
         Not for output_size= calls, forced variants or plans autotune has yet to time."""
         record = self._records_on(entry)
         if output_size is not None or entry.tune or planner.forced_variant() is not None or \
                 not input.is_cuda or (entry.plan.uses_kernel and entry.call is None and record):
             return
-        ext = loaded_extension()
+        ext = loaded_extension() or built_core()
         if ext is None:
             return
         # (a kernel plan without a prepared call yet is armed for the recorded calls that do

@@ -348,7 +348,8 @@ def test_recorded_calls_on_pytorchs_path_run_from_cpp_with_its_gradients(mode):
 def test_recorded_path_sends_other_contexts_and_geometries_back_through_python():
     """The armed recorded path answers only its geometry and context: TF32 turned off,
     autocast, deterministic mode and another batch each reach the prefilter again (whose answer
-    may differ there), with PyTorch's result; geometries that alternate never arm it."""
+    may differ there), with PyTorch's result; geometries or memory formats that alternate
+    never arm it."""
     from deconv_patch.kernels import extension
 
     extension.load_core()
@@ -385,6 +386,10 @@ def test_recorded_path_sends_other_contexts_and_geometries_back_through_python()
         for x in (a, b, a, b, a):
             call(x)
         assert "_fast_path_recorded" not in m.__dict__ and len(asked) == before + 6
+        a_last = a.contiguous(memory_format=torch.channels_last)  # (a's sizes, other strides)
+        for x in (a_last, a, a_last, a, a_last):
+            call(x)
+        assert "_fast_path_recorded" not in m.__dict__ and len(asked) == before + 11
 
 
 def test_a_training_loop_alone_arms_the_recorded_path_from_the_built_core():
@@ -426,3 +431,41 @@ def test_a_training_loop_alone_arms_the_recorded_path_from_the_built_core():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=300, env=dict(os.environ))
     assert out.returncode == 0 and "armed" in out.stdout, out.stdout[-1000:] + out.stderr[-3000:]
+
+
+def test_eval_calls_on_pytorchs_path_arm_from_the_built_core():
+    """An eval-only process whose layers all plan PyTorch's convolution loads no kernel: the
+    eval path, too, arms from the core's build, and its calls match nn.ConvTranspose2d's."""
+    import os
+    import subprocess
+    import sys
+    import textwrap
+
+    from deconv_patch.kernels import extension
+
+    extension.load_core()
+    code = textwrap.dedent("""
+        import copy
+        import torch
+        import deconv_patch
+        from deconv_patch.kernels import extension
+
+        torch.manual_seed(0)
+        # (float64: PyTorch's convolution is the plan)
+        ref = torch.nn.Sequential(torch.nn.ConvTranspose2d(64, 32, 4, 2, 1)).cuda().double()
+        model = deconv_patch.optimize(copy.deepcopy(ref)).eval()
+        ref.eval()
+        assert extension.loaded_extension() is None, "loaded by something else"
+        with torch.no_grad(), torch.backends.cudnn.flags(enabled=True, deterministic=True):
+            for step in range(3):
+                x = torch.randn(8, 64, 8, 8, device="cuda", dtype=torch.float64)
+                assert torch.equal(model(x), ref(x))
+                if step == 0:
+                    assert model[0].plan_for(x).variant == "aten", model[0].plan_for(x)
+                    assert "_fast_path" in model[0].__dict__
+        print("armed", extension.loaded_extension() is not None)
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=300, env=dict(os.environ))
+    assert out.returncode == 0 and "armed True" in out.stdout, \
+        out.stdout[-1000:] + out.stderr[-3000:]
