@@ -371,8 +371,8 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
         """Lets the next call with this geometry skip the Python above: a C++ ModuleFastPath for
         the entry's prepared kernel call, or for PyTorch's convolution when that is the plan
         (CUDA inputs only, and only where the extension's core is loaded or built: never a
-        reason to build it).
-        Not for output_size= calls, forced variants or plans autotune has yet to time."""
+        reason to build it). Not for output_size= calls, forced variants or plans autotune has
+        yet to time."""
         record = self._records_on(entry)
         if output_size is not None or entry.tune or planner.forced_variant() is not None or \
                 not input.is_cuda or (entry.plan.uses_kernel and entry.call is None and record):
