@@ -41,7 +41,7 @@ from .jit_trace import in_jit_trace
 from .layout import is_channels_last
 from .scripting import refuse_scripting
 from .epilogue import DEFAULT_NEGATIVE_SLOPE, Epilogue, activate, check_activation
-from .kernels.extension import built_core, loaded_extension
+from .kernels.extension import built_core
 from .kernel_calls import compile_units, variant_units
 from .ops import (FallbackWarning, autocast_args, conv_transpose2d, conv_transpose2d_fused,
                   first_run, kernel_call)
@@ -256,7 +256,7 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
         if self.__dict__.get("_recorded_seen") != seen:
             self.__dict__["_recorded_seen"] = seen
             return self._pytorch(input, weight, bias, None)
-        ext = loaded_extension() or built_core()  # (never a reason to build it)
+        ext = built_core()  # (never a reason to build it)
         if ext is None:
             return self._pytorch(input, weight, bias, None)
         if autocast:  # ATen's autocast casts (its cast cache included), made here: the path
@@ -377,7 +377,7 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
         if output_size is not None or entry.tune or planner.forced_variant() is not None or \
                 not input.is_cuda or (entry.plan.uses_kernel and entry.call is None and record):
             return
-        ext = loaded_extension() or built_core()
+        ext = built_core()
         if ext is None:
             return
         # (a kernel plan without a prepared call yet is armed for the recorded calls that do

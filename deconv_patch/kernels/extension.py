@@ -424,16 +424,18 @@ def loaded_extension() -> Optional[ModuleType]:
     return load_core() if load_core.cache_info().currsize else None
 
 
-@functools.lru_cache(maxsize=1)
 def built_core() -> Optional[ModuleType]:
     """The core where this process has loaded it or its build is in the cache (loading it),
     else None: never a first-use compile of a core without a build (loading one brings it up
     to date, as every load does). For speed-ups worth loading a built core for: a training
-    loop whose calls all run PyTorch's convolution plans none that would load it. Cached for
-    the process (a core loaded later is loaded_extension's)."""
-    core = loaded_extension()
-    if core is not None:
-        return core
+    loop whose calls all run PyTorch's convolution plans none that would load it."""
+    return loaded_extension() or _load_built_core()
+
+
+@functools.lru_cache(maxsize=1)
+def _load_built_core() -> Optional[ModuleType]:
+    """built_core's look in the build cache, once per process (a core loaded later is
+    loaded_extension's)."""
     if not extension_available() or not _is_built(CORE, cache_dir()):
         return None
     try:

@@ -355,22 +355,22 @@ def test_the_built_core_is_loaded_where_it_is_built_and_never_compiled(monkeypat
     monkeypatch.setattr(extension, "_build_here", lambda unit: builds.append(unit))
     monkeypatch.setattr(extension, "_compile_at_once", lambda units: builds.append(units))
     try:
-        extension.built_core.cache_clear()
+        extension._load_built_core.cache_clear()
         assert extension.built_core() is None and not loads and not builds  # nothing built
         library = tmp_path / build_units.CORE / f"{extension._library_name(build_units.CORE)}.so"
         library.parent.mkdir(parents=True)
         library.write_bytes(b"")
         assert extension.built_core() is None  # (the answer is kept for the process)
-        extension.built_core.cache_clear()
+        extension._load_built_core.cache_clear()
         assert extension.built_core() is core and loads == [1] and not builds
         assert extension.built_core() is core and loads == [1]
-        extension.built_core.cache_clear()
+        extension._load_built_core.cache_clear()
         loaded = object()
         monkeypatch.setattr(extension, "loaded_extension", lambda: loaded)
         assert extension.built_core() is loaded and loads == [1]
-        extension.built_core.cache_clear()
+        extension._load_built_core.cache_clear()
         monkeypatch.setattr(extension, "loaded_extension", lambda: None)
         monkeypatch.setattr(extension, "extension_available", lambda: False)
         assert extension.built_core() is None and loads == [1]
     finally:
-        extension.built_core.cache_clear()
+        extension._load_built_core.cache_clear()
