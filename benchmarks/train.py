@@ -5,8 +5,8 @@ allowed; bf16: bf16 autocast over fp32 weights), one training step (forward, MSE
 fixed random target, backward, SGD step), original vs `deconv_patch.optimize(model)` in train
 mode, eager and under torch.compile (with --graphs also captured whole in a CUDA graph and
 replayed: the step without its host cost); per layer of benchmarks/layers.py's suite (NCHW,
-or channels_last with --channels-last), forward + backward and each of grad_input and
-grad_weight alone, each pass followed by the optimizer's in-place update of the parameters,
+or channels_last with --channels-last), forward + backward, the training forward alone and
+each of grad_input and grad_weight alone (with the forward), each pass followed by the optimizer's in-place update of the parameters,
 nn.ConvTranspose2d vs the layer as optimize() installs it. Every pair is timed in the same
 process, the two sides taking turns call by call (CUDA events, median). Ratio = original time
 / patched time. With --control a copy of the original takes turns with them too (every order
@@ -58,7 +58,8 @@ class Row:
     kind: str  # "model" or "layer"
     name: str
     mode: str
-    what: str  # "step", "compiled step", "graphed step", "fwd+bwd", "grad_input", "grad_weight"
+    what: str  # "step", "compiled step", "graphed step", "fwd+bwd", "forward", "grad_input",
+    #            "grad_weight"
     original_ms: Optional[float] = None
     patched_ms: Optional[float] = None
     control_ms: Optional[float] = None  # a copy of the original (--control)
@@ -181,16 +182,18 @@ def bench_model(example: Example, mode: str, args: argparse.Namespace) -> List[R
 def _layer_pass(module: torch.nn.Module, x: torch.Tensor, grad: torch.Tensor, mode: str,
                 wrt: str) -> Callable[[], None]:
     """Forward + backward of one layer: gradients of the input and parameters ("all"), of the
-    input only ("grad_input") or of the parameters only ("grad_weight"); then the parameters'
-    in-place update an optimizer step makes, so that a layer whose forward reads a re-laid-out
-    weight pays for re-laying it out every pass, as in a training loop (values kept: x 1.0)."""
+    input only ("grad_input") or of the parameters only ("grad_weight"), or the training
+    forward alone, autograd recording it ("forward"); then the parameters' in-place update an
+    optimizer step makes, so that a layer whose forward reads a re-laid-out weight pays for
+    re-laying it out every pass, as in a training loop (values kept: x 1.0)."""
     params = [p for p in module.parameters()]
-    leaves = {"all": [x, *params], "grad_input": [x], "grad_weight": params}[wrt]
+    leaves = {"all": [x, *params], "grad_input": [x], "grad_weight": params, "forward": []}[wrt]
 
     def run() -> None:
         with _autocast(mode):
             out = module(x)
-        torch.autograd.grad(out, leaves, grad.to(out.dtype))
+        if leaves:
+            torch.autograd.grad(out, leaves, grad.to(out.dtype))
         with torch.no_grad():
             torch._foreach_mul_(params, 1.0)
 
@@ -207,7 +210,7 @@ def bench_layer(layer: Layer, mode: str, args: argparse.Namespace) -> List[Row]:
     with torch.no_grad(), _autocast(mode):
         grad = torch.randn_like(conv(x).float())  # (randn_like keeps the output's layout)
     rows = []
-    for wrt, what in (("all", "fwd+bwd"), ("grad_input", "grad_input"),
+    for wrt, what in (("all", "fwd+bwd"), ("forward", "forward"), ("grad_input", "grad_input"),
                       ("grad_weight", "grad_weight")):
         row = Row("layer", layer.name, mode, what)
         try:
@@ -243,12 +246,33 @@ def format_table(rows: Sequence[Row]) -> str:
         if ratios:
             lines.append(f"layers {mode} fwd+bwd: geomean {geomean(ratios):.2f}x, min "
                          f"{min(ratios):.2f}x over {len(ratios)}")
+        bound = _forward_bound(rows, mode)
+        if bound is not None:
+            lines.append(bound)
         controls = [r.control_ratio for r in rows if r.mode == mode and r.control_ratio]
         if controls:
             lines.append(f"A/A {mode} (original / its copy, every row): geomean "
                          f"{geomean(controls):.2f}x, {min(controls):.2f}-{max(controls):.2f}x "
                          f"over {len(controls)}")
     return "\n".join(lines)
+
+
+def _forward_bound(rows: Sequence[Row], mode: str) -> Optional[str]:
+    """How much of the original layers' fwd + bwd their training forward is, and the fwd + bwd
+    ratio a patched forward costing nothing would reach with the original's backward (the
+    ceiling of a faster forward alone)."""
+    both = {r.name: r.original_ms for r in rows if r.kind == "layer" and r.mode == mode
+            and r.what == "fwd+bwd" and r.original_ms}
+    forward = {r.name: r.original_ms for r in rows if r.kind == "layer" and r.mode == mode
+               and r.what == "forward" and r.original_ms}
+    names = [n for n in both if n in forward and forward[n] < both[n]]
+    if not names:
+        return None
+    shares = sorted(forward[n] / both[n] for n in names)
+    ceiling = geomean([both[n] / (both[n] - forward[n]) for n in names])
+    return (f"layers {mode}: the original's forward is {shares[len(shares) // 2]:.0%} of its "
+            f"fwd+bwd (median, {shares[0]:.0%}-{shares[-1]:.0%}); a forward at no cost would "
+            f"make fwd+bwd {ceiling:.2f}x (geomean over {len(names)})")
 
 
 def _progress(rows: List[Row]) -> List[Row]:

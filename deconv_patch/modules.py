@@ -197,13 +197,6 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
         refuse_scripting(self)
         return self
 
-    def _may_train_on_kernel(self, dtype: torch.dtype) -> bool:
-        """Whether some recorded call of this layer in `dtype` may train on a kernel of ours."""
-        chosen = self.kernels_in_training
-        if chosen is not None:
-            return chosen
-        return self._training_prefilter().least_macs(dtype) is not None
-
     def _training_prefilter(self) -> planner.TrainingPrefilter:
         found = self.__dict__.get("_prefilter")  # (dropped by __setattr__)
         if found is None:
@@ -252,7 +245,8 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
         if output_size is not None or self.activation != "none" or not input.is_cuda:
             return self._pytorch(input, weight, bias, output_size)
         autocast = torch.is_autocast_enabled("cuda")
-        seen = (input.shape, input.stride(), input.dtype, autocast)
+        seen = (input.shape, input.stride(), input.dtype,
+                torch.get_autocast_dtype("cuda") if autocast else None)
         if self.__dict__.get("_recorded_seen") != seen:
             self.__dict__["_recorded_seen"] = seen
             return self._pytorch(input, weight, bias, None)
@@ -316,13 +310,20 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
         if compiling:
             # Graph time: a layer whose eager calls were planned on a kernel of ours, or that
             # the untimed rule may give one, becomes our op (which still plans per call); the
-            # rest stay aten convolutions, which Inductor schedules itself, and so do training
-            # graphs (grad_calls; Inductor then compiles forward and backward as it does for
-            # nn.ConvTranspose2d).
-            use_op = not recorded and (
-                self._kernel_planned_eagerly(input) or planner.may_use_kernel(
+            # rest stay aten convolutions, which Inductor schedules itself. In training graphs
+            # (grad_calls) the op, with ATen's backward, only where recorded eager calls train
+            # on the grouped kernel whatever their size (planner.trains_in_compiled_graphs);
+            # elsewhere Inductor compiles forward and backward as it does for
+            # nn.ConvTranspose2d.
+            if recorded:
+                use_op = not fused and self.kernels_in_training is not False and \
+                    planner.trains_in_compiled_graphs(
+                        input.device, _call_dtype(input.dtype), self._args(output_padding),
+                        self.in_channels, self.out_channels)
+            else:
+                use_op = self._kernel_planned_eagerly(input) or planner.may_use_kernel(
                     input.device, input.dtype, self.kernel_size, self._args(output_padding),
-                    (self.in_channels // self.groups, self.out_channels // self.groups)))
+                    (self.in_channels // self.groups, self.out_channels // self.groups))
         else:
             entry = self._entry_for(input, output_padding, weight, bias, activation,
                                     negative_slope)
@@ -446,6 +447,10 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
             return found
         if len(cache) >= _PLAN_CACHE_SIZE:  # e.g. detection models with varying input sizes
             cache.clear()
+        if forced is None and grad_calls.records_grad(input, weight, bias):
+            # (a recorded call planned from now on: newer than _pytorch_recorded's record,
+            # which _recorded_call_dtype would otherwise read)
+            self.__dict__.pop("_recorded_seen", None)
         args = self._args(out_pad)
         if find_problem(input, weight, bias, args) is not None:
             return _Entry(planner.Plan(planner.ATEN, "invalid call: PyTorch raises its error"))
@@ -526,16 +531,16 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
     def training_backend(self) -> str:
         """What a call autograd records runs, by `backend`'s plan: that kernel where
         kernels_in_training gives it our kernel (by default planner.trains_on_kernel, for the
-        dtype the calls run in: _call_dtype; for the last call's size and layout where that
-        call's plan is `backend`'s; PyTorch's where the size decides and no call was planned),
-        else PyTorch's convolution ("aten")."""
+        dtype the calls run in: _recorded_call_dtype; for the last call's size and layout
+        where that call's plan is `backend`'s; PyTorch's where the size decides and no call
+        was planned), else PyTorch's convolution ("aten")."""
         if self.activation != "none":
             return planner.ATEN
         chosen = self.kernels_in_training
         if chosen is not None:
             return self.backend if chosen else planner.ATEN
         stored = self._stored_weight()
-        dtype = self._call_dtype(stored)
+        dtype = self._recorded_call_dtype(stored)
         least = self._training_prefilter().least_macs(dtype)
         if least is None:
             return planner.ATEN
@@ -553,6 +558,17 @@ class FastConvTranspose2d(nn.ConvTranspose2d):
                 backend, dtype, self._args(self.output_padding), stored.shape,
                 hopper=planner.hopper_device(stored.device))
         return backend if trains else planner.ATEN
+
+    def _recorded_call_dtype(self, stored: torch.Tensor) -> torch.dtype:
+        """The dtype this module's recorded calls run in: autocast's 16-bit dtype where the
+        last recorded geometry sent to PyTorch's convolution before planning ran an fp32 weight
+        under CUDA autocast (such calls plan nothing, so _call_dtype cannot see them; a
+        recorded call planned for a new geometry since drops that record), else _call_dtype."""
+        seen = self.__dict__.get("_recorded_seen")
+        if seen is not None and stored.is_cuda and stored.dtype == torch.float32 \
+                and seen[3] in (torch.float16, torch.bfloat16):
+            return seen[3]
+        return self._call_dtype(stored)
 
     def _call_dtype(self, stored: torch.Tensor) -> torch.dtype:
         """The dtype this module's calls run in: the stored weight's, or the 16-bit dtype of the

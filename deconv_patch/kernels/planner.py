@@ -556,6 +556,21 @@ def hopper_device(device: torch.device) -> bool:
     return device.type == "cuda" and is_sm90(device)
 
 
+def trains_in_compiled_graphs(device: torch.device, dtype: torch.dtype, args: ConvTransposeArgs,
+                              in_channels: int, out_channels: int) -> bool:
+    """Whether a training graph (torch.compile of a step whose calls autograd records) calls our
+    op for a layer rather than PyTorch's convolution (graph-time decision, traceable): where
+    every recorded eager call trains on the grouped kernel, whatever the call's size, and
+    without autotune (which may time another candidate in). The grouped kernel reads the weight
+    as it is, so an optimizer step costs the op no re-pack. Other layers' recorded calls train on
+    ours by size, or on a packed weight the op would re-pack through Python after every
+    optimizer step; their graphs keep PyTorch's convolution, as do those of kernels cuDNN's
+    settings or the dtype keep off (docs/performance/training.md#compiled-training-steps)."""
+    return device.type == "cuda" and dtype in KERNEL_DTYPES and \
+        not torch.backends.cudnn.benchmark and \
+        _trains_on_grouped_kernel(in_channels, out_channels, args.groups, args.stride)
+
+
 def _trains_on_grouped_kernel(in_channels: int, out_channels: int, groups: int,
                               stride: Sequence[int]) -> bool:
     """A layer the grouped kernel trains by default, whatever the dtype."""

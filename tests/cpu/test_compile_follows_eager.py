@@ -142,3 +142,47 @@ def test_a_repeated_record_recompiles_nothing():
         for _ in range(3):
             compiled(torch.randn_like(x))
     assert len(compiles) <= 2
+
+
+def test_a_training_graph_calls_the_op_where_the_rule_says_and_keeps_the_gradients(monkeypatch):
+    """A recorded call in a compiled graph becomes our op where
+    planner.trains_in_compiled_graphs says so (stubbed here: on the CPU no layer is given one),
+    asked with the call's device, dtype, hyperparameters and channel counts; never for a layer
+    with kernels_in_training=False. The compiled output and all three gradients are the eager
+    ones on fresh inputs (the op's autograd: ATen's convolution_backward)."""
+    from deconv_patch.kernels import planner
+
+    asked = []
+
+    def rule(device, dtype, args, in_channels, out_channels):
+        asked.append((device.type, dtype, args, in_channels, out_channels))
+        return True
+
+    monkeypatch.setattr(planner, "trains_in_compiled_graphs", rule)
+    torch.manual_seed(1)
+    ref = nn.ConvTranspose2d(8, 16, (3, 5), (2, 3), (1, 2), (1, 1), groups=4, dilation=(2, 1))
+    layer = FastConvTranspose2d.from_module(ref).train()
+    for chosen, want_op in ((None, True), (False, False)):
+        layer.kernels_in_training = chosen
+        graphs: List[torch.fx.GraphModule] = []
+
+        def backend(gm, _inputs):
+            graphs.append(gm)
+            return gm.forward
+
+        torch._dynamo.reset()
+        compiled = torch.compile(layer, backend=backend, fullgraph=True)
+        x = torch.randn(2, 8, 6, 7, requires_grad=True)
+        out = compiled(x)
+        targets = [n.target for n in graphs[0].graph.nodes if n.op == "call_function"]
+        assert calls_our_op(targets) is want_op
+        grad = torch.randn_like(out)
+        got = torch.autograd.grad(out, [x, layer.weight, layer.bias], grad)
+        x_ref = x.detach().clone().requires_grad_()
+        want_out = ref(x_ref)
+        want = torch.autograd.grad(want_out, [x_ref, ref.weight, ref.bias], grad)
+        torch.testing.assert_close(out, want_out, rtol=1e-5, atol=1e-5)
+        for a, b in zip(got, want):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+    assert asked and asked[0] == ("cpu", torch.float32, layer._args(layer.output_padding), 8,
+                                  16)

@@ -12,6 +12,13 @@ from deconv_patch.kernels import planner
 from tests.helpers import tf32_settings_restored
 
 
+def _may_train(layer, dtype: torch.dtype) -> bool:
+    """Whether some recorded call of `layer` in `dtype` may train on a kernel of ours by
+    default (its prefilter's answer from the hyperparameters and, for fp32, the TF32 and
+    autocast settings)."""
+    return layer._training_prefilter().least_macs(dtype) is not None
+
+
 def _tensors(x_grad: bool, w_grad: bool, b_grad: bool):
     x = torch.randn(2, 4, 5, 5, requires_grad=x_grad)
     w = torch.randn(4, 3, 2, 2, requires_grad=w_grad)
@@ -137,24 +144,24 @@ def test_which_layers_may_train_on_kernels_by_default(
         nn.ConvTranspose2d(in_channels, out_channels, kernel, stride, 1, output_padding,
                            groups=groups, dilation=dilation))
     assert layer.kernels_in_training is None
-    assert layer._may_train_on_kernel(torch.bfloat16) == may
-    assert layer._may_train_on_kernel(torch.float16) == may
-    assert not layer._may_train_on_kernel(torch.float64)
+    assert _may_train(layer, torch.bfloat16) == may
+    assert _may_train(layer, torch.float16) == may
+    assert not _may_train(layer, torch.float64)
     with tf32_settings_restored():
         torch.backends.cuda.matmul.allow_tf32 = False
         with torch.backends.cudnn.flags(enabled=True, allow_tf32=True):
-            assert layer._may_train_on_kernel(torch.float32) == tf32
+            assert _may_train(layer, torch.float32) == tf32
         with torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
-            assert layer._may_train_on_kernel(torch.float32) == strict
+            assert _may_train(layer, torch.float32) == strict
         # TF32 in cuBLAS too: a layer without a cuDNN kernel is then a TF32 call either way
         torch.backends.cuda.matmul.allow_tf32 = True
         with torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
             no_cudnn = output_padding >= stride
-            assert layer._may_train_on_kernel(torch.float32) == (strict and not no_cudnn)
+            assert _may_train(layer, torch.float32) == (strict and not no_cudnn)
     layer.kernels_in_training = False
-    assert not layer._may_train_on_kernel(torch.bfloat16)
+    assert layer.training_backend == planner.ATEN
     layer.kernels_in_training = True
-    assert layer._may_train_on_kernel(torch.float32)
+    assert layer.training_backend == layer.backend
 
 
 @pytest.mark.parametrize("padding,output_padding,dilation,may", [
@@ -170,8 +177,8 @@ def test_sixteen_bit_dense_layers_may_train_on_our_forward_where_kernel_is_strid
 
     layer = deconv_patch.FastConvTranspose2d.from_module(
         nn.ConvTranspose2d(128, 64, 2, 2, padding, output_padding, dilation=dilation))
-    assert layer._may_train_on_kernel(torch.bfloat16) == may
-    assert layer._may_train_on_kernel(torch.float16) == may
+    assert _may_train(layer, torch.bfloat16) == may
+    assert _may_train(layer, torch.float16) == may
 
 
 def test_under_cuda_autocast_a_float32_inputs_call_is_answered_in_autocasts_dtype(monkeypatch):
@@ -185,12 +192,12 @@ def test_under_cuda_autocast_a_float32_inputs_call_is_answered_in_autocasts_dtyp
     k4s2 = deconv_patch.FastConvTranspose2d.from_module(nn.ConvTranspose2d(64, 32, 4, 2, 1))
     kxs = deconv_patch.FastConvTranspose2d.from_module(nn.ConvTranspose2d(64, 32, 2, 2))
     with torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
-        assert k4s2._may_train_on_kernel(torch.float32) and kxs._may_train_on_kernel(torch.float32)
+        assert _may_train(k4s2, torch.float32) and _may_train(kxs, torch.float32)
         monkeypatch.setattr(planner, "_any_autocast", lambda: True)
         monkeypatch.setattr(torch, "is_autocast_enabled", lambda device=None: device == "cuda")
         monkeypatch.setattr(torch, "get_autocast_dtype", lambda device: torch.bfloat16)
-        assert not k4s2._may_train_on_kernel(torch.float32)
-        assert kxs._may_train_on_kernel(torch.float32)
+        assert not _may_train(k4s2, torch.float32)
+        assert _may_train(kxs, torch.float32)
 
 
 @pytest.mark.parametrize("dtype,kernel,padding", [
@@ -264,7 +271,7 @@ def test_the_training_column_of_a_layer_whose_calls_size_decides(monkeypatch):
 
     layer = deconv_patch.optimize(nn.Sequential(nn.ConvTranspose2d(512, 256, 4, 2, 1)))[0]
     with torch.backends.cudnn.flags(enabled=True, allow_tf32=True):
-        assert layer._may_train_on_kernel(torch.float32)
+        assert _may_train(layer, torch.float32)
         monkeypatch.setattr(type(layer), "backend", property(lambda self: "gemm_phase_tma"))
         assert layer.training_backend == planner.ATEN
         for trains in (True, False):  # (the planned call's own answer, worked out on CUDA)
@@ -325,16 +332,16 @@ def test_the_prefilters_answer_follows_changes_of_the_hyperparameters():
 
     layer = deconv_patch.FastConvTranspose2d.from_module(
         nn.ConvTranspose2d(128, 64, 3, 2, 1, dilation=2, groups=2))
-    assert not layer._may_train_on_kernel(torch.bfloat16)
+    assert not _may_train(layer, torch.bfloat16)
     assert "_prefilter" in layer.__dict__
     layer.stride, layer.output_padding = (1, 1), (1, 1)  # no cuDNN kernel now
     assert "_prefilter" not in layer.__dict__
-    assert layer._may_train_on_kernel(torch.bfloat16)
+    assert _may_train(layer, torch.bfloat16)
     with tf32_settings_restored(), torch.backends.cudnn.flags(enabled=True, allow_tf32=True):
         torch.backends.cuda.matmul.allow_tf32 = True  # (ATen's GEMMs here: TF32 calls)
-        assert not layer._may_train_on_kernel(torch.float32)  # (its own answer per call)
+        assert not _may_train(layer, torch.float32)  # (its own answer per call)
     layer.stride = (2, 2)
-    assert not layer._may_train_on_kernel(torch.bfloat16)
+    assert not _may_train(layer, torch.bfloat16)
 
 
 def test_kernels_in_training_is_set_on_every_layer_and_said_in_the_summary():

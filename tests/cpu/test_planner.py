@@ -1026,3 +1026,33 @@ def test_a_dilated_channels_last_call_in_deterministic_mode_keeps_the_settings_p
         assert "deterministic" not in plan(False, True).reason
         torch.backends.cuda.matmul.allow_tf32 = True  # (equal settings: TF32 either way)
         assert "deterministic" not in plan(True, True).reason
+
+
+def test_training_graphs_call_the_op_where_every_recorded_call_trains_on_the_grouped_kernel():
+    """planner.trains_in_compiled_graphs: the grouped kernel's training layers (depthwise,
+    few channels per group, stride area <= 16), in every kernel dtype on CUDA, without
+    autotune; not dense layers (whose recorded calls train on ours by size or on a packed
+    weight), nor float64, the CPU, or a stride area past the grouped kernel's default."""
+    cuda, cpu = torch.device("cuda"), torch.device("cpu")
+
+    def args(stride=(2, 2), groups=1, dilation=(1, 1)):
+        return ConvTransposeArgs(stride, (1, 1), (0, 0), dilation, groups)
+
+    grouped = [(args(groups=64), 64, 64), (args((2, 3), 4, (2, 1)), 32, 64),
+               (args(groups=8), 128, 128)]
+    with torch.backends.cudnn.flags(enabled=True, benchmark=False):
+        for a, cin, cout in grouped:
+            for dtype in (torch.float32, torch.bfloat16, torch.float16):
+                assert planner.trains_in_compiled_graphs(cuda, dtype, a, cin, cout)
+                assert planner.trains_in_compiled_graphs(cuda, dtype, a, cin, cout) == \
+                    planner.trains_on_kernel(planner.GROUPED, dtype, a, (cin, cout // a.groups,
+                                                                         4, 4))
+            assert not planner.trains_in_compiled_graphs(cuda, torch.float64, a, cin, cout)
+            assert not planner.trains_in_compiled_graphs(cpu, torch.float32, a, cin, cout)
+        assert not planner.trains_in_compiled_graphs(cuda, torch.float32, args(), 256, 128)
+        assert not planner.trains_in_compiled_graphs(cuda, torch.bfloat16, args(), 64, 3)
+        assert not planner.trains_in_compiled_graphs(cuda, torch.float32, args((8, 8), 21),
+                                                     21, 21)
+    with torch.backends.cudnn.flags(enabled=True, benchmark=True):
+        assert not planner.trains_in_compiled_graphs(cuda, torch.float32, args(groups=64), 64,
+                                                     64)

@@ -1,8 +1,12 @@
 """On CUDA: an eager call planned on a kernel of ours records it, and torch.compile then makes
 the layer our op, a stride-phase layer the graph-time rule alone leaves to aten included; the
-compiled output is checked against float64 on fresh inputs."""
+compiled output is checked against float64 on fresh inputs. Compiled training steps give the op
+to the grouped kernel's layers, checked with their gradients."""
 
 from __future__ import annotations
+
+import copy
+from typing import List
 
 import pytest
 import torch
@@ -170,3 +174,64 @@ def test_the_op_takes_the_layout_inductor_gives_it(mode, dtype):
                 pytorch = model(fresh)
                 assert got.shape == ref.shape
                 assert max_error(got, ref) <= allowed_error(max_error(pytorch, ref), ref, dtype)
+
+
+@pytest.mark.parametrize("mode", ["tf32", "bf16 autocast"])
+@pytest.mark.parametrize("layer_args", [
+    ((32, 64, (3, 5)), dict(stride=(2, 3), padding=(1, 2), output_padding=(1, 1), groups=4,
+                            dilation=(2, 1))),
+    ((64, 64, 4), dict(stride=2, padding=1, groups=64)),
+    ((256, 128, 4), dict(stride=2, padding=1)),  # dense: PyTorch's convolution
+])
+def test_compiled_training_steps_run_the_grouped_kernels_layers_on_the_op(mode, layer_args):
+    """A compiled training step gives our op (forward on the grouped kernel, ATen's backward)
+    to the layers whose recorded eager calls train on the grouped kernel, and PyTorch's
+    convolution to the rest. Three steps with optimizer updates on fresh inputs: the output and
+    the three gradients against float64, each within twice PyTorch's error plus one ulp."""
+    from tests.helpers import assert_step_within_bar
+
+    positional, keywords = layer_args
+    torch.manual_seed(5)
+    ref = nn.ConvTranspose2d(*positional, **keywords, device="cuda")
+    layer = FastConvTranspose2d.from_module(copy.deepcopy(ref)).train()
+    autocast = mode == "bf16 autocast"
+    run_dtype = torch.bfloat16 if autocast else torch.float32
+    grouped = keywords.get("groups", 1) > 1
+    shape = (4, positional[0], 24, 20)
+    graphs: List[torch.fx.GraphModule] = []
+
+    def capture(gm, _inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    with torch.backends.cudnn.flags(enabled=True, benchmark=False, allow_tf32=True), \
+            torch.autocast("cuda", torch.bfloat16, enabled=autocast):
+        torch._dynamo.reset()
+        torch.compile(layer, backend=capture, fullgraph=True)(
+            torch.randn(shape, device="cuda", requires_grad=True))
+        targets = [n.target for n in graphs[0].graph.nodes if n.op == "call_function"]
+        assert calls_our_op(targets) is grouped
+        torch._dynamo.reset()
+        compiled = torch.compile(layer, fullgraph=True)
+        opt = torch.optim.SGD(layer.parameters(), lr=0.1)
+        for _ in range(3):
+            with torch.no_grad():
+                ref.weight.copy_(layer.weight)
+                ref.bias.copy_(layer.bias)
+            x = torch.randn(shape, device="cuda")
+            xs = [x.clone().requires_grad_(), x.clone().requires_grad_()]
+            got_y = compiled(xs[0])
+            want_y = ref(xs[1])
+            dy = torch.randn_like(want_y)
+            got = [got_y, *torch.autograd.grad(got_y, [xs[0], layer.weight, layer.bias], dy)]
+            want = [want_y, *torch.autograd.grad(want_y, [xs[1], ref.weight, ref.bias], dy)]
+            x64 = x.double().requires_grad_()
+            w64 = ref.weight.detach().double().requires_grad_()
+            b64 = ref.bias.detach().double().requires_grad_()
+            y64 = F.conv_transpose2d(x64, w64, b64, ref.stride, ref.padding, ref.output_padding,
+                                     ref.groups, ref.dilation)
+            exact = [y64, *torch.autograd.grad(y64, [x64, w64, b64], dy.double())]
+            assert_step_within_bar(got, want, exact, run_dtype)
+            for p, g in zip(layer.parameters(), got[2:]):
+                p.grad = g
+            opt.step()

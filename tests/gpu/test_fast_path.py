@@ -345,6 +345,34 @@ def test_recorded_calls_on_pytorchs_path_run_from_cpp_with_its_gradients(mode):
         assert len(asked) == 2, asked  # (the first two calls; the rest answered in C++)
 
 
+def test_training_backend_answers_for_autocasts_dtype_on_pytorchs_path():
+    """An fp32 layer trained under bf16 autocast with TF32 off: in fp32 its recorded calls would
+    train on ours (on Hopper), in bf16 they run PyTorch's convolution and plan nothing.
+    training_backend answers for the calls' dtype (PyTorch's), also after fp32 eval calls
+    planned a kernel; a recorded fp32 call planned after them answers for fp32 again."""
+    torch.manual_seed(12)
+    ref = torch.nn.ConvTranspose2d(64, 32, 4, 2, 1, device="cuda")
+    m = FastConvTranspose2d.from_module(copy.deepcopy(ref))
+    with torch.backends.cudnn.flags(enabled=True, benchmark=False, allow_tf32=False):
+        prefilter = m._training_prefilter()
+        if prefilter.least_macs(torch.float32) != 0 or \
+                prefilter.least_macs(torch.bfloat16) is not None:
+            pytest.skip("here fp32 and bf16 recorded calls of this layer train alike")
+        for step in range(3):
+            x = torch.randn(8, 64, 16, 16, device="cuda")
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                got = m(x.clone().requires_grad_())
+                want = ref(x)
+            assert got.dtype == torch.bfloat16 and torch.equal(got, want)
+            assert m.training_backend == planner.ATEN, step
+        with torch.no_grad():  # eval calls in fp32 (a validation pass): planned, on a kernel
+            _close(m(x), _expected(m, x))
+        assert m.training_backend == planner.ATEN
+        y = m(torch.randn(4, 64, 16, 16, device="cuda").requires_grad_())  # fp32, recorded
+        trains = "ConvTransposeFunction" in y.grad_fn.name()
+        assert (m.training_backend != planner.ATEN) == trains
+
+
 def test_recorded_path_sends_other_contexts_and_geometries_back_through_python():
     """The armed recorded path answers only its geometry and context: TF32 turned off,
     autocast, deterministic mode and another batch each reach the prefilter again (whose answer
