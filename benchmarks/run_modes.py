@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import functools
 import json
 import sys
 import warnings
@@ -73,15 +72,28 @@ CASES: Dict[str, Case] = {
 }
 
 
-def _compiled_first(sides: List[Callable[[], None]]) -> List[Callable[[], None]]:
-    for side in sides:  # compile outside the timed region
-        side()
-    return sides
+def _timed(case: Case, mode: str, way: str, models: Sequence[nn.Module],
+           make_call: Callable[[nn.Module], Callable[[], None]],
+           args: argparse.Namespace) -> Row:
+    """One row: the original, patched and (--control) copy, compiled for the compiled ways,
+    each run once untimed (compiling there), then timed taking turns."""
+    row = Row("model", case.name, mode, way)
+    try:
+        compiled = way.startswith("compiled")
+        if compiled:
+            torch._dynamo.reset()
+        calls = [make_call(torch.compile(m) if compiled else m) for m in models]
+        for call in calls:  # compile outside the timed region
+            call()
+        _paired(row, calls[0], calls[1], args, calls[2] if len(calls) > 2 else None)
+    except Exception as exc:
+        row.notes.append(_one_line(exc))
+    _progress([row])
+    return row
 
 
 def bench_training(case: Case, mode: str, ways: Sequence[str],
                    args: argparse.Namespace) -> List[Row]:
-    rows: List[Row] = []
     torch.manual_seed(0)
     original = case.build().cuda().train()
     inputs = case.inputs(torch.float32)
@@ -90,25 +102,12 @@ def bench_training(case: Case, mode: str, ways: Sequence[str],
     with torch.no_grad(), _autocast(mode):
         target = torch.randn_like(_first_tensor(original(*inputs)).float())
     models = [m for m in (original, patched, control) if m is not None]
-    for way in ("train", "compiled-train"):
-        if way not in ways:
-            continue
-        row = Row("model", case.name, mode, way)
-        rows.append(row)
-        try:
-            if way == "compiled-train":
-                torch._dynamo.reset()
-            run = [torch.compile(m) if way == "compiled-train" else m for m in models]
-            steps = _compiled_first([_train_step(m, inputs, target, mode) for m in run])
-            _paired(row, steps[0], steps[1], args, steps[2] if control is not None else None)
-        except Exception as exc:
-            row.notes.append(_one_line(exc))
-        _progress([row])
-    return rows
+    return [_timed(case, mode, way, models,
+                   lambda m: _train_step(m, inputs, target, mode), args)
+            for way in ("train", "compiled-train") if way in ways]
 
 
 def bench_eval(case: Case, mode: str, ways: Sequence[str], args: argparse.Namespace) -> List[Row]:
-    rows: List[Row] = []
     dtype = torch.bfloat16 if mode == "bf16" else torch.float32
     torch.manual_seed(0)
     original = case.build().to(device="cuda", dtype=dtype).eval()
@@ -116,23 +115,15 @@ def bench_eval(case: Case, mode: str, ways: Sequence[str], args: argparse.Namesp
     patched = optimize(copy.deepcopy(original), inputs, progress=False)
     control = control_copy(original) if args.control else None
     models = [m for m in (original, patched, control) if m is not None]
-    for way in ("eval", "compiled-eval"):
-        if way not in ways:
-            continue
-        row = Row("model", case.name, mode, way)
-        rows.append(row)
-        try:
-            if way == "compiled-eval":
-                torch._dynamo.reset()
-            run = [torch.compile(m) if way == "compiled-eval" else m for m in models]
+
+    def forward(model: nn.Module) -> Callable[[], None]:
+        def call() -> None:
             with torch.no_grad():
-                calls = _compiled_first([functools.partial(m, *inputs) for m in run])
-                _paired(row, calls[0], calls[1], args,
-                        calls[2] if control is not None else None)
-        except Exception as exc:
-            row.notes.append(_one_line(exc))
-        _progress([row])
-    return rows
+                model(*inputs)
+        return call
+
+    return [_timed(case, mode, way, models, forward, args)
+            for way in ("eval", "compiled-eval") if way in ways]
 
 
 def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:

@@ -350,9 +350,9 @@ def check_repacks_after_an_in_place_weight_update(variant: str, x: torch.Tensor,
 
 # ---- torch.compile graphs ----------------------------------------------------------------------
 
-def compiled_graph_calls(module: nn.Module, x: torch.Tensor) -> Tuple[List[object], torch.Tensor]:
-    """The call targets of the one graph Dynamo captures for module(x) (fullgraph, no_grad),
-    and the compiled output."""
+def capturing_compile(module: nn.Module) -> Tuple[Any, List[torch.fx.GraphModule]]:
+    """torch.compile(module, fullgraph=True) with a backend that keeps each graph Dynamo
+    captures (in the list returned beside it) and runs it as traced; Dynamo's caches reset."""
     graphs: List[torch.fx.GraphModule] = []
 
     def backend(gm: torch.fx.GraphModule, _inputs):
@@ -360,10 +360,22 @@ def compiled_graph_calls(module: nn.Module, x: torch.Tensor) -> Tuple[List[objec
         return gm.forward
 
     torch._dynamo.reset()
+    return torch.compile(module, backend=backend, fullgraph=True), graphs
+
+
+def graph_calls(graph: torch.fx.GraphModule) -> List[object]:
+    """The call targets of a captured graph."""
+    return [n.target for n in graph.graph.nodes if n.op == "call_function"]
+
+
+def compiled_graph_calls(module: nn.Module, x: torch.Tensor) -> Tuple[List[object], torch.Tensor]:
+    """The call targets of the one graph Dynamo captures for module(x) (fullgraph, no_grad),
+    and the compiled output."""
+    compiled, graphs = capturing_compile(module)
     with torch.no_grad():
-        out = torch.compile(module, backend=backend, fullgraph=True)(x)
+        out = compiled(x)
     assert len(graphs) == 1
-    return [n.target for n in graphs[0].graph.nodes if n.op == "call_function"], out
+    return graph_calls(graphs[0]), out
 
 
 def calls_our_op(targets: Iterable[object]) -> bool:

@@ -14,7 +14,7 @@ import torch.nn as nn
 
 from deconv_patch import FastConvTranspose2d
 from deconv_patch.modules import _device_dtype
-from tests.helpers import calls_our_op, compiled_graph_calls
+from tests.helpers import calls_our_op, capturing_compile, compiled_graph_calls, graph_calls
 
 
 def _layer() -> FastConvTranspose2d:
@@ -71,22 +71,14 @@ def test_a_training_graph_keeps_aten_convolutions(recorded):
     layer = _layer().train(recorded)
     x = torch.randn(2, 8, 5, 5)
     layer.__dict__["_kernel_planned"] = frozenset({_device_dtype(x.device, x.dtype)})
-    graphs: List[torch.fx.GraphModule] = []
-
-    def backend(gm, _inputs):
-        graphs.append(gm)
-        return gm.forward
-
-    torch._dynamo.reset()
-    compiled = torch.compile(layer, backend=backend, fullgraph=True)
+    compiled, graphs = capturing_compile(layer)
     if recorded:
         out = compiled(x)  # parameters require gradients: autograd records the call
     else:
         with torch.no_grad():
             out = compiled(x)
     torch.testing.assert_close(out, layer(x), rtol=1e-5, atol=1e-6)
-    targets = [n.target for n in graphs[0].graph.nodes if n.op == "call_function"]
-    assert calls_our_op(targets) is not recorded
+    assert calls_our_op(graph_calls(graphs[0])) is not recorded
 
 
 def test_optimize_with_example_inputs_records_a_kernel_plan(monkeypatch):
@@ -164,18 +156,10 @@ def test_a_training_graph_calls_the_op_where_the_rule_says_and_keeps_the_gradien
     layer = FastConvTranspose2d.from_module(ref).train()
     for chosen, want_op in ((None, True), (False, False)):
         layer.kernels_in_training = chosen
-        graphs: List[torch.fx.GraphModule] = []
-
-        def backend(gm, _inputs):
-            graphs.append(gm)
-            return gm.forward
-
-        torch._dynamo.reset()
-        compiled = torch.compile(layer, backend=backend, fullgraph=True)
+        compiled, graphs = capturing_compile(layer)
         x = torch.randn(2, 8, 6, 7, requires_grad=True)
         out = compiled(x)
-        targets = [n.target for n in graphs[0].graph.nodes if n.op == "call_function"]
-        assert calls_our_op(targets) is want_op
+        assert calls_our_op(graph_calls(graphs[0])) is want_op
         grad = torch.randn_like(out)
         got = torch.autograd.grad(out, [x, layer.weight, layer.bias], grad)
         x_ref = x.detach().clone().requires_grad_()

@@ -6,7 +6,6 @@ to the grouped kernel's layers, checked with their gradients."""
 from __future__ import annotations
 
 import copy
-from typing import List
 
 import pytest
 import torch
@@ -15,7 +14,8 @@ import torch.nn.functional as F
 
 from deconv_patch import FastConvTranspose2d
 from deconv_patch.kernels import planner
-from tests.helpers import allowed_error, calls_our_op, compiled_graph_calls, max_error
+from tests.helpers import (allowed_error, calls_our_op, capturing_compile, compiled_graph_calls,
+                           graph_calls, max_error)
 
 pytestmark = pytest.mark.cuda
 OP = torch.ops.deconv_patch.conv_transpose2d
@@ -198,19 +198,11 @@ def test_compiled_training_steps_run_the_grouped_kernels_layers_on_the_op(mode, 
     run_dtype = torch.bfloat16 if autocast else torch.float32
     grouped = keywords.get("groups", 1) > 1
     shape = (4, positional[0], 24, 20)
-    graphs: List[torch.fx.GraphModule] = []
-
-    def capture(gm, _inputs):
-        graphs.append(gm)
-        return gm.forward
-
     with torch.backends.cudnn.flags(enabled=True, benchmark=False, allow_tf32=True), \
             torch.autocast("cuda", torch.bfloat16, enabled=autocast):
-        torch._dynamo.reset()
-        torch.compile(layer, backend=capture, fullgraph=True)(
-            torch.randn(shape, device="cuda", requires_grad=True))
-        targets = [n.target for n in graphs[0].graph.nodes if n.op == "call_function"]
-        assert calls_our_op(targets) is grouped
+        captured, graphs = capturing_compile(layer)
+        captured(torch.randn(shape, device="cuda", requires_grad=True))
+        assert calls_our_op(graph_calls(graphs[0])) is grouped
         torch._dynamo.reset()
         compiled = torch.compile(layer, fullgraph=True)
         opt = torch.optim.SGD(layer.parameters(), lr=0.1)
