@@ -6,8 +6,8 @@ fixed random target, backward, SGD step), original vs `deconv_patch.optimize(mod
 mode, eager and under torch.compile (with --graphs also captured whole in a CUDA graph and
 replayed: the step without its host cost); per layer of benchmarks/layers.py's suite (NCHW,
 or channels_last with --channels-last), forward + backward, the training forward alone and
-each of grad_input and grad_weight alone (with the forward), each pass followed by the optimizer's in-place update of the parameters,
-nn.ConvTranspose2d vs the layer as optimize() installs it. Every pair is timed in the same
+each of grad_input and grad_weight alone (with the forward), each pass followed by the
+optimizer's in-place update of the parameters, nn.ConvTranspose2d vs the layer as optimize() installs it. Every pair is timed in the same
 process, the two sides taking turns call by call (CUDA events, median). Ratio = original time
 / patched time. With --control a copy of the original takes turns with them too (every order
 equally often), and its ratio (original / copy: two identical paths, "A/A") shows how far the
